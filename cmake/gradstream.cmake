@@ -1,0 +1,64 @@
+# Small wrappers in the shape of Abseil's absl_cc_library, so every target gets
+# the same include path, warnings and test registration.
+
+set(GS_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+
+# gs_cc_library(NAME foo SRCS a.cc b.cu DEPS lib1 lib2 [PUBLIC_DEFS X])
+function(gs_cc_library)
+  cmake_parse_arguments(GS "" "NAME" "SRCS;DEPS;DEFS" ${ARGN})
+  add_library(${GS_NAME} STATIC ${GS_SRCS})
+  target_include_directories(${GS_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_link_libraries(${GS_NAME} PUBLIC ${GS_DEPS})
+  target_compile_options(${GS_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${GS_WARNINGS}>)
+  if(GS_DEFS)
+    target_compile_definitions(${GS_NAME} PUBLIC ${GS_DEFS})
+  endif()
+endfunction()
+
+# gs_cc_binary(NAME foo SRCS main.cc DEPS libs)
+function(gs_cc_binary)
+  cmake_parse_arguments(GS "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${GS_NAME} ${GS_SRCS})
+  target_include_directories(${GS_NAME} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_link_libraries(${GS_NAME} PRIVATE ${GS_DEPS})
+  target_compile_options(${GS_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${GS_WARNINGS}>)
+endfunction()
+
+# gs_cc_test(NAME foo_test SRCS foo_test.cc DEPS libs [LABELS gpu;slow] [TIMEOUT 120])
+# Registers one ctest entry per binary; labels let CI pick (ctest -L / -LE).
+function(gs_cc_test)
+  if(NOT GS_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(GS "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  gs_cc_binary(NAME ${GS_NAME} SRCS ${GS_SRCS} DEPS ${GS_DEPS} GTest::gtest GTest::gtest_main)
+  add_test(NAME ${GS_NAME} COMMAND ${GS_NAME})
+  if(NOT GS_TIMEOUT)
+    set(GS_TIMEOUT 300)
+  endif()
+  set_tests_properties(${GS_NAME} PROPERTIES TIMEOUT ${GS_TIMEOUT})
+  if(GS_LABELS)
+    set_tests_properties(${GS_NAME} PROPERTIES LABELS "${GS_LABELS}")
+  endif()
+endfunction()
+
+# gs_cc_benchmark(NAME foo_benchmark SRCS foo_benchmark.cc DEPS libs)
+function(gs_cc_benchmark)
+  if(NOT GS_BUILD_BENCHMARKS)
+    return()
+  endif()
+  cmake_parse_arguments(GS "" "NAME" "SRCS;DEPS" ${ARGN})
+  gs_cc_binary(NAME ${GS_NAME} SRCS ${GS_SRCS} DEPS ${GS_DEPS} benchmark::benchmark)
+endfunction()
+
+# Adds every direct subdirectory of the current source dir that has a
+# CMakeLists.txt, so components can be added without editing a shared file.
+macro(gs_add_subdirectories)
+  file(GLOB _gs_children RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPENDS
+       ${CMAKE_CURRENT_SOURCE_DIR}/*/CMakeLists.txt)
+  list(SORT _gs_children)
+  foreach(_gs_child ${_gs_children})
+    get_filename_component(_gs_dir ${_gs_child} DIRECTORY)
+    add_subdirectory(${_gs_dir})
+  endforeach()
+endmacro()

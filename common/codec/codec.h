@@ -1,0 +1,109 @@
+// Gradient codecs: the interface, the chunk header and the free decode entry.
+//
+// A codec turns one chunk of an fp32 gradient (at most 2^32-1 elements) into
+// a ChunkHeader plus a packed payload, and back, fused with accumulation.
+// Wire layout (see ../shared/design.md, "Codecs"):
+//   none    : raw little-endian fp32, 4 bytes/elem.
+//   twobit  : element i at bits 2*(i%4) of byte i/4; 00=0, 01=+1, 10=-1,
+//             11 invalid. Decoded value code * scale (scale = threshold t).
+//   ternary : same 2-bit layout; decoded value code * scale (s = max|g|).
+//   onebit  : element i at bit i%8 of byte i/8; 1 -> scale, 0 -> scale2.
+// Scales travel in the header, never in the payload.
+//
+// Encoders are per-chunk objects (like BytePS compressors, one per tensor
+// partition): the error-feedback decorator owns residual state, so Encode is
+// non-const and an encoder belongs to one thread. Decoding is stateless and
+// goes through the free function DecodeAdd() so a server never needs an
+// encoder object.
+#ifndef GRADSTREAM_COMMON_CODEC_CODEC_H_
+#define GRADSTREAM_COMMON_CODEC_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace gradstream {
+
+enum class CodecType : uint8_t { kNone = 0, kTwoBit = 1, kTernary = 2, kOneBit = 3 };
+
+// "none", "twobit", "ternary", "onebit".
+absl::string_view CodecTypeName(CodecType type);
+// Inverse of CodecTypeName; NotFound for an unknown name.
+absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name);
+
+// Metadata of one encoded chunk. Travels beside the payload.
+struct ChunkHeader {
+  CodecType codec = CodecType::kNone;
+  uint32_t num_elems = 0;
+  float scale = 0.0f;   // twobit: t; ternary: s; onebit: value of a 1 bit
+  float scale2 = 0.0f;  // onebit: value of a 0 bit; unused otherwise
+};
+
+// Exact payload size in bytes for `num_elems` elements of `type`.
+size_t PayloadBytes(CodecType type, uint32_t num_elems);
+
+// Keys the counter-based generator used for stochastic rounding. The element
+// index is the counter, so encodings are reproducible on any device.
+// See NOTE: [reproducible rounding] in common/philox.h.
+struct EncodeKey {
+  uint64_t seed = 0;
+  uint32_t worker = 0;
+  uint32_t clock = 0;
+  uint32_t tensor = 0;
+  uint32_t chunk = 0;
+};
+
+// Typed options of the built-in codecs, filled once from a job's codec policy.
+struct CodecOptions {
+  // twobit threshold t (MXNet default 0.5). <= 0 selects the adaptive
+  // threshold t = mean(|g + r|) of the chunk (Hylo-style, per chunk).
+  float twobit_threshold = 0.5f;
+  // ternary clip factor c: clip to [-c*sigma, c*sigma] before taking the
+  // scale (TernGrad uses 2.5). <= 0 disables clipping.
+  float ternary_clip = 2.5f;
+};
+
+// A chunk encoder. Not thread-safe: one instance per (tensor, chunk) per
+// worker, because decorators such as ErrorFeedback keep per-chunk state.
+class Codec {
+ public:
+  virtual ~Codec() = default;
+
+  virtual CodecType type() const = 0;
+
+  // Encodes `grad` into `header` and `payload` (resized to PayloadBytes).
+  // InvalidArgument when grad has more than 2^32-1 elements or holds NaN/Inf
+  // that would make the scale non-finite.
+  [[nodiscard]] virtual absl::Status Encode(absl::Span<const float> grad, const EncodeKey& key,
+                                            ChunkHeader* header, std::string* payload) = 0;
+
+  // Error-feedback encode fused into one pass (1-bit SGD, Seide 2014):
+  //   x = grad + residual; encode x; residual = x - decoded(x).
+  // so grad + r_old == decoded + r_new elementwise up to fp32 rounding.
+  // `residual` must have grad.size() elements.
+  [[nodiscard]] virtual absl::Status EncodeWithResidual(absl::Span<const float> grad,
+                                                        absl::Span<float> residual,
+                                                        const EncodeKey& key, ChunkHeader* header,
+                                                        std::string* payload) = 0;
+};
+
+// acc[i] += weight * decoded[i] for a chunk in any built-in codec.
+// Validates the whole chunk before touching `acc`: InvalidArgument (with a
+// message) for an unknown codec, num_elems != acc.size(), a payload length
+// that does not match, an invalid 2-bit code 11, or a NaN/Inf scale; `acc` is
+// then unchanged.
+[[nodiscard]] absl::Status DecodeAdd(const ChunkHeader& header, absl::string_view payload,
+                                     absl::Span<float> acc, float weight);
+
+// Checks a chunk without decoding it (same rules as DecodeAdd).
+[[nodiscard]] absl::Status ValidateChunk(const ChunkHeader& header, absl::string_view payload,
+                                         size_t expected_elems);
+
+}  // namespace gradstream
+
+#endif  // GRADSTREAM_COMMON_CODEC_CODEC_H_

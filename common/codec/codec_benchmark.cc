@@ -1,0 +1,214 @@
+// Codec throughput, single thread, as GB/s of fp32 gradient and as a ratio to
+// memcpy of the same buffer measured in this same binary (the machines are
+// shared and noisy; only the ratio is comparable across runs).
+//
+//   ./codec_benchmark --benchmark_counters_tabular=true
+//
+// Counters: GB/s = fp32 bytes per second; x_memcpy = that rate / memcpy rate
+// (memcpy counted as bytes copied, payload once). With a CUDA device the GPU
+// rows compare against a device-to-device cudaMemcpy of the same size.
+#include <benchmark/benchmark.h>
+
+#include <time.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "common/codec/codec.h"
+#include "common/codec/cuda_codec.h"
+#include "common/codec/registry.h"
+
+#ifdef GS_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gradstream {
+namespace {
+
+std::vector<float> Grad(size_t n) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 0.3f);
+  std::vector<float> g(n);
+  for (auto& x : g) x = d(rng);
+  return g;
+}
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Best-of-5 memcpy rate for n floats, measured once per size, on the same
+// clock as Google Benchmark's rates (this thread's CPU time), so the ratio is
+// not skewed by time the process spent descheduled on a shared machine.
+double MemcpyBytesPerSec(size_t n) {
+  static std::map<size_t, double> cache;
+  if (auto it = cache.find(n); it != cache.end()) return it->second;
+  std::vector<float> a(n, 1.0f), b(n, 0.0f);
+  std::memcpy(b.data(), a.data(), n * 4);  // fault the pages in first
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = ThreadCpuSeconds();
+    for (int k = 0; k < 4; ++k) {
+      std::memcpy(b.data(), a.data(), n * 4);
+      benchmark::ClobberMemory();
+    }
+    best = std::max(best, 4.0 * n * 4 / (ThreadCpuSeconds() - t0));
+  }
+  return cache[n] = best;
+}
+
+void SetCounters(benchmark::State& state, size_t n, double baseline_bytes_per_sec) {
+  const double bytes = static_cast<double>(state.iterations()) * n * 4;
+  state.SetBytesProcessed(static_cast<int64_t>(bytes));
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["x_memcpy"] =
+      benchmark::Counter(bytes / baseline_bytes_per_sec, benchmark::Counter::kIsRate);
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const size_t n = state.range(0);
+  std::vector<float> a(n, 1.0f), b(n);
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), n * 4);
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, n, MemcpyBytesPerSec(n));
+}
+
+const char* const kCodecs[] = {"none", "twobit", "ternary", "onebit"};
+
+// Encode with error feedback (the worker's hot path).
+void BM_EncodeResidual(benchmark::State& state) {
+  const size_t n = state.range(1);
+  const char* name = kCodecs[state.range(0)];
+  auto enc = MakeChunkEncoder(name, {}, /*error_feedback=*/true, n);
+  const auto g = Grad(n);
+  ChunkHeader h;
+  std::string p;
+  const double base = MemcpyBytesPerSec(n);
+  uint32_t clock = 0;
+  for (auto _ : state) {
+    if (!(*enc)->Encode(g, {.seed = 1, .clock = clock++}, &h, &p).ok()) state.SkipWithError("encode");
+    benchmark::DoNotOptimize(p.data());
+  }
+  state.SetLabel(name);
+  SetCounters(state, n, base);
+}
+
+// Encode without residual (ternary without EF is TernGrad's default).
+void BM_Encode(benchmark::State& state) {
+  const size_t n = state.range(1);
+  const char* name = kCodecs[state.range(0)];
+  auto enc = MakeChunkEncoder(name, {}, /*error_feedback=*/false, n);
+  const auto g = Grad(n);
+  ChunkHeader h;
+  std::string p;
+  const double base = MemcpyBytesPerSec(n);
+  uint32_t clock = 0;
+  for (auto _ : state) {
+    if (!(*enc)->Encode(g, {.seed = 1, .clock = clock++}, &h, &p).ok()) state.SkipWithError("encode");
+    benchmark::DoNotOptimize(p.data());
+  }
+  state.SetLabel(name);
+  SetCounters(state, n, base);
+}
+
+// Validate + decode + accumulate (the server's hot path).
+void BM_DecodeAdd(benchmark::State& state) {
+  const size_t n = state.range(1);
+  const char* name = kCodecs[state.range(0)];
+  auto enc = MakeChunkEncoder(name, {}, false, n);
+  const auto g = Grad(n);
+  ChunkHeader h;
+  std::string p;
+  if (!(*enc)->Encode(g, {}, &h, &p).ok()) state.SkipWithError("encode");
+  std::vector<float> acc(n, 0.0f);
+  const double base = MemcpyBytesPerSec(n);
+  for (auto _ : state) {
+    if (!DecodeAdd(h, p, absl::MakeSpan(acc), 0.25f).ok()) state.SkipWithError("decode");
+    benchmark::DoNotOptimize(acc.data());
+  }
+  state.SetLabel(name);
+  SetCounters(state, n, base);
+}
+
+void CodecArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24})
+    for (int c = 0; c < 4; ++c) b->Args({c, n});
+  b->ArgNames({"codec", "n"})->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(BM_Memcpy)->Arg(1 << 20)->Arg(1 << 24)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_EncodeResidual)->Apply(CodecArgs);
+BENCHMARK(BM_Encode)->Apply(CodecArgs);
+BENCHMARK(BM_DecodeAdd)->Apply(CodecArgs);
+
+#ifdef GS_HAVE_CUDA
+// GPU encode (with residual) against a device-to-device copy of the same
+// buffer, timed with CUDA events. Registered only when a device exists.
+void BM_GpuEncodeResidual(benchmark::State& state) {
+  const size_t n = state.range(1);
+  const auto type = static_cast<CodecType>(state.range(0));
+  float *g, *r, *copy;
+  uint8_t* p;
+  cudaMalloc(&g, n * 4);
+  cudaMalloc(&r, n * 4);
+  cudaMalloc(&copy, n * 4);
+  cudaMalloc(&p, n * 4);
+  const auto host = Grad(n);
+  cudaMemcpy(g, host.data(), n * 4, cudaMemcpyHostToDevice);
+  cudaMemset(r, 0, n * 4);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  float copy_ms = 1e30f;
+  for (int rep = 0; rep < 10; ++rep) {
+    cudaEventRecord(a);
+    cudaMemcpyAsync(copy, g, n * 4, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    copy_ms = std::min(copy_ms, ms);
+  }
+  ChunkHeader h;
+  uint32_t clock = 0;
+  double total_ms = 0;
+  for (auto _ : state) {
+    cudaEventRecord(a);
+    if (!cuda::EncodeOnDevice(type, {}, g, r, n, {.clock = clock++}, p, &h, nullptr).ok())
+      state.SkipWithError("encode");
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    total_ms += ms;
+    state.SetIterationTime(ms / 1e3);
+  }
+  const double copy_bps = n * 4 / (copy_ms / 1e3);
+  state.SetLabel(std::string(CodecTypeName(type)) + " (gpu)");
+  SetCounters(state, n, copy_bps);
+  cudaFree(g);
+  cudaFree(r);
+  cudaFree(copy);
+  cudaFree(p);
+}
+
+const bool kGpuRegistered = [] {
+  if (!cuda::DeviceAvailable()) return false;
+  auto* b = benchmark::RegisterBenchmark("BM_GpuEncodeResidual", BM_GpuEncodeResidual);
+  for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24})
+    for (int c = 0; c < 4; ++c) b->Args({c, n});
+  b->ArgNames({"codec", "n"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+  return true;
+}();
+#endif
+
+}  // namespace
+}  // namespace gradstream
+
+BENCHMARK_MAIN();

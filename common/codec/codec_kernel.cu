@@ -1,0 +1,364 @@
+// CUDA codec kernels and their launchers (see cuda_codec.h for the contract).
+//
+// Layout of the work: one thread per payload byte -- four elements for the
+// 2-bit codecs (exactly one Philox block, so a ternary thread makes one draw),
+// eight for onebit. Statistics use a grid-stride loop, a shared-memory block
+// reduction and fp64 atomics.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/codec/codec_kernel.cuh"
+#include "common/codec/cuda_codec.h"
+#include "common/codec/internal/kernels.h"
+
+namespace gradstream {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+struct DeviceStats {
+  unsigned int max_abs_bits;  // non-negative floats order like their bits
+  int nan;
+  double sum, sum_sq, sum_abs, pos_sum, neg_sum;
+  unsigned long long pos_count;
+};
+
+__global__ void StatsKernel(const float* g, const float* r, uint32_t n, DeviceStats* out) {
+  __shared__ double sh[5][kThreads];
+  __shared__ unsigned int shmax[kThreads];
+  __shared__ unsigned int shcount[kThreads];
+  double s = 0, q = 0, a = 0, p = 0, m = 0;
+  float mx = 0.0f;
+  unsigned int cnt = 0;
+  int nan = 0;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float x = device::LoadX(g, r, i);
+    const double d = x;
+    s += d;
+    q += d * d;
+    a += fabs(d);
+    if (x >= 0.0f) {
+      p += d;
+      ++cnt;
+    } else {
+      m += d;
+    }
+    nan |= isnan(x);
+    mx = fmaxf(mx, fabsf(x));
+  }
+  const int t = threadIdx.x;
+  sh[0][t] = s;
+  sh[1][t] = q;
+  sh[2][t] = a;
+  sh[3][t] = p;
+  sh[4][t] = m;
+  shmax[t] = __float_as_uint(mx);
+  shcount[t] = cnt;
+  if (nan) atomicOr(&out->nan, 1);
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride) {
+      for (int k = 0; k < 5; ++k) sh[k][t] += sh[k][t + stride];
+      shmax[t] = max(shmax[t], shmax[t + stride]);
+      shcount[t] += shcount[t + stride];
+    }
+    __syncthreads();
+  }
+  if (t == 0) {
+    atomicAdd(&out->sum, sh[0][0]);
+    atomicAdd(&out->sum_sq, sh[1][0]);
+    atomicAdd(&out->sum_abs, sh[2][0]);
+    atomicAdd(&out->pos_sum, sh[3][0]);
+    atomicAdd(&out->neg_sum, sh[4][0]);
+    atomicMax(&out->max_abs_bits, shmax[0]);
+    atomicAdd(&out->pos_count, static_cast<unsigned long long>(shcount[0]));
+  }
+}
+
+__global__ void EncodeF32Kernel(const float* g, float* r, uint32_t n, float* out) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  out[i] = device::LoadX(g, r, i);
+  if (r) r[i] = 0.0f;
+}
+
+__global__ void EncodeTwoBitKernel(const float* g, float* r, uint32_t n, float t, uint8_t* out) {
+  const uint32_t byte = blockIdx.x * blockDim.x + threadIdx.x;
+  if (byte >= (n + 3) / 4) return;
+  uint32_t codes = 0;
+  for (uint32_t j = 0; j < 4; ++j) {
+    const uint32_t i = 4 * byte + j;
+    if (i >= n) break;
+    float res;
+    codes |= device::TwoBitCode(device::LoadX(g, r, i), t, &res) << (2 * j);
+    if (r) r[i] = res;
+  }
+  out[byte] = static_cast<uint8_t>(codes);
+}
+
+// One thread per Philox block: 8 elements, 2 payload bytes.
+__global__ void EncodeTernaryKernel(const float* g, float* r, uint32_t n, float clip, float s,
+                                    float inv_s, PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out) {
+  const uint32_t block = blockIdx.x * blockDim.x + threadIdx.x;
+  if (block >= (n + 7) / 8) return;
+  const PhiloxCounter rnd = Philox4x32_10(PhiloxCounter{block, worker, clock, 0}, key);
+  uint32_t codes = 0;
+  for (uint32_t j = 0; j < 8; ++j) {
+    const uint32_t i = 8 * block + j;
+    if (i >= n) break;
+    float res;
+    codes |= device::TernaryCode(device::LoadX(g, r, i), clip, s, inv_s, BlockBits16(rnd, j), &res)
+             << (2 * j);
+    if (r) r[i] = res;
+  }
+  out[2 * block] = static_cast<uint8_t>(codes);
+  if (2 * block + 1 < (n + 3) / 4) out[2 * block + 1] = static_cast<uint8_t>(codes >> 8);
+}
+
+__global__ void EncodeOneBitKernel(const float* g, float* r, uint32_t n, float pos, float neg,
+                                   uint8_t* out) {
+  const uint32_t byte = blockIdx.x * blockDim.x + threadIdx.x;
+  if (byte >= (n + 7) / 8) return;
+  uint32_t bits = 0;
+  for (uint32_t j = 0; j < 8; ++j) {
+    const uint32_t i = 8 * byte + j;
+    if (i >= n) break;
+    const float x = device::LoadX(g, r, i);
+    const bool b = x >= 0.0f;
+    bits |= static_cast<uint32_t>(b) << j;
+    if (r) r[i] = __fsub_rn(x, b ? pos : neg);
+  }
+  out[byte] = static_cast<uint8_t>(bits);
+}
+
+// Sets *bad when a 2-bit code is 11 or a padding bit is set.
+__global__ void Validate2BitKernel(const uint8_t* p, uint32_t n, int* bad) {
+  const uint32_t byte = blockIdx.x * blockDim.x + threadIdx.x;
+  const uint32_t bytes = (n + 3) / 4;
+  if (byte >= bytes) return;
+  const uint8_t v = p[byte];
+  bool b = (v & (v >> 1) & 0x55) != 0;
+  if (byte == bytes - 1 && n % 4 != 0) b |= (v >> (2 * (n % 4))) != 0;
+  if (b) atomicOr(bad, 1);
+}
+
+__global__ void ValidateOneBitKernel(const uint8_t* p, uint32_t n, int* bad) {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && n % 8 != 0 && (p[(n + 7) / 8 - 1] >> (n % 8)) != 0) {
+    *bad = 1;
+  }
+}
+
+__global__ void FiniteF32Kernel(const float* p, uint32_t n, int* bad) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && !isfinite(p[i])) atomicOr(bad, 1);
+}
+
+__global__ void DecodeAdd2BitKernel(const uint8_t* p, uint32_t n, float ws, float* acc) {
+  const uint32_t byte = blockIdx.x * blockDim.x + threadIdx.x;
+  if (byte >= (n + 3) / 4) return;
+  const uint8_t v = p[byte];
+  for (uint32_t j = 0; j < 4; ++j) {
+    const uint32_t i = 4 * byte + j;
+    if (i >= n) break;
+    const uint32_t c = (v >> (2 * j)) & 3;
+    acc[i] = __fadd_rn(acc[i], c == 1 ? ws : c == 2 ? -ws : 0.0f);
+  }
+}
+
+__global__ void DecodeAdd1BitKernel(const uint8_t* p, uint32_t n, float wpos, float wneg,
+                                    float* acc) {
+  const uint32_t byte = blockIdx.x * blockDim.x + threadIdx.x;
+  if (byte >= (n + 7) / 8) return;
+  const uint8_t v = p[byte];
+  for (uint32_t j = 0; j < 8; ++j) {
+    const uint32_t i = 8 * byte + j;
+    if (i >= n) break;
+    acc[i] = __fadd_rn(acc[i], ((v >> j) & 1) ? wpos : wneg);
+  }
+}
+
+__global__ void DecodeAddF32Kernel(const float* p, uint32_t n, float w, float* acc) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) acc[i] = __fadd_rn(acc[i], __fmul_rn(w, p[i]));
+}
+
+unsigned Blocks(uint64_t threads) {
+  return static_cast<unsigned>((threads + kThreads - 1) / kThreads);
+}
+
+absl::Status Check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+absl::Status CheckLaunch(const char* what) { return Check(cudaGetLastError(), what); }
+
+// Small device scratch with host readback; freed on scope exit.
+template <typename T>
+class Scratch {
+ public:
+  explicit Scratch(cudaStream_t s) : stream_(s) {
+    status_ = Check(cudaMallocAsync(reinterpret_cast<void**>(&ptr_), sizeof(T), s), "cudaMallocAsync");
+    if (status_.ok()) status_ = Check(cudaMemsetAsync(ptr_, 0, sizeof(T), s), "cudaMemsetAsync");
+  }
+  ~Scratch() {
+    if (ptr_) cudaFreeAsync(ptr_, stream_);
+  }
+  const absl::Status& status() const { return status_; }
+  T* get() { return ptr_; }
+  absl::StatusOr<T> Read() {
+    T host{};
+    if (auto s = Check(cudaMemcpyAsync(&host, ptr_, sizeof(T), cudaMemcpyDeviceToHost, stream_),
+                       "cudaMemcpyAsync");
+        !s.ok())
+      return s;
+    if (auto s = Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); !s.ok()) return s;
+    return host;
+  }
+
+ private:
+  cudaStream_t stream_;
+  T* ptr_ = nullptr;
+  absl::Status status_;
+};
+
+absl::StatusOr<DeviceStats> Stats(const float* g, const float* r, uint32_t n, cudaStream_t s) {
+  Scratch<DeviceStats> st(s);
+  if (!st.status().ok()) return st.status();
+  const unsigned blocks = std::min<unsigned>(Blocks(n), 1024);
+  StatsKernel<<<std::max(blocks, 1u), kThreads, 0, s>>>(g, r, n, st.get());
+  if (auto e = CheckLaunch("StatsKernel"); !e.ok()) return e;
+  return st.Read();
+}
+
+}  // namespace
+
+bool DeviceAvailable() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options, const float* d_grad,
+                            float* d_residual, uint32_t n, const EncodeKey& key,
+                            uint8_t* d_payload, ChunkHeader* header, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  *header = ChunkHeader{type, n, 0.0f, 0.0f};
+  if (n == 0) return absl::OkStatus();
+  const auto non_finite = absl::InvalidArgumentError(
+      absl::StrCat(CodecTypeName(type), " encode: gradient holds NaN or Inf"));
+  switch (type) {
+    case CodecType::kNone: {
+      EncodeF32Kernel<<<Blocks(n), kThreads, 0, s>>>(d_grad, d_residual, n,
+                                                    reinterpret_cast<float*>(d_payload));
+      return CheckLaunch("EncodeF32Kernel");
+    }
+    case CodecType::kTwoBit: {
+      float t = options.twobit_threshold;
+      if (t <= 0.0f) {
+        auto st = Stats(d_grad, d_residual, n, s);
+        if (!st.ok()) return st.status();
+        if (st->nan || !std::isfinite(st->sum_abs)) return non_finite;
+        t = internal::AdaptiveThreshold(st->sum_abs, n);
+      }
+      header->scale = t;
+      EncodeTwoBitKernel<<<Blocks((n + 3) / 4), kThreads, 0, s>>>(
+          d_grad, d_residual, n, t > 0.0f ? t : INFINITY, d_payload);
+      return CheckLaunch("EncodeTwoBitKernel");
+    }
+    case CodecType::kTernary: {
+      auto st = Stats(d_grad, d_residual, n, s);
+      if (!st.ok()) return st.status();
+      const float max_abs = __builtin_bit_cast(float, st->max_abs_bits);
+      if (st->nan || !std::isfinite(max_abs) || !std::isfinite(st->sum_sq)) return non_finite;
+      const internal::TernaryParams p =
+          internal::TernaryParamsFromMoments(max_abs, st->sum, st->sum_sq, n, options.ternary_clip);
+      header->scale = p.scale;
+      if (p.scale > 0.0f) {
+        EncodeTernaryKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(
+            d_grad, d_residual, n, p.clip, p.scale, internal::InverseScale(p.scale),
+            ChunkPhiloxKey(key.seed, key.tensor, key.chunk),
+            key.worker, key.clock, d_payload);
+        return CheckLaunch("EncodeTernaryKernel");
+      }
+      EncodeTwoBitKernel<<<Blocks((n + 3) / 4), kThreads, 0, s>>>(d_grad, d_residual, n, INFINITY,
+                                                                  d_payload);
+      return CheckLaunch("EncodeTwoBitKernel");
+    }
+    case CodecType::kOneBit: {
+      auto st = Stats(d_grad, d_residual, n, s);
+      if (!st.ok()) return st.status();
+      if (st->nan || !std::isfinite(st->pos_sum) || !std::isfinite(st->neg_sum)) return non_finite;
+      const internal::OneBitParams p = internal::OneBitParamsFromSums(
+          st->pos_sum, static_cast<uint32_t>(st->pos_count), st->neg_sum, n);
+      header->scale = p.pos;
+      header->scale2 = p.neg;
+      EncodeOneBitKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(d_grad, d_residual, n, p.pos,
+                                                                  p.neg, d_payload);
+      return CheckLaunch("EncodeOneBitKernel");
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown codec id ", static_cast<int>(type)));
+}
+
+absl::Status DecodeAddOnDevice(const ChunkHeader& h, const uint8_t* d_payload,
+                               size_t payload_bytes, float* d_acc, float weight, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  // Header-only checks first: an empty host payload view has the right size.
+  if (static_cast<uint8_t>(h.codec) > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown codec id ", static_cast<int>(h.codec)));
+  }
+  if (payload_bytes != PayloadBytes(h.codec, h.num_elems)) {
+    return absl::InvalidArgumentError(absl::StrCat("payload of ", payload_bytes, " bytes for ",
+                                                   h.num_elems, " elements, expected ",
+                                                   PayloadBytes(h.codec, h.num_elems)));
+  }
+  const float ws = weight * h.scale, ws2 = weight * h.scale2;
+  if (!std::isfinite(weight) || !std::isfinite(ws) || !std::isfinite(ws2) ||
+      (h.scale < 0.0f && h.codec != CodecType::kOneBit)) {
+    return absl::InvalidArgumentError("decode weight or scale is not finite");
+  }
+  const uint32_t n = h.num_elems;
+  if (n == 0) return absl::OkStatus();
+  Scratch<int> bad(s);
+  if (!bad.status().ok()) return bad.status();
+  switch (h.codec) {
+    case CodecType::kNone:
+      FiniteF32Kernel<<<Blocks(n), kThreads, 0, s>>>(reinterpret_cast<const float*>(d_payload), n,
+                                                     bad.get());
+      break;
+    case CodecType::kTwoBit:
+    case CodecType::kTernary:
+      Validate2BitKernel<<<Blocks((n + 3) / 4), kThreads, 0, s>>>(d_payload, n, bad.get());
+      break;
+    case CodecType::kOneBit:
+      ValidateOneBitKernel<<<1, 1, 0, s>>>(d_payload, n, bad.get());
+      break;
+  }
+  if (auto e = CheckLaunch("validate"); !e.ok()) return e;
+  auto flag = bad.Read();
+  if (!flag.ok()) return flag.status();
+  if (*flag) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        CodecTypeName(h.codec), " payload is malformed (invalid code, padding or non-finite value)"));
+  }
+  switch (h.codec) {
+    case CodecType::kNone:
+      DecodeAddF32Kernel<<<Blocks(n), kThreads, 0, s>>>(reinterpret_cast<const float*>(d_payload),
+                                                        n, weight, d_acc);
+      break;
+    case CodecType::kTwoBit:
+    case CodecType::kTernary:
+      DecodeAdd2BitKernel<<<Blocks((n + 3) / 4), kThreads, 0, s>>>(d_payload, n, ws, d_acc);
+      break;
+    case CodecType::kOneBit:
+      DecodeAdd1BitKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(d_payload, n, ws, ws2, d_acc);
+      break;
+  }
+  return CheckLaunch("decode-add");
+}
+
+}  // namespace cuda
+}  // namespace gradstream

@@ -1,0 +1,421 @@
+#include "common/codec/codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/codec/error_feedback.h"
+#include "common/codec/internal/kernels.h"
+#include "common/codec/registry.h"
+#include "common/philox.h"
+#include "gtest/gtest.h"
+
+namespace gradstream {
+namespace {
+
+using internal::CodecKernels;
+
+std::unique_ptr<Codec> Make(absl::string_view name, CodecOptions opt = {}) {
+  auto c = CodecRegistry::Global().Create(name, opt);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(c).value();
+}
+
+std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+std::vector<float> RandomGrad(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> g(n);
+  for (auto& x : g) x = d(rng);
+  return g;
+}
+
+std::vector<float> Decode(const ChunkHeader& h, const std::string& p) {
+  std::vector<float> out(h.num_elems, 0.0f);
+  EXPECT_TRUE(DecodeAdd(h, p, absl::MakeSpan(out), 1.0f).ok());
+  return out;
+}
+
+// ---------------------------------------------------------------- Philox --
+
+TEST(Philox, MatchesRandom123KnownAnswers) {
+  // kat_vectors from Random123 for philox4x32_10.
+  PhiloxCounter r = Philox4x32_10({0, 0, 0, 0}, {0, 0});
+  EXPECT_EQ(r.c0, 0x6627e8d5u);
+  EXPECT_EQ(r.c1, 0xe169c58du);
+  EXPECT_EQ(r.c2, 0xbc57ac4cu);
+  EXPECT_EQ(r.c3, 0x9b00dbd8u);
+  r = Philox4x32_10({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff});
+  EXPECT_EQ(r.c0, 0x408f276du);
+  EXPECT_EQ(r.c1, 0x41c83b0eu);
+  EXPECT_EQ(r.c2, 0xa20bc7c6u);
+  EXPECT_EQ(r.c3, 0x6d5451fdu);
+  r = Philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0});
+  EXPECT_EQ(r.c0, 0xd16cfe09u);
+  EXPECT_EQ(r.c1, 0x94fdccebu);
+  EXPECT_EQ(r.c2, 0x5001e420u);
+  EXPECT_EQ(r.c3, 0x24126ea1u);
+}
+
+// --------------------------------------------------------- golden bytes --
+
+TEST(NoneCodec, GoldenBytesAreLittleEndianFp32) {
+  auto c = Make("none");
+  std::vector<float> g = {1.0f, -2.0f};
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(h.codec, CodecType::kNone);
+  EXPECT_EQ(h.num_elems, 2u);
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0}));
+}
+
+TEST(TwoBitCodec, GoldenBytesLowestBitsFirst) {
+  auto c = Make("twobit", {.twobit_threshold = 0.5f});
+  // codes: +1 -1 0 +1 | -1 0 +1 0 | 0
+  std::vector<float> g = {0.6f, -0.7f, 0.1f, 0.5f, -0.5f, 0.49f, 1.2f, -0.2f, 0.3f};
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(h.codec, CodecType::kTwoBit);
+  EXPECT_EQ(h.num_elems, 9u);
+  EXPECT_EQ(h.scale, 0.5f);
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0x49, 0x12, 0x00}));
+  EXPECT_EQ(Decode(h, p),
+            (std::vector<float>{0.5f, -0.5f, 0, 0.5f, -0.5f, 0, 0.5f, 0, 0}));
+}
+
+TEST(TernaryCodec, GoldenBytesWhenEveryProbabilityIsZeroOrOne) {
+  auto c = Make("ternary", {.ternary_clip = 0.0f});  // no clipping: s = max|g|
+  std::vector<float> g = {2.0f, -2.0f, 0.0f, 2.0f, -2.0f};
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {.seed = 7}, &h, &p).ok());
+  EXPECT_EQ(h.codec, CodecType::kTernary);
+  EXPECT_EQ(h.scale, 2.0f);
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0x49, 0x02}));
+}
+
+TEST(OneBitCodec, GoldenBytesAndReconstructionValues) {
+  auto c = Make("onebit");
+  std::vector<float> g = {1, -2, 3, -4, 0, 5, -6, 7, 8};
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0xB5, 0x01}));
+  EXPECT_FLOAT_EQ(h.scale, 4.0f);    // mean of 1,3,0,5,7,8
+  EXPECT_FLOAT_EQ(h.scale2, -4.0f);  // mean of -2,-4,-6
+}
+
+// ------------------------------------------------------ MXNet semantics --
+
+TEST(TwoBitCodec, ResidualFollowsMxnetSemanticsExactly) {
+  // r += g; if r >= t: +1, r -= t; elif r <= -t: -1, r += t; else 0.
+  const float t = 0.5f;
+  auto enc = MakeChunkEncoder("twobit", {.twobit_threshold = t}, true, 9);
+  ASSERT_TRUE(enc.ok());
+  std::vector<float> g = {0.6f, -0.7f, 0.1f, 0.5f, -0.5f, 0.49f, 1.2f, -0.2f, 0.3f};
+  std::vector<float> r(9, 0.0f);
+  for (int step = 0; step < 4; ++step) {
+    ChunkHeader h;
+    std::string p;
+    ASSERT_TRUE((*enc)->Encode(g, {}, &h, &p).ok());
+    std::vector<float> want(9, 0.0f);
+    for (int i = 0; i < 9; ++i) {
+      r[i] += g[i];
+      if (r[i] >= t) {
+        want[i] = t;
+        r[i] -= t;
+      } else if (r[i] <= -t) {
+        want[i] = -t;
+        r[i] += t;
+      }
+    }
+    EXPECT_EQ(Decode(h, p), want) << "step " << step;
+    auto* ef = dynamic_cast<ErrorFeedback*>(enc->get());
+    ASSERT_NE(ef, nullptr);
+    for (int i = 0; i < 9; ++i) EXPECT_EQ(ef->residual()[i], r[i]) << "step " << step << " i " << i;
+  }
+}
+
+TEST(TwoBitCodec, AdaptiveThresholdIsMeanAbsAndTravelsInHeader) {
+  auto c = Make("twobit", {.twobit_threshold = -1.0f});
+  std::vector<float> g = {1.0f, -3.0f, 0.5f, 0.5f};  // mean |g| = 1.25
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_FLOAT_EQ(h.scale, 1.25f);
+  EXPECT_EQ(Decode(h, p), (std::vector<float>{0, -1.25f, 0, 0}));
+  // An all-zero chunk sends zeros, not +t.
+  std::vector<float> z(5, 0.0f);
+  ASSERT_TRUE(c->Encode(z, {}, &h, &p).ok());
+  EXPECT_EQ(Decode(h, p), z);
+}
+
+// ------------------------------------------------- error feedback law --
+
+class EveryCodec : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EveryCodec, ErrorFeedbackKeepsWhatWasNotSent) {
+  const uint32_t n = 1037;
+  auto enc = MakeChunkEncoder(GetParam(), {}, /*error_feedback=*/true, n);
+  ASSERT_TRUE(enc.ok());
+  auto* ef = dynamic_cast<ErrorFeedback*>(enc->get());
+  for (uint32_t step = 0; step < 5; ++step) {
+    const std::vector<float> g = RandomGrad(n, 100 + step);
+    const std::vector<float> r_old(ef->residual().begin(), ef->residual().end());
+    ChunkHeader h;
+    std::string p;
+    ASSERT_TRUE((*enc)->Encode(g, {.seed = 1, .clock = step}, &h, &p).ok());
+    const std::vector<float> dec = Decode(h, p);
+    for (uint32_t i = 0; i < n; ++i) {
+      const float lhs = g[i] + r_old[i], rhs = dec[i] + ef->residual()[i];
+      EXPECT_NEAR(lhs, rhs, 1e-6f * (1.0f + std::fabs(lhs))) << GetParam() << " i=" << i;
+    }
+  }
+  if (absl::string_view(GetParam()) == "none") {
+    EXPECT_EQ(ef->ResidualNorm(), 0.0) << "fp32 sends everything";
+  } else {
+    EXPECT_GT(ef->ResidualNorm(), 0.0) << "a compressing codec leaves something behind";
+  }
+}
+
+TEST_P(EveryCodec, SameKeySameBytes) {
+  const auto g = RandomGrad(999, 3);
+  auto a = Make(GetParam()), b = Make(GetParam());
+  ChunkHeader ha, hb;
+  std::string pa, pb;
+  EncodeKey key{.seed = 42, .worker = 1, .clock = 9, .tensor = 2, .chunk = 3};
+  ASSERT_TRUE(a->Encode(g, key, &ha, &pa).ok());
+  ASSERT_TRUE(b->Encode(g, key, &hb, &pb).ok());
+  EXPECT_EQ(pa, pb);
+  EXPECT_EQ(ha.scale, hb.scale);
+}
+
+TEST_P(EveryCodec, PayloadSizeIsSixteenthOrLess) {
+  const auto g = RandomGrad(4096, 5);
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(Make(GetParam())->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(p.size(), PayloadBytes(h.codec, 4096));
+  if (absl::string_view(GetParam()) != "none") {
+    EXPECT_LE(p.size() * 16, 4096u * 4);
+  }
+}
+
+TEST_P(EveryCodec, NanGradientIsRejected) {
+  auto g = RandomGrad(64, 6);
+  g[17] = NAN;
+  ChunkHeader h;
+  std::string p;
+  auto s = Make(GetParam())->Encode(g, {}, &h, &p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, EveryCodec,
+                         ::testing::Values("none", "twobit", "ternary", "onebit"));
+
+// ------------------------------------------------------------- TernGrad --
+
+TEST(TernaryCodec, IsUnbiased) {
+  const uint32_t n = 512, trials = 4000;
+  const auto g = RandomGrad(n, 11);
+  auto c = Make("ternary", {.ternary_clip = 0.0f});
+  std::vector<double> mean(n, 0.0);
+  float s = 0;
+  for (uint32_t t = 0; t < trials; ++t) {
+    ChunkHeader h;
+    std::string p;
+    ASSERT_TRUE(c->Encode(g, {.seed = 5, .clock = t}, &h, &p).ok());
+    s = h.scale;
+    const auto d = Decode(h, p);
+    for (uint32_t i = 0; i < n; ++i) mean[i] += d[i] / trials;
+  }
+  // Each decoded value is s * Bernoulli(|g|/s) * sign: variance <= s^2 / 4.
+  const double se = s * 0.5 / std::sqrt(trials);
+  double total_err = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(mean[i], g[i], 5.0 * se) << "i=" << i;
+    total_err += mean[i] - g[i];
+  }
+  // The average error over all elements is far tighter: no systematic bias.
+  EXPECT_NEAR(total_err / n, 0.0, 5.0 * se / std::sqrt(n));
+}
+
+TEST(TernaryCodec, ClipsAtCSigma) {
+  std::vector<float> g = RandomGrad(10000, 12);
+  g[123] = 1000.0f;  // one outlier far beyond 2.5 sigma
+  auto c = Make("ternary", {.ternary_clip = 2.5f});
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  double mean = 0, sq = 0;
+  for (float x : g) {
+    mean += x;
+    sq += double(x) * x;
+  }
+  mean /= g.size();
+  const double sigma = std::sqrt(sq / g.size() - mean * mean);
+  EXPECT_NEAR(h.scale, 2.5 * sigma, 1e-4 * sigma);
+  EXPECT_LT(h.scale, 1000.0f);
+  const auto d = Decode(h, p);
+  EXPECT_EQ(d[123], h.scale) << "the outlier's probability is clipped to 1";
+  for (float v : d) EXPECT_LE(std::fabs(v), h.scale);
+}
+
+// -------------------------------------------------------- malformed input --
+
+class Malformed : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto g = RandomGrad(10, 13);
+    ASSERT_TRUE(Make("twobit", {.twobit_threshold = 0.3f})->Encode(g, {}, &h_, &p_).ok());
+  }
+  void ExpectRejected(const ChunkHeader& h, const std::string& p, size_t n, const char* what) {
+    std::vector<float> acc(n, 1.5f);
+    auto s = DecodeAdd(h, p, absl::MakeSpan(acc), 1.0f);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what << ": " << s;
+    EXPECT_FALSE(s.message().empty());
+    EXPECT_EQ(acc, std::vector<float>(n, 1.5f)) << what << ": accumulator must be untouched";
+  }
+  ChunkHeader h_;
+  std::string p_;
+};
+
+TEST_F(Malformed, EveryClassIsInvalidArgumentAndLeavesAccUntouched) {
+  ExpectRejected(h_, p_.substr(0, 2), 10, "truncated payload");
+  ExpectRejected(h_, p_ + "x", 10, "long payload");
+  ExpectRejected(h_, p_, 11, "count mismatch");
+  std::string bad = p_;
+  bad[1] = static_cast<char>(0x03);  // element 4 is code 11
+  ExpectRejected(h_, bad, 10, "code 11");
+  bad = p_;
+  bad[2] = static_cast<char>(bad[2] | 0x40);  // padding bits of element 11
+  ExpectRejected(h_, bad, 10, "padding");
+  ChunkHeader h = h_;
+  h.scale = NAN;
+  ExpectRejected(h, p_, 10, "NaN scale");
+  h.scale = INFINITY;
+  ExpectRejected(h, p_, 10, "Inf scale");
+  h.scale = -1.0f;
+  ExpectRejected(h, p_, 10, "negative scale");
+  h = h_;
+  h.codec = static_cast<CodecType>(9);
+  ExpectRejected(h, p_, 10, "unknown codec");
+  h = h_;
+  h.num_elems = 0xFFFFFFFFu;  // count overflow: payload would be 1 GiB
+  ExpectRejected(h, p_, 10, "count overflow");
+  ChunkHeader none{CodecType::kNone, 2, 0, 0};
+  const float vals[2] = {1.0f, NAN};
+  ExpectRejected(none, std::string(reinterpret_cast<const char*>(vals), 8), 2, "NaN in fp32");
+  ChunkHeader one{CodecType::kOneBit, 3, 1.0f, NAN};
+  ExpectRejected(one, std::string(1, '\x01'), 3, "onebit NaN value");
+  one.scale2 = -1.0f;
+  ExpectRejected(one, std::string(1, '\x81'), 3, "onebit padding");
+}
+
+TEST(Encode, OversizedChunkIsInvalidArgumentWithoutTouchingMemory) {
+  float dummy = 0;
+  // A span that claims 2^32 elements; Encode must refuse before reading it.
+  absl::Span<const float> huge(&dummy, size_t{1} << 32);
+  ChunkHeader h;
+  std::string p;
+  EXPECT_EQ(Make("twobit")->Encode(huge, {}, &h, &p).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Registry, UnknownNameIsNotFoundAndNamesTheKnownOnes) {
+  auto c = CodecRegistry::Global().Create("fivebit", {});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(c.status().message().find("twobit"), std::string::npos);
+  EXPECT_EQ(CodecTypeFromName("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*CodecTypeFromName("ternary"), CodecType::kTernary);
+  EXPECT_EQ(CodecRegistry::Global().Names().size(), 4u);
+  RegisterBuiltinCodecs(CodecRegistry::Global());  // idempotent
+  EXPECT_EQ(CodecRegistry::Global().Names().size(), 4u);
+}
+
+TEST(ErrorFeedback, WrongSizeIsInvalidArgument) {
+  auto enc = MakeChunkEncoder("twobit", {}, true, 8);
+  ASSERT_TRUE(enc.ok());
+  std::vector<float> g(9, 1.0f);
+  ChunkHeader h;
+  std::string p;
+  EXPECT_EQ((*enc)->Encode(g, {}, &h, &p).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// -------------------------------------------- portable == AVX2, bit for bit --
+
+TEST(Kernels, Avx2MatchesPortableBitForBit) {
+  const CodecKernels* avx = internal::Avx2Kernels();
+  if (avx == nullptr || !__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 on this CPU";
+  const CodecKernels& ref = internal::PortableKernels();
+  const PhiloxKey key = ChunkPhiloxKey(99, 3, 4);
+  for (uint32_t n : {1u, 7u, 8u, 31u, 32u, 33u, 127u, 128u, 129u, 1000u, 4099u, 65536u + 5}) {
+    const auto g = RandomGrad(n, n);
+    const auto r0 = RandomGrad(n, n + 1, 0.1f);
+    // statistics
+    float m1, m2;
+    double s1, s2, q1, q2;
+    ref.moments(g.data(), r0.data(), n, &m1, &s1, &q1);
+    avx->moments(g.data(), r0.data(), n, &m2, &s2, &q2);
+    EXPECT_EQ(m1, m2);
+    EXPECT_EQ(s1, s2) << n;
+    EXPECT_EQ(q1, q2) << n;
+    EXPECT_EQ(ref.sum_abs(g.data(), r0.data(), n), avx->sum_abs(g.data(), r0.data(), n));
+    double ps1, ps2, ns1, ns2;
+    uint32_t c1, c2;
+    ref.sign_sums(g.data(), r0.data(), n, &ps1, &c1, &ns1);
+    avx->sign_sums(g.data(), r0.data(), n, &ps2, &c2, &ns2);
+    EXPECT_EQ(ps1, ps2);
+    EXPECT_EQ(c1, c2);
+    EXPECT_EQ(ns1, ns2);
+    // encoders, with and without residual
+    for (bool with_r : {false, true}) {
+      auto ra = r0, rb = r0;
+      float* pa = with_r ? ra.data() : nullptr;
+      float* pb = with_r ? rb.data() : nullptr;
+      std::vector<uint8_t> oa(4 * n + 8, 0xEE), ob(4 * n + 8, 0xEE);
+      ref.encode_twobit(g.data(), pa, n, 0.4f, oa.data());
+      avx->encode_twobit(g.data(), pb, n, 0.4f, ob.data());
+      EXPECT_EQ(oa, ob) << "twobit n=" << n;
+      EXPECT_EQ(ra, rb);
+      const internal::TernaryParams tp = internal::TernaryParamsFromMoments(m1, s1, q1, n, 2.5f);
+      ref.encode_ternary(g.data(), pa, n, tp, key, 2, 17, oa.data());
+      avx->encode_ternary(g.data(), pb, n, tp, key, 2, 17, ob.data());
+      EXPECT_EQ(oa, ob) << "ternary n=" << n;
+      EXPECT_EQ(ra, rb);
+      const internal::OneBitParams op = internal::OneBitParamsFromSums(ps1, c1, ns1, n);
+      ref.encode_onebit(g.data(), pa, n, op, oa.data());
+      avx->encode_onebit(g.data(), pb, n, op, ob.data());
+      EXPECT_EQ(oa, ob) << "onebit n=" << n;
+      EXPECT_EQ(ra, rb);
+      ref.encode_f32(g.data(), pa, n, oa.data());
+      avx->encode_f32(g.data(), pb, n, ob.data());
+      EXPECT_EQ(oa, ob);
+      EXPECT_EQ(ra, rb);
+    }
+    // decoders
+    std::vector<uint8_t> codes((n + 3) / 4);
+    ref.encode_twobit(g.data(), nullptr, n, 0.4f, codes.data());
+    EXPECT_TRUE(avx->valid_2bit(codes.data(), n));
+    std::vector<float> acc_a = r0, acc_b = r0;
+    ref.decode_add_2bit(codes.data(), n, 0.7f, acc_a.data());
+    avx->decode_add_2bit(codes.data(), n, 0.7f, acc_b.data());
+    EXPECT_EQ(acc_a, acc_b);
+    ref.decode_add_1bit(codes.data(), n, 0.3f, -0.2f, acc_a.data());
+    avx->decode_add_1bit(codes.data(), n, 0.3f, -0.2f, acc_b.data());
+    EXPECT_EQ(acc_a, acc_b);
+    ref.decode_add_f32(reinterpret_cast<const uint8_t*>(g.data()), n, 0.25f, acc_a.data());
+    avx->decode_add_f32(reinterpret_cast<const uint8_t*>(g.data()), n, 0.25f, acc_b.data());
+    EXPECT_EQ(acc_a, acc_b);
+    // an invalid code anywhere is found by both
+    codes[codes.size() / 2] |= 0x03;
+    EXPECT_FALSE(ref.valid_2bit(codes.data(), n));
+    EXPECT_FALSE(avx->valid_2bit(codes.data(), n));
+  }
+}
+
+}  // namespace
+}  // namespace gradstream

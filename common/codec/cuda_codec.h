@@ -1,0 +1,50 @@
+// Device-side codecs: encode-with-residual and decode-accumulate on CUDA
+// buffers, so a GPU worker copies only packed codes over PCIe.
+//
+// No CUDA types here (ATen's host/kernel split): streams are passed as
+// `void*` (a cudaStream_t). In a build without CUDA every call returns
+// FailedPrecondition and DeviceAvailable() is false.
+//
+// Bit-exactness with the CPU codecs: the per-element rules and the Philox
+// draws are the same (see [reproducible rounding]), so for the same header
+// scales the payload bytes are identical. The scales come from a parallel
+// fp64 reduction whose order differs from the CPU's [lane reduction]; they
+// agree to within a few fp32 ulps, and tests compare bytes by re-encoding on
+// the CPU with the GPU's scales (internal/kernels.h takes scales explicitly).
+#ifndef GRADSTREAM_COMMON_CODEC_CUDA_CODEC_H_
+#define GRADSTREAM_COMMON_CODEC_CUDA_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "common/codec/codec.h"
+
+namespace gradstream {
+namespace cuda {
+
+// True when this build has CUDA and at least one device is usable.
+bool DeviceAvailable();
+
+// Encodes `n` device floats at `d_grad`. `d_residual` (device, n floats) may
+// be null for no error feedback; otherwise it is updated as in
+// Codec::EncodeWithResidual. `d_payload` is a device buffer of at least
+// PayloadBytes(type, n). Fills `header` on the host, which needs one
+// synchronization of `stream` to read the scale back; kernel launch and
+// runtime errors come back as Internal, NaN/Inf input as InvalidArgument.
+[[nodiscard]] absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options,
+                                          const float* d_grad, float* d_residual, uint32_t n,
+                                          const EncodeKey& key, uint8_t* d_payload,
+                                          ChunkHeader* header, void* stream);
+
+// d_acc[i] += weight * decoded[i] for a chunk whose payload is on the device.
+// Validates first (same rules as the CPU DecodeAdd; one synchronization) and
+// leaves d_acc untouched on InvalidArgument.
+[[nodiscard]] absl::Status DecodeAddOnDevice(const ChunkHeader& header, const uint8_t* d_payload,
+                                             size_t payload_bytes, float* d_acc, float weight,
+                                             void* stream);
+
+}  // namespace cuda
+}  // namespace gradstream
+
+#endif  // GRADSTREAM_COMMON_CODEC_CUDA_CODEC_H_

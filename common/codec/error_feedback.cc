@@ -1,0 +1,33 @@
+#include "common/codec/error_feedback.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace gradstream {
+
+absl::Status ErrorFeedback::Encode(absl::Span<const float> grad, const EncodeKey& key,
+                                   ChunkHeader* header, std::string* payload) {
+  if (grad.size() != residual_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("error feedback sized for ", residual_.size(),
+                                                   " elements, got ", grad.size()));
+  }
+  // The inner codec fuses r += g, quantize, r -= decoded into one pass.
+  return inner_->EncodeWithResidual(grad, absl::MakeSpan(residual_), key, header, payload);
+}
+
+absl::Status ErrorFeedback::EncodeWithResidual(absl::Span<const float>, absl::Span<float>,
+                                               const EncodeKey&, ChunkHeader*, std::string*) {
+  return absl::FailedPreconditionError("error feedback cannot wrap another residual");
+}
+
+double ErrorFeedback::ResidualNorm() const {
+  double s = 0;
+  for (float r : residual_) s += static_cast<double>(r) * r;
+  return std::sqrt(s);
+}
+
+void ErrorFeedback::ResetResidual() { std::fill(residual_.begin(), residual_.end(), 0.0f); }
+
+}  // namespace gradstream

@@ -1,0 +1,45 @@
+// Error feedback as a decorator (BytePS error_feedback.h; Seide et al. 2014,
+// "1-bit SGD"): owns the inner codec and one residual per chunk; each Encode
+// sends Q(g + r) and keeps r = g + r - Q^-1(Q(g + r)) for the next step.
+// Without it, biased codecs (twobit, onebit) stall or diverge.
+#ifndef GRADSTREAM_COMMON_CODEC_ERROR_FEEDBACK_H_
+#define GRADSTREAM_COMMON_CODEC_ERROR_FEEDBACK_H_
+
+#include <memory>
+#include <vector>
+
+#include "common/codec/codec.h"
+
+namespace gradstream {
+
+// Not thread-safe; one per (tensor, chunk).
+class ErrorFeedback final : public Codec {
+ public:
+  ErrorFeedback(std::unique_ptr<Codec> inner, uint32_t num_elems)
+      : inner_(std::move(inner)), residual_(num_elems, 0.0f) {}
+
+  CodecType type() const override { return inner_->type(); }
+
+  // InvalidArgument when grad.size() differs from the residual's size.
+  [[nodiscard]] absl::Status Encode(absl::Span<const float> grad, const EncodeKey& key,
+                                    ChunkHeader* header, std::string* payload) override;
+
+  // Decorators do not stack: an outer residual would double-count.
+  [[nodiscard]] absl::Status EncodeWithResidual(absl::Span<const float> grad,
+                                                absl::Span<float> residual, const EncodeKey& key,
+                                                ChunkHeader* header,
+                                                std::string* payload) override;
+
+  absl::Span<const float> residual() const { return residual_; }
+  // L2 norm of the residual (exported as a metric by workers).
+  double ResidualNorm() const;
+  void ResetResidual();
+
+ private:
+  const std::unique_ptr<Codec> inner_;
+  std::vector<float> residual_;
+};
+
+}  // namespace gradstream
+
+#endif  // GRADSTREAM_COMMON_CODEC_ERROR_FEEDBACK_H_

@@ -1,0 +1,103 @@
+// CPU codec kernels behind a function table, one table per instruction set.
+//
+// The portable and AVX2 tables produce bit-identical outputs: both follow the
+// same arithmetic (no fused multiply-add; -ffp-contract=off) and the same
+// reduction order. NOTE: [lane reduction] Sums over a chunk are accumulated
+// in fp64 in 8 lanes, element i into lane i % 8, and the lanes are added in
+// order 0..7 at the end. That is the order an 8-wide vector loop produces
+// naturally, and the scalar loop copies it, so scales and clip bounds agree
+// to the bit. The CUDA kernels reduce in another order; see cuda_codec.h.
+//
+// All kernels take `residual` == nullptr to mean "no error feedback": then
+// x = grad; otherwise x = grad + residual and residual is overwritten with
+// x - decoded(x) (see error_feedback.h).
+#ifndef GRADSTREAM_COMMON_CODEC_INTERNAL_KERNELS_H_
+#define GRADSTREAM_COMMON_CODEC_INTERNAL_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/philox.h"
+
+namespace gradstream {
+namespace internal {
+
+struct TernaryParams {
+  float clip;   // |x| is clamped to clip; +inf when clipping is off
+  float scale;  // s = max |clamped x|; 0 for an all-zero chunk
+};
+
+// P(code != 0) = |xc| * (1/s), with 1/s rounded to fp32 once: a multiply
+// instead of a divide per element (the divide was the bottleneck), and the
+// same rounding on every device.
+inline float InverseScale(float scale) { return 1.0f / scale; }
+
+struct OneBitParams {
+  float pos;  // value of a 1 bit: mean of x over x >= 0
+  float neg;  // value of a 0 bit: mean of x over x < 0
+};
+
+struct CodecKernels {
+  const char* isa;
+
+  // ---- statistics (fp64, [lane reduction]) ----
+  // max |x| over the chunk (NaN if any x is NaN), and sum / sum of squares.
+  void (*moments)(const float* grad, const float* residual, uint32_t n, float* max_abs,
+                  double* sum, double* sum_sq);
+  // sum |x|.
+  double (*sum_abs)(const float* grad, const float* residual, uint32_t n);
+  // sums and counts of the x >= 0 and x < 0 parts.
+  void (*sign_sums)(const float* grad, const float* residual, uint32_t n, double* pos_sum,
+                    uint32_t* pos_count, double* neg_sum);
+
+  // ---- encoders: write PayloadBytes(codec, n) bytes to `out` ----
+  // These two have no statistics pass to catch NaN/Inf, so they report it:
+  // false when some x is not finite (outputs are then unspecified).
+  bool (*encode_f32)(const float* grad, float* residual, uint32_t n, uint8_t* out);
+  bool (*encode_twobit)(const float* grad, float* residual, uint32_t n, float threshold,
+                        uint8_t* out);
+  void (*encode_ternary)(const float* grad, float* residual, uint32_t n, TernaryParams p,
+                         PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out);
+  void (*encode_onebit)(const float* grad, float* residual, uint32_t n, OneBitParams p,
+                        uint8_t* out);
+
+  // ---- validation and fused decode-accumulate ----
+  // True when no 2-bit code is 11 and the padding bits of the last byte are 0.
+  bool (*valid_2bit)(const uint8_t* payload, uint32_t n);
+  // True when every fp32 value is finite.
+  bool (*finite_f32)(const uint8_t* payload, uint32_t n);
+  // acc[i] += code_i * ws (ws = weight * scale).
+  void (*decode_add_2bit)(const uint8_t* payload, uint32_t n, float ws, float* acc);
+  // acc[i] += bit_i ? wpos : wneg.
+  void (*decode_add_1bit)(const uint8_t* payload, uint32_t n, float wpos, float wneg,
+                          float* acc);
+  // acc[i] += weight * value_i.
+  void (*decode_add_f32)(const uint8_t* payload, uint32_t n, float weight, float* acc);
+};
+
+const CodecKernels& PortableKernels();
+
+// Scalar ternary encode of elements [begin, end) (begin % 8 == 0). `out`
+// bytes covering the range must be zero. Shared by the portable table and the
+// AVX2 table's tail so both draw the same random words.
+void EncodeTernaryRange(const float* grad, float* residual, uint32_t begin, uint32_t end,
+                        TernaryParams p, PhiloxKey key, uint32_t worker, uint32_t clock,
+                        uint8_t* out);
+// nullptr when this binary was built without AVX2 support.
+const CodecKernels* Avx2Kernels();
+// The fastest table this CPU supports (AVX2 when present), chosen once. The
+// environment variable GS_CODEC_ISA=portable forces the portable table.
+const CodecKernels& ActiveKernels();
+
+// Parameters derived from statistics; shared by every table so the derived
+// floats are identical whichever kernels computed the sums.
+TernaryParams TernaryParamsFromMoments(float max_abs, double sum, double sum_sq, uint32_t n,
+                                       float clip_factor);
+float AdaptiveThreshold(double sum_abs, uint32_t n);
+OneBitParams OneBitParamsFromSums(double pos_sum, uint32_t pos_count, double neg_sum,
+                                  uint32_t n);
+
+}  // namespace internal
+}  // namespace gradstream
+
+#endif  // GRADSTREAM_COMMON_CODEC_INTERNAL_KERNELS_H_

@@ -1,0 +1,370 @@
+// AVX2 codec kernels. Compiled with -mavx2 (this file only) and selected at
+// run time by dispatch.cc. Each function mirrors its portable twin's
+// arithmetic exactly -- same fp32 operations, same [lane reduction] order,
+// selects instead of arithmetic on masks -- so outputs are bit-identical.
+#include <immintrin.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "common/codec/internal/kernels.h"
+
+namespace gradstream {
+namespace internal {
+namespace {
+
+// kSpread[b] moves bit j of b to bit 2j: turns an 8-lane mask into the low
+// (or, shifted by one, the high) bits of eight 2-bit codes.
+struct SpreadTable {
+  uint16_t v[256];
+  constexpr SpreadTable() : v() {
+    for (int b = 0; b < 256; ++b) {
+      uint16_t s = 0;
+      for (int j = 0; j < 8; ++j) s |= static_cast<uint16_t>(((b >> j) & 1) << (2 * j));
+      v[b] = s;
+    }
+  }
+};
+constexpr SpreadTable kSpread;
+
+// kSigns[b] holds the four decoded signs (0, +1, -1) of byte b; code 11 never
+// reaches decode (validated first) and maps to 0.
+struct SignTable {
+  alignas(16) float v[256][4];
+  constexpr SignTable() : v() {
+    for (int b = 0; b < 256; ++b)
+      for (int j = 0; j < 4; ++j) {
+        const int c = (b >> (2 * j)) & 3;
+        v[b][j] = c == 1 ? 1.0f : c == 2 ? -1.0f : 0.0f;
+      }
+  }
+};
+constexpr SignTable kSigns;
+
+inline __m256 LoadX(const float* grad, const float* residual, uint32_t i) {
+  __m256 x = _mm256_loadu_ps(grad + i);
+  if (residual) x = _mm256_add_ps(x, _mm256_loadu_ps(residual + i));
+  return x;
+}
+inline float X(const float* grad, const float* residual, uint32_t i) {
+  return residual ? grad[i] + residual[i] : grad[i];
+}
+inline __m256 Abs(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+inline __m256 NotFinite(__m256 x) {
+  return _mm256_cmp_ps(Abs(x), _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ);
+}
+inline void StoreCodes(uint8_t* out, int pos_mask, int neg_mask) {
+  const uint16_t w = static_cast<uint16_t>(kSpread.v[pos_mask] | (kSpread.v[neg_mask] << 1));
+  std::memcpy(out, &w, 2);
+}
+
+void Moments(const float* grad, const float* residual, uint32_t n, float* max_abs, double* sum,
+             double* sum_sq) {
+  __m256d s_lo = _mm256_setzero_pd(), s_hi = s_lo, q_lo = s_lo, q_hi = s_lo;
+  __m256 m = _mm256_setzero_ps(), nan = m;
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256 x = LoadX(grad, residual, i);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    s_lo = _mm256_add_pd(s_lo, lo);
+    s_hi = _mm256_add_pd(s_hi, hi);
+    q_lo = _mm256_add_pd(q_lo, _mm256_mul_pd(lo, lo));
+    q_hi = _mm256_add_pd(q_hi, _mm256_mul_pd(hi, hi));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    m = _mm256_max_ps(m, Abs(x));
+  }
+  alignas(32) double s[8], q[8];
+  alignas(32) float mv[8];
+  _mm256_store_pd(s, s_lo);
+  _mm256_store_pd(s + 4, s_hi);
+  _mm256_store_pd(q, q_lo);
+  _mm256_store_pd(q + 4, q_hi);
+  _mm256_store_ps(mv, m);
+  bool any_nan = _mm256_movemask_ps(nan) != 0;
+  float mx = 0.0f;
+  for (int l = 0; l < 8; ++l) mx = mv[l] > mx ? mv[l] : mx;
+  for (uint32_t i = n8; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    const double d = x;
+    s[i % 8] += d;
+    q[i % 8] += d * d;
+    any_nan |= std::isnan(x);
+    mx = std::fabs(x) > mx ? std::fabs(x) : mx;
+  }
+  double ts = 0, tq = 0;
+  for (int l = 0; l < 8; ++l) {
+    ts += s[l];
+    tq += q[l];
+  }
+  *max_abs = any_nan ? NAN : mx;
+  *sum = ts;
+  *sum_sq = tq;
+}
+
+double SumAbs(const float* grad, const float* residual, uint32_t n) {
+  __m256d s_lo = _mm256_setzero_pd(), s_hi = s_lo;
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256 a = Abs(LoadX(grad, residual, i));
+    s_lo = _mm256_add_pd(s_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
+    s_hi = _mm256_add_pd(s_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+  }
+  alignas(32) double s[8];
+  _mm256_store_pd(s, s_lo);
+  _mm256_store_pd(s + 4, s_hi);
+  for (uint32_t i = n8; i < n; ++i) s[i % 8] += std::fabs(X(grad, residual, i));
+  double t = 0;
+  for (int l = 0; l < 8; ++l) t += s[l];
+  return t;
+}
+
+void SignSums(const float* grad, const float* residual, uint32_t n, double* pos_sum,
+              uint32_t* pos_count, double* neg_sum) {
+  __m256d p_lo = _mm256_setzero_pd(), p_hi = p_lo, q_lo = p_lo, q_hi = p_lo;
+  uint32_t count = 0;
+  const __m256 zero = _mm256_setzero_ps();
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256 x = LoadX(grad, residual, i);
+    const __m256 ge = _mm256_cmp_ps(x, zero, _CMP_GE_OQ);
+    const __m256 pos = _mm256_blendv_ps(zero, x, ge);
+    const __m256 neg = _mm256_blendv_ps(x, zero, ge);
+    p_lo = _mm256_add_pd(p_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(pos)));
+    p_hi = _mm256_add_pd(p_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(pos, 1)));
+    q_lo = _mm256_add_pd(q_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(neg)));
+    q_hi = _mm256_add_pd(q_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(neg, 1)));
+    count += __builtin_popcount(_mm256_movemask_ps(ge));
+  }
+  alignas(32) double p[8], q[8];
+  _mm256_store_pd(p, p_lo);
+  _mm256_store_pd(p + 4, p_hi);
+  _mm256_store_pd(q, q_lo);
+  _mm256_store_pd(q + 4, q_hi);
+  for (uint32_t i = n8; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    if (x >= 0.0f) {
+      p[i % 8] += x;
+      ++count;
+    } else {
+      q[i % 8] += x;
+    }
+  }
+  double tp = 0, tq = 0;
+  for (int l = 0; l < 8; ++l) {
+    tp += p[l];
+    tq += q[l];
+  }
+  *pos_sum = tp;
+  *pos_count = count;
+  *neg_sum = tq;
+}
+
+bool EncodeF32(const float* grad, float* residual, uint32_t n, uint8_t* out) {
+  __m256 bad = _mm256_setzero_ps();
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256 x = LoadX(grad, residual, i);
+    bad = _mm256_or_ps(bad, NotFinite(x));
+    _mm256_storeu_ps(reinterpret_cast<float*>(out) + i, x);
+    if (residual) _mm256_storeu_ps(residual + i, _mm256_setzero_ps());
+  }
+  bool ok = _mm256_movemask_ps(bad) == 0;
+  for (uint32_t i = n8; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    ok &= std::fabs(x) <= FLT_MAX;
+    std::memcpy(out + 4 * static_cast<size_t>(i), &x, 4);
+    if (residual) residual[i] = 0.0f;
+  }
+  return ok;
+}
+
+bool EncodeTwoBit(const float* grad, float* residual, uint32_t n, float t, uint8_t* out) {
+  const __m256 vt = _mm256_set1_ps(t), vnt = _mm256_set1_ps(-t);
+  __m256 bad = _mm256_setzero_ps();
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256 x = LoadX(grad, residual, i);
+    bad = _mm256_or_ps(bad, NotFinite(x));
+    const __m256 pos = _mm256_cmp_ps(x, vt, _CMP_GE_OQ);
+    const __m256 neg = _mm256_cmp_ps(x, vnt, _CMP_LE_OQ);
+    StoreCodes(out + i / 4, _mm256_movemask_ps(pos), _mm256_movemask_ps(neg));
+    if (residual) {
+      __m256 r = _mm256_blendv_ps(x, _mm256_sub_ps(x, vt), pos);
+      r = _mm256_blendv_ps(r, _mm256_add_ps(x, vt), neg);
+      _mm256_storeu_ps(residual + i, r);
+    }
+  }
+  bool ok = _mm256_movemask_ps(bad) == 0;
+  if (n8 < n) {
+    // The tail is byte aligned (n8 % 8 == 0): let the reference finish it.
+    ok &= PortableKernels().encode_twobit(grad + n8, residual ? residual + n8 : nullptr, n - n8, t,
+                                          out + n8 / 4);
+  }
+  return ok;
+}
+
+// Eight Philox4x32-10 blocks at once, one per 32-bit lane (SoA).
+inline void Philox8(__m256i& c0, __m256i& c1, __m256i& c2, __m256i& c3, PhiloxKey key) {
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kPhiloxM0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kPhiloxM1));
+  uint32_t k0 = key.k0, k1 = key.k1;
+  for (int r = 0; r < 10; ++r) {
+    if (r > 0) {
+      k0 += kPhiloxW0;
+      k1 += kPhiloxW1;
+    }
+    const __m256i pe0 = _mm256_mul_epu32(c0, m0);
+    const __m256i po0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
+    const __m256i pe1 = _mm256_mul_epu32(c2, m1);
+    const __m256i po1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
+    const __m256i lo0 = _mm256_blend_epi32(pe0, _mm256_slli_epi64(po0, 32), 0xAA);
+    const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(pe0, 32), po0, 0xAA);
+    const __m256i lo1 = _mm256_blend_epi32(pe1, _mm256_slli_epi64(po1, 32), 0xAA);
+    const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(pe1, 32), po1, 0xAA);
+    const __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1),
+                                        _mm256_set1_epi32(static_cast<int>(k0)));
+    const __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3),
+                                        _mm256_set1_epi32(static_cast<int>(k1)));
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+  }
+}
+
+void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams p, PhiloxKey key,
+                   uint32_t worker, uint32_t clock, uint8_t* out) {
+  std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
+  const __m256 clip = _mm256_set1_ps(p.clip), nclip = _mm256_set1_ps(-p.clip);
+  const __m256 s = _mm256_set1_ps(p.scale), zero = _mm256_setzero_ps();
+  const __m256 inv_s = _mm256_set1_ps(InverseScale(p.scale));
+  const __m256 inv16 = _mm256_set1_ps(1.0f / 65536.0f);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const uint32_t n64 = n & ~63u;
+  for (uint32_t i = 0; i < n64; i += 64) {
+    // Eight blocks (one per lane) cover these 64 elements, 8 per block.
+    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(i / 8)), lane);
+    __m256i c1 = _mm256_set1_epi32(static_cast<int>(worker));
+    __m256i c2 = _mm256_set1_epi32(static_cast<int>(clock));
+    __m256i c3 = _mm256_setzero_si256();
+    Philox8(c0, c1, c2, c3, key);
+    // Transpose 4 words x 8 blocks so each block's 128 bits are contiguous:
+    // u0 = blocks 0|4, u1 = 1|5, u2 = 2|6, u3 = 3|7.
+    const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
+    const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
+    const __m256i u[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                          _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+    for (int blk = 0; blk < 8; ++blk) {
+      const __m128i words = blk < 4 ? _mm256_castsi256_si128(u[blk]) : _mm256_extracti128_si256(u[blk - 4], 1);
+      // Eight 16-bit halves in element order (low half first), widened.
+      const __m256 uni = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(words)), inv16);
+      const uint32_t e = i + 8 * blk;
+      const __m256 x = LoadX(grad, residual, e);
+      const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, nclip), clip);
+      const __m256 prob = _mm256_mul_ps(Abs(xc), inv_s);
+      const __m256 take = _mm256_cmp_ps(uni, prob, _CMP_LT_OQ);
+      const __m256 gt0 = _mm256_cmp_ps(xc, zero, _CMP_GT_OQ);
+      const __m256 pos = _mm256_and_ps(take, gt0);
+      const __m256 neg = _mm256_andnot_ps(gt0, take);
+      StoreCodes(out + e / 4, _mm256_movemask_ps(pos), _mm256_movemask_ps(neg));
+      if (residual) {
+        __m256 r = _mm256_blendv_ps(x, _mm256_sub_ps(x, s), pos);
+        r = _mm256_blendv_ps(r, _mm256_add_ps(x, s), neg);
+        _mm256_storeu_ps(residual + e, r);
+      }
+    }
+  }
+  EncodeTernaryRange(grad, residual, n64, n, p, key, worker, clock, out);
+}
+
+void EncodeOneBit(const float* grad, float* residual, uint32_t n, OneBitParams p, uint8_t* out) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 vpos = _mm256_set1_ps(p.pos), vneg = _mm256_set1_ps(p.neg);
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256 x = LoadX(grad, residual, i);
+    const __m256 ge = _mm256_cmp_ps(x, zero, _CMP_GE_OQ);
+    out[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(ge));
+    if (residual) _mm256_storeu_ps(residual + i, _mm256_sub_ps(x, _mm256_blendv_ps(vneg, vpos, ge)));
+  }
+  if (n8 < n) {
+    PortableKernels().encode_onebit(grad + n8, residual ? residual + n8 : nullptr, n - n8, p,
+                                    out + n8 / 8);
+  }
+}
+
+void DecodeAdd2Bit(const uint8_t* payload, uint32_t n, float ws, float* acc) {
+  const __m256 w = _mm256_set1_ps(ws);
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const uint8_t b0 = payload[i / 4], b1 = payload[i / 4 + 1];
+    const __m256 sign = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_load_ps(kSigns.v[b0])),
+                                             _mm_load_ps(kSigns.v[b1]), 1);
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(sign, w)));
+  }
+  if (n8 < n) PortableKernels().decode_add_2bit(payload + n8 / 4, n - n8, ws, acc + n8);
+}
+
+void DecodeAdd1Bit(const uint8_t* payload, uint32_t n, float wpos, float wneg, float* acc) {
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 vpos = _mm256_set1_ps(wpos), vneg = _mm256_set1_ps(wneg);
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256i b = _mm256_and_si256(_mm256_set1_epi32(payload[i / 8]), bit);
+    const __m256 set = _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, bit));
+    _mm256_storeu_ps(acc + i,
+                     _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_blendv_ps(vneg, vpos, set)));
+  }
+  if (n8 < n) PortableKernels().decode_add_1bit(payload + n8 / 8, n - n8, wpos, wneg, acc + n8);
+}
+
+void DecodeAddF32(const uint8_t* payload, uint32_t n, float weight, float* acc) {
+  const __m256 w = _mm256_set1_ps(weight);
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(payload) + i);
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(w, v)));
+  }
+  if (n8 < n) PortableKernels().decode_add_f32(payload + 4 * static_cast<size_t>(n8), n - n8,
+                                               weight, acc + n8);
+}
+
+bool FiniteF32(const uint8_t* payload, uint32_t n) {
+  __m256 bad = _mm256_setzero_ps();
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8)
+    bad = _mm256_or_ps(bad, NotFinite(_mm256_loadu_ps(reinterpret_cast<const float*>(payload) + i)));
+  if (_mm256_movemask_ps(bad) != 0) return false;
+  return PortableKernels().finite_f32(payload + 4 * static_cast<size_t>(n8), n - n8);
+}
+
+bool Valid2Bit(const uint8_t* payload, uint32_t n) {
+  // 32 payload bytes (128 codes) per step: a code is 11 where both bits are set.
+  // Only whole bytes go through the vector loop; the last (maybe padded)
+  // bytes are left to the reference so its padding check applies.
+  const size_t b32 = (static_cast<size_t>(n) / 4) & ~size_t{31};
+  const __m256i low = _mm256_set1_epi8(0x55);
+  __m256i bad = _mm256_setzero_si256();
+  for (size_t b = 0; b < b32; b += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(payload + b));
+    bad = _mm256_or_si256(bad, _mm256_and_si256(_mm256_and_si256(v, _mm256_srli_epi16(v, 1)), low));
+  }
+  if (!_mm256_testz_si256(bad, bad)) return false;
+  // The rest, including the padding check, is the reference's.
+  return PortableKernels().valid_2bit(payload + b32, n - static_cast<uint32_t>(4 * b32));
+}
+
+}  // namespace
+
+const CodecKernels* Avx2Kernels() {
+  static const CodecKernels k = {"avx2",       Moments,       SumAbs,       SignSums,
+                                 EncodeF32,    EncodeTwoBit,  EncodeTernary, EncodeOneBit,
+                                 Valid2Bit,    FiniteF32,     DecodeAdd2Bit, DecodeAdd1Bit,
+                                 DecodeAddF32};
+  return &k;
+}
+
+}  // namespace internal
+}  // namespace gradstream

@@ -1,0 +1,221 @@
+// Portable scalar codec kernels: the reference every other implementation
+// (AVX2, CUDA) must match bit for bit. Written so the compiler can still
+// auto-vectorize the simple loops; the arithmetic order is the contract.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "common/codec/internal/kernels.h"
+
+namespace gradstream {
+namespace internal {
+namespace {
+
+inline float X(const float* grad, const float* residual, uint32_t i) {
+  return residual ? grad[i] + residual[i] : grad[i];
+}
+
+void Moments(const float* grad, const float* residual, uint32_t n, float* max_abs, double* sum,
+             double* sum_sq) {
+  double s[8] = {0}, q[8] = {0};
+  float m = 0.0f;
+  bool nan = false;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    const double d = x;
+    s[i % 8] += d;
+    q[i % 8] += d * d;
+    const float a = std::fabs(x);
+    nan |= std::isnan(a);
+    m = std::max(m, a);
+  }
+  double ts = 0, tq = 0;
+  for (int l = 0; l < 8; ++l) {
+    ts += s[l];
+    tq += q[l];
+  }
+  *max_abs = nan ? NAN : m;
+  *sum = ts;
+  *sum_sq = tq;
+}
+
+double SumAbs(const float* grad, const float* residual, uint32_t n) {
+  double s[8] = {0};
+  for (uint32_t i = 0; i < n; ++i) s[i % 8] += std::fabs(X(grad, residual, i));
+  double t = 0;
+  for (int l = 0; l < 8; ++l) t += s[l];
+  return t;
+}
+
+void SignSums(const float* grad, const float* residual, uint32_t n, double* pos_sum,
+              uint32_t* pos_count, double* neg_sum) {
+  double p[8] = {0}, q[8] = {0};
+  uint32_t c = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    if (x >= 0.0f) {
+      p[i % 8] += x;
+      ++c;
+    } else {
+      q[i % 8] += x;  // NaN lands here and poisons the sum, which callers check
+    }
+  }
+  double tp = 0, tq = 0;
+  for (int l = 0; l < 8; ++l) {
+    tp += p[l];
+    tq += q[l];
+  }
+  *pos_sum = tp;
+  *pos_count = c;
+  *neg_sum = tq;
+}
+
+bool EncodeF32(const float* grad, float* residual, uint32_t n, uint8_t* out) {
+  bool bad = false;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    bad |= !(std::fabs(x) <= FLT_MAX);
+    std::memcpy(out + 4 * static_cast<size_t>(i), &x, 4);
+    if (residual) residual[i] = 0.0f;
+  }
+  return !bad;
+}
+
+bool EncodeTwoBit(const float* grad, float* residual, uint32_t n, float t, uint8_t* out) {
+  std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
+  bool bad = false;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    bad |= !(std::fabs(x) <= FLT_MAX);
+    uint32_t code = 0;
+    float r = x;
+    if (x >= t) {
+      code = 1;
+      r = x - t;
+    } else if (x <= -t) {
+      code = 2;
+      r = x + t;
+    }
+    out[i / 4] |= static_cast<uint8_t>(code << (2 * (i % 4)));
+    if (residual) residual[i] = r;
+  }
+  return !bad;
+}
+
+void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams p, PhiloxKey key,
+                   uint32_t worker, uint32_t clock, uint8_t* out) {
+  std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
+  EncodeTernaryRange(grad, residual, 0, n, p, key, worker, clock, out);
+}
+
+void EncodeOneBit(const float* grad, float* residual, uint32_t n, OneBitParams p, uint8_t* out) {
+  std::memset(out, 0, (static_cast<size_t>(n) + 7) / 8);
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    const bool bit = x >= 0.0f;
+    out[i / 8] |= static_cast<uint8_t>(bit) << (i % 8);
+    if (residual) residual[i] = x - (bit ? p.pos : p.neg);
+  }
+}
+
+bool Valid2Bit(const uint8_t* payload, uint32_t n) {
+  const size_t bytes = (static_cast<size_t>(n) + 3) / 4;
+  for (size_t b = 0; b < bytes; ++b) {
+    const uint8_t v = payload[b];
+    if (v & (v >> 1) & 0x55) return false;
+  }
+  if (n % 4 != 0 && (payload[bytes - 1] >> (2 * (n % 4))) != 0) return false;
+  return true;
+}
+
+bool FiniteF32(const uint8_t* payload, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, payload + 4 * static_cast<size_t>(i), 4);
+    if (!(std::fabs(v) <= FLT_MAX)) return false;
+  }
+  return true;
+}
+
+void DecodeAdd2Bit(const uint8_t* payload, uint32_t n, float ws, float* acc) {
+  const float value[4] = {0.0f, ws, -ws, 0.0f};
+  for (uint32_t i = 0; i < n; ++i) acc[i] += value[(payload[i / 4] >> (2 * (i % 4))) & 3];
+}
+
+void DecodeAdd1Bit(const uint8_t* payload, uint32_t n, float wpos, float wneg, float* acc) {
+  for (uint32_t i = 0; i < n; ++i) acc[i] += ((payload[i / 8] >> (i % 8)) & 1) ? wpos : wneg;
+}
+
+void DecodeAddF32(const uint8_t* payload, uint32_t n, float weight, float* acc) {
+  for (uint32_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, payload + 4 * static_cast<size_t>(i), 4);
+    acc[i] += weight * v;
+  }
+}
+
+}  // namespace
+
+void EncodeTernaryRange(const float* grad, float* residual, uint32_t begin, uint32_t end,
+                        TernaryParams p, PhiloxKey key, uint32_t worker, uint32_t clock,
+                        uint8_t* out) {
+  PhiloxCounter rnd{};
+  const float inv_s = InverseScale(p.scale);
+  for (uint32_t i = begin; i < end; ++i) {
+    if (i % 8 == 0 || i == begin) rnd = Philox4x32_10(PhiloxCounter{i / 8, worker, clock, 0}, key);
+    const float x = X(grad, residual, i);
+    const float xc = std::min(std::max(x, -p.clip), p.clip);
+    const float prob = std::fabs(xc) * inv_s;
+    uint32_t code = 0;
+    float r = x;
+    if (Uniform16(BlockBits16(rnd, i % 8)) < prob) {
+      if (xc > 0.0f) {
+        code = 1;
+        r = x - p.scale;
+      } else {
+        code = 2;
+        r = x + p.scale;
+      }
+    }
+    out[i / 4] |= static_cast<uint8_t>(code << (2 * (i % 4)));
+    if (residual) residual[i] = r;
+  }
+}
+
+const CodecKernels& PortableKernels() {
+  static const CodecKernels k = {"portable",   Moments,       SumAbs,       SignSums,
+                                 EncodeF32,    EncodeTwoBit,  EncodeTernary, EncodeOneBit,
+                                 Valid2Bit,    FiniteF32,     DecodeAdd2Bit, DecodeAdd1Bit,
+                                 DecodeAddF32};
+  return k;
+}
+
+TernaryParams TernaryParamsFromMoments(float max_abs, double sum, double sum_sq, uint32_t n,
+                                       float clip_factor) {
+  TernaryParams p{INFINITY, max_abs};
+  if (clip_factor > 0.0f && n > 0) {
+    // TernGrad (bingrad_common.py): sigma is the standard deviation of the
+    // chunk around its mean; values beyond c*sigma are clipped, so the scale
+    // is min(max|g|, c*sigma).
+    const double mean = sum / n;
+    const double var = std::max(0.0, sum_sq / n - mean * mean);
+    p.clip = static_cast<float>(clip_factor * std::sqrt(var));
+    p.scale = std::min(max_abs, p.clip);
+  }
+  return p;
+}
+
+float AdaptiveThreshold(double sum_abs, uint32_t n) {
+  return n == 0 ? 0.0f : static_cast<float>(sum_abs / n);
+}
+
+OneBitParams OneBitParamsFromSums(double pos_sum, uint32_t pos_count, double neg_sum, uint32_t n) {
+  OneBitParams p{0.0f, 0.0f};
+  if (pos_count > 0) p.pos = static_cast<float>(pos_sum / pos_count);
+  if (n > pos_count) p.neg = static_cast<float>(neg_sum / (n - pos_count));
+  return p;
+}
+
+}  // namespace internal
+}  // namespace gradstream
