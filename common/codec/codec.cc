@@ -4,6 +4,8 @@
 // parameters -> header, and what counts as malformed.
 #include "common/codec/codec.h"
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <limits>
 
@@ -190,7 +192,12 @@ size_t PayloadBytes(CodecType type, uint32_t num_elems) {
   return 0;
 }
 
-absl::Status ValidateChunk(const ChunkHeader& h, absl::string_view payload, size_t expected_elems) {
+namespace {
+
+// Validates a chunk and reports the largest magnitude any element decodes to,
+// so DecodeAdd can prove that weight * value stays finite before it writes.
+absl::Status ValidateAndBound(const ChunkHeader& h, absl::string_view payload,
+                              size_t expected_elems, float* max_magnitude) {
   if (!KnownCodec(h.codec)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown codec id ", static_cast<int>(h.codec)));
@@ -209,7 +216,8 @@ absl::Status ValidateChunk(const ChunkHeader& h, absl::string_view payload, size
   const auto& k = ActiveKernels();
   switch (h.codec) {
     case CodecType::kNone:
-      if (!k.finite_f32(bytes, h.num_elems)) {
+      *max_magnitude = k.max_abs_f32(bytes, h.num_elems);
+      if (!(*max_magnitude <= FLT_MAX)) {
         return absl::InvalidArgumentError("none payload holds NaN or Inf");
       }
       break;
@@ -223,6 +231,7 @@ absl::Status ValidateChunk(const ChunkHeader& h, absl::string_view payload, size
         return absl::InvalidArgumentError(absl::StrCat(
             CodecTypeName(h.codec), " payload has an invalid code 11 or nonzero padding"));
       }
+      *max_magnitude = h.scale;
       break;
     case CodecType::kOneBit:
       if (!std::isfinite(h.scale) || !std::isfinite(h.scale2)) {
@@ -231,15 +240,30 @@ absl::Status ValidateChunk(const ChunkHeader& h, absl::string_view payload, size
       if (h.num_elems % 8 != 0 && (bytes[want - 1] >> (h.num_elems % 8)) != 0) {
         return absl::InvalidArgumentError("onebit payload has nonzero padding bits");
       }
+      *max_magnitude = std::max(std::fabs(h.scale), std::fabs(h.scale2));
       break;
   }
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status ValidateChunk(const ChunkHeader& h, absl::string_view payload, size_t expected_elems) {
+  float unused;
+  return ValidateAndBound(h, payload, expected_elems, &unused);
+}
+
 absl::Status DecodeAdd(const ChunkHeader& h, absl::string_view payload, absl::Span<float> acc,
                        float weight) {
   if (!std::isfinite(weight)) return absl::InvalidArgumentError("decode weight is not finite");
-  GS_RETURN_IF_ERROR(ValidateChunk(h, payload, acc.size()));
+  float max_magnitude = 0.0f;
+  GS_RETURN_IF_ERROR(ValidateAndBound(h, payload, acc.size(), &max_magnitude));
+  // Every term added is finite; only the accumulator's own growth can still
+  // overflow, and that is the optimizer's divergence check, not bad input.
+  if (!std::isfinite(std::fabs(weight) * max_magnitude)) {
+    return absl::InvalidArgumentError(absl::StrCat("decode weight ", weight, " times value ",
+                                                   max_magnitude, " overflows fp32"));
+  }
   const auto* bytes = reinterpret_cast<const uint8_t*>(payload.data());
   const auto& k = ActiveKernels();
   switch (h.codec) {
@@ -248,15 +272,9 @@ absl::Status DecodeAdd(const ChunkHeader& h, absl::string_view payload, absl::Sp
       break;
     case CodecType::kTwoBit:
     case CodecType::kTernary:
-      if (!std::isfinite(weight * h.scale)) {
-        return absl::InvalidArgumentError("decode weight * scale overflows");
-      }
       k.decode_add_2bit(bytes, h.num_elems, weight * h.scale, acc.data());
       break;
     case CodecType::kOneBit:
-      if (!std::isfinite(weight * h.scale) || !std::isfinite(weight * h.scale2)) {
-        return absl::InvalidArgumentError("decode weight * scale overflows");
-      }
       k.decode_add_1bit(bytes, h.num_elems, weight * h.scale, weight * h.scale2, acc.data());
       break;
   }

@@ -95,7 +95,8 @@ class Codec {
 // acc[i] += weight * decoded[i] for a chunk in any built-in codec.
 // Validates the whole chunk before touching `acc`: InvalidArgument (with a
 // message) for an unknown codec, num_elems != acc.size(), a payload length
-// that does not match, an invalid 2-bit code 11, or a NaN/Inf scale; `acc` is
+// that does not match, an invalid 2-bit code 11, a NaN/Inf scale or value, or
+// a weight whose product with some decoded value overflows fp32; `acc` is
 // then unchanged.
 [[nodiscard]] absl::Status DecodeAdd(const ChunkHeader& header, absl::string_view payload,
                                      absl::Span<float> acc, float weight);

@@ -64,8 +64,11 @@ struct CodecKernels {
   // ---- validation and fused decode-accumulate ----
   // True when no 2-bit code is 11 and the padding bits of the last byte are 0.
   bool (*valid_2bit)(const uint8_t* payload, uint32_t n);
-  // True when every fp32 value is finite.
-  bool (*finite_f32)(const uint8_t* payload, uint32_t n);
+  // max |value| over an fp32 payload, compared as bit patterns so that the
+  // result is NaN when any value is NaN and +inf when any is infinite (and
+  // none is NaN). One pass gives both the finiteness check and the bound a
+  // decoder needs to prove weight * value cannot overflow.
+  float (*max_abs_f32)(const uint8_t* payload, uint32_t n);
   // acc[i] += code_i * ws (ws = weight * scale).
   void (*decode_add_2bit)(const uint8_t* payload, uint32_t n, float ws, float* acc);
   // acc[i] += bit_i ? wpos : wneg.

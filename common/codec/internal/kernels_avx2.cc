@@ -4,6 +4,7 @@
 // selects instead of arithmetic on masks -- so outputs are bit-identical.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -331,13 +332,24 @@ void DecodeAddF32(const uint8_t* payload, uint32_t n, float weight, float* acc) 
                                                weight, acc + n8);
 }
 
-bool FiniteF32(const uint8_t* payload, uint32_t n) {
-  __m256 bad = _mm256_setzero_ps();
+float MaxAbsF32(const uint8_t* payload, uint32_t n) {
+  // Unsigned max of |v|'s bit pattern, as in the portable reference.
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  __m256i m = _mm256_setzero_si256();
   const uint32_t n8 = n & ~7u;
-  for (uint32_t i = 0; i < n8; i += 8)
-    bad = _mm256_or_ps(bad, NotFinite(_mm256_loadu_ps(reinterpret_cast<const float*>(payload) + i)));
-  if (_mm256_movemask_ps(bad) != 0) return false;
-  return PortableKernels().finite_f32(payload + 4 * static_cast<size_t>(n8), n - n8);
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(payload + 4 * size_t{i}));
+    m = _mm256_max_epu32(m, _mm256_and_si256(v, abs_mask));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), m);
+  const float tail = PortableKernels().max_abs_f32(payload + 4 * static_cast<size_t>(n8), n - n8);
+  uint32_t best;
+  std::memcpy(&best, &tail, 4);
+  for (uint32_t l : lanes) best = std::max(best, l);
+  float v;
+  std::memcpy(&v, &best, 4);
+  return v;
 }
 
 bool Valid2Bit(const uint8_t* payload, uint32_t n) {
@@ -361,7 +373,7 @@ bool Valid2Bit(const uint8_t* payload, uint32_t n) {
 const CodecKernels* Avx2Kernels() {
   static const CodecKernels k = {"avx2",       Moments,       SumAbs,       SignSums,
                                  EncodeF32,    EncodeTwoBit,  EncodeTernary, EncodeOneBit,
-                                 Valid2Bit,    FiniteF32,     DecodeAdd2Bit, DecodeAdd1Bit,
+                                 Valid2Bit,    MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit,
                                  DecodeAddF32};
   return &k;
 }
