@@ -1,0 +1,496 @@
+// ps_bench: push/pull throughput of one worker against N shards, beside a raw
+// gRPC stream of the same message size measured in the same run (the shape of
+// LevelDB's db_bench: flags in, one table out).
+//
+//   ps_bench                          # loopback: starts gs_shard children and a raw sink
+//   ps_bench --codecs=none,twobit --shards=1 --reps=5 --model_floats=4194304
+//   ps_bench --shard_addresses=10.77.0.1:7001 --raw_address=10.77.0.1:7000   # remote
+//   ps_bench --serve_raw --port=7000  # only the raw sink (for bench/netns_shaped.sh)
+//
+// Each case pushes the whole model as one tensor (chunks of --chunk_elems on
+// the shard map's shards) and waits for every ack; then pulls it back. Times
+// are medians over --reps after --warmup. The shards run in ASYNC mode with
+// SGD so that nothing waits on a clock. "caller ms" is how long the Push call
+// itself took (encoding every chunk and queueing it); the rest of a push's
+// time is the wire and the shard's decode + apply before it acknowledges.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "raw.grpc.pb.h"
+#include "worker/client/channel_factory.h"
+#include "worker/client/ps_client.h"
+#include "worker/client/testing/shard_process.h"
+
+ABSL_FLAG(uint64_t, model_floats, uint64_t{16} << 20, "Model size in floats (default 64 MiB).");
+ABSL_FLAG(uint32_t, chunk_elems, 262144, "Elements per chunk (<= 262144, 1 MiB of fp32).");
+ABSL_FLAG(std::string, codecs, "none,twobit,ternary", "Codecs to measure.");
+ABSL_FLAG(std::string, shards, "1,2", "Shard counts to measure (loopback mode).");
+ABSL_FLAG(int, reps, 5, "Timed repetitions per case (median reported).");
+ABSL_FLAG(int, warmup, 1, "Untimed repetitions per case.");
+ABSL_FLAG(double, time_budget_s, 45.0, "Stop starting new repetitions after this many seconds.");
+ABSL_FLAG(std::string, shard_binary, GS_SHARD_BINARY, "gs_shard binary for loopback mode.");
+ABSL_FLAG(std::string, shard_args, "", "Extra flags for each gs_shard, comma-separated.");
+ABSL_FLAG(std::string, shard_addresses, "",
+          "Use these running shards (host:port, comma-separated) instead of starting any.");
+ABSL_FLAG(std::string, raw_address, "", "Use this running raw sink instead of starting one.");
+ABSL_FLAG(int, encode_threads, 1,
+          "ClientOptions::encode_threads: helpers beside the pushing thread (0 = caller only).");
+ABSL_FLAG(bool, skip_raw, false, "Do not measure the raw gRPC baseline.");
+ABSL_FLAG(bool, skip_pull, false, "Measure pushes only.");
+ABSL_FLAG(bool, serve_raw, false, "Only serve the raw sink on --port (see raw.proto).");
+ABSL_FLAG(int, port, 0, "--serve_raw: port to listen on (0 = any).");
+ABSL_FLAG(std::string, port_file, "", "--serve_raw: write the bound port here.");
+ABSL_FLAG(std::string, bind, "0.0.0.0", "--serve_raw: host to bind.");
+
+namespace gradstream::bench {
+namespace {
+
+using client::ClientOptions;
+using client::PsClient;
+using client::ShardMap;
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipEmpty())) out.emplace_back(part);
+  return out;
+}
+
+// ---- the raw baseline ------------------------------------------------------
+
+class RawService final : public RawStream::Service {
+  grpc::Status Sink(grpc::ServerContext*,
+                    grpc::ServerReaderWriter<BlobAck, Blob>* stream) override {
+    Blob blob;
+    BlobAck ack;
+    while (stream->Read(&blob)) {
+      ack.set_seq(blob.seq());
+      if (!stream->Write(ack)) break;
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status Source(grpc::ServerContext*, const SourceRequest* req,
+                      grpc::ServerWriter<Blob>* writer) override {
+    Blob blob;
+    blob.mutable_data()->resize(req->bytes(), 'x');
+    for (uint64_t i = 0; i < req->count(); ++i) {
+      blob.set_seq(i);
+      if (!writer->Write(blob)) break;
+    }
+    return grpc::Status::OK;
+  }
+};
+
+int ServeRaw() {
+  RawService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port)),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(8 << 20);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "ps_bench --serve_raw: cannot listen\n");
+    return 1;
+  }
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+  std::printf("raw sink listening on port %d\n", port);
+  std::fflush(stdout);
+  server->Wait();
+  return 0;
+}
+
+// Sends `count` blobs of `bytes` on one Sink stream, waits for every ack.
+absl::StatusOr<absl::Duration> RawUp(RawStream::Stub* stub, uint64_t count, uint32_t bytes) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  const absl::Time start = absl::Now();
+  auto stream = stub->Sink(&ctx);
+  std::thread writer([&] {
+    Blob blob;
+    blob.mutable_data()->resize(bytes, 'x');
+    for (uint64_t i = 0; i < count; ++i) {
+      blob.set_seq(i);
+      if (!stream->Write(blob)) break;
+    }
+    stream->WritesDone();
+  });
+  BlobAck ack;
+  uint64_t acks = 0;
+  while (acks < count && stream->Read(&ack)) ++acks;
+  const absl::Duration took = absl::Now() - start;
+  writer.join();
+  grpc::Status st = stream->Finish();
+  if (acks < count) return absl::UnavailableError("raw sink: " + st.error_message());
+  return took;
+}
+
+absl::StatusOr<absl::Duration> RawDown(RawStream::Stub* stub, uint64_t count, uint32_t bytes) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  SourceRequest req;
+  req.set_count(count);
+  req.set_bytes(bytes);
+  const absl::Time start = absl::Now();
+  auto reader = stub->Source(&ctx, req);
+  Blob blob;
+  uint64_t got = 0;
+  while (reader->Read(&blob)) ++got;
+  const absl::Duration took = absl::Now() - start;
+  grpc::Status st = reader->Finish();
+  if (got < count) return absl::UnavailableError("raw source: " + st.error_message());
+  return took;
+}
+
+// ---- the table -------------------------------------------------------------
+
+struct Row {
+  std::string name;
+  int shards = 1;
+  std::string op;
+  double wire_bytes = 0;  // per operation
+  double fp32_bytes = 0;
+  double seconds = 0;     // median per operation
+  int reps = 0;
+  double caller_seconds = -1;  // median time the Push call itself took (encode + enqueue)
+  double wire_gbps() const { return seconds > 0 ? wire_bytes / seconds / 1e9 : 0; }
+  double fp32_gbps() const { return seconds > 0 ? fp32_bytes / seconds / 1e9 : 0; }
+};
+
+void PrintRow(const Row& r) {
+  std::printf("%-30s %6d  %-5s %9.2f %9.1f %9.3f %12.3f %5d %s\n", r.name.c_str(), r.shards,
+              r.op.c_str(), r.wire_bytes / (1 << 20), r.seconds * 1e3, r.wire_gbps(),
+              r.fp32_gbps(), r.reps,
+              r.caller_seconds >= 0 ? absl::StrFormat("%9.1f", r.caller_seconds * 1e3).c_str()
+                                    : "");
+  std::fflush(stdout);
+}
+
+class Bench {
+ public:
+  Bench() : start_(absl::Now()) {}
+
+  bool OutOfTime() const {
+    return Seconds(absl::Now() - start_) > absl::GetFlag(FLAGS_time_budget_s);
+  }
+
+  // Runs `op` warmup + reps times (fewer when the budget is spent).
+  template <typename Fn>
+  absl::StatusOr<std::pair<double, int>> Time(Fn op) {
+    for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
+      auto d = op();
+      if (!d.ok()) return d.status();
+    }
+    std::vector<double> samples;
+    for (int i = 0; i < absl::GetFlag(FLAGS_reps); ++i) {
+      if (i > 0 && OutOfTime()) break;
+      auto d = op();
+      if (!d.ok()) return d.status();
+      samples.push_back(Seconds(*d));
+    }
+    return std::make_pair(Median(samples), static_cast<int>(samples.size()));
+  }
+
+  absl::Status RunRaw(std::map<std::string, Row>* rows) {
+    std::string address = absl::GetFlag(FLAGS_raw_address);
+    if (address.empty()) {
+      // The sink runs as a separate process like the shards do.
+      auto p = client::testing::ShardProcess::Start("/proc/self/exe", {"--serve_raw"});
+      if (!p.ok()) return p.status();
+      raw_server_ = *std::move(p);
+      address = raw_server_->address();
+    }
+    raw_ = RawStream::NewStub(client::ChannelFactory::Default()->NewChannel(address));
+    RawStream::Stub* stub = raw_.get();
+    const uint32_t bytes = absl::GetFlag(FLAGS_chunk_elems) * 4;
+    const uint64_t count = absl::GetFlag(FLAGS_model_floats) * 4 / bytes;
+    const double total = double(count) * bytes;
+    auto up = Time([&] { return RawUp(stub, count, bytes); });
+    if (!up.ok()) return up.status();
+    Row r{"raw gRPC bidi (sink, acked)", 1, "up", total, total, up->first, up->second};
+    PrintRow(r);
+    (*rows)["raw_up"] = r;
+    auto down = Time([&] { return RawDown(stub, count, bytes); });
+    if (!down.ok()) return down.status();
+    r = Row{"raw gRPC stream (source)", 1, "down", total, total, down->first, down->second};
+    PrintRow(r);
+    (*rows)["raw_down"] = r;
+    return absl::OkStatus();
+  }
+
+  absl::Status RunCase(const std::vector<std::string>& addresses, const std::string& codec,
+                       const std::vector<float>& grad, std::map<std::string, Row>* rows) {
+    const int n = static_cast<int>(addresses.size());
+    client::CodecPolicy policy;
+    policy.default_codec = codec;
+    auto map = client::SplitModel({{"model", grad.size()}}, addresses,
+                                  absl::GetFlag(FLAGS_chunk_elems), policy);
+    if (!map.ok()) return map.status();
+    client::testing::JobSetup setup;
+    setup.job_id = absl::StrCat("ps_bench-", ::getpid(), "-", n, "-", codec, "-", job_counter_++);
+    setup.optimizer.set_type("sgd");
+    setup.optimizer.set_learning_rate(1e-6f);
+    setup.consistency.set_mode(v1::ASYNC);
+    setup.workers = {1};
+    auto created = client::testing::CreateJob(*map, setup, absl::Seconds(30));
+    if (!created.ok()) return created.status();
+    ClientOptions options;
+    options.job_id = setup.job_id;
+    options.worker_id = 1;
+    options.epoch = setup.epoch;
+    options.codec = policy;
+    options.rpc_deadline = absl::Seconds(30);
+    options.encode_threads = absl::GetFlag(FLAGS_encode_threads);
+    auto c = PsClient::Connect(*map, options);
+    if (!c.ok()) return c.status();
+    PsClient& client = **c;
+    std::vector<float> params(grad.size(), 0.0f);
+    std::vector<absl::Span<const float>> init = {absl::MakeConstSpan(params)};
+    if (absl::Status s = client.InitParams(init, absl::Seconds(60)); !s.ok()) return s;
+
+    uint64_t clock = 0;
+    const client::ClientStats before = client.stats();
+    uint64_t pushes = 0;
+    std::vector<double> caller;
+    // NOTE: [paired baseline] The host is shared, so its load drifts within a
+    // run; each fp32 push and each pull is preceded by one raw-stream transfer
+    // of the same bytes, and the ratios are medians of these adjacent pairs.
+    const uint32_t raw_bytes = absl::GetFlag(FLAGS_chunk_elems) * 4;
+    const uint64_t raw_count = grad.size() * 4 / raw_bytes;
+    std::vector<double> up_ratio, pull_up_ratio, pull_down_ratio;
+    auto push = [&]() -> absl::StatusOr<absl::Duration> {
+      absl::Duration raw_time;
+      if (raw_ != nullptr && codec == "none") {
+        auto r = RawUp(raw_.get(), raw_count, raw_bytes);
+        if (!r.ok()) return r.status();
+        raw_time = *r;
+      }
+      const absl::Time t0 = absl::Now();
+      client::PushHandle h = client.Push(0, grad, clock);
+      caller.push_back(Seconds(absl::Now() - t0));
+      absl::Status s = PsClient::Wait(h, absl::Seconds(60));
+      const absl::Duration d = absl::Now() - t0;
+      if (!s.ok()) return s;
+      ++pushes;
+      if (absl::Status a = client.AdvanceClock(++clock); !a.ok()) return a;
+      if (raw_time > absl::ZeroDuration()) up_ratio.push_back(Seconds(raw_time) / Seconds(d));
+      return d;
+    };
+    auto pt = Time(push);
+    if (!pt.ok()) return pt.status();
+    const client::ClientStats after = client.stats();
+    const double wire = double(after.bytes_pushed - before.bytes_pushed) / pushes;
+    const double fp32 = double(after.fp32_bytes_pushed - before.fp32_bytes_pushed) / pushes;
+    Row r{absl::StrCat("gradstream ", codec), n, "push", wire, fp32, pt->first, pt->second,
+          Median(caller)};
+    PrintRow(r);
+    (*rows)[absl::StrCat(codec, "_push_", n)] = r;
+
+    if (!absl::GetFlag(FLAGS_skip_pull) && codec == codecs_pulled_first_) {
+      auto pull = [&]() -> absl::StatusOr<absl::Duration> {
+        absl::Duration up_time, down_time;
+        if (raw_ != nullptr) {
+          auto u = RawUp(raw_.get(), raw_count, raw_bytes);
+          if (!u.ok()) return u.status();
+          auto d = RawDown(raw_.get(), raw_count, raw_bytes);
+          if (!d.ok()) return d.status();
+          up_time = *u;
+          down_time = *d;
+        }
+        const absl::Time t0 = absl::Now();
+        absl::Status s = PsClient::Wait(client.Pull(clock, {absl::MakeSpan(params)}),
+                                        absl::Seconds(60));
+        if (!s.ok()) return s;
+        const absl::Duration took = absl::Now() - t0;
+        if (raw_ != nullptr) {
+          pull_up_ratio.push_back(Seconds(up_time) / Seconds(took));
+          pull_down_ratio.push_back(Seconds(down_time) / Seconds(took));
+        }
+        return took;
+      };
+      auto lt = Time(pull);
+      if (!lt.ok()) return lt.status();
+      const double bytes = double(grad.size()) * 4;
+      r = Row{"gradstream pull (fp32)", n, "pull", bytes, bytes, lt->first, lt->second};
+      PrintRow(r);
+      (*rows)[absl::StrCat("pull_", n)] = r;
+      paired_[absl::StrCat("pull_up_", n)] = Median(pull_up_ratio);
+      paired_[absl::StrCat("pull_down_", n)] = Median(pull_down_ratio);
+    }
+    if (!up_ratio.empty()) paired_[absl::StrCat("push_up_", n)] = Median(up_ratio);
+    absl::Status status = client.Leave(absl::Seconds(30));
+    // Free the shards' copy of the model before the next case.
+    for (const std::string& a : addresses) {
+      status.Update(client::testing::DropJob(a, setup.job_id, absl::Seconds(30)));
+    }
+    return status;
+  }
+
+  void set_pull_codec(std::string codec) { codecs_pulled_first_ = std::move(codec); }
+  // Paired ratios (see [paired baseline]); 0 when not measured.
+  double paired(const std::string& key) const {
+    auto it = paired_.find(key);
+    return it == paired_.end() ? 0.0 : it->second;
+  }
+
+ private:
+  std::unique_ptr<client::testing::ShardProcess> raw_server_;
+  std::unique_ptr<RawStream::Stub> raw_;
+  std::map<std::string, double> paired_;
+  const absl::Time start_;
+  int job_counter_ = 0;
+  std::string codecs_pulled_first_;
+};
+
+void PrintRatio(const char* what, double value, const char* target) {
+  if (value <= 0) return;
+  std::printf("  %-48s %7.2f   %s\n", what, value, target);
+}
+
+int Run() {
+  const uint64_t floats = absl::GetFlag(FLAGS_model_floats);
+  const uint32_t chunk = absl::GetFlag(FLAGS_chunk_elems);
+  const std::vector<std::string> codecs = SplitList(absl::GetFlag(FLAGS_codecs));
+  std::vector<std::vector<std::string>> shard_sets;  // addresses per case
+  std::vector<std::unique_ptr<client::testing::ShardProcess>> children;
+
+  std::printf("ps_bench: 1 worker; model %llu floats (%.1f MiB fp32) as one tensor; chunks of %u "
+              "elements (%.2f MiB fp32); encode threads 1+%d; median of %d reps after %d "
+              "warmup\n",
+              static_cast<unsigned long long>(floats), floats * 4.0 / (1 << 20), chunk,
+              chunk * 4.0 / (1 << 20), absl::GetFlag(FLAGS_encode_threads),
+              absl::GetFlag(FLAGS_reps), absl::GetFlag(FLAGS_warmup));
+  std::printf("%-30s %6s  %-5s %9s %9s %9s %12s %5s %9s\n", "case", "shards", "op", "wire MiB",
+              "ms/op", "GB/s", "fp32-eq GB/s", "reps", "caller ms");
+  std::printf("%s\n", std::string(108, '-').c_str());
+
+  Bench bench;
+  std::map<std::string, Row> rows;
+  if (!absl::GetFlag(FLAGS_skip_raw)) {
+    if (absl::Status s = bench.RunRaw(&rows); !s.ok()) {
+      std::fprintf(stderr, "raw baseline failed: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+
+  std::vector<float> grad(floats);
+  {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> d(0.0f, 0.5f);
+    for (auto& x : grad) x = d(rng);
+  }
+  if (!codecs.empty()) bench.set_pull_codec(codecs.front());
+
+  std::vector<int> counts;
+  const std::string remote = absl::GetFlag(FLAGS_shard_addresses);
+  if (!remote.empty()) {
+    shard_sets.push_back(SplitList(remote));
+  } else {
+    for (const std::string& s : SplitList(absl::GetFlag(FLAGS_shards))) {
+      int n = 0;
+      if (!absl::SimpleAtoi(s, &n) || n <= 0) {
+        std::fprintf(stderr, "bad --shards entry '%s'\n", s.c_str());
+        return 1;
+      }
+      counts.push_back(n);
+    }
+    const int max_shards = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+    std::vector<std::string> args = SplitList(absl::GetFlag(FLAGS_shard_args));
+    for (int i = 0; i < max_shards; ++i) {
+      auto p = client::testing::ShardProcess::Start(absl::GetFlag(FLAGS_shard_binary), args);
+      if (!p.ok()) {
+        std::fprintf(stderr, "cannot start shard: %s\n", p.status().ToString().c_str());
+        return 1;
+      }
+      children.push_back(*std::move(p));
+    }
+    for (int n : counts) {
+      std::vector<std::string> a;
+      for (int i = 0; i < n; ++i) a.push_back(children[i]->address());
+      shard_sets.push_back(a);
+    }
+  }
+
+  for (const auto& addresses : shard_sets) {
+    for (const std::string& codec : codecs) {
+      if (bench.OutOfTime()) {
+        std::printf("(time budget spent: skipping %s on %zu shards)\n", codec.c_str(),
+                    addresses.size());
+        continue;
+      }
+      if (absl::Status s = bench.RunCase(addresses, codec, grad, &rows); !s.ok()) {
+        std::fprintf(stderr, "%s on %zu shards failed: %s\n", codec.c_str(), addresses.size(),
+                     s.ToString().c_str());
+        return 1;
+      }
+    }
+  }
+
+  std::printf("\nratios (targets from issue 3; \"paired\": median over reps of raw time / our "
+              "time, each raw transfer run right before ours):\n");
+  auto get = [&](const std::string& k) { return rows.count(k) ? &rows[k] : nullptr; };
+  const Row* raw_up = get("raw_up");
+  const Row* raw_down = get("raw_down");
+  for (const auto& addresses : shard_sets) {
+    const int n = static_cast<int>(addresses.size());
+    const Row* none = get(absl::StrCat("none_push_", n));
+    const Row* pull = get(absl::StrCat("pull_", n));
+    const std::string tag = absl::StrCat(" [", n, " shard", n > 1 ? "s" : "", "]");
+    if (none && raw_up) {
+      PrintRatio(("fp32 push / raw up, paired" + tag).c_str(),
+                 bench.paired(absl::StrCat("push_up_", n)), ">= 0.8");
+    }
+    for (const char* codec : {"twobit", "ternary", "onebit"}) {
+      const Row* c = get(absl::StrCat(codec, "_push_", n));
+      if (c && none) {
+        PrintRatio(absl::StrCat(codec, " push fp32-eq / fp32 push", tag).c_str(),
+                   c->fp32_gbps() / none->wire_gbps(), ">= 3");
+      }
+    }
+    if (pull && raw_up) {
+      PrintRatio(("pull / raw up, paired" + tag).c_str(),
+                 bench.paired(absl::StrCat("pull_up_", n)), ">= 0.8");
+    }
+    if (pull && raw_down) {
+      PrintRatio(("pull / raw down, paired" + tag).c_str(),
+                 bench.paired(absl::StrCat("pull_down_", n)), "(same direction)");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gradstream::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_serve_raw)) return gradstream::bench::ServeRaw();
+  return gradstream::bench::Run();
+}

@@ -1,0 +1,163 @@
+#include "common/optim/optimizer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/optim/internal/kernels.h"
+#include "common/status.h"
+
+namespace gradstream {
+
+std::string_view OptimizerTypeName(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kSgd:
+      return "sgd";
+    case OptimizerType::kMomentum:
+      return "momentum";
+    case OptimizerType::kNesterov:
+      return "nesterov";
+    case OptimizerType::kAdaGrad:
+      return "adagrad";
+    case OptimizerType::kAdam:
+      return "adam";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<OptimizerType> OptimizerTypeFromName(std::string_view name) {
+  if (name.empty() || name == "momentum") return OptimizerType::kMomentum;
+  if (name == "sgd") return OptimizerType::kSgd;
+  if (name == "nesterov") return OptimizerType::kNesterov;
+  if (name == "adagrad") return OptimizerType::kAdaGrad;
+  if (name == "adam") return OptimizerType::kAdam;
+  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", std::string(name),
+                                                 "' (sgd, momentum, nesterov, adagrad, adam)"));
+}
+
+OptimizerOptions WithDefaults(OptimizerOptions o, bool epsilon_set) {
+  if (o.learning_rate == 0.0f) o.learning_rate = 0.05f;
+  if (o.momentum == 0.0f) o.momentum = 0.9f;
+  if (!epsilon_set || o.epsilon == 0.0f) o.epsilon = o.type == OptimizerType::kAdam ? 1e-8f : 1e-7f;
+  if (o.initial_accumulator == 0.0f) o.initial_accumulator = 0.1f;
+  if (o.beta1 == 0.0f) o.beta1 = 0.9f;
+  if (o.beta2 == 0.0f) o.beta2 = 0.999f;
+  return o;
+}
+
+int NumStateSlots(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kSgd:
+      return 0;
+    case OptimizerType::kAdam:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+absl::StatusOr<Optimizer> Optimizer::Create(const OptimizerOptions& o) {
+  for (float v : {o.learning_rate, o.momentum, o.epsilon, o.initial_accumulator, o.beta1, o.beta2,
+                  o.weight_decay}) {
+    if (!std::isfinite(v) || v < 0.0f) {
+      return absl::InvalidArgumentError("optimizer hyper-parameters must be finite and >= 0");
+    }
+  }
+  if (o.beta1 >= 1.0f || o.beta2 >= 1.0f) {
+    return absl::InvalidArgumentError("adam betas must be < 1");
+  }
+  if (static_cast<int>(o.type) > static_cast<int>(OptimizerType::kAdam)) {
+    return absl::InvalidArgumentError("unknown optimizer type");
+  }
+  return Optimizer(o);
+}
+
+OptimizerState Optimizer::NewState(size_t n) const {
+  OptimizerState s;
+  const int slots = NumStateSlots(options_.type);
+  const float init = options_.type == OptimizerType::kAdaGrad ? options_.initial_accumulator : 0.0f;
+  for (int i = 0; i < slots; ++i) s.slots.emplace_back(n, init);
+  return s;
+}
+
+absl::Status Optimizer::CheckState(size_t n, const OptimizerState& state) const {
+  if (state.slots.size() != static_cast<size_t>(NumStateSlots(options_.type))) {
+    return absl::InvalidArgumentError("optimizer state has the wrong number of slots");
+  }
+  for (const auto& slot : state.slots) {
+    if (slot.size() != n) return absl::InvalidArgumentError("optimizer state size mismatch");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+optim_internal::StepParams MakeStep(const OptimizerOptions& o, OptimizerState* state) {
+  optim_internal::StepParams sp;
+  sp.type = static_cast<int>(o.type);
+  sp.lr = o.learning_rate;
+  sp.mu = o.momentum;
+  sp.eps = o.epsilon;
+  sp.b1 = o.beta1;
+  sp.b2 = o.beta2;
+  sp.wd = o.weight_decay;
+  state->step += 1;
+  if (o.type == OptimizerType::kAdam) {
+    const double t = static_cast<double>(state->step);
+    sp.inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(o.beta1), t)));
+    sp.inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(o.beta2), t)));
+  }
+  return sp;
+}
+
+float* Slot(OptimizerState* s, size_t i) {
+  return i < s->slots.size() ? s->slots[i].data() : nullptr;
+}
+
+}  // namespace
+
+absl::Status Optimizer::Apply(absl::Span<float> params, absl::Span<const float> grad,
+                              float grad_scale, OptimizerState* state) const {
+  if (grad.size() != params.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient has ", grad.size(), " elements, params ", params.size()));
+  }
+  GS_RETURN_IF_ERROR(CheckState(params.size(), *state));
+  const optim_internal::StepParams sp = MakeStep(options_, state);
+  optim_internal::Dispatch().apply_dense(sp, params.data(), Slot(state, 0), Slot(state, 1),
+                                         grad.data(), grad_scale, params.size());
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::ApplyEncoded(const ChunkHeader& header, absl::string_view payload,
+                                     float weight, absl::Span<float> params,
+                                     OptimizerState* state) const {
+  GS_RETURN_IF_ERROR(ValidateChunk(header, payload, params.size()));
+  GS_RETURN_IF_ERROR(CheckState(params.size(), *state));
+  if (!std::isfinite(weight)) return absl::InvalidArgumentError("non-finite weight");
+  const auto& k = optim_internal::Dispatch();
+  switch (header.codec) {
+    case CodecType::kNone: {
+      const optim_internal::StepParams sp = MakeStep(options_, state);
+      k.apply_dense(sp, params.data(), Slot(state, 0), Slot(state, 1), payload.data(), weight,
+                    params.size());
+      return absl::OkStatus();
+    }
+    case CodecType::kTwoBit:
+    case CodecType::kTernary: {
+      const optim_internal::StepParams sp = MakeStep(options_, state);
+      k.apply_twobit(sp, params.data(), Slot(state, 0), Slot(state, 1),
+                     reinterpret_cast<const uint8_t*>(payload.data()), weight * header.scale,
+                     params.size());
+      return absl::OkStatus();
+    }
+    default: {
+      // onebit (two reconstruction values): decode into a dense buffer first.
+      std::vector<float> dense(params.size(), 0.0f);
+      GS_RETURN_IF_ERROR(DecodeAdd(header, payload, absl::MakeSpan(dense), 1.0f));
+      return Apply(params, dense, weight, state);
+    }
+  }
+}
+
+}  // namespace gradstream

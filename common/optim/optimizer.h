@@ -1,0 +1,117 @@
+// Server-side optimizers applied to (aggregated, decoded) gradients.
+//
+// The math never sees protos: OptimizerOptions is filled once from the job's
+// OptimizerSpec at the RPC edge. Every update first forms the effective
+// gradient
+//     g = grad_scale * grad + weight_decay * p            (L2 decay)
+// and then applies one of (elementwise; lr = learning_rate):
+//
+//   sgd       p -= lr * g                                  (Robbins & Monro 1951)
+//   momentum  v = mu * v + g;  p -= lr * v                 (Polyak 1964, heavy ball;
+//                                                           PyTorch's form)
+//   nesterov  v = mu * v + g;  p -= lr * (g + mu * v)      (Nesterov 1983 as in
+//                                                           Sutskever et al. 2013)
+//   adagrad   a += g^2;  p -= lr * g / (sqrt(a) + eps)     (Duchi, Hazan & Singer
+//             a starts at initial_accumulator               2011, JMLR)
+//   adam      m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  t += 1
+//             p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+//                                                          (Kingma & Ba 2015, Alg. 1)
+//
+// 1-bit SGD (Seide et al. 2014) found AdaGrad works best on the *aggregated*
+// gradient at the server, which is where these run.
+//
+// ApplyEncoded() fuses decoding of a compressed chunk with the update so the
+// server never materializes a dense per-push gradient (twobit/ternary decode
+// block-wise into an L1-resident buffer, then the update runs vectorized).
+#ifndef GRADSTREAM_COMMON_OPTIM_OPTIMIZER_H_
+#define GRADSTREAM_COMMON_OPTIM_OPTIMIZER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/codec/codec.h"
+
+namespace gradstream {
+
+enum class OptimizerType : uint8_t {
+  kSgd = 0,
+  kMomentum = 1,
+  kNesterov = 2,
+  kAdaGrad = 3,
+  kAdam = 4
+};
+
+// "sgd", "momentum", "nesterov", "adagrad", "adam".
+std::string_view OptimizerTypeName(OptimizerType type);
+// Inverse of OptimizerTypeName; "" maps to momentum (the job default).
+// InvalidArgument for an unknown name.
+[[nodiscard]] absl::StatusOr<OptimizerType> OptimizerTypeFromName(std::string_view name);
+
+// Typed options. Zero in a field read from a proto3 spec means "default"; the
+// spec is converted by OptimizerOptionsFromSpec-like code at the RPC edge,
+// these values are used as is.
+struct OptimizerOptions {
+  OptimizerType type = OptimizerType::kMomentum;
+  float learning_rate = 0.05f;
+  float momentum = 0.9f;
+  float epsilon = 1e-7f;
+  float initial_accumulator = 0.1f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float weight_decay = 0.0f;
+};
+
+// Fills proto3-style zero fields with the documented defaults (job.proto).
+OptimizerOptions WithDefaults(OptimizerOptions options, bool epsilon_set);
+
+// Per-chunk optimizer state: 0 (sgd), 1 (momentum, nesterov, adagrad) or 2
+// (adam) slots of num_elems floats plus the step counter. Part of every
+// checkpoint.
+struct OptimizerState {
+  std::vector<std::vector<float>> slots;
+  uint64_t step = 0;
+};
+
+// Number of state slots `type` keeps per element.
+int NumStateSlots(OptimizerType type);
+
+// Stateless apart from its options; per-chunk state is passed in. Thread-safe
+// (callers serialize access to one chunk's params/state).
+class Optimizer {
+ public:
+  // InvalidArgument for non-finite or negative hyper-parameters.
+  [[nodiscard]] static absl::StatusOr<Optimizer> Create(const OptimizerOptions& options);
+
+  const OptimizerOptions& options() const { return options_; }
+
+  // A fresh state for a chunk of `num_elems` elements.
+  OptimizerState NewState(size_t num_elems) const;
+
+  // params -= update(grad_scale * grad). InvalidArgument on size mismatch
+  // (params, grad and state must all have params.size() elements).
+  [[nodiscard]] absl::Status Apply(absl::Span<float> params, absl::Span<const float> grad,
+                                   float grad_scale, OptimizerState* state) const;
+
+  // Decode + apply fused: the gradient is weight * decoded(header, payload).
+  // Validates the chunk completely first (common/codec ValidateChunk), so on
+  // InvalidArgument neither params nor state changed.
+  [[nodiscard]] absl::Status ApplyEncoded(const ChunkHeader& header, absl::string_view payload,
+                                          float weight, absl::Span<float> params,
+                                          OptimizerState* state) const;
+
+ private:
+  explicit Optimizer(const OptimizerOptions& options) : options_(options) {}
+  [[nodiscard]] absl::Status CheckState(size_t n, const OptimizerState& state) const;
+
+  OptimizerOptions options_;
+};
+
+}  // namespace gradstream
+
+#endif  // GRADSTREAM_COMMON_OPTIM_OPTIMIZER_H_

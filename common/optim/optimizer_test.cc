@@ -1,0 +1,182 @@
+#include "common/optim/optimizer.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/optim/internal/kernels.h"
+#include "gtest/gtest.h"
+
+namespace gradstream {
+namespace {
+
+Optimizer Make(OptimizerType type, float lr, float wd = 0.0f) {
+  OptimizerOptions o;
+  o.type = type;
+  o.learning_rate = lr;
+  o.momentum = 0.9f;
+  o.epsilon = type == OptimizerType::kAdam ? 1e-8f : 1e-7f;
+  o.initial_accumulator = 0.1f;
+  o.weight_decay = wd;
+  auto opt = Optimizer::Create(o);
+  EXPECT_TRUE(opt.ok()) << opt.status();
+  return *opt;
+}
+
+// Two steps of g = 0.5 on p = 1, lr = 0.1; expected values worked out by hand.
+struct Case {
+  OptimizerType type;
+  float after1, after2;
+};
+
+TEST(Optimizer, MatchesHandComputedValues) {
+  const float ada1 = 1.0f - 0.05f / std::sqrt(0.35f);  // a = 0.1 + 0.25
+  const float ada2 = ada1 - 0.05f / std::sqrt(0.60f);  // a = 0.35 + 0.25
+  const Case cases[] = {
+      {OptimizerType::kSgd, 0.95f, 0.90f},
+      {OptimizerType::kMomentum, 0.95f, 0.855f},    // v = 0.5, then 0.95
+      {OptimizerType::kNesterov, 0.905f, 0.7695f},  // p -= 0.1*(0.5 + 0.9 v)
+      {OptimizerType::kAdaGrad, ada1, ada2},
+      {OptimizerType::kAdam, 0.9f, 0.8f},  // bias-corrected m/sqrt(v) = 1 each step
+  };
+  for (const Case& c : cases) {
+    Optimizer opt = Make(c.type, 0.1f);
+    std::vector<float> p = {1.0f};
+    std::vector<float> g = {0.5f};
+    OptimizerState s = opt.NewState(1);
+    ASSERT_TRUE(opt.Apply(absl::MakeSpan(p), g, 1.0f, &s).ok());
+    EXPECT_NEAR(p[0], c.after1, 1e-6) << OptimizerTypeName(c.type);
+    ASSERT_TRUE(opt.Apply(absl::MakeSpan(p), g, 1.0f, &s).ok());
+    EXPECT_NEAR(p[0], c.after2, 1e-6) << OptimizerTypeName(c.type);
+    EXPECT_EQ(s.step, 2u);
+  }
+}
+
+TEST(Optimizer, AdaGradStartsFromInitialAccumulator) {
+  Optimizer opt = Make(OptimizerType::kAdaGrad, 0.1f);
+  OptimizerState s = opt.NewState(3);
+  ASSERT_EQ(s.slots.size(), 1u);
+  for (float a : s.slots[0]) EXPECT_FLOAT_EQ(a, 0.1f);
+}
+
+TEST(Optimizer, WeightDecayAndGradScale) {
+  Optimizer opt = Make(OptimizerType::kSgd, 0.1f, /*wd=*/0.1f);
+  std::vector<float> p = {1.0f};
+  std::vector<float> g = {1.5f};
+  OptimizerState s = opt.NewState(1);
+  ASSERT_TRUE(opt.Apply(absl::MakeSpan(p), g, 1.0f / 3.0f, &s).ok());  // g = 0.5 + 0.1
+  EXPECT_NEAR(p[0], 0.94f, 1e-6);
+}
+
+TEST(Optimizer, SizeMismatchIsInvalidArgument) {
+  Optimizer opt = Make(OptimizerType::kMomentum, 0.1f);
+  std::vector<float> p(4, 1.0f), g(3, 1.0f);
+  OptimizerState s = opt.NewState(4);
+  EXPECT_EQ(opt.Apply(absl::MakeSpan(p), g, 1.0f, &s).code(), absl::StatusCode::kInvalidArgument);
+  for (float v : p) EXPECT_EQ(v, 1.0f);
+}
+
+TEST(Optimizer, RejectsBadHyperParameters) {
+  OptimizerOptions o;
+  o.learning_rate = std::nanf("");
+  EXPECT_FALSE(Optimizer::Create(o).ok());
+  EXPECT_FALSE(OptimizerTypeFromName("rmsprop").ok());
+  EXPECT_EQ(*OptimizerTypeFromName(""), OptimizerType::kMomentum);
+}
+
+TEST(OptimizerFused, TwoBitDecodeMatchesHandValues) {
+  Optimizer opt = Make(OptimizerType::kSgd, 0.1f);
+  ChunkHeader h;
+  h.codec = CodecType::kTwoBit;
+  h.num_elems = 4;
+  h.scale = 0.5f;
+  const std::string payload(1, static_cast<char>(0x49));  // +1, -1, 0, +1
+  std::vector<float> p(4, 0.0f);
+  OptimizerState s = opt.NewState(4);
+  ASSERT_TRUE(opt.ApplyEncoded(h, payload, 2.0f, absl::MakeSpan(p), &s).ok());
+  EXPECT_FLOAT_EQ(p[0], -0.1f);
+  EXPECT_FLOAT_EQ(p[1], 0.1f);
+  EXPECT_FLOAT_EQ(p[2], 0.0f);
+  EXPECT_FLOAT_EQ(p[3], -0.1f);
+}
+
+TEST(OptimizerFused, InvalidCodeLeavesParamsAndStateUnchanged) {
+  Optimizer opt = Make(OptimizerType::kAdaGrad, 0.1f);
+  ChunkHeader h;
+  h.codec = CodecType::kTwoBit;
+  h.num_elems = 4;
+  h.scale = 0.5f;
+  const std::string payload(1, static_cast<char>(0x03));  // code 11
+  std::vector<float> p(4, 1.0f);
+  OptimizerState s = opt.NewState(4);
+  EXPECT_EQ(opt.ApplyEncoded(h, payload, 1.0f, absl::MakeSpan(p), &s).code(),
+            absl::StatusCode::kInvalidArgument);
+  for (float v : p) EXPECT_EQ(v, 1.0f);
+  for (float a : s.slots[0]) EXPECT_EQ(a, 0.1f);
+  EXPECT_EQ(s.step, 0u);
+  h.scale = std::nanf("");
+  const std::string ok_payload(1, 0);
+  EXPECT_FALSE(opt.ApplyEncoded(h, ok_payload, 1.0f, absl::MakeSpan(p), &s).ok());
+}
+
+// The fused path (both kernel builds) equals DecodeAdd + Apply, for every type.
+TEST(OptimizerFused, MatchesDecodeThenApply) {
+  const uint32_t n = 5003;  // not a multiple of the block or of 4
+  std::mt19937 rng(7);
+  std::string payload((n + 3) / 4, 0);
+  for (auto& b : payload) {
+    uint8_t v = 0;
+    for (int k = 0; k < 4; ++k) v |= static_cast<uint8_t>(rng() % 3) << (2 * k);
+    b = static_cast<char>(v);
+  }
+  // Trailing codes past n must be zero for a valid chunk.
+  payload.back() = static_cast<char>(static_cast<uint8_t>(payload.back()) &
+                                     ((1u << (2 * (n % 4 == 0 ? 4 : n % 4))) - 1));
+  ChunkHeader h;
+  h.codec = CodecType::kTwoBit;
+  h.num_elems = n;
+  h.scale = 0.37f;
+  std::vector<float> init(n);
+  for (auto& v : init) v = static_cast<float>(rng() % 1000) / 500.0f - 1.0f;
+  for (int t = 0; t <= 4; ++t) {
+    Optimizer opt = Make(static_cast<OptimizerType>(t), 0.05f, 0.01f);
+    std::vector<float> a = init, b = init;
+    OptimizerState sa = opt.NewState(n), sb = opt.NewState(n);
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE(opt.ApplyEncoded(h, payload, 0.5f, absl::MakeSpan(a), &sa).ok());
+      std::vector<float> dense(n, 0.0f);
+      ASSERT_TRUE(DecodeAdd(h, payload, absl::MakeSpan(dense), 1.0f).ok());
+      ASSERT_TRUE(opt.Apply(absl::MakeSpan(b), dense, 0.5f, &sb).ok());
+    }
+    for (uint32_t i = 0; i < n; ++i) ASSERT_NEAR(a[i], b[i], 1e-6f * (1 + std::abs(b[i])));
+  }
+}
+
+TEST(OptimizerKernels, PortableAndDispatchedAgree) {
+  const size_t n = 3001;
+  std::vector<float> g(n), p0(n);
+  for (size_t i = 0; i < n; ++i) {
+    g[i] = std::sin(static_cast<float>(i));
+    p0[i] = std::cos(static_cast<float>(i));
+  }
+  for (int t = 0; t <= 4; ++t) {
+    optim_internal::StepParams sp;
+    sp.type = t;
+    sp.lr = 0.01f;
+    sp.mu = 0.9f;
+    sp.eps = 1e-7f;
+    sp.b1 = 0.9f;
+    sp.b2 = 0.999f;
+    sp.inv_bc1 = 10.0f;
+    sp.inv_bc2 = 1000.0f;
+    std::vector<float> pa = p0, pb = p0, a0(n, 0.1f), a1(n, 0.1f), b0(n, 0.1f), b1(n, 0.1f);
+    optim_internal::PortableKernels().apply_dense(sp, pa.data(), a0.data(), a1.data(), g.data(),
+                                                  1.0f, n);
+    optim_internal::Dispatch().apply_dense(sp, pb.data(), b0.data(), b1.data(), g.data(), 1.0f, n);
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(pa[i], pb[i], 1e-6f) << t;
+  }
+}
+
+}  // namespace
+}  // namespace gradstream

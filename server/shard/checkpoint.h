@@ -1,0 +1,60 @@
+// Checkpoint file format of one job on one shard.
+//
+// Layout (little-endian):
+//   "GSCKPT01"  u64 body_len  body  u32 crc32c(magic .. body)
+// body: job id, shard index, consistency mode, optimizer type, progress
+// clock, membership epochs, worker clocks, worker incarnations, then per
+// chunk: id, num_elems, version, initialized, params, optimizer step + slots,
+// per-worker applied clocks. Open sync rounds are not saved: their pushes
+// were not applied, so after a restore the workers push them again (the
+// applied-clock sets make re-pushes of applied clocks duplicates).
+#ifndef GRADSTREAM_SERVER_SHARD_CHECKPOINT_H_
+#define GRADSTREAM_SERVER_SHARD_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/optim/optimizer.h"
+#include "server/shard/chunk_state.h"
+#include "server/shard/types.h"
+
+namespace gradstream::shard {
+
+struct ChunkSnapshot {
+  uint64_t chunk_id = 0;
+  uint32_t num_elems = 0;
+  uint64_t version = 0;
+  bool initialized = false;
+  std::vector<float> params;
+  OptimizerState opt;
+  std::vector<std::pair<uint64_t, AppliedClocks>> applied;
+};
+
+struct JobSnapshot {
+  std::string job_id;
+  uint32_t shard_index = 0;
+  ConsistencyMode mode = ConsistencyMode::kSync;
+  OptimizerType optimizer = OptimizerType::kSgd;
+  uint64_t clock = 0;  // sync: min chunk version; otherwise min member clock
+  std::vector<MembershipEpoch> epochs;
+  std::vector<std::pair<uint64_t, uint64_t>> worker_clocks;
+  std::vector<std::pair<uint64_t, uint64_t>> incarnations;
+  std::vector<ChunkSnapshot> chunks;
+};
+
+std::string EncodeCheckpoint(const JobSnapshot& snapshot);
+
+// DataLoss (naming what is wrong) for a bad magic, a length or checksum
+// mismatch, or a body that does not parse.
+[[nodiscard]] absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data);
+
+// <dir>/<job id with unsafe characters replaced>.shard<index>.ckpt
+std::string CheckpointPath(const std::string& dir, const std::string& job_id, uint32_t shard_index);
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_CHECKPOINT_H_

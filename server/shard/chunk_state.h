@@ -1,0 +1,79 @@
+// One chunk's state on a shard: parameters, optimizer state, version, the
+// clocks already applied per worker (exactly-once) and open sync rounds.
+#ifndef GRADSTREAM_SERVER_SHARD_CHUNK_STATE_H_
+#define GRADSTREAM_SERVER_SHARD_CHUNK_STATE_H_
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "common/optim/optimizer.h"
+
+namespace gradstream::shard {
+
+// The set of clocks of one worker already applied to one chunk: every clock
+// below `below` plus the sparse `above`. Workers push clocks in order, so the
+// set stays a single integer in the steady state. Not thread-safe.
+struct AppliedClocks {
+  uint64_t below = 0;
+  std::set<uint64_t> above;
+  bool started = false;  // `below` is meaningful once a first clock was added
+
+  bool Contains(uint64_t c) const { return (started && c < below) || above.count(c) > 0; }
+  void Add(uint64_t c) {
+    if (!started) {
+      // A worker's first applied clock: earlier clocks were never its to push
+      // (it joined later or the job started there).
+      started = true;
+      below = c;
+    }
+    if (c < below) return;
+    above.insert(c);
+    while (!above.empty() && *above.begin() == below) {
+      above.erase(above.begin());
+      ++below;
+    }
+  }
+};
+
+// Pushes of one clock being summed (sync mode).
+struct SyncRound {
+  std::vector<float> acc;
+  std::vector<uint64_t> contributors;
+  bool Has(uint64_t w) const {
+    return std::find(contributors.begin(), contributors.end(), w) != contributors.end();
+  }
+};
+
+// Thread-safe through `mu` (one lock per chunk: pushes to different chunks
+// proceed in parallel). `version` and `initialized` are also readable
+// without the lock, for pull readiness checks.
+struct ChunkState {
+  ChunkState(uint64_t id, uint32_t n) : chunk_id(id), num_elems(n) {}
+
+  const uint64_t chunk_id;
+  const uint32_t num_elems;
+
+  absl::Mutex mu;
+  std::vector<float> params ABSL_GUARDED_BY(mu);
+  OptimizerState opt ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, AppliedClocks> applied ABSL_GUARDED_BY(mu);
+  std::map<uint64_t, SyncRound> rounds ABSL_GUARDED_BY(mu);  // clock -> open round
+  std::vector<float> spare_acc ABSL_GUARDED_BY(mu);          // recycled round accumulator
+  // Update count at each worker's last pull (staleness of its next push).
+  absl::flat_hash_map<uint64_t, uint64_t> read_version ABSL_GUARDED_BY(mu);
+
+  // Written under mu, read anywhere.
+  std::atomic<uint64_t> version{0};  // updates applied (sync: clocks applied)
+  std::atomic<bool> initialized{false};
+};
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_CHUNK_STATE_H_

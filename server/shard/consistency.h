@@ -1,0 +1,83 @@
+// Consistency modes behind one interface, one file per mode:
+//   bsp_controller.cc   sync (BSP): one aggregated update per clock
+//   ssp_controller.cc   bounded staleness (SSP)
+//   async_controller.cc no bound
+//
+// NOTE: [staleness bound]
+// The bound is enforced on reads, by the server: a pull by a worker at clock c
+// is answered only when min_clock (the slowest current member's clock) is
+// >= c - s. A worker cannot start clock c+1 before its pull for c+1 returns,
+// so no worker is ever more than s clocks ahead of the slowest. The observed
+// staleness of a served pull, c - min_clock, is recorded per job (histogram +
+// max); tests read it through GetStats. Sync mode instead waits until every
+// requested chunk reached version c (which implies all members pushed c-1).
+#ifndef GRADSTREAM_SERVER_SHARD_CONSISTENCY_H_
+#define GRADSTREAM_SERVER_SHARD_CONSISTENCY_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/optim/optimizer.h"
+#include "server/shard/chunk_state.h"
+#include "server/shard/types.h"
+
+namespace gradstream::shard {
+
+// What a controller needs from its job. Implemented by Job; thread-safe.
+class JobContext {
+ public:
+  virtual ~JobContext() = default;
+  virtual const Optimizer& optimizer() const = 0;
+  // Members of the epoch in effect at `clock`, and that epoch's number. Empty
+  // when no epoch is in effect yet.
+  virtual std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const = 0;
+  virtual uint32_t max_pending_rounds() const = 0;
+  // Appends to the bounded ring of round records.
+  virtual void RecordRound(RoundInfo round) = 0;
+};
+
+// Thread-safe: stateless apart from options; per-chunk state is passed in
+// with its lock held.
+class ConsistencyController {
+ public:
+  virtual ~ConsistencyController() = default;
+
+  // Decodes and accumulates or applies one push. Returns true for a
+  // duplicate (already applied/accumulated: ignored). Errors leave the chunk
+  // unchanged: InvalidArgument (bad chunk), FailedPrecondition (not a member
+  // at that clock, round already closed, chunk not initialized),
+  // ResourceExhausted (too many open rounds).
+  [[nodiscard]] virtual absl::StatusOr<bool> Push(ChunkState& chunk, const PushArgs& push,
+                                                  JobContext& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) = 0;
+
+  // Applies whatever became ready (sync rounds that are now complete after a
+  // membership change or an InitChunk). Returns true when `version` moved.
+  virtual bool Advance(ChunkState& chunk, JobContext& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) {
+    return false;
+  }
+
+  // Whether a pull at `clock` can be answered now; `min_clock` is the slowest
+  // current member's clock, `min_version` the lowest version among the
+  // requested (initialized) chunks.
+  virtual bool PullReady(uint64_t clock, uint64_t min_clock, uint64_t min_version) const = 0;
+};
+
+std::unique_ptr<ConsistencyController> NewBspController();
+std::unique_ptr<ConsistencyController> NewSspController(uint32_t staleness, bool scale_stale);
+std::unique_ptr<ConsistencyController> NewAsyncController(bool scale_stale);
+std::unique_ptr<ConsistencyController> NewController(const ConsistencyOptions& options);
+
+namespace internal {
+// Shared by SSP and async: apply one push on arrival, scaled by 1/members
+// (and 1/(1+staleness) when `scale_stale`). See [staleness bound].
+[[nodiscard]] absl::StatusOr<bool> ApplyOnArrival(ChunkState& chunk, const PushArgs& push,
+                                                  JobContext& job, bool scale_stale)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu);
+}  // namespace internal
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_CONSISTENCY_H_

@@ -1,0 +1,38 @@
+// A fixed pool of threads running submitted closures in FIFO order: where the
+// shard decodes and applies pushes, so gRPC's callback threads never block.
+#ifndef GRADSTREAM_SERVER_SHARD_EXECUTOR_H_
+#define GRADSTREAM_SERVER_SHARD_EXECUTOR_H_
+
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace gradstream::shard {
+
+// Thread-safe. The destructor runs what was already submitted, then joins.
+class Executor {
+ public:
+  explicit Executor(int num_threads);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Never blocks; runs `fn` on a pool thread. After shutdown began, runs nothing.
+  void Submit(std::function<void()> fn);
+
+ private:
+  void Loop();
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_EXECUTOR_H_

@@ -1,0 +1,157 @@
+// One job's state on one shard: its chunks, membership epochs, worker clocks
+// and incarnations, parked pulls, statistics and checkpoints. The consistency
+// controller (consistency.h) decides how pushes turn into updates and when
+// pulls may be answered; Job does the bookkeeping around it.
+//
+// Lock order: ChunkState::mu -> members_mu_; waiters_mu_ -> members_mu_.
+// No lock is held while a pull callback runs.
+#ifndef GRADSTREAM_SERVER_SHARD_JOB_H_
+#define GRADSTREAM_SERVER_SHARD_JOB_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/optim/optimizer.h"
+#include "server/shard/checkpoint.h"
+#include "server/shard/chunk_state.h"
+#include "server/shard/consistency.h"
+#include "server/shard/env.h"
+#include "server/shard/executor.h"
+#include "server/shard/types.h"
+
+namespace gradstream::shard {
+
+using PullCallback = std::function<void(PullResult)>;
+
+// Thread-safe.
+class Job final : public JobContext, public std::enable_shared_from_this<Job> {
+ public:
+  struct Opened {
+    std::shared_ptr<Job> job;
+    bool restored = false;
+    uint64_t restored_clock = 0;
+  };
+  // Validates `options` (InvalidArgument) and restores from the job's
+  // checkpoint file when one exists: DataLoss for a corrupt file,
+  // FailedPrecondition when it belongs to a different job layout.
+  // `env` and `executor` must outlive the job.
+  [[nodiscard]] static absl::StatusOr<Opened> Open(JobOptions options, Env* env,
+                                                   Executor* executor);
+
+  const std::string& id() const { return options_.job_id; }
+  const JobOptions& options() const { return options_; }
+
+  struct HelloInfo {
+    uint64_t epoch = 0;
+    std::vector<uint64_t> chunk_ids;
+  };
+  // FailedPrecondition for an incarnation older than the newest seen.
+  [[nodiscard]] absl::StatusOr<HelloInfo> Hello(uint64_t worker, uint64_t incarnation);
+  // FailedPrecondition once a newer incarnation of `worker` said Hello.
+  [[nodiscard]] absl::Status CheckIncarnation(uint64_t worker, uint64_t incarnation) const;
+
+  // Returns true for a duplicate. NotFound for an unknown chunk; other codes
+  // as ConsistencyController::Push. Parameters are unchanged on error.
+  [[nodiscard]] absl::StatusOr<bool> Push(const PushArgs& push);
+  // DropJob: streams still bound to the job end at their next message.
+  void MarkDropped() { dropped_.store(true); }
+  bool dropped() const { return dropped_.load(); }
+  // Counts a push the RPC edge refused before it reached the job.
+  void CountRejected() { pushes_rejected_.fetch_add(1); }
+  // First Init of a chunk sets its parameters; later ones are duplicates.
+  // InvalidArgument for a size mismatch or non-finite values.
+  [[nodiscard]] absl::StatusOr<bool> Init(uint64_t chunk_id, std::string_view values);
+  // Answers now or parks the pull until it may be answered or its deadline
+  // passes (DeadlineExceeded). `done` runs exactly once, on some shard
+  // thread, with no shard lock held.
+  void Pull(PullArgs pull, PullCallback done);
+  // The worker finished clock-1.
+  void AdvanceClock(uint64_t worker, uint64_t clock);
+  // Adds an epoch; returns the newest epoch. InvalidArgument when the
+  // effective clock goes backwards; an epoch not newer than the newest is a
+  // no-op.
+  [[nodiscard]] absl::StatusOr<uint64_t> UpdateMembership(MembershipEpoch epoch);
+
+  struct CheckpointInfo {
+    uint64_t clock = 0;
+    std::string path;
+    uint64_t bytes = 0;
+  };
+  // Writes a checkpoint now (FailedPrecondition when there is no directory).
+  [[nodiscard]] absl::StatusOr<CheckpointInfo> Checkpoint();
+
+  JobStats Stats(bool include_rounds) const;
+  // Fails parked pulls whose deadline is before `now`.
+  void ExpirePulls(absl::Time now);
+  // Fails every parked pull, and every later one that would park, with `why`
+  // (job dropped, server stopping).
+  void CancelPulls(const absl::Status& why);
+
+  // JobContext.
+  const Optimizer& optimizer() const override { return optimizer_; }
+  std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const override;
+  uint32_t max_pending_rounds() const override { return options_.max_pending_rounds; }
+  void RecordRound(RoundInfo round) override;
+
+ private:
+  struct Parked {
+    PullArgs args;
+    PullCallback done;
+  };
+
+  Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor);
+  [[nodiscard]] absl::Status Restore(const JobSnapshot& snap);
+
+  ChunkState* FindChunk(uint64_t id) const;
+  uint64_t MinClock() const;
+  uint64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(members_mu_);
+  uint64_t ProgressClock() const;
+  bool Ready(const PullArgs& pull) const;
+  void Serve(const PullArgs& pull, const PullCallback& done);
+  // Serves every parked pull that became ready.
+  void Wake();
+  void MaybeCheckpoint();
+
+  const JobOptions options_;
+  const Optimizer optimizer_;
+  Env* const env_;
+  Executor* const executor_;
+  const std::unique_ptr<ConsistencyController> controller_;
+  std::vector<std::unique_ptr<ChunkState>> chunks_;         // fixed after Open
+  absl::flat_hash_map<uint64_t, ChunkState*> chunk_by_id_;  // fixed after Open
+
+  mutable absl::Mutex members_mu_;
+  std::vector<MembershipEpoch> epochs_ ABSL_GUARDED_BY(members_mu_);  // by effective clock
+  absl::flat_hash_map<uint64_t, uint64_t> clocks_ ABSL_GUARDED_BY(members_mu_);
+  absl::flat_hash_map<uint64_t, uint64_t> incarnations_ ABSL_GUARDED_BY(members_mu_);
+
+  absl::Mutex waiters_mu_;
+  std::list<Parked> parked_ ABSL_GUARDED_BY(waiters_mu_);
+  absl::Status cancelled_ ABSL_GUARDED_BY(waiters_mu_);  // set by CancelPulls
+
+  mutable absl::Mutex stats_mu_;
+  std::vector<uint64_t> staleness_hist_ ABSL_GUARDED_BY(stats_mu_);
+  uint64_t max_staleness_ ABSL_GUARDED_BY(stats_mu_) = 0;
+  std::deque<RoundInfo> rounds_ ABSL_GUARDED_BY(stats_mu_);
+  std::atomic<uint64_t> pushes_applied_{0}, pushes_duplicate_{0}, pushes_rejected_{0};
+  std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};
+
+  absl::Mutex checkpoint_mu_;  // one writer at a time
+  std::atomic<uint64_t> last_checkpoint_clock_{0};
+  std::atomic<bool> checkpoint_scheduled_{false};
+  std::atomic<bool> dropped_{false};
+};
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_JOB_H_

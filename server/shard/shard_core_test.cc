@@ -1,0 +1,290 @@
+// In-process tests of the shard core (no gRPC): checksum, checkpoint format,
+// exactly-once bookkeeping, sync rounds and membership, parked pulls.
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/shard/checkpoint.h"
+#include "server/shard/internal/crc32c.h"
+#include "server/shard/job.h"
+
+namespace gradstream::shard {
+namespace {
+
+TEST(Crc32c, KnownVector) {
+  EXPECT_EQ(internal::Crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(internal::Crc32c(""), 0u);
+  EXPECT_EQ(internal::Crc32c("6789", internal::Crc32c("12345")), 0xE3069283u);
+}
+
+TEST(AppliedClocks, CompactsInOrderAndRemembersGaps) {
+  AppliedClocks a;
+  EXPECT_FALSE(a.Contains(0));
+  a.Add(3);  // first clock of a late joiner
+  a.Add(5);
+  EXPECT_TRUE(a.Contains(3));
+  EXPECT_FALSE(a.Contains(4));
+  EXPECT_TRUE(a.Contains(5));
+  a.Add(4);
+  EXPECT_EQ(a.below, 6u);
+  EXPECT_TRUE(a.above.empty());
+}
+
+JobSnapshot SampleSnapshot() {
+  JobSnapshot s;
+  s.job_id = "j/1";
+  s.shard_index = 2;
+  s.mode = ConsistencyMode::kBounded;
+  s.optimizer = OptimizerType::kAdam;
+  s.clock = 7;
+  s.epochs = {MembershipEpoch{1, 0, {1, 2, 3}}, MembershipEpoch{2, 5, {1, 3}}};
+  s.worker_clocks = {{1, 7}, {3, 8}};
+  s.incarnations = {{1, 4}};
+  ChunkSnapshot c;
+  c.chunk_id = 9;
+  c.num_elems = 3;
+  c.version = 12;
+  c.initialized = true;
+  c.params = {1.0f, -2.0f, 3.5f};
+  c.opt.step = 12;
+  c.opt.slots = {{0.1f, 0.2f, 0.3f}, {1, 2, 3}};
+  AppliedClocks a;
+  a.Add(0);
+  a.Add(1);
+  a.Add(4);
+  c.applied = {{1, a}};
+  s.chunks.push_back(c);
+  return s;
+}
+
+TEST(Checkpoint, RoundTrips) {
+  const std::string data = EncodeCheckpoint(SampleSnapshot());
+  absl::StatusOr<JobSnapshot> back = DecodeCheckpoint(data);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->job_id, "j/1");
+  EXPECT_EQ(back->clock, 7u);
+  ASSERT_EQ(back->epochs.size(), 2u);
+  EXPECT_EQ(back->epochs[1].workers, (std::vector<uint64_t>{1, 3}));
+  ASSERT_EQ(back->chunks.size(), 1u);
+  EXPECT_EQ(back->chunks[0].params, (std::vector<float>{1.0f, -2.0f, 3.5f}));
+  EXPECT_EQ(back->chunks[0].opt.slots[1], (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(back->chunks[0].applied[0].second.below, 2u);
+  EXPECT_TRUE(back->chunks[0].applied[0].second.Contains(4));
+  EXPECT_EQ(CheckpointPath("/d", "j/1", 2), "/d/j_1.shard2.ckpt");
+}
+
+TEST(Checkpoint, DetectsCorruption) {
+  const std::string data = EncodeCheckpoint(SampleSnapshot());
+  for (size_t i : {size_t{0}, size_t{9}, size_t{30}, data.size() / 2, data.size() - 1}) {
+    std::string bad = data;
+    bad[i] ^= 0x40;
+    absl::StatusOr<JobSnapshot> r = DecodeCheckpoint(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << "flipped byte " << i;
+  }
+  EXPECT_EQ(DecodeCheckpoint(data.substr(0, data.size() - 5)).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeCheckpoint("").status().code(), absl::StatusCode::kDataLoss);
+}
+
+std::string Floats(std::vector<float> v) {
+  std::string s(v.size() * 4, 0);
+  std::memcpy(s.data(), v.data(), s.size());
+  return s;
+}
+
+struct SyncJob {
+  std::unique_ptr<Executor> executor = std::make_unique<Executor>(1);
+  std::shared_ptr<Job> job;
+  explicit SyncJob(ConsistencyMode mode = ConsistencyMode::kSync, uint32_t s = 0,
+                   bool scale_stale = false) {
+    JobOptions o;
+    o.job_id = "t";
+    o.optimizer.type = OptimizerType::kSgd;
+    o.optimizer.learning_rate = 1.0f;
+    o.consistency.mode = mode;
+    o.consistency.staleness = s;
+    o.consistency.scale_stale_pushes = scale_stale;
+    o.chunks = {ChunkSpec{0, 2}};
+    o.membership = MembershipEpoch{1, 0, {10, 11, 12}};
+    auto opened = Job::Open(o, Env::Default(), executor.get());
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    job = opened->job;
+    EXPECT_FALSE(*job->Init(0, Floats({0, 0})));
+  }
+  absl::StatusOr<bool> Push(uint64_t w, uint64_t clock, std::vector<float> g) {
+    static std::string payload;  // kept alive across the call
+    payload = Floats(g);
+    PushArgs p;
+    p.worker = w;
+    p.chunk_id = 0;
+    p.clock = clock;
+    p.header.codec = CodecType::kNone;
+    p.header.num_elems = static_cast<uint32_t>(g.size());
+    p.payload = payload;
+    return job->Push(p);
+  }
+  std::vector<float> Params() {
+    std::vector<float> out;
+    PullArgs p;
+    p.clock = 0;
+    job->Pull(p, [&](PullResult r) {
+      out.resize(2);
+      std::memcpy(out.data(), r.chunks[0].values.data(), 8);
+    });
+    return out;
+  }
+};
+
+TEST(SyncJob, AveragesOneRoundAndIgnoresDuplicates) {
+  SyncJob t;
+  EXPECT_FALSE(*t.Push(10, 0, {3, 0}));
+  EXPECT_FALSE(*t.Push(11, 0, {0, 3}));
+  EXPECT_TRUE(*t.Push(11, 0, {100, 100}));  // duplicate while the round is open
+  EXPECT_EQ(t.Params(), (std::vector<float>{0, 0}));
+  EXPECT_FALSE(*t.Push(12, 0, {3, 3}));
+  EXPECT_EQ(t.Params(), (std::vector<float>{-2, -2}));  // lr 1, mean (2, 2)
+  EXPECT_TRUE(*t.Push(10, 0, {100, 100}));              // duplicate after the apply
+  EXPECT_EQ(t.Params(), (std::vector<float>{-2, -2}));
+  JobStats s = t.job->Stats(true);
+  EXPECT_EQ(s.pushes_duplicate, 2u);
+  ASSERT_EQ(s.rounds.size(), 1u);
+  EXPECT_EQ(s.rounds[0].contributors.size(), 3u);
+}
+
+TEST(SyncJob, RemovingADeadMemberCompletesTheRound) {
+  SyncJob t;
+  EXPECT_FALSE(*t.Push(10, 0, {2, 0}));
+  EXPECT_FALSE(*t.Push(11, 0, {0, 2}));
+  bool answered = false;
+  PullArgs pull;
+  pull.clock = 1;
+  t.job->Pull(pull, [&](PullResult r) { answered = true; });
+  EXPECT_FALSE(answered);  // parked: version 0 < 1
+  ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{2, 0, {10, 11}}).ok());
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(t.Params(), (std::vector<float>{-1, -1}));  // re-normalized by 2
+  EXPECT_EQ(t.Push(12, 1, {1, 1}).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(SyncJob, BadChunkLeavesStateUnchanged) {
+  SyncJob t;
+  EXPECT_EQ(t.Push(10, 0, {1, 2, 3}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(*t.Push(10, 0, {1, 1}));  // the failed push left no trace
+  EXPECT_EQ(t.Push(10, 9, {1, 1}).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(SspJob, PullWaitsForTheSlowestWithinTheBound) {
+  SyncJob t(ConsistencyMode::kBounded, 2);
+  int answered = 0;
+  PullArgs pull;
+  pull.worker = 10;
+  pull.clock = 2;
+  t.job->Pull(pull, [&](PullResult) { ++answered; });
+  EXPECT_EQ(answered, 1);  // 2 - 0 <= s
+  pull.clock = 3;
+  t.job->Pull(pull, [&](PullResult) { ++answered; });
+  EXPECT_EQ(answered, 1);
+  t.job->AdvanceClock(10, 3);
+  t.job->AdvanceClock(11, 1);
+  EXPECT_EQ(answered, 1);
+  t.job->AdvanceClock(12, 1);
+  EXPECT_EQ(answered, 2);
+  EXPECT_EQ(t.job->Stats(false).max_staleness, 2u);
+  pull.clock = 9;
+  pull.deadline = absl::Now() - absl::Seconds(1);
+  absl::Status status;
+  t.job->Pull(pull, [&](PullResult r) { status = r.status; });
+  t.job->ExpirePulls(absl::Now());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(SspJob, OptionalStalenessScaling) {
+  SyncJob t(ConsistencyMode::kAsync, 0, /*scale_stale=*/true);
+  PullArgs pull;
+  pull.worker = 10;
+  t.job->Pull(pull, [](PullResult) {});  // worker 10 reads at update count 0
+  for (uint64_t clock : {0, 1}) {
+    EXPECT_FALSE(*t.Push(11, clock, {3, 3}));  // weight 1/3 each (fresh reads)
+    EXPECT_FALSE(*t.Push(12, clock, {3, 3}));
+  }
+  // Staleness = updates since the pusher's last read / members (3), each
+  // unscaled push moving p by lr * 3 / 3 = 1:
+  //   11@0 (0 updates) -1, 12@0 (1) -1, 11@1 (2) -1, 12@1 (3: 1 clock) -0.5
+  EXPECT_FALSE(*t.Push(10, 0, {3, 3}));
+  const std::vector<float> p = t.Params();  // 10@0 (4 updates: 1 clock) -0.5
+  EXPECT_FLOAT_EQ(p[0], -4.0f);
+  EXPECT_FLOAT_EQ(p[1], -4.0f);
+}
+
+// In-memory files; writes can be made to fail. What tests inject through Env.
+class MemEnv : public EnvWrapper {
+ public:
+  MemEnv() : EnvWrapper(Env::Default()) {}
+  absl::Status WriteFileAtomically(const std::string& path, std::string_view data) override {
+    if (fail_writes) return absl::ResourceExhaustedError("disk full");
+    files[path] = std::string(data);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
+    auto it = files.find(path);
+    if (it == files.end()) return absl::NotFoundError(path);
+    return it->second;
+  }
+  std::map<std::string, std::string> files;
+  bool fail_writes = false;
+};
+
+TEST(JobCheckpoint, RestoresThroughEnvAndRefusesCorruptFiles) {
+  MemEnv env;
+  Executor executor(1);
+  JobOptions o;
+  o.job_id = "mem";
+  o.optimizer.type = OptimizerType::kAdaGrad;
+  o.optimizer.learning_rate = 0.5f;
+  o.chunks = {ChunkSpec{3, 2}};
+  o.membership = MembershipEpoch{1, 0, {1}};
+  o.checkpoint_dir = "/ckpt";
+  auto opened = Job::Open(o, &env, &executor);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<Job> job = opened->job;
+  ASSERT_FALSE(*job->Init(3, Floats({1, 2})));
+  const std::string g = Floats({1, -1});
+  PushArgs p;
+  p.worker = 1;
+  p.chunk_id = 3;
+  p.header.num_elems = 2;
+  p.payload = g;
+  ASSERT_FALSE(*job->Push(p));
+  auto info = job->Checkpoint();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->clock, 1u);
+  const std::string saved = env.files.at(info->path);
+
+  env.fail_writes = true;  // a failed write reports and keeps the old file
+  p.clock = 1;
+  ASSERT_FALSE(*job->Push(p));
+  EXPECT_EQ(job->Checkpoint().status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(env.files.at(info->path), saved);
+
+  auto again = Job::Open(o, &env, &executor);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->restored);
+  EXPECT_EQ(again->restored_clock, 1u);
+  EXPECT_TRUE(*again->job->Push([&] {
+    PushArgs q = p;
+    q.clock = 0;
+    return q;
+  }()));  // clock 0 is in the checkpoint: duplicate
+
+  env.files[info->path][saved.size() / 2] ^= 1;
+  EXPECT_EQ(Job::Open(o, &env, &executor).status().code(), absl::StatusCode::kDataLoss);
+  o.chunks = {ChunkSpec{3, 5}};
+  env.files[info->path] = saved;
+  EXPECT_EQ(Job::Open(o, &env, &executor).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace gradstream::shard

@@ -1,0 +1,92 @@
+// gs_shard: one parameter-server shard process.
+//
+//   gs_shard --port=0 --port_file=/tmp/p --checkpoint_dir=/var/lib/gs --shard_index=0
+//
+// With --port=0 the kernel picks a free port; it is logged and written to
+// --port_file (atomically: temp file + rename) so a parent process can read
+// it as soon as the file appears. SIGTERM/SIGINT shut down gracefully.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "server/shard/shard_server.h"
+
+ABSL_FLAG(std::string, address, "0.0.0.0", "Host/interface to bind.");
+ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free port.");
+ABSL_FLAG(std::string, port_file, "", "If set, the bound port is written here.");
+ABSL_FLAG(std::string, checkpoint_dir, "", "Directory for checkpoints; empty disables them.");
+ABSL_FLAG(int, max_message_bytes, 8 << 20, "Receive limit per gRPC message.");
+ABSL_FLAG(uint32_t, shard_index, 0, "This shard's index (logs; jobs carry their own).");
+ABSL_FLAG(int, executor_threads, 0, "Decode/apply threads; 0 = hardware concurrency.");
+ABSL_FLAG(int, pull_timeout_ms, 60000, "Default deadline of a parked pull.");
+ABSL_FLAG(uint32_t, max_pending_rounds, 4, "Open sync rounds allowed per chunk.");
+
+namespace {
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    out.flush();
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+
+  // Block the shutdown signals in every thread; one thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  gradstream::shard::ShardServerOptions options;
+  options.address = absl::GetFlag(FLAGS_address);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.shard_index = absl::GetFlag(FLAGS_shard_index);
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
+  options.default_pull_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_pull_timeout_ms));
+  options.max_pending_rounds = absl::GetFlag(FLAGS_max_pending_rounds);
+  auto server = gradstream::shard::ShardServer::Start(options);
+  if (!server.ok()) {
+    LOG(ERROR) << server.status();
+    return 1;
+  }
+  const int port = (*server)->port();
+  LOG(INFO) << "gs_shard " << options.shard_index << " listening on port " << port;
+  std::printf("gs_shard listening on port %d\n", port);
+  std::fflush(stdout);
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, port)) {
+    LOG(ERROR) << "cannot write --port_file " << port_file;
+    return 1;
+  }
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LOG(INFO) << "signal " << sig << ": shutting down";
+    (*server)->Shutdown();
+  });
+  (*server)->Wait();
+  waiter.detach();  // still parked in sigwait when Shutdown came from elsewhere
+  server->reset();
+  return 0;
+}

@@ -1,0 +1,49 @@
+// The shard's gRPC server: the ParameterServer service (ps.proto) on gRPC's
+// callback API, plus grpc.health.v1 and server reflection.
+//
+// Threads: gRPC's callback threads only move messages; every decode, apply,
+// pull snapshot and file write runs on the shard's Executor. Pulls that must
+// wait are parked in their Job (no thread blocks) and answered when ready or
+// by the deadline sweeper thread with DEADLINE_EXCEEDED.
+#ifndef GRADSTREAM_SERVER_SHARD_SHARD_SERVER_H_
+#define GRADSTREAM_SERVER_SHARD_SHARD_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/shard/env.h"
+
+namespace gradstream::shard {
+
+struct ShardServerOptions {
+  std::string address = "0.0.0.0";  // host to bind
+  int port = 0;                     // 0 = pick a free port
+  uint32_t shard_index = 0;
+  std::string checkpoint_dir;       // "" = no checkpoints
+  int max_message_bytes = 8 << 20;  // receive limit: 1 MiB chunks fit with room
+  int executor_threads = 0;         // 0 = hardware concurrency
+  absl::Duration default_pull_timeout = absl::Seconds(60);
+  uint32_t max_pending_rounds = 4;
+  Env* env = nullptr;  // nullptr = Env::Default()
+};
+
+// Thread-safe.
+class ShardServer {
+ public:
+  virtual ~ShardServer() = default;
+  // Binds and starts serving. Unavailable when the port cannot be bound.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShardServer>> Start(
+      const ShardServerOptions& options);
+  // The bound port.
+  virtual int port() const = 0;
+  // Blocks until Shutdown().
+  virtual void Wait() = 0;
+  // Stops accepting, fails parked pulls, ends streams. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_SHARD_SERVER_H_

@@ -1,0 +1,114 @@
+// Plain structs the shard core works with. Protos stop at the RPC edge
+// (shard_service.cc converts); nothing below it includes generated headers.
+#ifndef GRADSTREAM_SERVER_SHARD_TYPES_H_
+#define GRADSTREAM_SERVER_SHARD_TYPES_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/codec/codec.h"
+#include "common/optim/optimizer.h"
+
+namespace gradstream::shard {
+
+enum class ConsistencyMode : uint8_t { kSync = 0, kBounded = 1, kAsync = 2 };
+
+struct ConsistencyOptions {
+  ConsistencyMode mode = ConsistencyMode::kSync;
+  uint32_t staleness = 0;           // the bound s (kBounded)
+  bool scale_stale_pushes = false;  // scale a push by 1/(1+staleness) (kBounded, kAsync)
+};
+
+struct ChunkSpec {
+  uint64_t chunk_id = 0;
+  uint32_t num_elems = 0;
+};
+
+// The workers whose pushes count from `effective_clock` on.
+struct MembershipEpoch {
+  uint64_t epoch = 0;
+  uint64_t effective_clock = 0;
+  std::vector<uint64_t> workers;
+};
+
+// Everything a job needs, filled once at CreateJob.
+struct JobOptions {
+  std::string job_id;
+  uint32_t shard_index = 0;
+  OptimizerOptions optimizer;
+  ConsistencyOptions consistency;
+  std::vector<ChunkSpec> chunks;
+  MembershipEpoch membership;
+  uint32_t checkpoint_every = 0;  // clocks; 0 = only on request
+  std::string checkpoint_dir;     // "" = checkpoints disabled
+  // Sync rounds a chunk may hold open at once (pushes for clocks >= version +
+  // this get RESOURCE_EXHAUSTED), which bounds pending-round memory to
+  // max_pending_rounds * chunk bytes per chunk.
+  uint32_t max_pending_rounds = 4;
+  absl::Duration default_pull_timeout = absl::Seconds(60);
+};
+
+struct PushArgs {
+  uint64_t worker = 0;
+  uint64_t chunk_id = 0;
+  uint64_t clock = 0;
+  ChunkHeader header;
+  absl::string_view payload;
+};
+
+struct PullArgs {
+  uint64_t worker = 0;
+  uint64_t request_id = 0;
+  std::vector<uint64_t> chunk_ids;  // empty = all
+  uint64_t clock = 0;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct PulledChunk {
+  uint64_t chunk_id = 0;
+  uint64_t version = 0;
+  std::string values;  // little-endian fp32
+};
+
+// The answer to one pull: either status != OK, or every requested chunk.
+struct PullResult {
+  uint64_t request_id = 0;
+  absl::Status status;
+  std::vector<PulledChunk> chunks;
+  uint64_t min_clock = 0;
+};
+
+// Who contributed to one applied sync update.
+struct RoundInfo {
+  uint64_t chunk_id = 0;
+  uint64_t clock = 0;
+  uint64_t epoch = 0;
+  std::vector<uint64_t> contributors;
+};
+
+inline constexpr int kStalenessBuckets = 17;  // 0..15, then overflow
+
+struct JobStats {
+  uint64_t pushes_applied = 0;
+  uint64_t pushes_duplicate = 0;
+  uint64_t pushes_rejected = 0;
+  uint64_t bytes_in = 0;
+  uint64_t fp32_bytes_in = 0;
+  uint64_t pulls_served = 0;
+  uint64_t min_version = 0;
+  uint64_t max_version = 0;
+  uint64_t max_staleness = 0;
+  std::vector<uint64_t> staleness_histogram;
+  std::vector<RoundInfo> rounds;
+  uint64_t min_clock = 0;
+  uint64_t epoch = 0;
+};
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_TYPES_H_

@@ -1,0 +1,310 @@
+// Exactly-once, incarnations, membership changes and bad input against a real
+// gs_shard: every bad message gets a clear status, parameters stay unchanged
+// and the shard keeps serving the other streams.
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/shard/shard_testing.h"
+
+namespace gradstream::testing {
+namespace {
+
+constexpr int kInvalidArgument = 3;
+constexpr int kDeadlineExceeded = 4;
+constexpr int kNotFound = 5;
+
+class ShardFaultTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto proc = ShardProcess::Start({"--max_message_bytes=8388608"});
+    ASSERT_TRUE(proc.ok()) << proc.status();
+    shard_ = std::move(*proc);
+  }
+  static void TearDownTestSuite() { shard_.reset(); }
+
+  static void CreateJob(const std::string& job, pb::ConsistencyMode mode,
+                        std::vector<uint64_t> workers, std::vector<uint32_t> chunk_sizes) {
+    pb::CreateJobRequest req;
+    req.set_job_id(job);
+    req.mutable_optimizer()->set_type("sgd");
+    req.mutable_optimizer()->set_learning_rate(0.1f);
+    req.mutable_consistency()->set_mode(mode);
+    for (size_t i = 0; i < chunk_sizes.size(); ++i) {
+      req.add_chunks()->set_chunk_id(i);
+      req.mutable_chunks(i)->set_num_elems(chunk_sizes[i]);
+    }
+    req.mutable_membership()->set_epoch(1);
+    for (uint64_t w : workers) req.mutable_membership()->add_worker_ids(w);
+    pb::CreateJobResponse resp;
+    auto stub = shard_->Stub();
+    grpc::Status s = Call(stub.get(), &pb::ParameterServer::Stub::CreateJob, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  static pb::StatsResponse Stats(const std::string& job, bool rounds = false) {
+    pb::StatsRequest req;
+    req.set_job_id(job);
+    req.set_include_rounds(rounds);
+    pb::StatsResponse resp;
+    auto stub = shard_->Stub();
+    EXPECT_TRUE(Call(stub.get(), &pb::ParameterServer::Stub::GetStats, req, &resp).ok());
+    return resp;
+  }
+
+  static std::vector<float> PullValues(SessionClient& s, uint64_t id, uint64_t clock,
+                                       uint64_t chunk) {
+    auto got = s.Pull(id, clock, {chunk}, 20000);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!got.ok() || got->back().code() != 0) return {};
+    return BytesFloats(got->back().values());
+  }
+
+  static std::unique_ptr<ShardProcess> shard_;
+};
+std::unique_ptr<ShardProcess> ShardFaultTest::shard_;
+
+TEST_F(ShardFaultTest, DuplicatePushIsAppliedOnce) {
+  for (auto mode : {pb::SYNC, pb::BOUNDED}) {
+    const std::string job = absl::StrCat("dup-", mode);
+    CreateJob(job, mode, {1}, {4});
+    SessionClient s(shard_->Connect());
+    ASSERT_TRUE(s.Hello(job, 1).ok());
+    ASSERT_EQ(s.Init(1, 0, {1, 1, 1, 1})->code(), 0);
+    const pb::EncodedChunk g = RawChunk({1, 2, 3, 4});
+    auto first = s.Push(2, 0, 0, g);
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(first->code(), 0);
+    EXPECT_FALSE(first->duplicate());
+    auto again = s.Push(3, 0, 0, g);  // a retry of the same (worker, clock, chunk)
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->code(), 0);
+    EXPECT_TRUE(again->duplicate());
+    ASSERT_TRUE(s.Clock(1));  // SSP reads wait on the slowest clock, not on versions
+    const std::vector<float> p = PullValues(s, 4, 1, 0);
+    ASSERT_EQ(p.size(), 4u);
+    for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(p[i], 1.0f - 0.1f * (i + 1)) << i;
+    EXPECT_TRUE(s.Push(5, 0, 0, g)->duplicate());  // and after the apply too
+    const pb::StatsResponse st = Stats(job);
+    EXPECT_EQ(st.pushes_applied(), 1u);
+    EXPECT_EQ(st.pushes_duplicate(), 2u);
+    EXPECT_EQ(st.max_version(), 1u);
+  }
+}
+
+TEST_F(ShardFaultTest, StaleIncarnationIsRefused) {
+  CreateJob("inc", pb::SYNC, {1}, {4});
+  SessionClient current(shard_->Connect());
+  ASSERT_TRUE(current.Hello("inc", 1, /*incarnation=*/2).ok());
+
+  SessionClient stale(shard_->Connect());
+  auto refused = stale.Hello("inc", 1, /*incarnation=*/1);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("incarnation"), std::string::npos);
+  EXPECT_TRUE(stale.WaitClosed().ok());  // the shard closed the stream after the error
+
+  // A newer incarnation replaces the current one: its next push is refused.
+  SessionClient newer(shard_->Connect());
+  ASSERT_TRUE(newer.Hello("inc", 1, /*incarnation=*/3).ok());
+  auto push = current.Push(1, 0, 0, RawChunk({1, 1, 1, 1}));
+  EXPECT_EQ(push.status().code(), absl::StatusCode::kFailedPrecondition) << push.status();
+  EXPECT_TRUE(current.WaitClosed().ok());
+  EXPECT_EQ(Stats("inc").pushes_applied(), 0u);
+}
+
+TEST_F(ShardFaultTest, RemovingADeadWorkerCompletesThePendingRound) {
+  CreateJob("member", pb::SYNC, {1, 2, 3}, {2});
+  SessionClient w1(shard_->Connect()), w2(shard_->Connect());
+  ASSERT_TRUE(w1.Hello("member", 1).ok());
+  ASSERT_TRUE(w2.Hello("member", 2).ok());
+  ASSERT_EQ(w1.Init(1, 0, {0, 0})->code(), 0);
+  ASSERT_EQ(w1.Push(2, 0, 0, RawChunk({1, 3}))->code(), 0);
+  ASSERT_EQ(w2.Push(2, 0, 0, RawChunk({3, 5}))->code(), 0);
+  ASSERT_TRUE(w1.SendPull(3, 1, {}, 20000));  // waits on worker 3, who is dead
+
+  pb::MembershipUpdate up;
+  up.set_job_id("member");
+  up.mutable_membership()->set_epoch(2);
+  up.mutable_membership()->set_effective_clock(0);
+  up.mutable_membership()->add_worker_ids(1);
+  up.mutable_membership()->add_worker_ids(2);
+  pb::MembershipAck ack;
+  auto stub = shard_->Stub();
+  ASSERT_TRUE(Call(stub.get(), &pb::ParameterServer::Stub::UpdateMembership, up, &ack).ok());
+  EXPECT_EQ(ack.epoch(), 2u);
+
+  auto got = w1.AwaitPull(3);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->back().code(), 0);
+  const std::vector<float> p = BytesFloats(got->back().values());
+  EXPECT_FLOAT_EQ(p[0], -0.2f);  // mean over the two contributors: (2, 4)
+  EXPECT_FLOAT_EQ(p[1], -0.4f);
+  const pb::StatsResponse st = Stats("member", true);
+  ASSERT_EQ(st.rounds_size(), 1);
+  EXPECT_EQ(st.rounds(0).epoch(), 2u);
+  EXPECT_EQ(st.rounds(0).contributors_size(), 2);
+  EXPECT_EQ(st.epoch(), 2u);
+}
+
+TEST_F(ShardFaultTest, PullPastItsDeadlineFails) {
+  CreateJob("deadline", pb::SYNC, {1}, {2});
+  SessionClient s(shard_->Connect());
+  ASSERT_TRUE(s.Hello("deadline", 1).ok());
+  ASSERT_EQ(s.Init(1, 0, {0, 0})->code(), 0);
+  auto got = s.Pull(2, 5, {}, /*timeout_ms=*/200);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->back().code(), kDeadlineExceeded);
+  EXPECT_FALSE(got->back().message().empty());
+}
+
+pb::EncodedChunk TwoBit(uint32_t n, std::string payload, float scale) {
+  pb::EncodedChunk c;
+  c.set_codec(pb::CODEC_TWOBIT);
+  c.set_num_elems(n);
+  c.set_scale(scale);
+  c.set_payload(std::move(payload));
+  return c;
+}
+
+TEST_F(ShardFaultTest, BadInputGetsAClearStatusAndChangesNothing) {
+  constexpr uint32_t kN = 1000;
+  CreateJob("bad", pb::SYNC, {1, 2}, {kN, 8});
+  SessionClient w1(shard_->Connect()), w2(shard_->Connect());
+  ASSERT_TRUE(w1.Hello("bad", 1).ok());
+  ASSERT_TRUE(w2.Hello("bad", 2).ok());
+  std::vector<float> init(kN);
+  for (uint32_t i = 0; i < kN; ++i) init[i] = static_cast<float>(i) * 0.01f;
+  ASSERT_EQ(w1.Init(1, 0, init)->code(), 0);
+  ASSERT_EQ(w1.Init(2, 1, std::vector<float>(8, 0.0f))->code(), 0);
+
+  struct Bad {
+    const char* what;
+    uint64_t chunk;
+    pb::EncodedChunk enc;
+    int code;
+  };
+  std::string invalid_code((kN + 3) / 4, 0);
+  invalid_code[10] = static_cast<char>(0xFF);  // code 11
+  pb::EncodedChunk unknown_codec = RawChunk(std::vector<float>(kN, 1.0f));
+  unknown_codec.set_codec(static_cast<pb::Codec>(9));
+  pb::EncodedChunk inf_ternary = TwoBit(kN, std::string((kN + 3) / 4, 0), INFINITY);
+  inf_ternary.set_codec(pb::CODEC_TERNARY);
+  const Bad cases[] = {
+      {"unknown chunk", 77, RawChunk(std::vector<float>(kN, 1.0f)), kNotFound},
+      {"count mismatch", 0, RawChunk(std::vector<float>(kN - 1, 1.0f)), kInvalidArgument},
+      {"header/payload count mismatch", 0,
+       [] {
+         pb::EncodedChunk c = RawChunk(std::vector<float>(kN, 1.0f));
+         c.set_num_elems(kN + 4);
+         return c;
+       }(),
+       kInvalidArgument},
+      {"truncated payload", 0, TwoBit(kN, std::string((kN + 3) / 4 - 1, 0), 0.5f),
+       kInvalidArgument},
+      {"invalid code 11", 0, TwoBit(kN, invalid_code, 0.5f), kInvalidArgument},
+      {"NaN scale", 0, TwoBit(kN, std::string((kN + 3) / 4, 0), NAN), kInvalidArgument},
+      {"Inf scale", 0, inf_ternary, kInvalidArgument},
+      {"unknown codec", 0, unknown_codec, kInvalidArgument},
+  };
+  uint64_t seq = 10;
+  for (const Bad& b : cases) {
+    auto ack = w1.Push(++seq, b.chunk, 0, b.enc);
+    ASSERT_TRUE(ack.ok()) << b.what << ": " << ack.status();
+    EXPECT_EQ(ack->code(), b.code) << b.what << ": " << ack->message();
+    EXPECT_FALSE(ack->message().empty()) << b.what;
+  }
+  // Init of the wrong size.
+  auto bad_init = w1.Init(++seq, 1, std::vector<float>(7, 0.0f));
+  ASSERT_TRUE(bad_init.ok());
+  EXPECT_EQ(bad_init->code(), kInvalidArgument);
+  // Pull of an unknown chunk.
+  auto pull = w1.Pull(++seq, 0, {77});
+  ASSERT_TRUE(pull.ok());
+  EXPECT_EQ(pull->back().code(), kNotFound) << pull->back().message();
+  // Hello for an unknown job.
+  {
+    SessionClient s(shard_->Connect());
+    EXPECT_EQ(s.Hello("no-such-job", 1).status().code(), absl::StatusCode::kNotFound);
+  }
+  // Push before Hello.
+  {
+    SessionClient s(shard_->Connect());
+    auto ack = s.Push(1, 0, 0, RawChunk(std::vector<float>(kN, 1.0f)));
+    EXPECT_EQ(ack.status().code(), absl::StatusCode::kFailedPrecondition) << ack.status();
+    EXPECT_TRUE(s.WaitClosed().ok());
+  }
+  // A message over the shard's receive limit ends that stream only.
+  {
+    SessionClient s(shard_->Connect());
+    ASSERT_TRUE(s.Hello("bad", 1).ok());
+    pb::WorkerMessage m;
+    m.mutable_push()->set_seq(1);
+    *m.mutable_push()->mutable_chunk() = RawChunk(std::vector<float>(9 << 18, 1.0f));  // 9 MiB
+    s.Write(m);
+    grpc::Status st = s.WaitClosed();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  }
+
+  // Nothing changed, and the other streams still work.
+  EXPECT_EQ(PullValues(w2, 100, 0, 0), init);
+  EXPECT_GE(Stats("bad").pushes_rejected(), 8u);
+  EXPECT_EQ(Stats("bad").pushes_applied(), 0u);
+  ASSERT_EQ(w1.Push(++seq, 0, 0, RawChunk(std::vector<float>(kN, 1.0f)))->code(), 0);
+  ASSERT_EQ(w2.Push(++seq, 0, 0, RawChunk(std::vector<float>(kN, 1.0f)))->code(), 0);
+  const std::vector<float> after = PullValues(w2, 101, 1, 0);
+  ASSERT_EQ(after.size(), kN);
+  for (uint32_t i = 0; i < kN; ++i) ASSERT_FLOAT_EQ(after[i], init[i] - 0.1f);
+}
+
+TEST_F(ShardFaultTest, DropJobEndsItsPullsAndStreams) {
+  CreateJob("drop", pb::SYNC, {1}, {2});
+  SessionClient s(shard_->Connect());
+  ASSERT_TRUE(s.Hello("drop", 1).ok());
+  ASSERT_TRUE(s.SendPull(1, 5, {}, 20000));
+  // Handled in order: once this push is acked the pull is parked.
+  ASSERT_EQ(s.Push(3, 99, 0, RawChunk({1}))->code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  pb::DropJobRequest req;
+  req.set_job_id("drop");
+  pb::DropJobResponse resp;
+  auto stub = shard_->Stub();
+  ASSERT_TRUE(Call(stub.get(), &pb::ParameterServer::Stub::DropJob, req, &resp).ok());
+  auto got = s.AwaitPull(1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->back().code(), static_cast<int>(grpc::StatusCode::ABORTED));
+  auto push = s.Push(2, 0, 0, RawChunk({1, 1}));
+  EXPECT_EQ(push.status().code(), absl::StatusCode::kNotFound) << push.status();
+  EXPECT_EQ(Call(stub.get(), &pb::ParameterServer::Stub::DropJob, req, &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  CreateJob("drop", pb::SYNC, {1}, {2});  // the id can be used again
+}
+
+TEST_F(ShardFaultTest, UnaryCallsValidate) {
+  auto stub = shard_->Stub();
+  pb::CreateJobRequest req;
+  req.set_job_id("too-big");
+  req.add_chunks()->set_num_elems(4 << 20);  // 16 MiB as fp32: over the limit
+  pb::CreateJobResponse resp;
+  EXPECT_EQ(Call(stub.get(), &pb::ParameterServer::Stub::CreateJob, req, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  req.mutable_chunks(0)->set_num_elems(4);
+  req.mutable_optimizer()->set_type("rmsprop");
+  EXPECT_EQ(Call(stub.get(), &pb::ParameterServer::Stub::CreateJob, req, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  pb::StatsRequest sreq;
+  sreq.set_job_id("nope");
+  pb::StatsResponse sresp;
+  EXPECT_EQ(Call(stub.get(), &pb::ParameterServer::Stub::GetStats, sreq, &sresp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  pb::CheckpointRequest creq;
+  creq.set_job_id("nope");
+  pb::CheckpointResponse cresp;
+  EXPECT_EQ(Call(stub.get(), &pb::ParameterServer::Stub::Checkpoint, creq, &cresp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace gradstream::testing

@@ -1,0 +1,36 @@
+// See buffer_pool.h.
+#include "worker/client/internal/buffer_pool.h"
+
+namespace gradstream::client::internal {
+
+std::string BufferPool::Take(size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  size_t best = free_.size();
+  for (size_t i = 0; i < free_.size(); ++i) {
+    const size_t cap = free_[i].capacity();
+    if (cap >= bytes && (best == free_.size() || cap < free_[best].capacity())) best = i;
+  }
+  if (best == free_.size()) return std::string();
+  std::string out = std::move(free_[best]);
+  free_[best] = std::move(free_.back());
+  free_.pop_back();
+  bytes_ -= out.capacity();
+  out.clear();
+  return out;
+}
+
+void BufferPool::Give(std::string buffer) {
+  const size_t cap = buffer.capacity();
+  if (cap < 4096) return;  // small strings are cheap to make
+  absl::MutexLock lock(&mu_);
+  if (bytes_ + cap > max_bytes_) return;
+  bytes_ += cap;
+  free_.push_back(std::move(buffer));
+}
+
+size_t BufferPool::pooled_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+}  // namespace gradstream::client::internal

@@ -1,0 +1,121 @@
+// Unit tests of the client's building blocks that need no network.
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/client/internal/buffer_pool.h"
+#include "worker/client/internal/encode_pool.h"
+#include "worker/client/internal/pending.h"
+
+namespace gradstream::client::internal {
+namespace {
+
+std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+TEST(Completion, FirstErrorWinsAndWaitsHaveDeadlines) {
+  Completion c(3);
+  EXPECT_EQ(c.Wait(absl::Milliseconds(10)).code(), absl::StatusCode::kDeadlineExceeded);
+  c.Done(absl::OkStatus());
+  c.Done(absl::NotFoundError("first"));
+  c.Done(absl::InternalError("second"));
+  absl::Status s = c.Wait(absl::ZeroDuration());
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "first");
+}
+
+TEST(Completion, ErrorCompletesBeforeTheCount) {
+  Completion c(5);
+  c.Done(absl::UnavailableError("down"));
+  EXPECT_TRUE(c.done());
+  EXPECT_EQ(c.Wait(absl::ZeroDuration()).code(), absl::StatusCode::kUnavailable);
+}
+
+// Two chunks (ids 0, 1) of 2 elements into one buffer, both on shard 0.
+struct PullFixture {
+  std::vector<float> out = std::vector<float>(4, -1.0f);
+  std::shared_ptr<PullState> state;
+  PullFixture() {
+    std::vector<PullTarget> targets = {{out.data(), 2}, {out.data() + 2, 2}};
+    state = std::make_shared<PullState>(std::move(targets),
+                                        std::vector<std::vector<uint64_t>>{{0, 1}});
+  }
+};
+
+TEST(PullState, CopiesChunksAndCompletesOnLast) {
+  PullFixture f;
+  EXPECT_EQ(f.state->OnChunk(0, 1, Bytes({3, 4}), false), 8u);
+  EXPECT_FALSE(f.state->completion().done());
+  f.state->OnChunk(0, 0, Bytes({1, 2}), true);
+  EXPECT_TRUE(f.state->completion().Wait(absl::ZeroDuration()).ok());
+  EXPECT_EQ(f.out, (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(PullState, MissingChunkAtLastIsInternal) {
+  PullFixture f;
+  f.state->OnChunk(0, 0, Bytes({1, 2}), true);
+  EXPECT_EQ(f.state->completion().Wait(absl::ZeroDuration()).code(), absl::StatusCode::kInternal);
+}
+
+TEST(PullState, WrongSizeOrUnaskedChunkIsInternalAndWritesNothing) {
+  PullFixture f;
+  f.state->OnChunk(0, 0, Bytes({1, 2, 3}), false);
+  EXPECT_EQ(f.state->completion().Wait(absl::ZeroDuration()).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(f.out[0], -1.0f);
+  PullFixture g;
+  g.state->OnChunk(0, 7, Bytes({1, 2}), false);
+  EXPECT_EQ(g.state->completion().Wait(absl::ZeroDuration()).code(), absl::StatusCode::kInternal);
+}
+
+TEST(PullState, NothingIsWrittenAfterAbandon) {
+  PullFixture f;
+  f.state->Abandon();
+  EXPECT_EQ(f.state->OnChunk(0, 0, Bytes({1, 2}), true), 0u);
+  EXPECT_EQ(f.out[0], -1.0f);
+  EXPECT_TRUE(f.state->abandoned(0));
+}
+
+TEST(PullState, ShardFailureCarriesItsStatus) {
+  PullFixture f;
+  f.state->Fail(0, absl::DeadlineExceededError("parked too long"));
+  EXPECT_EQ(f.state->completion().Wait(absl::ZeroDuration()).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(BufferPool, HandsBackTheSmallestBufferThatFits) {
+  BufferPool pool(10 << 20);
+  std::string big(1 << 20, 'x'), small(64 << 10, 'y');
+  const size_t big_cap = big.capacity(), small_cap = small.capacity();
+  pool.Give(std::move(big));
+  pool.Give(std::move(small));
+  std::string a = pool.Take(32 << 10);
+  EXPECT_EQ(a.capacity(), small_cap);
+  EXPECT_TRUE(a.empty());
+  std::string b = pool.Take(512 << 10);
+  EXPECT_EQ(b.capacity(), big_cap);
+  EXPECT_EQ(pool.Take(1).capacity(), std::string().capacity());  // empty pool: a new string
+}
+
+TEST(BufferPool, KeepsWithinItsBudget) {
+  BufferPool pool(1 << 20);
+  pool.Give(std::string(700 << 10, 'x'));
+  pool.Give(std::string(700 << 10, 'x'));  // over budget: dropped
+  EXPECT_LE(pool.pooled_bytes(), size_t{1} << 20);
+  BufferPool off(0);
+  off.Give(std::string(1 << 20, 'x'));
+  EXPECT_EQ(off.pooled_bytes(), 0u);
+}
+
+TEST(EncodePool, RunsEveryIndexExactlyOnce) {
+  EncodePool pool(3);
+  for (size_t n : {0u, 1u, 2u, 7u, 100u}) {
+    std::vector<std::atomic<int>> hits(n);
+    pool.Run(n, [&](size_t i) { hits[i].fetch_add(1); });
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+  }
+}
+
+}  // namespace
+}  // namespace gradstream::client::internal

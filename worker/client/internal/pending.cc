@@ -1,0 +1,119 @@
+// Completion and PullState. See pending.h.
+#include "worker/client/internal/pending.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace gradstream::client::internal {
+
+std::shared_ptr<Completion> Completion::Failed(absl::Status status) {
+  auto c = std::make_shared<Completion>(1);
+  c->Done(status.ok() ? absl::InternalError("Completion::Failed with OK") : std::move(status));
+  return c;
+}
+
+void Completion::Add(int n) {
+  absl::MutexLock lock(&mu_);
+  pending_ += n;
+}
+
+void Completion::Done(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (!status.ok() && status_.ok()) status_ = status;
+  --pending_;
+}
+
+absl::Status Completion::Wait(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return pending_ <= 0 || !status_.ok();
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&finished), timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no answer within ", absl::FormatDuration(timeout), " (", pending_,
+                     " outstanding)"));
+  }
+  return status_;
+}
+
+bool Completion::done() const {
+  absl::MutexLock lock(&mu_);
+  return pending_ <= 0 || !status_.ok();
+}
+
+PullState::PullState(std::vector<PullTarget> targets,
+                     std::vector<std::vector<uint64_t>> shard_chunks)
+    : targets_(std::move(targets)), completion_(std::make_shared<Completion>(0)) {
+  int involved = 0;
+  for (auto& chunks : shard_chunks) {
+    auto part = std::make_unique<Part>();
+    if (!chunks.empty()) ++involved;
+    part->expected = std::move(chunks);
+    parts_.push_back(std::move(part));
+  }
+  completion_->Add(involved);
+}
+
+size_t PullState::OnChunk(uint32_t shard, uint64_t chunk_id, std::string_view values, bool last) {
+  if (shard >= parts_.size()) return 0;
+  Part& part = *parts_[shard];
+  absl::MutexLock lock(&part.mu);
+  if (part.finished || part.abandoned) return 0;
+  size_t copied = 0;
+  // A PullChunk marked `last` may carry no chunk (an empty answer terminator);
+  // the shard then leaves values empty.
+  if (!values.empty() || !last) {
+    if (chunk_id >= targets_.size() || targets_[chunk_id].dst == nullptr) {
+      part.finished = true;
+      completion_->Done(absl::InternalError(
+          absl::StrCat("shard ", shard, " sent chunk ", chunk_id, " that was not asked for")));
+      return 0;
+    }
+    const PullTarget& t = targets_[chunk_id];
+    if (values.size() != size_t{t.num_elems} * sizeof(float)) {
+      part.finished = true;
+      completion_->Done(absl::InternalError(
+          absl::StrCat("shard ", shard, " sent ", values.size(), " bytes for chunk ", chunk_id,
+                       " of ", t.num_elems, " elements")));
+      return 0;
+    }
+    std::memcpy(t.dst, values.data(), values.size());  // little-endian hosts only
+    part.received.insert(chunk_id);
+    copied = values.size();
+  }
+  if (last) {
+    part.finished = true;
+    if (part.received.size() != part.expected.size()) {
+      completion_->Done(absl::InternalError(
+          absl::StrCat("shard ", shard, " answered ", part.received.size(), " of ",
+                       part.expected.size(), " chunks")));
+    } else {
+      completion_->Done(absl::OkStatus());
+    }
+  }
+  return copied;
+}
+
+void PullState::Fail(uint32_t shard, const absl::Status& status) {
+  if (shard >= parts_.size()) return;
+  Part& part = *parts_[shard];
+  absl::MutexLock lock(&part.mu);
+  if (part.finished) return;
+  part.finished = true;
+  completion_->Done(status);
+}
+
+void PullState::Abandon() {
+  for (auto& part : parts_) {
+    absl::MutexLock lock(&part->mu);
+    part->abandoned = true;
+  }
+}
+
+bool PullState::abandoned(uint32_t shard) const {
+  absl::MutexLock lock(&parts_[shard]->mu);
+  return parts_[shard]->abandoned;
+}
+
+}  // namespace gradstream::client::internal

@@ -1,0 +1,86 @@
+// What a handle waits on: a countdown that keeps the first error (pushes,
+// inits), and the state of one pull spread over several shards.
+#ifndef GRADSTREAM_WORKER_CLIENT_INTERNAL_PENDING_H_
+#define GRADSTREAM_WORKER_CLIENT_INTERNAL_PENDING_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace gradstream::client::internal {
+
+// Counts outstanding answers; done when the count reaches zero or at the
+// first error (which is kept). Thread-safe.
+class Completion {
+ public:
+  explicit Completion(int pending) : pending_(pending) {}
+  static std::shared_ptr<Completion> Failed(absl::Status status);
+
+  // Adds `n` expected answers. Only before the count can reach zero.
+  void Add(int n);
+  // One answer arrived. The first non-OK status completes the whole thing.
+  void Done(const absl::Status& status);
+  // OK, the first error, or DeadlineExceeded after `timeout`.
+  absl::Status Wait(absl::Duration timeout);
+  bool done() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  int pending_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// Where one chunk of a pull lands.
+struct PullTarget {
+  float* dst = nullptr;  // null: not requested
+  uint32_t num_elems = 0;
+};
+
+// One pull request, shared by the shard streams that answer parts of it.
+// Thread-safe: each shard's part has its own lock so two shards' readers copy
+// in parallel; Abandon() takes every part lock, so once it returns no reader
+// writes into the caller's buffers again.
+class PullState {
+ public:
+  // `targets` is indexed by chunk id; `shard_chunks[s]` lists what shard s
+  // is asked for (empty = the shard is not involved).
+  PullState(std::vector<PullTarget> targets, std::vector<std::vector<uint64_t>> shard_chunks);
+
+  Completion& completion() { return *completion_; }
+  const std::vector<uint64_t>& chunks_of(uint32_t shard) const { return parts_[shard]->expected; }
+
+  // One PullChunk from `shard`. Copies `values` (little-endian fp32) into
+  // place; on `last` completes the shard's part (Internal when chunks are
+  // missing). A chunk that is not part of the request, or of the wrong size,
+  // fails the pull with Internal. Returns the bytes copied.
+  size_t OnChunk(uint32_t shard, uint64_t chunk_id, std::string_view values, bool last);
+  // The shard answered with an error or its stream failed for good.
+  void Fail(uint32_t shard, const absl::Status& status);
+  // Stops all writes into the caller's buffers.
+  void Abandon();
+  bool abandoned(uint32_t shard) const;
+
+ private:
+  struct Part {
+    std::vector<uint64_t> expected;
+    mutable absl::Mutex mu;
+    absl::flat_hash_set<uint64_t> received ABSL_GUARDED_BY(mu);
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    bool abandoned ABSL_GUARDED_BY(mu) = false;
+  };
+  const std::vector<PullTarget> targets_;
+  std::vector<std::unique_ptr<Part>> parts_;
+  const std::shared_ptr<Completion> completion_;
+};
+
+}  // namespace gradstream::client::internal
+
+#endif  // GRADSTREAM_WORKER_CLIENT_INTERNAL_PENDING_H_

@@ -1,0 +1,453 @@
+// One shard's Session stream. See shard_stream.h and [client streams].
+#include "worker/client/internal/shard_stream.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+
+namespace gradstream::client::internal {
+namespace {
+
+absl::Status FromWire(int32_t code, const std::string& message) {
+  if (code == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+absl::Status Annotate(const absl::Status& s, const std::string& prefix) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
+
+}  // namespace
+
+ShardStream::ShardStream(uint32_t shard, std::string address,
+                         std::vector<uint64_t> expected_chunks, const ClientOptions& options,
+                         ChannelFactory* channels, StreamCounters* counters,
+                         BufferPool* buffers)
+    : shard_(shard),
+      address_(std::move(address)),
+      expected_chunks_(std::move(expected_chunks)),
+      options_(options),
+      channels_(channels),
+      counters_(counters),
+      buffers_(buffers) {}
+
+ShardStream::~ShardStream() { Stop(); }
+
+std::string ShardStream::Describe() const { return absl::StrCat("shard ", shard_, " (", address_, ")"); }
+
+void ShardStream::Start() { writer_ = std::thread([this] { WriterLoop(); }); }
+
+absl::Status ShardStream::WaitReady(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return ready_ || !failed_.ok() || finished_;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (!failed_.ok()) return failed_;
+  if (ready_) return absl::OkStatus();
+  if (!last_error_.ok()) {
+    // Keep the shard's own code (e.g. NotFound for an unknown job).
+    return Annotate(last_error_, absl::StrCat(Describe(), " not ready by the deadline: "));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(Describe(), " did not answer Hello by the deadline"));
+}
+
+uint64_t ShardStream::Enqueue(Entry entry) {
+  const uint64_t order = next_order_++;
+  journal_.emplace(order, std::move(entry));
+  send_queue_.push_back(order);
+  return order;
+}
+
+void ShardStream::SendPush(std::unique_ptr<v1::WorkerMessage> message,
+                           std::shared_ptr<Completion> done) {
+  const uint64_t bytes = message->has_push() ? message->push().chunk().payload().size()
+                                             : message->init().values().size();
+  absl::MutexLock lock(&mu_);
+  auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return inflight_bytes_ == 0 || inflight_bytes_ + bytes <= options_.max_inflight_bytes_per_shard ||
+           !failed_.ok() || stopping_ || leaving_;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&room), options_.rpc_deadline)) {
+    done->Done(absl::ResourceExhaustedError(
+        absl::StrCat(Describe(), ": ", inflight_bytes_, " bytes unacknowledged for ",
+                     absl::FormatDuration(options_.rpc_deadline))));
+    return;
+  }
+  if (!failed_.ok()) {
+    done->Done(failed_);
+    return;
+  }
+  if (stopping_ || leaving_) {
+    done->Done(absl::FailedPreconditionError(absl::StrCat(Describe(), ": stream closed")));
+    return;
+  }
+  const uint64_t seq = next_seq_++;
+  if (message->has_push()) {
+    message->mutable_push()->set_seq(seq);
+  } else {
+    message->mutable_init()->set_seq(seq);
+  }
+  inflight_bytes_ += bytes;
+  seq_order_[seq] = Enqueue(Entry{Kind::kPush, std::move(message), std::move(done), nullptr, bytes});
+}
+
+void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
+  absl::MutexLock lock(&mu_);
+  if (!failed_.ok()) {
+    pull->Fail(shard_, failed_);
+    return;
+  }
+  if (stopping_ || leaving_) {
+    pull->Fail(shard_, absl::FailedPreconditionError(absl::StrCat(Describe(), ": stream closed")));
+    return;
+  }
+  const uint64_t request_id = next_request_++;
+  auto message = std::make_shared<v1::WorkerMessage>();
+  v1::PullRequest* req = message->mutable_pull();
+  req->set_request_id(request_id);
+  req->set_clock(clock);
+  req->set_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.pull_timeout)));
+  const auto& chunks = pull->chunks_of(shard_);
+  req->mutable_chunk_ids()->Add(chunks.begin(), chunks.end());
+  request_order_[request_id] = Enqueue(Entry{Kind::kPull, std::move(message), nullptr, std::move(pull)});
+}
+
+absl::Status ShardStream::SendClock(uint64_t clock) {
+  absl::MutexLock lock(&mu_);
+  if (!failed_.ok()) return failed_;
+  if (stopping_ || leaving_) {
+    return absl::FailedPreconditionError(absl::StrCat(Describe(), ": stream closed"));
+  }
+  // Only the latest advance matters; an older one still queued is skipped.
+  if (clock_order_ != 0) journal_.erase(clock_order_);
+  auto message = std::make_shared<v1::WorkerMessage>();
+  message->mutable_clock()->set_clock(clock);
+  clock_order_ = Enqueue(Entry{Kind::kClock, std::move(message), nullptr, nullptr});
+  return absl::OkStatus();
+}
+
+absl::Status ShardStream::Drain(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!failed_.ok() || stopping_) return true;
+    for (const auto& [order, e] : journal_) {
+      if (e.kind == Kind::kPush) return false;
+    }
+    return true;
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&drained), deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat(Describe(), ": pushes still unacknowledged"));
+  }
+  return failed_;
+}
+
+absl::Status ShardStream::Leave(absl::Time deadline) {
+  if (absl::Status s = Drain(deadline); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (!failed_.ok()) return failed_;
+  if (finished_) return absl::OkStatus();
+  leaving_ = true;
+  auto message = std::make_shared<v1::WorkerMessage>();
+  message->mutable_leave();
+  Enqueue(Entry{Kind::kLeave, std::move(message), nullptr, nullptr});
+  auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_; };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&finished), deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat(Describe(), " did not close the stream after Leave"));
+  }
+  return failed_;
+}
+
+void ShardStream::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    if (context_ != nullptr) context_->TryCancel();
+  }
+  if (writer_.joinable()) writer_.join();
+  FailAll(absl::CancelledError(absl::StrCat(Describe(), ": client stopped")));
+}
+
+void ShardStream::FailAll(const absl::Status& status) {
+  std::map<uint64_t, Entry> journal;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_.ok()) failed_ = status;
+    journal.swap(journal_);
+    send_queue_.clear();
+    seq_order_.clear();
+    request_order_.clear();
+    clock_order_ = 0;
+    inflight_bytes_ = 0;
+  }
+  // Completions are called without mu_: a waiter may call back into us.
+  for (auto& [order, e] : journal) {
+    if (e.kind == Kind::kPush) e.done->Done(status);
+    if (e.kind == Kind::kPull) e.pull->Fail(shard_, status);
+  }
+}
+
+bool ShardStream::IsPermanent(const absl::Status& status, bool ready) const {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kAborted:
+      return true;
+    case absl::StatusCode::kNotFound:
+      // Before the first Hello succeeded an unknown job is a configuration
+      // error; afterwards it is a shard that restarted and has not been given
+      // the job again yet.
+      return !ready;
+    default:
+      return false;
+  }
+}
+
+void ShardStream::WriterLoop() {
+  absl::Duration backoff = options_.reconnect.initial_backoff;
+  int failures = 0;
+  std::mt19937_64 rng(options_.worker_id * 1000003 + shard_);
+  while (true) {
+    bool hello_acked = false;
+    absl::Status status = RunConnection(&hello_acked);
+    bool ready;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) break;
+      if (left_) break;  // Leave went out; the shard closed the stream
+      ready = ready_;
+    }
+    if (status.ok()) status = absl::UnavailableError(absl::StrCat(Describe(), " closed the stream"));
+    if (IsPermanent(status, ready)) {
+      FailAll(status);
+      break;
+    }
+    if (hello_acked) {
+      failures = 0;
+      backoff = options_.reconnect.initial_backoff;
+    }
+    ++failures;
+    if (options_.reconnect.max_attempts > 0 && failures >= options_.reconnect.max_attempts) {
+      FailAll(Annotate(status, absl::StrCat("gave up after ", failures, " attempts: ")));
+      break;
+    }
+    const double jitter = options_.reconnect.jitter;
+    std::uniform_real_distribution<double> dist(1.0 - jitter, 1.0 + jitter);
+    const absl::Duration sleep = backoff * dist(rng);
+    backoff = std::min(backoff * options_.reconnect.multiplier, options_.reconnect.max_backoff);
+    absl::MutexLock lock(&mu_);
+    last_error_ = status;
+    counters_->reconnects.fetch_add(1, std::memory_order_relaxed);
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), sleep);
+    if (stopping_) break;
+  }
+  absl::MutexLock lock(&mu_);
+  finished_ = true;
+}
+
+absl::Status ShardStream::RunConnection(bool* hello_acked) {
+  std::shared_ptr<grpc::Channel> channel = channels_->NewChannel(address_);
+  std::unique_ptr<v1::ParameterServer::Stub> stub = v1::ParameterServer::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.stream_lifetime));
+  // Corked: creating the stream must not block on an unreachable shard; the
+  // Hello below carries the metadata, and its ack has a deadline.
+  ctx.set_initial_metadata_corked(true);
+  Connection conn;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::CancelledError("stopping");
+    context_ = &ctx;
+    conn_ = &conn;
+  }
+  auto stream = stub->Session(&ctx);
+  // The reader writes Hello before it starts reading, so no other write can
+  // overlap it: the writer below waits for the HelloAck first.
+  std::thread reader([&] { ReaderLoop(stream.get(), &conn); });
+
+  absl::Status status;
+  bool leave_sent = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return conn.hello_acked || conn.broken || stopping_;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&answered), options_.rpc_deadline)) {
+      status = absl::DeadlineExceededError(
+          absl::StrCat(Describe(), " did not answer Hello within ",
+                       absl::FormatDuration(options_.rpc_deadline)));
+    } else if (conn.hello_acked && !conn.broken && !stopping_) {
+      *hello_acked = true;
+      // Replay everything un-answered, in its original order (see [client streams]).
+      send_queue_.clear();
+      for (auto it = journal_.begin(); it != journal_.end();) {
+        if (it->second.kind == Kind::kPull && it->second.pull->abandoned(shard_)) {
+          request_order_.erase(it->second.message->pull().request_id());
+          it = journal_.erase(it);
+          continue;
+        }
+        send_queue_.push_back(it->first);
+        ++it;
+      }
+      if (ready_) counters_->replayed.fetch_add(send_queue_.size(), std::memory_order_relaxed);
+      ready_ = true;
+    }
+  }
+  while (*hello_acked && status.ok()) {
+    Entry entry;
+    {
+      absl::MutexLock lock(&mu_);
+      auto can_send = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !send_queue_.empty() || conn.broken || stopping_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&can_send), options_.stream_lifetime);
+      if (conn.broken || stopping_) break;
+      if (send_queue_.empty()) continue;
+      const uint64_t order = send_queue_.front();
+      send_queue_.pop_front();
+      auto it = journal_.find(order);
+      if (it == journal_.end()) continue;  // answered or superseded meanwhile
+      entry = it->second;
+    }
+    if (!stream->Write(*entry.message)) {
+      status = absl::UnavailableError(absl::StrCat(Describe(), ": write failed"));
+      break;
+    }
+    if (entry.kind == Kind::kLeave) {
+      stream->WritesDone();
+      leave_sent = true;
+      absl::MutexLock lock(&mu_);
+      left_ = true;
+      break;
+    }
+  }
+  if (!leave_sent) ctx.TryCancel();
+  reader.join();  // after Leave: the shard closes the stream (Leave() bounds the wait)
+  const grpc::Status finish = stream->Finish();
+  absl::MutexLock lock(&mu_);
+  context_ = nullptr;
+  conn_ = nullptr;
+  if (!conn.stream_error.ok()) return conn.stream_error;
+  if (!finish.ok() && finish.error_code() != grpc::StatusCode::CANCELLED) {
+    return Annotate(FromGrpcStatus(finish), absl::StrCat(Describe(), ": "));
+  }
+  if (!status.ok()) return status;
+  if (stopping_) return absl::CancelledError("stopping");
+  if (leave_sent && finish.ok()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(Describe(), " ended the stream"));
+}
+
+void ShardStream::ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::ServerMessage>* stream,
+                             Connection* conn) {
+  v1::WorkerMessage hello;
+  v1::Hello* h = hello.mutable_hello();
+  h->set_job_id(options_.job_id);
+  h->set_worker_id(options_.worker_id);
+  h->set_incarnation(options_.incarnation);
+  h->set_epoch(options_.epoch);
+  if (stream->Write(hello)) {
+    v1::ServerMessage m;
+    while (stream->Read(&m)) Dispatch(m, conn);
+  }
+  absl::MutexLock lock(&mu_);
+  conn->broken = true;
+}
+
+void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
+  switch (m.msg_case()) {
+    case v1::ServerMessage::kHelloAck: {
+      const auto& ids = m.hello_ack().chunk_ids();
+      std::vector<uint64_t> got(ids.begin(), ids.end());
+      std::vector<uint64_t> want = expected_chunks_;
+      std::sort(got.begin(), got.end());
+      std::sort(want.begin(), want.end());
+      absl::MutexLock lock(&mu_);
+      if (!got.empty() && got != want) {
+        conn->stream_error = absl::FailedPreconditionError(
+            absl::StrCat(Describe(), " owns ", got.size(), " chunks for job '", options_.job_id,
+                         "' but the shard map gives it ", want.size(),
+                         " (or other ones): wrong map or address"));
+        conn->broken = true;
+        return;
+      }
+      conn->hello_acked = true;
+      return;
+    }
+    case v1::ServerMessage::kAck: {
+      const v1::Ack& ack = m.ack();
+      Entry entry;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = seq_order_.find(ack.seq());
+        if (it == seq_order_.end()) return;  // a replay answered twice
+        auto je = journal_.find(it->second);
+        seq_order_.erase(it);
+        if (je == journal_.end()) return;
+        entry = std::move(je->second);
+        journal_.erase(je);
+        inflight_bytes_ -= entry.bytes;
+      }
+      counters_->chunks_acked.fetch_add(1, std::memory_order_relaxed);
+      if (ack.duplicate()) counters_->duplicate_acks.fetch_add(1, std::memory_order_relaxed);
+      entry.done->Done(Annotate(FromWire(ack.code(), ack.message()), absl::StrCat(Describe(), ": ")));
+      // Sole owner (the writer let go of its copy): recycle the payload.
+      if (entry.message.use_count() == 1) {
+        if (entry.message->has_push()) {
+          buffers_->Give(std::move(*entry.message->mutable_push()->mutable_chunk()->mutable_payload()));
+        } else if (entry.message->has_init()) {
+          buffers_->Give(std::move(*entry.message->mutable_init()->mutable_values()));
+        }
+      }
+      return;
+    }
+    case v1::ServerMessage::kPull: {
+      const v1::PullChunk& pc = m.pull();
+      std::shared_ptr<PullState> pull;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = request_order_.find(pc.request_id());
+        if (it == request_order_.end()) return;
+        auto je = journal_.find(it->second);
+        if (je == journal_.end()) return;
+        pull = je->second.pull;
+        if (pc.last() || pc.code() != 0) {
+          journal_.erase(je);
+          request_order_.erase(it);
+        }
+      }
+      if (pc.code() != 0) {
+        pull->Fail(shard_, Annotate(FromWire(pc.code(), pc.message()), absl::StrCat(Describe(), ": ")));
+        return;
+      }
+      // Counted before OnChunk, which may complete the handle: a caller that
+      // waited must see its own bytes in stats().
+      if (!pc.values().empty()) {
+        counters_->chunks_pulled.fetch_add(1, std::memory_order_relaxed);
+        counters_->bytes_pulled.fetch_add(pc.values().size(), std::memory_order_relaxed);
+      }
+      pull->OnChunk(shard_, pc.chunk_id(), pc.values(), pc.last());
+      return;
+    }
+    case v1::ServerMessage::kError: {
+      absl::MutexLock lock(&mu_);
+      conn->stream_error = Annotate(FromWire(m.error().code(), m.error().message()),
+                                    absl::StrCat(Describe(), ": "));
+      if (conn->stream_error.ok()) conn->stream_error = absl::UnknownError("StreamError with code 0");
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace gradstream::client::internal

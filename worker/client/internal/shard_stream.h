@@ -1,0 +1,139 @@
+// One shard's Session stream: a journal of un-answered messages, a writer
+// thread that (re)connects and sends, and a reader thread per connection that
+// matches acks by seq and pull answers by request_id. See [client streams] in
+// ../ps_client.h.
+#ifndef GRADSTREAM_WORKER_CLIENT_INTERNAL_SHARD_STREAM_H_
+#define GRADSTREAM_WORKER_CLIENT_INTERNAL_SHARD_STREAM_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ps.grpc.pb.h"
+#include "worker/client/channel_factory.h"
+#include "worker/client/internal/buffer_pool.h"
+#include "worker/client/internal/pending.h"
+#include "worker/client/ps_client.h"
+
+namespace gradstream::client::internal {
+
+// Counters every stream of a client adds to.
+struct StreamCounters {
+  std::atomic<uint64_t> chunks_acked{0};
+  std::atomic<uint64_t> duplicate_acks{0};
+  std::atomic<uint64_t> chunks_pulled{0};
+  std::atomic<uint64_t> bytes_pulled{0};
+  std::atomic<uint64_t> reconnects{0};
+  std::atomic<uint64_t> replayed{0};
+};
+
+// Thread-safe. Owned by the client; Stop() (or the destructor) joins its
+// threads.
+class ShardStream {
+ public:
+  // `expected_chunks` are the chunk ids the map puts on this shard; a HelloAck
+  // listing others fails the stream with FailedPrecondition. Payloads of
+  // acknowledged pushes go back to `buffers`. Pointers are not owned.
+  ShardStream(uint32_t shard, std::string address, std::vector<uint64_t> expected_chunks,
+              const ClientOptions& options, ChannelFactory* channels, StreamCounters* counters,
+              BufferPool* buffers);
+  ~ShardStream();
+
+  void Start();
+  // OK once a Hello was acknowledged; the permanent error if the stream gave
+  // up; otherwise DeadlineExceeded (with the last connection error) at
+  // `deadline`.
+  absl::Status WaitReady(absl::Time deadline);
+
+  // Queue a message; `done` gets exactly one Done() (ack status, or the error
+  // that ended the stream). `message` gets its seq here.
+  void SendPush(std::unique_ptr<v1::WorkerMessage> message, std::shared_ptr<Completion> done);
+  // `pull` gets exactly one OnChunk(last)/Fail for this shard.
+  void SendPull(uint64_t clock, std::shared_ptr<PullState> pull);
+  // Not answered by the shard; only the latest one is replayed.
+  absl::Status SendClock(uint64_t clock);
+
+  // Waits until every push and init queued so far is acknowledged (pulls
+  // are not waited for: their handles are).
+  absl::Status Drain(absl::Time deadline);
+  // Sends Leave, half-closes and waits for the shard to close the stream.
+  absl::Status Leave(absl::Time deadline);
+  // Cancels the stream and joins the threads; un-answered work completes
+  // with Cancelled. Idempotent.
+  void Stop();
+
+ private:
+  enum class Kind { kPush, kPull, kClock, kLeave };
+  struct Entry {
+    Kind kind;
+    std::shared_ptr<v1::WorkerMessage> message;
+    std::shared_ptr<Completion> done;  // kPush (pushes and inits)
+    std::shared_ptr<PullState> pull;   // kPull
+    uint64_t bytes = 0;                // counted against max_inflight_bytes
+  };
+  // State of one connection attempt, shared by its writer and reader.
+  struct Connection {
+    bool hello_acked = false;
+    bool broken = false;           // reader saw the end of the stream
+    absl::Status stream_error;     // StreamError sent by the shard
+  };
+
+  void WriterLoop();
+  // One connection: connect, Hello, replay, send until it breaks. Returns the
+  // error that ended it and whether Hello had been acknowledged.
+  absl::Status RunConnection(bool* hello_acked);
+  void ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::ServerMessage>* stream,
+                  Connection* conn);
+  void Dispatch(const v1::ServerMessage& m, Connection* conn);
+  uint64_t Enqueue(Entry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the stream for good: every journal entry completes with `status`.
+  void FailAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether retrying cannot help; `ready`: a Hello was acknowledged before.
+  bool IsPermanent(const absl::Status& status, bool ready) const;
+  std::string Describe() const;
+
+  const uint32_t shard_;
+  const std::string address_;
+  const std::vector<uint64_t> expected_chunks_;
+  const ClientOptions options_;
+  ChannelFactory* const channels_;
+  StreamCounters* const counters_;
+  BufferPool* const buffers_;
+
+  mutable absl::Mutex mu_;
+  // Un-answered messages by send order (see [client streams]).
+  std::map<uint64_t, Entry> journal_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> send_queue_ ABSL_GUARDED_BY(mu_);  // orders not yet written
+  absl::flat_hash_map<uint64_t, uint64_t> seq_order_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, uint64_t> request_order_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t clock_order_ ABSL_GUARDED_BY(mu_) = 0;  // latest clock advance, 0 = none
+  uint64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;        // a Hello was acknowledged once
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
+  bool left_ ABSL_GUARDED_BY(mu_) = false;         // Leave was written
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);       // permanent error
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);   // of the latest failed attempt
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;     // writer thread returned
+  Connection* conn_ ABSL_GUARDED_BY(mu_) = nullptr;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  std::thread writer_;
+};
+
+}  // namespace gradstream::client::internal
+
+#endif  // GRADSTREAM_WORKER_CLIENT_INTERNAL_SHARD_STREAM_H_

@@ -1,0 +1,53 @@
+// The encoding half of a push: one tensor's chunks, each with its own encoder
+// (and, under error feedback, its own residual), as the shard map cuts it.
+#ifndef GRADSTREAM_WORKER_CLIENT_INTERNAL_TENSOR_ENCODER_H_
+#define GRADSTREAM_WORKER_CLIENT_INTERNAL_TENSOR_ENCODER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/codec/codec.h"
+#include "worker/client/shard_map.h"
+
+namespace gradstream::client::internal {
+
+// Not thread-safe: the client holds a per-tensor lock while encoding.
+class TensorEncoder {
+ public:
+  // Encoders for every chunk of `map.tensors[tensor]` with codec `codec_name`
+  // and the codec options of `policy`. Error feedback wraps every compressing
+  // codec when policy.error_feedback (the default), never "none".
+  // NotFound for an unknown codec.
+  static absl::StatusOr<std::unique_ptr<TensorEncoder>> Create(const ShardMap& map,
+                                                               uint32_t tensor,
+                                                               const std::string& codec_name,
+                                                               const CodecPolicy& policy);
+
+  size_t num_chunks() const { return chunks_.size(); }
+  const ChunkInfo& chunk(size_t i) const { return chunks_[i]; }
+  const std::string& codec_name() const { return codec_name_; }
+
+  // Encodes chunk `i` of `grad` (the whole tensor). The stochastic-rounding key
+  // is (seed, worker, clock, tensor index, global chunk id).
+  [[nodiscard]] absl::Status EncodeChunk(size_t i, absl::Span<const float> grad, uint64_t seed,
+                                         uint64_t worker, uint64_t clock, ChunkHeader* header,
+                                         std::string* payload);
+
+  // Sum of squared residuals over the chunks (0 without error feedback).
+  double ResidualNormSquared() const;
+
+ private:
+  TensorEncoder() = default;
+  std::string codec_name_;
+  std::vector<ChunkInfo> chunks_;
+  std::vector<std::unique_ptr<Codec>> encoders_;
+};
+
+}  // namespace gradstream::client::internal
+
+#endif  // GRADSTREAM_WORKER_CLIENT_INTERNAL_TENSOR_ENCODER_H_

@@ -1,0 +1,258 @@
+// PsClient: the encoding front end over one ShardStream per shard. See
+// [client streams] in ps_client.h.
+#include "worker/client/ps_client.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/codec/codec.h"
+#include "common/status.h"
+#include "ps.pb.h"
+#include "worker/client/internal/encode_pool.h"
+#include "worker/client/internal/pending.h"
+#include "worker/client/internal/shard_stream.h"
+#include "worker/client/internal/tensor_encoder.h"
+
+namespace gradstream::client {
+namespace {
+
+using internal::Completion;
+using internal::PullState;
+using internal::PullTarget;
+using internal::ShardStream;
+using internal::TensorEncoder;
+
+class PsClientImpl final : public PsClient {
+ public:
+  PsClientImpl(const ShardMap& map, const ClientOptions& options)
+      : map_(map), options_(options), buffers_(options.buffer_pool_bytes) {
+    if (options.encode_threads > 0) {
+      encode_pool_ = std::make_unique<internal::EncodePool>(options.encode_threads);
+    }
+  }
+
+  ~PsClientImpl() override {
+    for (auto& s : streams_) s->Stop();
+  }
+
+  absl::Status Init(ChannelFactory* channels) {
+    for (const TensorInfo& t : map_.tensors) {
+      const std::string codec =
+          t.codec.empty() ? ResolveCodec(options_.codec, t.name, t.num_elems) : t.codec;
+      auto enc = TensorEncoder::Create(map_, t.index, codec, options_.codec);
+      if (!enc.ok()) {
+        return absl::Status(enc.status().code(), absl::StrCat("tensor '", t.name, "': ",
+                                                              enc.status().message()));
+      }
+      encoders_.push_back(*std::move(enc));
+      tensor_mu_.push_back(std::make_unique<absl::Mutex>());
+    }
+    std::vector<std::vector<uint64_t>> owned(map_.shards.size());
+    for (const ChunkInfo& c : map_.chunks) owned[c.shard].push_back(c.chunk_id);
+    for (uint32_t s = 0; s < map_.shards.size(); ++s) {
+      streams_.push_back(std::make_unique<ShardStream>(s, map_.shards[s], std::move(owned[s]),
+                                                       options_, channels, &counters_, &buffers_));
+    }
+    for (auto& s : streams_) s->Start();
+    const absl::Time deadline = absl::Now() + options_.connect_deadline;
+    for (auto& s : streams_) GS_RETURN_IF_ERROR(s->WaitReady(deadline));
+    return absl::OkStatus();
+  }
+
+  PushHandle Push(uint32_t tensor, absl::Span<const float> grad, uint64_t clock) override {
+    push_calls_.fetch_add(1, std::memory_order_relaxed);
+    if (tensor >= map_.tensors.size()) {
+      return MakePush(Completion::Failed(absl::InvalidArgumentError(
+          absl::StrCat("Push: tensor ", tensor, " of ", map_.tensors.size()))));
+    }
+    const TensorInfo& info = map_.tensors[tensor];
+    if (grad.size() != info.num_elems) {
+      return MakePush(Completion::Failed(absl::InvalidArgumentError(absl::StrCat(
+          "Push: tensor '", info.name, "' has ", info.num_elems, " elements, got ", grad.size()))));
+    }
+    TensorEncoder& enc = *encoders_[tensor];
+    auto done = std::make_shared<Completion>(static_cast<int>(enc.num_chunks()));
+    // One push of a tensor at a time (its residuals are state); its chunks are
+    // encoded on this thread, or spread over the encode pool, and each goes to
+    // its shard's writer as soon as it is encoded, so sending overlaps
+    // encoding.
+    absl::MutexLock lock(tensor_mu_[tensor].get());
+    auto encode_and_send = [&](size_t i) {
+      const ChunkInfo& c = enc.chunk(i);
+      auto message = std::make_unique<v1::WorkerMessage>();
+      v1::Push* push = message->mutable_push();
+      push->set_chunk_id(c.chunk_id);
+      push->set_clock(clock);
+      v1::EncodedChunk* chunk = push->mutable_chunk();
+      *chunk->mutable_payload() = buffers_.Take(size_t{c.num_elems} * sizeof(float));
+      ChunkHeader header;
+      absl::Status s = enc.EncodeChunk(i, grad, options_.seed, options_.worker_id, clock, &header,
+                                       chunk->mutable_payload());
+      if (!s.ok()) {
+        // The other chunks still go out; the handle reports this failure.
+        done->Done(absl::Status(s.code(), absl::StrCat("tensor '", info.name, "' chunk ",
+                                                       c.chunk_id, ": ", s.message())));
+        return;
+      }
+      chunk->set_codec(static_cast<v1::Codec>(header.codec));
+      chunk->set_num_elems(header.num_elems);
+      chunk->set_scale(header.scale);
+      chunk->set_scale2(header.scale2);
+      chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
+      bytes_pushed_.fetch_add(chunk->payload().size(), std::memory_order_relaxed);
+      fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float),
+                                   std::memory_order_relaxed);
+      streams_[c.shard]->SendPush(std::move(message), done);
+    };
+    if (encode_pool_ != nullptr && enc.num_chunks() > 1) {
+      encode_pool_->Run(enc.num_chunks(), encode_and_send);
+    } else {
+      for (size_t i = 0; i < enc.num_chunks(); ++i) encode_and_send(i);
+    }
+    return MakePush(std::move(done));
+  }
+
+  PullHandle Pull(uint64_t clock, std::vector<absl::Span<float>> out) override {
+    pull_calls_.fetch_add(1, std::memory_order_relaxed);
+    auto fail = [](absl::Status s) {
+      auto state = std::make_shared<PullState>(std::vector<PullTarget>(),
+                                               std::vector<std::vector<uint64_t>>(1, {0}));
+      state->Fail(0, s);
+      return state;
+    };
+    if (out.size() != map_.tensors.size()) {
+      return MakePull(fail(absl::InvalidArgumentError(absl::StrCat(
+          "Pull: ", out.size(), " output spans for ", map_.tensors.size(), " tensors"))));
+    }
+    for (const TensorInfo& t : map_.tensors) {
+      if (!out[t.index].empty() && out[t.index].size() != t.num_elems) {
+        return MakePull(fail(absl::InvalidArgumentError(absl::StrCat(
+            "Pull: tensor '", t.name, "' has ", t.num_elems, " elements, span has ",
+            out[t.index].size()))));
+      }
+    }
+    std::vector<PullTarget> targets(map_.chunks.size());
+    std::vector<std::vector<uint64_t>> per_shard(map_.shards.size());
+    for (const ChunkInfo& c : map_.chunks) {
+      absl::Span<float> dst = out[c.tensor];
+      if (dst.empty()) continue;
+      targets[c.chunk_id] = PullTarget{dst.data() + c.offset, c.num_elems};
+      per_shard[c.shard].push_back(c.chunk_id);
+    }
+    auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard));
+    for (uint32_t s = 0; s < streams_.size(); ++s) {
+      if (!state->chunks_of(s).empty()) streams_[s]->SendPull(clock, state);
+    }
+    // The handle is a second owner whose release abandons the pull, so a
+    // caller that drops every copy without waiting can free its buffers.
+    return MakePull(std::shared_ptr<PullState>(state.get(), [state](PullState* s) { s->Abandon(); }));
+  }
+
+  absl::Status InitParams(absl::Span<const absl::Span<const float>> values,
+                          absl::Duration timeout) override {
+    if (values.size() != map_.tensors.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("InitParams: ", values.size(),
+                                                     " tensors, map has ", map_.tensors.size()));
+    }
+    for (const TensorInfo& t : map_.tensors) {
+      if (values[t.index].size() != t.num_elems) {
+        return absl::InvalidArgumentError(absl::StrCat("InitParams: tensor '", t.name, "' has ",
+                                                       t.num_elems, " elements, got ",
+                                                       values[t.index].size()));
+      }
+    }
+    auto done = std::make_shared<Completion>(static_cast<int>(map_.chunks.size()));
+    for (const ChunkInfo& c : map_.chunks) {
+      auto message = std::make_unique<v1::WorkerMessage>();
+      v1::InitChunk* init = message->mutable_init();
+      init->set_chunk_id(c.chunk_id);
+      const float* src = values[c.tensor].data() + c.offset;
+      *init->mutable_values() = buffers_.Take(size_t{c.num_elems} * sizeof(float));
+      init->mutable_values()->assign(reinterpret_cast<const char*>(src), size_t{c.num_elems} * sizeof(float));
+      streams_[c.shard]->SendPush(std::move(message), done);
+    }
+    return done->Wait(timeout);
+  }
+
+  absl::Status AdvanceClock(uint64_t clock) override {
+    absl::Status first;
+    for (auto& s : streams_) first.Update(s->SendClock(clock));
+    return first;
+  }
+
+  absl::Status Leave(absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    absl::Status status;
+    for (auto& s : streams_) status.Update(s->Drain(deadline));
+    for (auto& s : streams_) status.Update(s->Leave(deadline));
+    for (auto& s : streams_) s->Stop();
+    return status;
+  }
+
+  ClientStats stats() const override {
+    ClientStats st;
+    st.push_calls = push_calls_.load();
+    st.chunks_pushed = chunks_pushed_.load();
+    st.bytes_pushed = bytes_pushed_.load();
+    st.fp32_bytes_pushed = fp32_bytes_pushed_.load();
+    st.chunks_acked = counters_.chunks_acked.load();
+    st.duplicate_acks = counters_.duplicate_acks.load();
+    st.pull_calls = pull_calls_.load();
+    st.chunks_pulled = counters_.chunks_pulled.load();
+    st.bytes_pulled = counters_.bytes_pulled.load();
+    st.reconnects = counters_.reconnects.load();
+    st.replayed = counters_.replayed.load();
+    double sq = 0.0;
+    for (size_t t = 0; t < encoders_.size(); ++t) {
+      absl::MutexLock lock(tensor_mu_[t].get());
+      sq += encoders_[t]->ResidualNormSquared();
+    }
+    st.residual_norm = std::sqrt(sq);
+    return st;
+  }
+
+  const ShardMap& shard_map() const override { return map_; }
+
+ private:
+  static PushHandle MakePush(std::shared_ptr<Completion> c) { return MakePushHandle(std::move(c)); }
+  static PullHandle MakePull(std::shared_ptr<PullState> s) { return MakePullHandle(std::move(s)); }
+
+  const ShardMap map_;
+  const ClientOptions options_;
+  std::vector<std::unique_ptr<TensorEncoder>> encoders_;  // by tensor index
+  std::vector<std::unique_ptr<absl::Mutex>> tensor_mu_;   // guards encoders_[t]
+  std::vector<std::unique_ptr<ShardStream>> streams_;     // by shard index
+  internal::StreamCounters counters_;
+  internal::BufferPool buffers_;
+  std::unique_ptr<internal::EncodePool> encode_pool_;  // null: encode on the caller
+  std::atomic<uint64_t> push_calls_{0}, chunks_pushed_{0}, bytes_pushed_{0},
+      fp32_bytes_pushed_{0}, pull_calls_{0};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const ShardMap& map,
+                                                            const ClientOptions& options,
+                                                            ChannelFactory* channels) {
+  GS_RETURN_IF_ERROR(ValidateShardMap(map));
+  if (options.job_id.empty()) return absl::InvalidArgumentError("Connect: empty job_id");
+  auto client = std::make_unique<PsClientImpl>(map, options);
+  GS_RETURN_IF_ERROR(client->Init(channels != nullptr ? channels : ChannelFactory::Default()));
+  return client;
+}
+
+absl::Status PsClient::Wait(const PushHandle& handle, absl::Duration timeout) {
+  if (!handle.valid()) return absl::OkStatus();
+  return handle.done_->Wait(timeout);
+}
+
+absl::Status PsClient::Wait(const PullHandle& handle, absl::Duration timeout) {
+  if (!handle.valid()) return absl::OkStatus();
+  absl::Status s = handle.state_->completion().Wait(timeout);
+  // Whatever went wrong, no reader may touch the caller's buffers after this.
+  if (!s.ok()) handle.state_->Abandon();
+  return s;
+}
+
+}  // namespace gradstream::client

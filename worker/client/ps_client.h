@@ -1,0 +1,202 @@
+// The worker-side client of the parameter-server shards: push compressed
+// gradients, pull parameters, advance clocks, for the worker binary and for
+// anyone embedding gradstream in their own training loop.
+//
+// Shape (ps-lite's KVWorker): Push and Pull return at once with a handle;
+// Wait(handle, timeout) blocks until the shards answered or the timeout
+// passed. Protos stay inside; the API speaks plain structs and spans.
+//
+// NOTE: [client streams] One bidirectional Session stream per shard, each with
+// its own writer thread and reader thread, so a slow shard never stalls the
+// others. Pushes are acknowledged by seq, pulls answered by request_id. Until
+// answered, every push, init and pull stays in the stream's journal; when a
+// stream breaks, the client reconnects with exponential backoff, re-sends
+// Hello with the same incarnation and replays the journal in its original
+// order. The shard ignores a push it has already applied (same worker, clock,
+// chunk), so a replayed push is applied exactly once.
+#ifndef GRADSTREAM_WORKER_CLIENT_PS_CLIENT_H_
+#define GRADSTREAM_WORKER_CLIENT_PS_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "worker/client/channel_factory.h"
+#include "worker/client/shard_map.h"
+
+namespace gradstream::client {
+
+namespace internal {
+class Completion;
+class PullState;
+}  // namespace internal
+
+struct ReconnectOptions {
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(5);
+  double multiplier = 2.0;
+  double jitter = 0.2;       // each sleep is scaled by a factor in [1 - jitter, 1 + jitter]
+  int max_attempts = 0;      // consecutive failed attempts before a shard is given up; 0 = never
+};
+
+// Typed client options (LevelDB's Options), filled once from the job spec.
+struct ClientOptions {
+  std::string job_id;
+  uint64_t worker_id = 0;
+  uint64_t incarnation = 1;  // the shard refuses streams from an older incarnation
+  uint64_t epoch = 0;        // membership epoch the worker knows of
+  uint64_t seed = 1;         // keys stochastic rounding (EncodeKey::seed)
+
+  // Used for a tensor whose TensorInfo::codec is empty; the codec options and
+  // error feedback always come from here.
+  CodecPolicy codec;
+
+  // Deadline of each unary step: the HelloAck of a (re)connection, waiting for
+  // room in a full send queue.
+  absl::Duration rpc_deadline = absl::Seconds(10);
+  // Connect() fails unless every shard acknowledged Hello within this.
+  absl::Duration connect_deadline = absl::Seconds(30);
+  // Deadline of each Session stream. When it passes the stream is simply
+  // reconnected (see [client streams]), so it bounds a call, not the job.
+  absl::Duration stream_lifetime = absl::Hours(1);
+  ReconnectOptions reconnect;
+  // How long a shard may hold a pull that its consistency mode makes wait
+  // before answering DeadlineExceeded; zero = the shard's default.
+  absl::Duration pull_timeout = absl::ZeroDuration();
+  // Encoded bytes a shard may have unacknowledged before Push blocks (for at
+  // most rpc_deadline, then the push fails with ResourceExhausted).
+  uint64_t max_inflight_bytes_per_shard = uint64_t{256} << 20;
+  // Payload buffers of acknowledged pushes kept for the next push (saves page
+  // faults and zero-fill per chunk); 0 disables the pool.
+  uint64_t buffer_pool_bytes = uint64_t{256} << 20;
+  // Threads that help the pushing thread encode the chunks of a push in
+  // parallel; 0 = encode on the calling thread only (right for small hosts
+  // and for callers that push several tensors from several threads).
+  int encode_threads = 0;
+};
+
+// Cumulative counters since Connect().
+struct ClientStats {
+  uint64_t push_calls = 0;
+  uint64_t chunks_pushed = 0;
+  uint64_t bytes_pushed = 0;       // encoded payload bytes
+  uint64_t fp32_bytes_pushed = 0;  // what the same chunks weigh as fp32
+  uint64_t chunks_acked = 0;
+  uint64_t duplicate_acks = 0;     // replays the shard had already applied
+  uint64_t pull_calls = 0;
+  uint64_t chunks_pulled = 0;
+  uint64_t bytes_pulled = 0;
+  uint64_t reconnects = 0;         // connection attempts after the first
+  uint64_t replayed = 0;           // messages re-sent after a reconnect
+  double residual_norm = 0.0;      // L2 norm of all error-feedback residuals
+};
+
+// Handles are cheap to copy; an empty (default) handle waits as OK at once.
+class PushHandle {
+ public:
+  PushHandle() = default;
+  bool valid() const { return done_ != nullptr; }
+
+ private:
+  friend class PsClient;
+  explicit PushHandle(std::shared_ptr<internal::Completion> done) : done_(std::move(done)) {}
+  std::shared_ptr<internal::Completion> done_;
+};
+
+class PullHandle {
+ public:
+  PullHandle() = default;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  friend class PsClient;
+  explicit PullHandle(std::shared_ptr<internal::PullState> state) : state_(std::move(state)) {}
+  std::shared_ptr<internal::PullState> state_;
+};
+
+// Thread-safe. Pushes of one tensor are encoded one at a time (its residuals
+// are shared state); pushes of different tensors and all network I/O run
+// concurrently, and the chunks of one push can be encoded in parallel
+// (ClientOptions::encode_threads).
+class PsClient {
+ public:
+  // Opens one Session stream per shard of `map` (used as given, never
+  // recomputed) and returns once every shard acknowledged Hello.
+  // InvalidArgument for a malformed map, NotFound for an unknown codec,
+  // FailedPrecondition when a shard owns other chunks than the map says,
+  // the shard's own status when it refuses the Hello (e.g. unknown job or
+  // stale incarnation), DeadlineExceeded/Unavailable when a shard does not
+  // answer within options.connect_deadline. `channels` is not owned and must
+  // outlive the client; null = ChannelFactory::Default().
+  static absl::StatusOr<std::unique_ptr<PsClient>> Connect(const ShardMap& map,
+                                                           const ClientOptions& options,
+                                                           ChannelFactory* channels = nullptr);
+
+  // Stops every stream at once (no Leave); un-answered handles complete with
+  // Cancelled.
+  virtual ~PsClient() = default;
+  PsClient(const PsClient&) = delete;
+  PsClient& operator=(const PsClient&) = delete;
+
+  // Pushes the gradient of tensor `tensor` computed at clock `clock`: each
+  // chunk is encoded on the calling thread with its own encoder (and
+  // residual), then queued on its shard's stream; `grad` may be reused as
+  // soon as Push returns. The handle completes when every chunk is
+  // acknowledged; an error is the first failing chunk's status with the
+  // shard's code and message (InvalidArgument for a wrong tensor index or
+  // size, or for a gradient the codec rejects).
+  virtual PushHandle Push(uint32_t tensor, absl::Span<const float> grad, uint64_t clock) = 0;
+
+  // Asks every shard for its chunks at reader clock `clock` (the shard
+  // answers when its consistency mode allows) and writes them into `out`:
+  // one span per tensor, in map order, either empty (tensor skipped) or of
+  // the tensor's size. The spans must stay valid until Wait() returns or the
+  // last copy of the handle is destroyed; a Wait that fails (e.g. times out)
+  // and dropping the handle both abandon the pull: nothing is written after.
+  virtual PullHandle Pull(uint64_t clock, std::vector<absl::Span<float>> out) = 0;
+
+  // Waits for a handle. OK, the handle's error, or DeadlineExceeded when
+  // `timeout` passes first (a push keeps going and can be waited on again; a
+  // pull is abandoned).
+  [[nodiscard]] static absl::Status Wait(const PushHandle& handle, absl::Duration timeout);
+  [[nodiscard]] static absl::Status Wait(const PullHandle& handle, absl::Duration timeout);
+
+  // Sends every chunk's initial values (InitChunk; only the first init of a
+  // chunk takes effect, so rank 0 calls it) and waits for all acks.
+  // `values` holds one span per tensor of the tensor's size.
+  [[nodiscard]] virtual absl::Status InitParams(absl::Span<const absl::Span<const float>> values,
+                                                absl::Duration timeout) = 0;
+
+  // Tells every shard this worker's clock is now `clock`. Queued behind the
+  // pushes already made; FailedPrecondition after Leave or when a shard was
+  // given up.
+  [[nodiscard]] virtual absl::Status AdvanceClock(uint64_t clock) = 0;
+
+  // Waits until every push is acknowledged, sends Leave on every stream and
+  // waits for the shards to close them (a shard closes only after answering
+  // the pulls it holds). The client is unusable afterwards, whatever the
+  // result. DeadlineExceeded when `timeout` passes first.
+  [[nodiscard]] virtual absl::Status Leave(absl::Duration timeout) = 0;
+
+  virtual ClientStats stats() const = 0;
+  virtual const ShardMap& shard_map() const = 0;
+
+ protected:
+  PsClient() = default;
+  // For implementations: handles are built only here.
+  static PushHandle MakePushHandle(std::shared_ptr<internal::Completion> done) {
+    return PushHandle(std::move(done));
+  }
+  static PullHandle MakePullHandle(std::shared_ptr<internal::PullState> state) {
+    return PullHandle(std::move(state));
+  }
+};
+
+}  // namespace gradstream::client
+
+#endif  // GRADSTREAM_WORKER_CLIENT_PS_CLIENT_H_

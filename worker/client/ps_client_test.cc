@@ -1,0 +1,396 @@
+// Loopback tests of the client against the real shard binary (gs_shard),
+// started as child processes on port 0. Synchronization is by the protocol
+// (acks, pull answers) or by polling a condition with a deadline, never by
+// sleeping.
+#include "worker/client/ps_client.h"
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "worker/client/internal/tensor_encoder.h"
+#include "worker/client/testing/shard_process.h"
+#include "worker/client/testing/tcp_proxy.h"
+
+#ifndef GS_SHARD_BINARY
+#error "GS_SHARD_BINARY must name the gs_shard binary"
+#endif
+
+namespace gradstream::client {
+namespace {
+
+using testing::ShardProcess;
+
+constexpr absl::Duration kWait = absl::Seconds(20);
+
+std::vector<float> Random(size_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+class PsClientTest : public ::testing::Test {
+ protected:
+  // Starts `n` shards; extra args go to every one.
+  void StartShards(int n, std::vector<std::string> args = {}) {
+    for (int i = 0; i < n; ++i) {
+      args.push_back("--executor_threads=2");
+      auto p = ShardProcess::Start(GS_SHARD_BINARY, args);
+      ASSERT_TRUE(p.ok()) << p.status();
+      shards_.push_back(*std::move(p));
+    }
+  }
+  std::vector<std::string> Addresses() const {
+    std::vector<std::string> a;
+    for (auto& s : shards_) a.push_back(s->address());
+    return a;
+  }
+  ShardMap Map(const std::string& codec, std::vector<std::string> addresses = {}) {
+    if (addresses.empty()) addresses = Addresses();
+    CodecPolicy policy;
+    policy.default_codec = codec;
+    auto map = SplitModel({{"w", 100000}, {"b", 10}}, addresses, 16384, policy);
+    EXPECT_TRUE(map.ok()) << map.status();
+    return *map;
+  }
+  testing::JobSetup Sgd(float lr) {
+    testing::JobSetup setup;
+    setup.optimizer.set_type("sgd");
+    setup.optimizer.set_learning_rate(lr);
+    setup.consistency.set_mode(v1::SYNC);
+    setup.workers = {1};
+    setup.epoch = 1;
+    return setup;
+  }
+  ClientOptions Options(uint64_t worker = 1) {
+    ClientOptions o;
+    o.job_id = "job";
+    o.worker_id = worker;
+    o.incarnation = 1;
+    o.epoch = 1;
+    o.seed = 42;
+    o.rpc_deadline = absl::Seconds(5);
+    o.connect_deadline = absl::Seconds(10);
+    o.reconnect.initial_backoff = absl::Milliseconds(10);
+    o.reconnect.max_backoff = absl::Milliseconds(200);
+    return o;
+  }
+  // Init values of every tensor of `map`.
+  std::vector<std::vector<float>> InitValues(const ShardMap& map) {
+    std::vector<std::vector<float>> v;
+    for (const TensorInfo& t : map.tensors) v.push_back(Random(t.num_elems, 100 + t.index));
+    return v;
+  }
+  static std::vector<absl::Span<const float>> Spans(const std::vector<std::vector<float>>& v) {
+    return {v.begin(), v.end()};
+  }
+  static std::vector<absl::Span<float>> MutableSpans(std::vector<std::vector<float>>& v) {
+    std::vector<absl::Span<float>> s;
+    for (auto& x : v) s.push_back(absl::MakeSpan(x));
+    return s;
+  }
+  // What the shard should hold after one sgd step on `grads` pushed at
+  // `clock` by `worker`: init - lr * decoded, decoded by the codec library.
+  std::vector<std::vector<float>> Expected(const ShardMap& map, const ClientOptions& o,
+                                           const std::vector<std::vector<float>>& init,
+                                           const std::vector<std::vector<float>>& grads,
+                                           uint64_t clock, float lr) {
+    std::vector<std::vector<float>> out = init;
+    for (const TensorInfo& t : map.tensors) {
+      auto enc = internal::TensorEncoder::Create(map, t.index, t.codec, o.codec);
+      EXPECT_TRUE(enc.ok());
+      std::vector<float> decoded(t.num_elems, 0.0f);
+      for (size_t i = 0; i < (*enc)->num_chunks(); ++i) {
+        const ChunkInfo& c = (*enc)->chunk(i);
+        ChunkHeader h;
+        std::string payload;
+        EXPECT_TRUE((*enc)->EncodeChunk(i, grads[t.index], o.seed, o.worker_id, clock, &h, &payload).ok());
+        EXPECT_TRUE(DecodeAdd(h, payload, absl::MakeSpan(decoded.data() + c.offset, c.num_elems), 1.0f).ok());
+      }
+      for (size_t i = 0; i < t.num_elems; ++i) out[t.index][i] -= lr * decoded[i];
+    }
+    return out;
+  }
+  static void ExpectNear(const std::vector<std::vector<float>>& got,
+                         const std::vector<std::vector<float>>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < got.size(); ++t) {
+      ASSERT_EQ(got[t].size(), want[t].size());
+      size_t bad = 0;
+      for (size_t i = 0; i < got[t].size(); ++i) {
+        if (std::fabs(got[t][i] - want[t][i]) > 1e-5f * std::max(1.0f, std::fabs(want[t][i]))) {
+          if (++bad < 5) ADD_FAILURE() << "tensor " << t << "[" << i << "] = " << got[t][i]
+                                       << ", want " << want[t][i];
+        }
+      }
+      EXPECT_EQ(bad, 0u) << "tensor " << t;
+    }
+  }
+
+  // One sync step: init, push every tensor at clock 0, advance, pull at 1.
+  void RoundTrip(const std::string& codec, int num_shards, int encode_threads = 0) {
+    StartShards(num_shards);
+    ShardMap map = Map(codec);
+    ASSERT_TRUE(testing::CreateJob(map, Sgd(0.5f), kWait).ok());
+    ClientOptions o = Options();
+    o.encode_threads = encode_threads;
+    auto client = PsClient::Connect(map, o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto init = InitValues(map);
+    ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+    std::vector<std::vector<float>> grads;
+    std::vector<PushHandle> pushes;
+    for (const TensorInfo& t : map.tensors) {
+      grads.push_back(Random(t.num_elems, 7 + t.index, 0.7f));
+      pushes.push_back((*client)->Push(t.index, grads.back(), 0));
+    }
+    for (auto& h : pushes) ASSERT_TRUE(PsClient::Wait(h, kWait).ok());
+    ASSERT_TRUE((*client)->AdvanceClock(1).ok());
+    std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
+    ASSERT_TRUE(PsClient::Wait((*client)->Pull(1, MutableSpans(got)), kWait).ok());
+    ExpectNear(got, Expected(map, o, init, grads, 0, 0.5f));
+
+    ClientStats st = (*client)->stats();
+    EXPECT_EQ(st.fp32_bytes_pushed, 100010u * 4);
+    if (codec == "none") {
+      EXPECT_EQ(st.bytes_pushed, st.fp32_bytes_pushed);
+    }
+    if (codec == "twobit" || codec == "ternary") {
+      EXPECT_EQ(st.bytes_pushed, (100000 / 16384) * 4096 + (100000 % 16384 + 3) / 4 + 3u);
+    }
+    EXPECT_EQ(st.chunks_acked, st.chunks_pushed + map.chunks.size());  // + the inits
+    EXPECT_EQ(st.bytes_pulled, 100010u * 4);
+    if (codec == "twobit") {
+      EXPECT_GT(st.residual_norm, 0.0);
+    }
+    EXPECT_TRUE((*client)->Leave(kWait).ok());
+  }
+
+  std::vector<std::unique_ptr<ShardProcess>> shards_;
+};
+
+TEST_F(PsClientTest, RoundTripNoneTwoShards) { RoundTrip("none", 2); }
+TEST_F(PsClientTest, RoundTripTwoBitTwoShards) { RoundTrip("twobit", 2); }
+TEST_F(PsClientTest, RoundTripTernaryOneShard) { RoundTrip("ternary", 1); }
+TEST_F(PsClientTest, RoundTripTwoBitWithEncodePool) { RoundTrip("twobit", 2, /*encode_threads=*/3); }
+
+TEST_F(PsClientTest, UnknownJobSurfacesTheShardsNotFound) {
+  StartShards(1);
+  ClientOptions o = Options();
+  o.job_id = "no-such-job";
+  const absl::Time start = absl::Now();
+  auto client = PsClient::Connect(Map("none"), o);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kNotFound) << client.status();
+  EXPECT_NE(client.status().message().find("unknown job"), absl::string_view::npos);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // refused, not timed out
+}
+
+TEST_F(PsClientTest, StaleIncarnationIsRefused) {
+  StartShards(1);
+  ShardMap map = Map("none");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.1f), kWait).ok());
+  ClientOptions newer = Options();
+  newer.incarnation = 2;
+  auto a = PsClient::Connect(map, newer);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = PsClient::Connect(map, Options());  // incarnation 1
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
+  EXPECT_NE(b.status().message().find("incarnation"), absl::string_view::npos);
+}
+
+TEST_F(PsClientTest, MapThatDisagreesWithTheShardIsRefused) {
+  StartShards(1);
+  ShardMap map = Map("none");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.1f), kWait).ok());
+  auto other = SplitModel({{"w", 100000}, {"b", 10}}, Addresses(), 8192);
+  ASSERT_TRUE(other.ok());
+  auto client = PsClient::Connect(*other, Options());
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition) << client.status();
+}
+
+TEST_F(PsClientTest, PushRejectedByTheShardCarriesItsStatus) {
+  StartShards(1);
+  ShardMap map = Map("none");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.1f), kWait).ok());
+  auto client = PsClient::Connect(map, Options());
+  ASSERT_TRUE(client.ok());
+  // A NaN gradient is refused before it leaves (codec), a wrong size at once.
+  std::vector<float> nan(10, std::nanf(""));
+  EXPECT_EQ(PsClient::Wait((*client)->Push(1, nan, 0), kWait).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<float> wrong(11);
+  EXPECT_EQ(PsClient::Wait((*client)->Push(1, wrong, 0), kWait).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(PsClientTest, PullWaitHasADeadline) {
+  StartShards(1);
+  ShardMap map = Map("none");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.1f), kWait).ok());
+  auto client = PsClient::Connect(map, Options());
+  ASSERT_TRUE(client.ok());
+  auto init = InitValues(map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  // Sync mode: version 5 never comes, so the pull stays parked.
+  std::vector<std::vector<float>> got = {std::vector<float>(100000, -1.0f), std::vector<float>(10, -1.0f)};
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(PsClient::Wait((*client)->Pull(5, MutableSpans(got)), absl::Milliseconds(300)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(got[1][0], -1.0f);
+}
+
+TEST_F(PsClientTest, WaitOnADeadShardTimesOut) {
+  StartShards(1);
+  ShardMap map = Map("none");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.1f), kWait).ok());
+  auto client = PsClient::Connect(map, Options());
+  ASSERT_TRUE(client.ok());
+  shards_[0]->Kill();
+  std::vector<float> g(10, 1.0f);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(PsClient::Wait((*client)->Push(1, g, 0), absl::Milliseconds(300)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_FALSE((*client)->Leave(absl::Milliseconds(300)).ok());
+}
+
+// The shard is killed after a checkpoint; a push made while it is down waits
+// in the journal, is replayed when the restarted shard has the job again, and
+// is applied exactly once.
+TEST_F(PsClientTest, ReconnectsAfterShardRestartAndReplays) {
+  const std::string dir = ::testing::TempDir() + "/gs_client_ckpt_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  StartShards(1, {"--checkpoint_dir=" + dir});
+  ShardMap map = Map("none");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.5f), kWait).ok());
+  ClientOptions o = Options();
+  auto client = PsClient::Connect(map, o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto init = InitValues(map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  ASSERT_TRUE(testing::Checkpoint(map.shards[0], "job", kWait).ok());
+
+  shards_[0]->Kill();
+  std::vector<std::vector<float>> grads = {Random(100000, 3), Random(10, 4)};
+  PushHandle w = (*client)->Push(0, grads[0], 0);
+  PushHandle b = (*client)->Push(1, grads[1], 0);
+  EXPECT_EQ(PsClient::Wait(w, absl::Milliseconds(100)).code(), absl::StatusCode::kDeadlineExceeded);
+
+  ASSERT_TRUE(shards_[0]->Restart().ok());
+  auto created = testing::CreateJob(map, Sgd(0.5f), kWait);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_TRUE((*created)[0].restored());
+  ASSERT_TRUE(PsClient::Wait(w, kWait).ok());
+  ASSERT_TRUE(PsClient::Wait(b, kWait).ok());
+  ASSERT_TRUE((*client)->AdvanceClock(1).ok());
+  std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
+  ASSERT_TRUE(PsClient::Wait((*client)->Pull(1, MutableSpans(got)), kWait).ok());
+  ExpectNear(got, Expected(map, o, init, grads, 0, 0.5f));
+  ClientStats st = (*client)->stats();
+  EXPECT_GE(st.reconnects, 1u);
+  EXPECT_GE(st.replayed, 2u);
+  auto stats = testing::GetStats(map.shards[0], "job", kWait);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->pushes_applied(), map.chunks.size());
+  std::filesystem::remove_all(dir);
+}
+
+// The shard applies a push but its ack is lost and the connection breaks: the
+// client replays, the shard reports a duplicate, and the push counts once.
+TEST_F(PsClientTest, LostAckIsReplayedAndAppliedOnce) {
+  StartShards(1);
+  auto proxy = testing::TcpProxy::Start(shards_[0]->port());
+  ASSERT_TRUE(proxy.ok());
+  ShardMap map = Map("twobit", {(*proxy)->address()});
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.5f), kWait).ok());
+  ClientOptions o = Options();
+  auto client = PsClient::Connect(map, o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto init = InitValues(map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+
+  (*proxy)->set_drop_downstream(true);
+  std::vector<std::vector<float>> grads = {Random(100000, 5), Random(10, 6)};
+  PushHandle w = (*client)->Push(0, grads[0], 0);
+  PushHandle b = (*client)->Push(1, grads[1], 0);
+  // Poll the shard directly until it applied everything.
+  const absl::Time end = absl::Now() + kWait;
+  uint64_t applied = 0;
+  while (absl::Now() < end) {
+    auto stats = testing::GetStats(shards_[0]->address(), "job", kWait);
+    ASSERT_TRUE(stats.ok());
+    applied = stats->pushes_applied();
+    if (applied == map.chunks.size()) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(applied, map.chunks.size());
+  EXPECT_FALSE(PsClient::Wait(w, absl::ZeroDuration()).ok());  // acks were lost
+
+  (*proxy)->set_drop_downstream(false);
+  (*proxy)->SeverAll();
+  ASSERT_TRUE(PsClient::Wait(w, kWait).ok());
+  ASSERT_TRUE(PsClient::Wait(b, kWait).ok());
+  ClientStats st = (*client)->stats();
+  EXPECT_EQ(st.duplicate_acks, map.chunks.size());
+  EXPECT_GE((*proxy)->connections_accepted(), 2);
+
+  ASSERT_TRUE((*client)->AdvanceClock(1).ok());
+  std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
+  ASSERT_TRUE(PsClient::Wait((*client)->Pull(1, MutableSpans(got)), kWait).ok());
+  ExpectNear(got, Expected(map, o, init, grads, 0, 0.5f));
+  auto stats = testing::GetStats(shards_[0]->address(), "job", kWait);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->pushes_applied(), map.chunks.size());
+  EXPECT_EQ(stats->pushes_duplicate(), map.chunks.size());
+}
+
+TEST_F(PsClientTest, TwoWorkersSyncAverage) {
+  StartShards(2);
+  ShardMap map = Map("none");
+  testing::JobSetup setup = Sgd(1.0f);
+  setup.workers = {1, 2};
+  ASSERT_TRUE(testing::CreateJob(map, setup, kWait).ok());
+  auto c1 = PsClient::Connect(map, Options(1));
+  auto c2 = PsClient::Connect(map, Options(2));
+  ASSERT_TRUE(c1.ok() && c2.ok());
+  auto init = InitValues(map);
+  ASSERT_TRUE((*c1)->InitParams(Spans(init), kWait).ok());
+  std::vector<std::vector<float>> g1 = {Random(100000, 11), Random(10, 12)};
+  std::vector<std::vector<float>> g2 = {Random(100000, 13), Random(10, 14)};
+  for (uint32_t t = 0; t < 2; ++t) {
+    ASSERT_TRUE(PsClient::Wait((*c1)->Push(t, g1[t], 0), kWait).ok());
+    ASSERT_TRUE(PsClient::Wait((*c2)->Push(t, g2[t], 0), kWait).ok());
+  }
+  ASSERT_TRUE((*c1)->AdvanceClock(1).ok());
+  ASSERT_TRUE((*c2)->AdvanceClock(1).ok());
+  std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
+  ASSERT_TRUE(PsClient::Wait((*c2)->Pull(1, MutableSpans(got)), kWait).ok());
+  auto want = init;
+  for (size_t t = 0; t < 2; ++t) {
+    for (size_t i = 0; i < want[t].size(); ++i) want[t][i] -= (g1[t][i] + g2[t][i]) / 2.0f;
+  }
+  ExpectNear(got, want);
+}
+
+TEST_F(PsClientTest, LeaveClosesTheClient) {
+  StartShards(2);
+  ShardMap map = Map("none");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.1f), kWait).ok());
+  auto client = PsClient::Connect(map, Options());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->Leave(kWait).ok());
+  std::vector<float> g(10, 1.0f);
+  EXPECT_FALSE(PsClient::Wait((*client)->Push(1, g, 0), kWait).ok());
+  EXPECT_FALSE((*client)->AdvanceClock(2).ok());
+}
+
+}  // namespace
+}  // namespace gradstream::client

@@ -1,0 +1,98 @@
+// The shard map as plain structs, and the pure functions that build and check
+// it: which chunk of which tensor lives on which shard.
+//
+// The coordinator computes the map once per job with SplitModel() and hands
+// the same map to every worker and shard (see design.md, "Sharding"); nobody
+// recomputes it. Workers only validate what they were given. This file has
+// no gRPC or protobuf dependency (library `gs_shard_map`) so the coordinator
+// and tools can link it alone; conversion to and from the wire form is in
+// shard_map_proto.h.
+#ifndef GRADSTREAM_WORKER_CLIENT_SHARD_MAP_H_
+#define GRADSTREAM_WORKER_CLIENT_SHARD_MAP_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace gradstream::client {
+
+// A chunk is the unit of sharding, encoding and versioning. Its fp32 form must
+// fit in one gRPC message well under the 4 MiB default receive limit, so a
+// chunk holds at most 1 MiB of fp32.
+inline constexpr uint32_t kMaxChunkElems = 262144;  // 1 MiB of fp32
+inline constexpr uint32_t kDefaultChunkElems = kMaxChunkElems;
+
+// Which codec each tensor travels with (the job spec's CodecPolicy, typed).
+struct CodecPolicy {
+  std::string default_codec = "twobit";         // "none" | "twobit" | "ternary" | "onebit"
+  std::map<std::string, std::string> overrides;  // tensor name -> codec name
+  uint64_t min_compress_elems = 0;  // smaller tensors travel as "none" (TernGrad's size_to_binarize)
+  float twobit_threshold = 0.5f;    // <= 0: adaptive per chunk
+  float ternary_clip = 2.5f;        // <= 0: no clipping
+  bool error_feedback = true;       // residual per chunk for every compressing codec
+};
+
+// The codec `policy` selects for a tensor: an override by name wins, then
+// tensors below min_compress_elems get "none", then the default. Names are not
+// checked here (the codec registry answers unknown ones with NotFound).
+std::string ResolveCodec(const CodecPolicy& policy, std::string_view tensor_name,
+                         uint64_t num_elems);
+
+// A named tensor of the model, as the user lists it.
+struct TensorSpec {
+  std::string name;
+  uint64_t num_elems = 0;
+};
+
+struct TensorInfo {
+  std::string name;
+  uint32_t index = 0;      // position in ShardMap::tensors
+  uint64_t num_elems = 0;
+  std::string codec;       // chosen by the policy; empty = resolve on the worker
+};
+
+struct ChunkInfo {
+  uint64_t chunk_id = 0;   // dense 0..N-1 over the whole model
+  uint32_t tensor = 0;     // index into ShardMap::tensors
+  uint64_t offset = 0;     // first element within the tensor
+  uint32_t num_elems = 0;  // 1..kMaxChunkElems
+  uint32_t shard = 0;      // index into ShardMap::shards
+};
+
+struct ShardMap {
+  std::vector<std::string> shards;  // shard addresses, host:port
+  std::vector<TensorInfo> tensors;
+  std::vector<ChunkInfo> chunks;    // chunks[i].chunk_id == i, in tensor/offset order
+};
+
+// Cuts every tensor into chunks of at most `chunk_elems` elements (the last
+// chunk of a tensor may be shorter) and assigns chunks to shards balanced by
+// bytes: largest chunk first onto the least-loaded shard (LPT), ties to the
+// lower index, so the result is deterministic and the most-loaded shard holds
+// at most one chunk more than the least-loaded one's bytes. Chunk ids are dense
+// in tensor order. Each TensorInfo's codec comes from `policy`.
+// InvalidArgument for no shards, no tensors, an empty or duplicate tensor
+// name, a zero-sized tensor, or chunk_elems outside 1..kMaxChunkElems.
+absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
+                                    absl::Span<const std::string> shards,
+                                    uint32_t chunk_elems = kDefaultChunkElems,
+                                    const CodecPolicy& policy = CodecPolicy());
+
+// Checks a map received from elsewhere: tensor indices match positions, chunk
+// ids are dense, every chunk is 1..kMaxChunkElems elements on a valid shard,
+// and each tensor is covered exactly once, in order, without gaps or overlap.
+// InvalidArgument naming the first violation.
+[[nodiscard]] absl::Status ValidateShardMap(const ShardMap& map);
+
+// Bytes of fp32 each shard holds (index = shard).
+std::vector<uint64_t> ShardLoads(const ShardMap& map);
+
+}  // namespace gradstream::client
+
+#endif  // GRADSTREAM_WORKER_CLIENT_SHARD_MAP_H_

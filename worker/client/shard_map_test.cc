@@ -1,0 +1,130 @@
+#include "worker/client/shard_map.h"
+
+#include <algorithm>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace gradstream::client {
+namespace {
+
+std::vector<std::string> Shards(int n) {
+  std::vector<std::string> s;
+  for (int i = 0; i < n; ++i) s.push_back("127.0.0.1:" + std::to_string(5000 + i));
+  return s;
+}
+
+TEST(SplitModel, ChunksTileEveryTensorWithinBounds) {
+  std::vector<TensorSpec> model = {{"w1", 1000}, {"b1", 7}, {"w2", 4096}, {"b2", 1}};
+  auto map = SplitModel(model, Shards(3), 512);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_TRUE(ValidateShardMap(*map).ok());
+  ASSERT_EQ(map->tensors.size(), 4u);
+  // ceil(1000/512) + 1 + 8 + 1
+  EXPECT_EQ(map->chunks.size(), 2u + 1u + 8u + 1u);
+  std::vector<uint64_t> covered(model.size(), 0);
+  for (size_t i = 0; i < map->chunks.size(); ++i) {
+    const ChunkInfo& c = map->chunks[i];
+    EXPECT_EQ(c.chunk_id, i);
+    EXPECT_GT(c.num_elems, 0u);
+    EXPECT_LE(c.num_elems, 512u);
+    EXPECT_EQ(c.offset, covered[c.tensor]);
+    covered[c.tensor] += c.num_elems;
+    EXPECT_LT(c.shard, 3u);
+  }
+  for (size_t t = 0; t < model.size(); ++t) EXPECT_EQ(covered[t], model[t].num_elems);
+}
+
+TEST(SplitModel, BalancedByBytesWithinOneChunk) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<TensorSpec> model;
+    const int tensors = 1 + rng() % 20;
+    for (int t = 0; t < tensors; ++t) {
+      model.push_back({"t" + std::to_string(t), 1 + rng() % 300000});
+    }
+    const int shards = 1 + rng() % 5;
+    const uint32_t chunk = 1 + rng() % 70000;
+    auto map = SplitModel(model, Shards(shards), chunk);
+    ASSERT_TRUE(map.ok()) << map.status();
+    ASSERT_TRUE(ValidateShardMap(*map).ok());
+    auto load = ShardLoads(*map);
+    const uint64_t max = *std::max_element(load.begin(), load.end());
+    const uint64_t min = *std::min_element(load.begin(), load.end());
+    EXPECT_LE(max - min, uint64_t{chunk} * 4) << "trial " << trial;
+  }
+}
+
+TEST(SplitModel, LargeTensorSpreadsOverAllShards) {
+  // 64 MiB model in 1 MiB chunks over 2 shards: 32 chunks each.
+  auto map = SplitModel({{"w", 16u << 20}}, Shards(2), kMaxChunkElems);
+  ASSERT_TRUE(map.ok());
+  auto load = ShardLoads(*map);
+  EXPECT_EQ(load[0], load[1]);
+  EXPECT_EQ(map->chunks.size(), 64u);
+}
+
+TEST(SplitModel, Deterministic) {
+  std::vector<TensorSpec> model = {{"a", 12345}, {"b", 999}, {"c", 70000}};
+  auto m1 = SplitModel(model, Shards(3), 1000);
+  auto m2 = SplitModel(model, Shards(3), 1000);
+  ASSERT_TRUE(m1.ok() && m2.ok());
+  ASSERT_EQ(m1->chunks.size(), m2->chunks.size());
+  for (size_t i = 0; i < m1->chunks.size(); ++i) EXPECT_EQ(m1->chunks[i].shard, m2->chunks[i].shard);
+}
+
+TEST(SplitModel, RejectsBadInput) {
+  EXPECT_EQ(SplitModel({{"a", 10}}, {}, 4).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitModel({}, Shards(1), 4).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitModel({{"a", 0}}, Shards(1), 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitModel({{"a", 1}, {"a", 2}}, Shards(1), 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitModel({{"a", 10}}, Shards(1), 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitModel({{"a", 10}}, Shards(1), kMaxChunkElems + 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SplitModel, CodecPolicyPerTensor) {
+  CodecPolicy policy;
+  policy.default_codec = "ternary";
+  policy.min_compress_elems = 100;
+  policy.overrides["special"] = "onebit";
+  auto map = SplitModel({{"big", 1000}, {"bias", 10}, {"special", 5}}, Shards(1), 256, policy);
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->tensors[0].codec, "ternary");
+  EXPECT_EQ(map->tensors[1].codec, "none");
+  EXPECT_EQ(map->tensors[2].codec, "onebit");
+}
+
+TEST(ValidateShardMap, CatchesGapsOverlapsAndBadIndices) {
+  auto good = SplitModel({{"a", 100}, {"b", 50}}, Shards(2), 40);
+  ASSERT_TRUE(good.ok());
+  ASSERT_TRUE(ValidateShardMap(*good).ok());
+
+  ShardMap gap = *good;
+  gap.chunks[1].offset += 1;
+  EXPECT_EQ(ValidateShardMap(gap).code(), absl::StatusCode::kInvalidArgument);
+
+  ShardMap short_cover = *good;
+  short_cover.chunks[2].num_elems -= 1;
+  EXPECT_FALSE(ValidateShardMap(short_cover).ok());
+
+  ShardMap bad_shard = *good;
+  bad_shard.chunks[0].shard = 2;
+  EXPECT_FALSE(ValidateShardMap(bad_shard).ok());
+
+  ShardMap bad_id = *good;
+  bad_id.chunks[3].chunk_id = 7;
+  EXPECT_FALSE(ValidateShardMap(bad_id).ok());
+
+  ShardMap too_big = *good;
+  too_big.tensors[0].num_elems = kMaxChunkElems + 1;
+  too_big.chunks = {ChunkInfo{0, 0, 0, kMaxChunkElems + 1, 0}};
+  too_big.tensors.resize(1);
+  EXPECT_FALSE(ValidateShardMap(too_big).ok());
+}
+
+}  // namespace
+}  // namespace gradstream::client

@@ -1,0 +1,126 @@
+// The encoding half of a push, without a network: chunks follow the map, each
+// chunk keeps its own residual, and decoding what was sent plus the residual
+// gives back the gradient.
+#include "worker/client/internal/tensor_encoder.h"
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace gradstream::client::internal {
+namespace {
+
+std::vector<float> RandomGrad(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> g(n);
+  for (auto& x : g) x = d(rng);
+  return g;
+}
+
+ShardMap TwoTensorMap() {
+  auto map = SplitModel({{"w", 1000}, {"b", 10}}, {"s0:1", "s1:1"}, 256);
+  EXPECT_TRUE(map.ok());
+  return *map;
+}
+
+// Encodes every chunk of `grad`, decodes it into `decoded`.
+void EncodeDecode(TensorEncoder& enc, const std::vector<float>& grad, uint64_t clock,
+                  std::vector<float>* decoded, uint64_t* bytes) {
+  decoded->assign(grad.size(), 0.0f);
+  *bytes = 0;
+  for (size_t i = 0; i < enc.num_chunks(); ++i) {
+    const ChunkInfo& c = enc.chunk(i);
+    ChunkHeader h;
+    std::string payload;
+    ASSERT_TRUE(enc.EncodeChunk(i, grad, 1, 3, clock, &h, &payload).ok());
+    EXPECT_EQ(h.num_elems, c.num_elems);
+    EXPECT_EQ(payload.size(), PayloadBytes(h.codec, h.num_elems));
+    EXPECT_LE(payload.size(), 1u << 20);
+    ASSERT_TRUE(DecodeAdd(h, payload, absl::MakeSpan(decoded->data() + c.offset, c.num_elems), 1.0f)
+                    .ok());
+    *bytes += payload.size();
+  }
+}
+
+TEST(TensorEncoder, ChunksFollowTheMap) {
+  ShardMap map = TwoTensorMap();
+  CodecPolicy policy;
+  auto enc = TensorEncoder::Create(map, 0, "none", policy);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  ASSERT_EQ((*enc)->num_chunks(), 4u);  // 256, 256, 256, 232
+  EXPECT_EQ((*enc)->chunk(3).num_elems, 232u);
+  auto g = RandomGrad(1000, 1);
+  std::vector<float> decoded;
+  uint64_t bytes;
+  EncodeDecode(**enc, g, 0, &decoded, &bytes);
+  EXPECT_EQ(bytes, 4000u);
+  EXPECT_EQ(decoded, g);  // none is exact
+}
+
+TEST(TensorEncoder, TwoBitResidualKeepsWhatWasNotSent) {
+  ShardMap map = TwoTensorMap();
+  CodecPolicy policy;
+  policy.twobit_threshold = 0.5f;
+  auto enc = TensorEncoder::Create(map, 0, "twobit", policy);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  // Sum over steps of decoded == sum of gradients - final residual.
+  std::vector<float> sent_sum(1000, 0.0f), grad_sum(1000, 0.0f);
+  for (uint64_t step = 0; step < 5; ++step) {
+    auto g = RandomGrad(1000, 10 + step);
+    std::vector<float> decoded;
+    uint64_t bytes;
+    EncodeDecode(**enc, g, step, &decoded, &bytes);
+    EXPECT_EQ(bytes, 250u);  // 2 bits per element, 16x less than fp32
+    for (size_t i = 0; i < 1000; ++i) {
+      sent_sum[i] += decoded[i];
+      grad_sum[i] += g[i];
+      EXPECT_TRUE(decoded[i] == 0.0f || std::fabs(decoded[i]) == 0.5f);
+    }
+  }
+  const double residual_sq = (*enc)->ResidualNormSquared();
+  double diff_sq = 0.0;
+  for (size_t i = 0; i < 1000; ++i) diff_sq += double(grad_sum[i] - sent_sum[i]) * (grad_sum[i] - sent_sum[i]);
+  EXPECT_GT(residual_sq, 0.0);
+  EXPECT_NEAR(residual_sq, diff_sq, 1e-3 * diff_sq);
+}
+
+TEST(TensorEncoder, TernaryIsReproducibleAndBounded) {
+  ShardMap map = TwoTensorMap();
+  CodecPolicy policy;
+  policy.error_feedback = false;
+  auto a = TensorEncoder::Create(map, 0, "ternary", policy);
+  auto b = TensorEncoder::Create(map, 0, "ternary", policy);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)->ResidualNormSquared(), 0.0);
+  auto g = RandomGrad(1000, 5);
+  for (size_t i = 0; i < (*a)->num_chunks(); ++i) {
+    ChunkHeader ha, hb;
+    std::string pa, pb;
+    ASSERT_TRUE((*a)->EncodeChunk(i, g, 9, 2, 4, &ha, &pa).ok());
+    ASSERT_TRUE((*b)->EncodeChunk(i, g, 9, 2, 4, &hb, &pb).ok());
+    EXPECT_EQ(pa, pb);  // same key, same bits
+    EXPECT_EQ(ha.scale, hb.scale);
+    EXPECT_GT(ha.scale, 0.0f);
+  }
+}
+
+TEST(TensorEncoder, UnknownCodecIsNotFound) {
+  ShardMap map = TwoTensorMap();
+  auto enc = TensorEncoder::Create(map, 0, "sevenbit", CodecPolicy());
+  EXPECT_EQ(enc.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(TensorEncoder, ShortGradientIsInvalidArgument) {
+  ShardMap map = TwoTensorMap();
+  auto enc = TensorEncoder::Create(map, 1, "none", CodecPolicy());
+  ASSERT_TRUE(enc.ok());
+  std::vector<float> g(5);
+  ChunkHeader h;
+  std::string p;
+  EXPECT_EQ((*enc)->EncodeChunk(0, g, 1, 1, 1, &h, &p).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gradstream::client::internal
