@@ -1,0 +1,124 @@
+// Unit tests of the CLI's parsing and rendering; the binary itself is tested
+// against a live coordinator in tests/control/cli_test.cc.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "cli/args.h"
+#include "cli/render.h"
+#include "cli/spec_input.h"
+#include "gtest/gtest.h"
+
+namespace gradstream::cli {
+namespace {
+
+TEST(Args, FlagsAnywhereAndPositionalsInOrder) {
+  auto a = Args::Parse({"scale", "--workers", "4", "job-1", "--json", "--timeout=2s"}, {"json"});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->positional(), (std::vector<std::string>{"scale", "job-1"}));
+  EXPECT_EQ(*a->Get("workers"), "4");
+  EXPECT_TRUE(a->Bool("json"));
+  EXPECT_EQ(**a->GetDuration("timeout"), absl::Seconds(2));
+  EXPECT_TRUE(a->CheckKnown({"workers", "json", "timeout"}).ok());
+  EXPECT_FALSE(a->CheckKnown({"json"}).ok());
+}
+
+TEST(Args, Errors) {
+  EXPECT_FALSE(Args::Parse({"scale", "--workers"}, {}).ok());
+  EXPECT_FALSE(Args::Parse({"--a=1", "--a=2"}, {}).ok());
+  auto a = Args::Parse({"--workers=many"}, {});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->GetUint("workers").status().message(),
+            "--workers: want a non-negative integer, got 'many'");
+}
+
+// Writes `text` to a file removed when the test binary exits.
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  static std::vector<std::string>* const kFiles = [] {
+    auto* files = new std::vector<std::string>();
+    std::atexit([] {
+      for (const auto& f : *kFiles) std::remove(f.c_str());
+    });
+    return files;
+  }();
+  const std::string path = "/tmp/" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path) << text;
+  kFiles->push_back(path);
+  return path;
+}
+
+TEST(SpecInput, JsonAndTextFormat) {
+  auto json = LoadSpecFile(WriteTemp("spec.json", R"({"name": "j", "steps": 50,
+      "optimizer": {"type": "adagrad", "learningRate": 0.1},
+      "consistency": {"mode": "BOUNDED", "staleness": 3}})"));
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(json->steps(), 50u);
+  EXPECT_EQ(json->optimizer().type(), "adagrad");
+  EXPECT_EQ(json->consistency().mode(), gradstream::v1::BOUNDED);
+  auto text = LoadSpecFile(WriteTemp("spec.txtpb", "name: 't'\nmodel { type: 'softmax' }\n"));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->model().type(), "softmax");
+}
+
+TEST(SpecInput, MalformedFilesSayWhere) {
+  auto bad = LoadSpecFile(WriteTemp("bad.txtpb", "name: 't'\nstepz: 4\n"));
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "line 2")) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "stepz")) << bad.status();
+  auto bad_json = LoadSpecFile(WriteTemp("bad.json", R"({"stepz": 4})"));
+  EXPECT_EQ(bad_json.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadSpecFile("/nonexistent/spec.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SpecInput, FlagsOverride) {
+  auto a = Args::Parse(
+      {"submit", "--workers=4", "--hidden=128,64", "--consistency=bounded", "--staleness=2",
+       "--dataset=mnist:/data", "--lr=0.5", "--codec_override=fc1.b=none"},
+      {});
+  ASSERT_TRUE(a.ok());
+  gradstream::v1::JobSpec spec;
+  spec.set_workers(2);
+  ASSERT_TRUE(ApplySpecFlags(*a, &spec).ok());
+  EXPECT_EQ(spec.workers(), 4u);
+  EXPECT_EQ(spec.model().hidden_size(), 2);
+  EXPECT_EQ(spec.consistency().mode(), gradstream::v1::BOUNDED);
+  EXPECT_EQ(spec.consistency().staleness(), 2u);
+  EXPECT_EQ(spec.dataset().mnist_dir(), "/data");
+  EXPECT_FLOAT_EQ(spec.optimizer().learning_rate(), 0.5f);
+  EXPECT_EQ(spec.codec().overrides().at("fc1.b"), "none");
+  auto bad = Args::Parse({"submit", "--consistency=eventual"}, {});
+  EXPECT_EQ(ApplySpecFlags(*bad, &spec).message(),
+            "--consistency: unknown 'eventual' (want sync|bounded|async)");
+}
+
+TEST(Render, TableAlignsColumns) {
+  EXPECT_EQ(Table({{"A", "BB"}, {"ccc", "d"}}), "A    BB\nccc  d\n");
+  EXPECT_EQ(HumanBytes(512), "512 B");
+  EXPECT_EQ(HumanBytes(1536), "1.5 KiB");
+}
+
+TEST(Render, ProgressLineHasEveryField) {
+  gradstream::v1::JobStatus j;
+  j.mutable_spec()->set_steps(100);
+  j.set_state(gradstream::v1::RUNNING);
+  j.set_active_workers(3);
+  j.set_desired_workers(4);
+  auto* p = j.mutable_progress();
+  p->set_clock(50);
+  p->set_loss(0.25f);
+  p->set_accuracy(0.9f);
+  p->set_accuracy_clock(40);
+  p->set_samples_per_sec(1234);
+  p->set_bytes_pushed(2048);
+  p->set_compression_ratio(15.9);
+  p->set_max_staleness(2);
+  EXPECT_EQ(ProgressLine(j, 10),
+            "[#####.....]  50% clock 50/100 | loss 0.2500 | acc 90.0% | 1234 samples/s | "
+            "pushed 2.0 KiB (x15.9) | staleness 2 | workers 3/4 | RUNNING");
+}
+
+}  // namespace
+}  // namespace gradstream::cli

@@ -1,0 +1,347 @@
+// gradstream: the command-line client of the coordinator.
+//
+//   gradstream submit [SPEC_FILE] [--workers=N ...]   submit a job
+//   gradstream status JOB                             one job in detail
+//   gradstream watch JOB                              live progress until it ends
+//   gradstream scale JOB --workers N                  change the worker count
+//   gradstream cancel JOB                             stop a job
+//   gradstream list                                   every job
+//   gradstream cluster                                shards and workers
+//
+// Exit codes (see kUsage): 0 ok, 1 other error, 2 usage or invalid spec,
+// 3 unknown job, 4 coordinator unreachable, 5 `watch`: job ended without
+// completing (FAILED / CANCELLED).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cli/args.h"
+#include "cli/render.h"
+#include "cli/spec_input.h"
+#include "coordinator.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "server/coordinator/job_spec.h"
+
+namespace gradstream::cli {
+namespace {
+
+namespace v1 = gradstream::v1;
+
+enum ExitCode { kOk = 0, kOther = 1, kUsage = 2, kNotFound = 3, kUnreachable = 4, kJobFailed = 5 };
+
+constexpr char kDefaultCoordinator[] = "localhost:7070";
+
+constexpr char kUsageText[] = R"(usage: gradstream COMMAND [ARGS] [FLAGS]
+
+commands:
+  submit [SPEC_FILE] [SPEC FLAGS]   submit a job (JSON or text-format JobSpec file and/or flags)
+  status JOB                        show one job in detail
+  watch JOB [--interval=1s]         live progress until the job ends
+  scale JOB --workers N             change a running job's worker count
+  cancel JOB                        stop a job
+  list                              list jobs
+  cluster                           list shards and workers with their health
+  help [submit]                     this text / the submit flags
+
+global flags:
+  --coordinator=HOST:PORT   coordinator address (default: $GRADSTREAM_COORDINATOR or localhost:7070)
+  --json                    machine-readable JSON output (one object; `watch`: one per line)
+  --timeout=5s              deadline of each call to the coordinator
+
+exit codes:
+  0 ok   1 other error   2 usage error or invalid job spec   3 unknown job
+  4 coordinator unreachable   5 (watch) the job ended FAILED or CANCELLED
+)";
+
+const std::set<std::string> kBoolFlags = {"json", "help", "no_error_feedback", "dry_run"};
+const std::set<std::string> kGlobalFlags = {"coordinator", "json", "timeout", "help"};
+
+struct Context {
+  std::string address;
+  absl::Duration timeout = absl::Seconds(5);
+  bool json = false;
+  std::unique_ptr<v1::Coordinator::Stub> stub;
+};
+
+int ExitFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk:
+      return kOk;
+    case absl::StatusCode::kInvalidArgument:
+      return kUsage;
+    case absl::StatusCode::kNotFound:
+      return kNotFound;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return kUnreachable;
+    default:
+      return kOther;
+  }
+}
+
+// Prints `s` with advice on what to do, returns the exit code.
+int Fail(const Context& ctx, const absl::Status& s) {
+  std::string advice;
+  switch (ExitFor(s)) {
+    case kUnreachable:
+      advice =
+          absl::StrCat("\n  cannot reach the coordinator at ", ctx.address,
+                       ": is gs_coordinator running there? Pass --coordinator=HOST:PORT or set "
+                       "GRADSTREAM_COORDINATOR.");
+      break;
+    case kUsage:
+      advice = "\n  fix the field(s) named above; `gradstream help submit` lists the spec flags.";
+      break;
+    default:
+      break;
+  }
+  std::cerr << "gradstream: " << absl::StatusCodeToString(s.code()) << ": " << s.message() << advice
+            << "\n";
+  return ExitFor(s);
+}
+
+int Usage(const std::string& message) {
+  std::cerr << "gradstream: " << message << "\n\n" << kUsageText;
+  return kUsage;
+}
+
+// Every call carries a deadline; fail fast when the coordinator is down.
+template <typename Req, typename Resp, typename Method>
+absl::Status Call(const Context& ctx, Method method, const Req& req, Resp* resp) {
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(ctx.timeout));
+  grpc::Status s = (ctx.stub.get()->*method)(&c, req, resp);
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+void PrintJson(const google::protobuf::Message& m, bool one_line = false) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = !one_line;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+  std::cout << out << (one_line || out.empty() || out.back() != '\n' ? "\n" : "");
+  std::cout.flush();
+}
+
+int CmdSubmit(const Context& ctx, const Args& args) {
+  if (args.positional().size() > 2) return Usage("submit takes at most one SPEC_FILE");
+  v1::SubmitJobRequest req;
+  if (args.positional().size() == 2) {
+    auto spec = LoadSpecFile(args.positional()[1]);
+    if (!spec.ok()) return Fail(ctx, absl::InvalidArgumentError(spec.status().message()));
+    *req.mutable_spec() = *std::move(spec);
+  }
+  if (absl::Status s = ApplySpecFlags(args, req.mutable_spec()); !s.ok()) return Fail(ctx, s);
+  // Validate here too, so a bad spec is reported without a coordinator.
+  auto normalized = coordinator::NormalizeJobSpec(req.spec());
+  if (!normalized.ok()) return Fail(ctx, normalized.status());
+  if (args.Bool("dry_run")) {
+    ctx.json ? PrintJson(*normalized) : (void)(std::cout << normalized->DebugString());
+    return kOk;
+  }
+  v1::SubmitJobResponse resp;
+  if (absl::Status s = Call(ctx, &v1::Coordinator::Stub::SubmitJob, req, &resp); !s.ok()) {
+    return Fail(ctx, s);
+  }
+  if (ctx.json) {
+    PrintJson(resp);
+  } else {
+    std::cout << "submitted " << resp.job_id() << "\n  follow it with: gradstream watch "
+              << resp.job_id() << "\n";
+  }
+  return kOk;
+}
+
+absl::StatusOr<v1::JobStatus> GetJob(const Context& ctx, const std::string& id) {
+  v1::GetJobRequest req;
+  req.set_job_id(id);
+  v1::JobStatus job;
+  absl::Status s = Call(ctx, &v1::Coordinator::Stub::GetJob, req, &job);
+  if (!s.ok()) return s;
+  return job;
+}
+
+int CmdStatus(const Context& ctx, const Args& args) {
+  if (args.positional().size() != 2) return Usage("usage: gradstream status JOB");
+  auto job = GetJob(ctx, args.positional()[1]);
+  if (!job.ok()) return Fail(ctx, job.status());
+  ctx.json ? PrintJson(*job) : (void)(std::cout << RenderJob(*job));
+  return kOk;
+}
+
+bool Terminal(v1::JobState s) {
+  return s == v1::COMPLETED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+int CmdWatch(const Context& ctx, const Args& args) {
+  if (args.positional().size() != 2) return Usage("usage: gradstream watch JOB [--interval=1s]");
+  auto interval = args.GetDuration("interval");
+  if (!interval.ok()) return Fail(ctx, interval.status());
+  const absl::Duration every = interval->value_or(absl::Seconds(1));
+  auto patience = args.GetDuration("unreachable_timeout");
+  if (!patience.ok()) return Fail(ctx, patience.status());
+  // A coordinator restart should not end a watch: retry for a while.
+  const absl::Duration max_unreachable = patience->value_or(absl::Seconds(30));
+  const bool tty = !ctx.json && ::isatty(STDOUT_FILENO);
+  std::string last_line;
+  absl::Time unreachable_since = absl::InfiniteFuture();
+  while (true) {
+    auto job = GetJob(ctx, args.positional()[1]);
+    if (!job.ok()) {
+      if (ExitFor(job.status()) != kUnreachable) return Fail(ctx, job.status());
+      const absl::Time now = absl::Now();
+      if (unreachable_since == absl::InfiniteFuture()) {
+        unreachable_since = now;
+        std::cerr << "\ngradstream: coordinator unreachable, retrying for "
+                  << absl::FormatDuration(max_unreachable) << "...\n";
+      }
+      if (now - unreachable_since > max_unreachable) return Fail(ctx, job.status());
+      absl::SleepFor(every);
+      continue;
+    }
+    unreachable_since = absl::InfiniteFuture();
+    if (ctx.json) {
+      job->clear_epochs();
+      job->clear_members();
+      PrintJson(*job, /*one_line=*/true);
+    } else {
+      const std::string line = ProgressLine(*job, tty ? 30 : 0);
+      if (tty) {
+        std::cout << "\r\033[K" << line << std::flush;
+      } else if (line != last_line) {
+        std::cout << line << "\n" << std::flush;
+      }
+      last_line = line;
+    }
+    if (Terminal(job->state())) {
+      if (tty) std::cout << "\n";
+      if (!ctx.json && !job->message().empty()) std::cout << job->message() << "\n";
+      return job->state() == v1::COMPLETED ? kOk : kJobFailed;
+    }
+    absl::SleepFor(every);
+  }
+}
+
+int CmdScale(const Context& ctx, const Args& args) {
+  if (args.positional().size() != 2 || !args.Has("workers")) {
+    return Usage("usage: gradstream scale JOB --workers N");
+  }
+  auto n = args.GetUint("workers");
+  if (!n.ok()) return Fail(ctx, n.status());
+  v1::ScaleJobRequest req;
+  req.set_job_id(args.positional()[1]);
+  req.set_workers(static_cast<uint32_t>(std::min<uint64_t>(**n, UINT32_MAX)));
+  v1::ScaleJobResponse resp;
+  if (absl::Status s = Call(ctx, &v1::Coordinator::Stub::ScaleJob, req, &resp); !s.ok()) {
+    return Fail(ctx, s);
+  }
+  if (ctx.json) {
+    PrintJson(resp);
+  } else {
+    std::cout << resp.job().job_id() << ": desired workers " << resp.job().desired_workers()
+              << " (now " << resp.job().active_workers()
+              << " active; the change takes effect at the next clock boundary)\n";
+  }
+  return kOk;
+}
+
+int CmdCancel(const Context& ctx, const Args& args) {
+  if (args.positional().size() != 2) return Usage("usage: gradstream cancel JOB");
+  v1::CancelJobRequest req;
+  req.set_job_id(args.positional()[1]);
+  v1::CancelJobResponse resp;
+  if (absl::Status s = Call(ctx, &v1::Coordinator::Stub::CancelJob, req, &resp); !s.ok()) {
+    return Fail(ctx, s);
+  }
+  ctx.json ? PrintJson(resp) : (void)(std::cout << resp.job().job_id() << ": CANCELLED\n");
+  return kOk;
+}
+
+int CmdList(const Context& ctx, const Args& args) {
+  if (args.positional().size() != 1) return Usage("usage: gradstream list");
+  v1::ListJobsResponse resp;
+  if (absl::Status s = Call(ctx, &v1::Coordinator::Stub::ListJobs, v1::ListJobsRequest(), &resp);
+      !s.ok()) {
+    return Fail(ctx, s);
+  }
+  ctx.json ? PrintJson(resp) : (void)(std::cout << RenderJobList(resp));
+  return kOk;
+}
+
+int CmdCluster(const Context& ctx, const Args& args) {
+  if (args.positional().size() != 1) return Usage("usage: gradstream cluster");
+  v1::ClusterStatus resp;
+  if (absl::Status s =
+          Call(ctx, &v1::Coordinator::Stub::GetCluster, v1::GetClusterRequest(), &resp);
+      !s.ok()) {
+    return Fail(ctx, s);
+  }
+  ctx.json ? PrintJson(resp)
+           : (void)(std::cout << RenderCluster(resp, absl::ToUnixMillis(absl::Now())));
+  return kOk;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> argv_list(argv + 1, argv + argc);
+  auto parsed = Args::Parse(argv_list, kBoolFlags);
+  if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
+  const Args& args = *parsed;
+  if (args.positional().empty() || args.Bool("help") || args.positional()[0] == "help") {
+    if (args.positional().size() >= 2 && args.positional()[1] == "submit") {
+      std::cout << "usage: gradstream submit [SPEC_FILE] [--dry_run] [flags]\n"
+                   "  SPEC_FILE: a JobSpec (proto/job.proto) as JSON (*.json) or text format;\n"
+                   "  flags override its fields:\n"
+                << SpecFlagsHelp();
+      return kOk;
+    }
+    if (args.positional().empty() && !args.Bool("help")) return Usage("no command given");
+    std::cout << kUsageText;
+    return kOk;
+  }
+  const std::string& cmd = args.positional()[0];
+  std::set<std::string> known = kGlobalFlags;
+  if (cmd == "submit") {
+    known.insert(SpecFlagNames().begin(), SpecFlagNames().end());
+    known.insert("dry_run");
+  } else if (cmd == "watch") {
+    known.insert({"interval", "unreachable_timeout"});
+  } else if (cmd == "scale") {
+    known.insert("workers");
+  }
+  if (absl::Status s = args.CheckKnown(known); !s.ok()) return Usage(std::string(s.message()));
+
+  Context ctx;
+  const char* env = std::getenv("GRADSTREAM_COORDINATOR");
+  ctx.address = args.Get("coordinator").value_or(env && *env ? env : kDefaultCoordinator);
+  ctx.json = args.Bool("json");
+  auto timeout = args.GetDuration("timeout");
+  if (!timeout.ok()) return Usage(std::string(timeout.status().message()));
+  if (*timeout) ctx.timeout = **timeout;
+  ctx.stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(ctx.address, grpc::InsecureChannelCredentials()));
+
+  if (cmd == "submit") return CmdSubmit(ctx, args);
+  if (cmd == "status") return CmdStatus(ctx, args);
+  if (cmd == "watch") return CmdWatch(ctx, args);
+  if (cmd == "scale") return CmdScale(ctx, args);
+  if (cmd == "cancel") return CmdCancel(ctx, args);
+  if (cmd == "list") return CmdList(ctx, args);
+  if (cmd == "cluster") return CmdCluster(ctx, args);
+  return Usage(absl::StrCat("unknown command '", cmd, "'"));
+}
+
+}  // namespace
+}  // namespace gradstream::cli
+
+int main(int argc, char** argv) { return gradstream::cli::Main(argc, argv); }

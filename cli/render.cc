@@ -1,0 +1,197 @@
+// See render.h.
+#include "cli/render.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace gradstream::cli {
+
+namespace v1 = gradstream::v1;
+
+namespace {
+
+std::string Age(int64_t then_ms, int64_t now_ms) {
+  if (then_ms <= 0) return "never";
+  const double s = std::max<int64_t>(0, now_ms - then_ms) / 1000.0;
+  if (s < 60) return absl::StrFormat("%.1fs ago", s);
+  if (s < 3600) return absl::StrFormat("%.0fm ago", s / 60);
+  return absl::StrFormat("%.1fh ago", s / 3600);
+}
+
+std::string ModelText(const v1::JobSpec& spec) {
+  std::string model = spec.model().type();
+  if (spec.model().hidden_size() > 0) {
+    absl::StrAppend(&model, " [", absl::StrJoin(spec.model().hidden(), ","), "]");
+  }
+  const auto& d = spec.dataset();
+  if (d.has_mnist_dir()) return absl::StrCat(model, " on mnist:", d.mnist_dir());
+  if (d.has_cifar10_dir()) return absl::StrCat(model, " on cifar10:", d.cifar10_dir());
+  return absl::StrCat(model, " on synthetic(", d.synthetic().dims(), " dims, ",
+                      d.synthetic().classes(), " classes)");
+}
+
+std::string ConsistencyText(const v1::ConsistencySpec& c) {
+  std::string mode = v1::ConsistencyMode_Name(c.mode());
+  if (c.mode() == v1::BOUNDED) absl::StrAppend(&mode, " (staleness ", c.staleness(), ")");
+  return mode;
+}
+
+}  // namespace
+
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+std::string StateName(v1::JobState state) {
+  return state == v1::JOB_STATE_UNSPECIFIED ? "?" : v1::JobState_Name(state);
+}
+
+std::string RenderJobList(const v1::ListJobsResponse& jobs) {
+  if (jobs.jobs().empty()) return "no jobs (submit one with `gradstream submit`)\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"JOB", "NAME", "STATE", "CLOCK", "WORKERS", "LOSS", "ACCURACY", "MODEL"}};
+  for (const auto& j : jobs.jobs()) {
+    rows.push_back({j.job_id(), j.spec().name().empty() ? "-" : j.spec().name(),
+                    StateName(j.state()), absl::StrCat(j.progress().clock(), "/", j.spec().steps()),
+                    absl::StrCat(j.active_workers(), "/", j.desired_workers()),
+                    absl::StrFormat("%.4f", j.progress().loss()),
+                    j.progress().accuracy_clock()
+                        ? absl::StrFormat("%.1f%%", 100 * j.progress().accuracy())
+                        : "-",
+                    ModelText(j.spec())});
+  }
+  return Table(rows);
+}
+
+std::string RenderJob(const v1::JobStatus& j) {
+  const auto& p = j.progress();
+  const auto& s = j.spec();
+  std::vector<std::vector<std::string>> head = {
+      {"job", absl::StrCat(j.job_id(), s.name().empty() ? "" : absl::StrCat(" (", s.name(), ")"))},
+      {"state", absl::StrCat(StateName(j.state()), j.message().empty() ? "" : ": " + j.message())},
+      {"model", ModelText(s)},
+      {"training", absl::StrCat(s.steps(), " steps, batch ", s.batch_size(), ", ",
+                                s.optimizer().type(), " lr ", s.optimizer().learning_rate())},
+      {"codec", absl::StrCat(s.codec().default_codec(),
+                             s.codec().overrides().empty()
+                                 ? ""
+                                 : absl::StrCat(" (+", s.codec().overrides_size(), " overrides)"))},
+      {"consistency", ConsistencyText(s.consistency())},
+      {"workers",
+       absl::StrCat(j.active_workers(), " active / ", j.desired_workers(), " desired, epoch ",
+                    j.epochs_size(), " (committed ", j.committed_epoch(), ")")},
+      {"clock", absl::StrCat(p.clock(), "/", s.steps(), " (fastest ", p.max_clock(), ")")},
+      {"loss", absl::StrFormat("%.4f", p.loss())},
+      {"accuracy", p.accuracy_clock() ? absl::StrFormat("%.2f%% at clock %d", 100 * p.accuracy(),
+                                                        p.accuracy_clock())
+                                      : "-"},
+      {"throughput", absl::StrFormat("%.0f samples/s", p.samples_per_sec())},
+      {"pushed", absl::StrFormat("%s (fp32 %s, x%.1f)", HumanBytes(p.bytes_pushed()),
+                                 HumanBytes(p.fp32_bytes_pushed()), p.compression_ratio())},
+      {"staleness", absl::StrCat("max ", p.max_staleness())},
+  };
+  std::string out;
+  for (auto& row : head) row[0] += ":";
+  out += Table(head);
+  if (!j.members().empty()) {
+    std::vector<std::vector<std::string>> rows = {
+        {"RANK", "WORKER", "CLOCK", "LOSS", "SAMPLES/S", "NOTE"}};
+    for (const auto& m : j.members()) {
+      std::string note = m.join_clock() ? absl::StrCat("joined at ", m.join_clock()) : "";
+      if (m.leaving()) note = absl::StrCat("leaving at ", m.leave_clock());
+      rows.push_back({m.leaving() ? "-" : absl::StrCat(m.rank()), absl::StrCat(m.worker_id()),
+                      absl::StrCat(m.clock()), absl::StrFormat("%.4f", m.loss()),
+                      absl::StrFormat("%.0f", m.samples_per_sec()), note});
+    }
+    out += "\n" + Table(rows);
+  }
+  if (!j.epochs().empty()) {
+    std::vector<std::vector<std::string>> rows = {{"EPOCH", "FROM CLOCK", "WORKERS", "REASON"}};
+    for (const auto& e : j.epochs()) {
+      rows.push_back({absl::StrCat(e.epoch()), absl::StrCat(e.effective_clock()),
+                      absl::StrJoin(e.worker_ids(), ","), e.reason()});
+    }
+    out += "\n" + Table(rows);
+  }
+  return out;
+}
+
+std::string RenderCluster(const v1::ClusterStatus& c, int64_t now_ms) {
+  std::string out;
+  std::vector<std::vector<std::string>> shards = {
+      {"SHARD", "ADDRESS", "HEALTH", "JOBS", "LAST SEEN"}};
+  for (const auto& s : c.shards()) {
+    shards.push_back({absl::StrCat(s.shard_id()), s.address(), s.healthy() ? "ok" : "DOWN",
+                      absl::StrCat(s.jobs()), Age(s.last_seen_unix_ms(), now_ms)});
+  }
+  out += c.shards().empty() ? "no shards registered\n" : Table(shards);
+  for (const auto& s : c.shards()) {
+    if (!s.healthy() && !s.message().empty()) {
+      absl::StrAppend(&out, "  shard ", s.shard_id(), ": ", s.message(), "\n");
+    }
+  }
+  out += "\n";
+  std::vector<std::vector<std::string>> workers = {
+      {"WORKER", "NAME", "HEALTH", "JOB", "RANK", "STATE", "CLOCK", "LAST HEARTBEAT"}};
+  for (const auto& w : c.workers()) {
+    std::string state =
+        w.state() == v1::WORKER_STATE_UNSPECIFIED ? "-" : v1::WorkerState_Name(w.state());
+    workers.push_back({absl::StrCat(w.worker_id(), ".", w.incarnation()),
+                       w.name().empty() ? "-" : w.name(), w.healthy() ? "ok" : "DEAD",
+                       w.job_id().empty() ? "-" : w.job_id(),
+                       w.job_id().empty() ? "-" : absl::StrCat(w.rank()), state,
+                       absl::StrCat(w.clock()), Age(w.last_heartbeat_unix_ms(), now_ms)});
+  }
+  out += c.workers().empty() ? "no workers registered\n" : Table(workers);
+  return out;
+}
+
+std::string ProgressLine(const v1::JobStatus& j, int width) {
+  const auto& p = j.progress();
+  const uint64_t steps = std::max<uint64_t>(1, j.spec().steps());
+  const double frac = std::min(1.0, static_cast<double>(p.clock()) / steps);
+  std::string bar;
+  if (width > 0) {
+    const int done = static_cast<int>(frac * width);
+    bar = absl::StrCat("[", std::string(done, '#'), std::string(width - done, '.'), "] ",
+                       absl::StrFormat("%3.0f%% ", 100 * frac));
+  }
+  return absl::StrCat(bar, "clock ", p.clock(), "/", j.spec().steps(), " | loss ",
+                      absl::StrFormat("%.4f", p.loss()), " | acc ",
+                      p.accuracy_clock() ? absl::StrFormat("%.1f%%", 100 * p.accuracy()) : "-",
+                      " | ", absl::StrFormat("%.0f", p.samples_per_sec()), " samples/s | pushed ",
+                      HumanBytes(p.bytes_pushed()),
+                      absl::StrFormat(" (x%.1f)", p.compression_ratio()), " | staleness ",
+                      p.max_staleness(), " | workers ", j.active_workers(), "/",
+                      j.desired_workers(), " | ", StateName(j.state()));
+}
+
+}  // namespace gradstream::cli

@@ -1,0 +1,33 @@
+// Human-readable output of the CLI: aligned tables, job detail, the `watch`
+// progress line, byte counts.
+#ifndef GRADSTREAM_CLI_RENDER_H_
+#define GRADSTREAM_CLI_RENDER_H_
+
+#include <string>
+#include <vector>
+
+#include "coordinator.pb.h"
+
+namespace gradstream::cli {
+
+// Columns padded to their widest cell, two spaces apart; first row = header.
+std::string Table(const std::vector<std::vector<std::string>>& rows);
+
+// 1536 -> "1.5 KiB".
+std::string HumanBytes(uint64_t bytes);
+
+// "RUNNING", "COMPLETED", ...
+std::string StateName(gradstream::v1::JobState state);
+
+std::string RenderJobList(const gradstream::v1::ListJobsResponse& jobs);
+std::string RenderJob(const gradstream::v1::JobStatus& job);
+std::string RenderCluster(const gradstream::v1::ClusterStatus& cluster, int64_t now_unix_ms);
+
+// One line of `watch`: bar, clock, loss, accuracy, samples/s, bytes pushed
+// with compression ratio, max staleness, active workers, state. `width` is
+// the bar's width in characters (0 = no bar).
+std::string ProgressLine(const gradstream::v1::JobStatus& job, int width);
+
+}  // namespace gradstream::cli
+
+#endif  // GRADSTREAM_CLI_RENDER_H_

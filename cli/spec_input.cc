@@ -1,0 +1,230 @@
+// See spec_input.h.
+#include "cli/spec_input.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace gradstream::cli {
+
+namespace v1 = gradstream::v1;
+
+namespace {
+
+// Collects text-format parse errors with their line and column.
+class ErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (!errors.empty()) errors += "; ";
+    absl::StrAppend(&errors, "line ", line + 1, ", column ", column + 1, ": ", message);
+  }
+  std::string errors;
+};
+
+struct FlagHelp {
+  const char* name;
+  const char* help;
+};
+
+constexpr FlagHelp kSpecFlags[] = {
+    {"name", "job name"},
+    {"model", "softmax|mlp|cnn"},
+    {"hidden", "hidden widths, e.g. 128,64"},
+    {"dataset", "synthetic | mnist:DIR | cifar10:DIR"},
+    {"classes", "synthetic classes"},
+    {"dims", "synthetic input dimensions"},
+    {"train_size", "synthetic training samples"},
+    {"steps", "clocks per worker"},
+    {"batch_size", "per-worker batch size"},
+    {"optimizer", "sgd|momentum|nesterov|adagrad|adam"},
+    {"lr", "learning rate"},
+    {"momentum", "momentum (momentum/nesterov)"},
+    {"weight_decay", "L2 weight decay"},
+    {"codec", "default codec: none|twobit|ternary|onebit"},
+    {"codec_override", "per-tensor codecs, e.g. fc1.bias=none,fc2.weight=ternary"},
+    {"min_compress_elems", "tensors smaller than this travel as fp32"},
+    {"twobit_threshold", "2-bit threshold (negative = adaptive)"},
+    {"ternary_clip", "TernGrad clip in sigmas (negative = none)"},
+    {"no_error_feedback", "disable error feedback (an ablation: twobit/onebit lose accuracy)"},
+    {"consistency", "sync|bounded|async"},
+    {"staleness", "staleness bound for bounded"},
+    {"workers", "desired worker count"},
+    {"shards", "shards to spread the model over (0 = all)"},
+    {"seed", "model init and rounding seed"},
+    {"chunk_elems", "max elements per chunk"},
+    {"checkpoint_every", "clocks between shard checkpoints (0 = never)"},
+    {"eval_every", "clocks between evaluations"},
+};
+
+template <typename Setter>
+absl::Status WithUint(const Args& args, const std::string& flag, Setter set) {
+  auto v = args.GetUint(flag);
+  if (!v.ok()) return v.status();
+  if (*v) {
+    if (**v > UINT32_MAX)
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": too large"));
+    set(static_cast<uint32_t>(**v));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Setter>
+absl::Status WithFloat(const Args& args, const std::string& flag, Setter set) {
+  auto v = args.GetDouble(flag);
+  if (!v.ok()) return v.status();
+  if (*v) set(static_cast<float>(**v));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::set<std::string>& SpecFlagNames() {
+  static const std::set<std::string>* const kNames = [] {
+    auto* s = new std::set<std::string>();
+    for (const auto& f : kSpecFlags) s->insert(f.name);
+    return s;
+  }();
+  return *kNames;
+}
+
+std::string SpecFlagsHelp() {
+  std::string out;
+  for (const auto& f : kSpecFlags) absl::StrAppend(&out, "    --", f.name, "  ", f.help, "\n");
+  return out;
+}
+
+absl::StatusOr<v1::JobSpec> LoadSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read spec file '", path, "'"));
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
+  v1::JobSpec spec;
+  const bool json = absl::EndsWith(path, ".json") ||
+                    absl::StartsWith(absl::StripLeadingAsciiWhitespace(text), "{");
+  if (json) {
+    google::protobuf::util::JsonParseOptions options;
+    auto status = google::protobuf::util::JsonStringToMessage(text, &spec, options);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": invalid JSON job spec: ", status.message().as_string()));
+    }
+    return spec;
+  }
+  google::protobuf::TextFormat::Parser parser;
+  ErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &spec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": invalid text-format job spec: ", errors.errors));
+  }
+  return spec;
+}
+
+absl::Status ApplySpecFlags(const Args& args, v1::JobSpec* spec) {
+  if (auto v = args.Get("name")) spec->set_name(*v);
+  if (auto v = args.Get("model")) spec->mutable_model()->set_type(*v);
+  if (auto v = args.Get("hidden")) {
+    spec->mutable_model()->clear_hidden();
+    for (absl::string_view part : absl::StrSplit(*v, ',', absl::SkipEmpty())) {
+      uint32_t h;
+      if (!absl::SimpleAtoi(part, &h)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--hidden: want widths like 128,64, got '", *v, "'"));
+      }
+      spec->mutable_model()->add_hidden(h);
+    }
+  }
+  if (auto v = args.Get("dataset")) {
+    auto* d = spec->mutable_dataset();
+    if (*v == "synthetic") {
+      d->mutable_synthetic();
+    } else if (absl::StartsWith(*v, "mnist:")) {
+      d->set_mnist_dir(v->substr(6));
+    } else if (absl::StartsWith(*v, "cifar10:")) {
+      d->set_cifar10_dir(v->substr(8));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dataset: want synthetic, mnist:DIR or cifar10:DIR, got '", *v, "'"));
+    }
+  }
+  for (auto [flag, setter] :
+       std::initializer_list<std::pair<const char*, void (*)(v1::JobSpec*, uint32_t)>>{
+           {"classes",
+            [](v1::JobSpec*s, uint32_t v) {
+              s->mutable_dataset()->mutable_synthetic()->set_classes(v);
+            }},
+           {"dims", [](v1::JobSpec*s,
+                       uint32_t v) { s->mutable_dataset()->mutable_synthetic()->set_dims(v); }},
+           {"train_size",
+            [](v1::JobSpec*s, uint32_t v) {
+              s->mutable_dataset()->mutable_synthetic()->set_train_size(v);
+            }},
+           {"steps", [](v1::JobSpec*s, uint32_t v) { s->set_steps(v); }},
+           {"batch_size", [](v1::JobSpec*s, uint32_t v) { s->set_batch_size(v); }},
+           {"min_compress_elems",
+            [](v1::JobSpec*s, uint32_t v) { s->mutable_codec()->set_min_compress_elems(v); }},
+           {"staleness",
+            [](v1::JobSpec*s, uint32_t v) { s->mutable_consistency()->set_staleness(v); }},
+           {"workers", [](v1::JobSpec*s, uint32_t v) { s->set_workers(v); }},
+           {"shards", [](v1::JobSpec*s, uint32_t v) { s->set_shards(v); }},
+           {"chunk_elems", [](v1::JobSpec*s, uint32_t v) { s->set_chunk_elems(v); }},
+           {"checkpoint_every", [](v1::JobSpec*s, uint32_t v) { s->set_checkpoint_every(v); }},
+           {"eval_every", [](v1::JobSpec*s, uint32_t v) { s->set_eval_every(v); }},
+       }) {
+    absl::Status s = WithUint(args, flag, [&](uint32_t v) { setter(spec, v); });
+    if (!s.ok()) return s;
+  }
+  for (auto [flag, setter] :
+       std::initializer_list<std::pair<const char*, void (*)(v1::JobSpec*, float)>>{
+           {"lr", [](v1::JobSpec*s, float v) { s->mutable_optimizer()->set_learning_rate(v); }},
+           {"momentum", [](v1::JobSpec*s, float v) { s->mutable_optimizer()->set_momentum(v); }},
+           {"weight_decay",
+            [](v1::JobSpec*s, float v) { s->mutable_optimizer()->set_weight_decay(v); }},
+           {"twobit_threshold",
+            [](v1::JobSpec*s, float v) { s->mutable_codec()->set_twobit_threshold(v); }},
+           {"ternary_clip",
+            [](v1::JobSpec*s, float v) { s->mutable_codec()->set_ternary_clip(v); }},
+       }) {
+    absl::Status s = WithFloat(args, flag, [&](float v) { setter(spec, v); });
+    if (!s.ok()) return s;
+  }
+  auto seed = args.GetUint("seed");
+  if (!seed.ok()) return seed.status();
+  if (*seed) spec->set_seed(**seed);
+  if (auto v = args.Get("optimizer")) spec->mutable_optimizer()->set_type(*v);
+  if (auto v = args.Get("codec")) spec->mutable_codec()->set_default_codec(*v);
+  if (auto v = args.Get("codec_override")) {
+    for (absl::string_view kv : absl::StrSplit(*v, ',', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (p.first.empty() || p.second.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--codec_override: want tensor=codec pairs, got '", kv, "'"));
+      }
+      (*spec->mutable_codec()->mutable_overrides())[p.first] = p.second;
+    }
+  }
+  if (args.Bool("no_error_feedback")) spec->mutable_codec()->set_disable_error_feedback(true);
+  if (auto v = args.Get("consistency")) {
+    const std::string mode = absl::AsciiStrToUpper(*v);
+    v1::ConsistencyMode m;
+    if (!v1::ConsistencyMode_Parse(mode, &m)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--consistency: unknown '", *v, "' (want sync|bounded|async)"));
+    }
+    spec->mutable_consistency()->set_mode(m);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gradstream::cli

@@ -1,0 +1,355 @@
+// Unit tests of the coordinator's state machine with a recording shard client
+// and a manual clock. Multi-process tests live in tests/control/.
+#include "server/coordinator/coordinator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "gtest/gtest.h"
+
+namespace gradstream::coordinator {
+namespace {
+
+namespace v1 = gradstream::v1;
+
+// Records what the coordinator tells the shards; answers OK.
+class RecordingShards final : public ShardClient {
+ public:
+  absl::StatusOr<v1::CreateJobResponse> CreateJob(const std::string& address,
+                                                  const v1::CreateJobRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    if (down) return absl::UnavailableError("down");
+    creates.push_back({address, request});
+    return v1::CreateJobResponse();
+  }
+  absl::Status UpdateMembership(const std::string& address,
+                                const v1::MembershipUpdate& update) override {
+    absl::MutexLock lock(&mu_);
+    if (down) return absl::UnavailableError("down");
+    updates.push_back({address, update});
+    return absl::OkStatus();
+  }
+  absl::Status DropJob(const std::string& address, const std::string& job_id) override {
+    absl::MutexLock lock(&mu_);
+    drops.push_back(job_id);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<v1::StatsResponse> GetStats(const std::string&,
+                                             const v1::StatsRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    if (down) return absl::UnavailableError("down");
+    if (request.job_id().empty()) return absl::InvalidArgumentError("no job");
+    v1::StatsResponse r;
+    r.set_min_clock(min_clock);
+    return r;
+  }
+
+  absl::Mutex mu_;
+  bool down = false;
+  uint64_t min_clock = 0;
+  std::vector<std::pair<std::string, v1::CreateJobRequest>> creates;
+  std::vector<std::pair<std::string, v1::MembershipUpdate>> updates;
+  std::vector<std::string> drops;
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_file_ = "/tmp/coordinator_test_state." + std::to_string(::getpid());
+    std::remove(state_file_.c_str());
+    Open();
+  }
+  void TearDown() override { std::remove(state_file_.c_str()); }
+
+  void Open() {
+    c_.reset();
+    CoordinatorOptions o;
+    o.state_file = state_file_;
+    o.heartbeat_timeout = absl::Seconds(10);
+    o.start_grace = absl::Seconds(2);
+    o.probe_interval = absl::ZeroDuration();
+    o.now = [this] { return now_; };
+    o.metrics = &metrics_;
+    auto c = Coordinator::Open(o, &shards_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    c_ = *std::move(c);
+  }
+
+  void AddShards(int n) {
+    for (int i = 0; i < n; ++i) {
+      v1::RegisterShardRequest r;
+      r.set_address("127.0.0.1:" + std::to_string(9000 + i));
+      ASSERT_TRUE(c_->RegisterShard(r).ok());
+    }
+  }
+
+  std::pair<uint64_t, uint64_t> AddWorker() {
+    v1::RegisterWorkerRequest r;
+    r.set_name("w");
+    auto resp = c_->RegisterWorker(r);
+    EXPECT_TRUE(resp.ok());
+    return {resp->worker_id(), resp->incarnation()};
+  }
+
+  v1::Assignment Beat(std::pair<uint64_t, uint64_t> w, uint64_t clock,
+                      v1::WorkerState state = v1::TRAINING, const std::string& job = "") {
+    v1::HeartbeatRequest r;
+    r.set_worker_id(w.first);
+    r.set_incarnation(w.second);
+    r.set_job_id(job.empty() ? job_ : job);
+    r.set_state(state);
+    r.mutable_progress()->set_clock(clock);
+    r.mutable_progress()->set_bytes_pushed(100);
+    r.mutable_progress()->set_fp32_bytes_pushed(1600);
+    auto resp = c_->Heartbeat(r);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->assignment() : v1::Assignment();
+  }
+
+  std::string Submit(uint32_t workers, uint32_t steps = 100) {
+    v1::SubmitJobRequest r;
+    r.mutable_spec()->set_workers(workers);
+    r.mutable_spec()->set_steps(steps);
+    auto resp = c_->SubmitJob(r);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp->job_id();
+  }
+
+  v1::JobStatus Job() {
+    v1::GetJobRequest r;
+    r.set_job_id(job_);
+    return *c_->GetJob(r);
+  }
+
+  std::string state_file_;
+  absl::Time now_ = absl::FromUnixSeconds(1700000000);
+  metrics::Registry metrics_;
+  RecordingShards shards_;
+  std::unique_ptr<Coordinator> c_;
+  std::string job_;
+};
+
+TEST_F(CoordinatorTest, JobStartsWhenShardsAndWorkersExistAndEpochIsCommittedFirst) {
+  job_ = Submit(2);
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::PENDING);
+  EXPECT_NE(Job().message().find("waiting for shards"), std::string::npos);
+  AddShards(2);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  v1::JobStatus job = Job();
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  ASSERT_EQ(job.epochs_size(), 1);
+  EXPECT_EQ(job.epochs(0).effective_clock(), 0u);
+  EXPECT_EQ(job.epochs(0).worker_ids_size(), 2);
+  EXPECT_EQ(job.committed_epoch(), 1u);  // both CreateJob calls succeeded in this tick
+  ASSERT_EQ(shards_.creates.size(), 2u);
+  size_t chunks = shards_.creates[0].second.chunks_size() + shards_.creates[1].second.chunks_size();
+  EXPECT_GT(chunks, 0u);
+  v1::Assignment a1 = Beat(w1, 0), a2 = Beat(w2, 0);
+  EXPECT_EQ(a1.job_id(), job_);
+  EXPECT_EQ(a1.rank(), 0u);
+  EXPECT_EQ(a2.rank(), 1u);
+  EXPECT_EQ(a1.world_size(), 2u);
+  EXPECT_EQ(a1.shard_map().shards_size(), 2);
+  EXPECT_EQ(a1.spec().steps(), 100u);
+}
+
+TEST_F(CoordinatorTest, UncommittedEpochIsNotRevealed) {
+  AddShards(1);
+  job_ = Submit(1);
+  auto w = AddWorker();
+  shards_.down = true;
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::RUNNING);
+  EXPECT_EQ(Job().committed_epoch(), 0u);
+  EXPECT_EQ(Beat(w, 0).job_id(), "");  // not until the shard has the job
+  shards_.down = false;
+  c_->Tick();
+  EXPECT_EQ(Beat(w, 0).job_id(), job_);
+}
+
+TEST_F(CoordinatorTest, ScaleUpThenDownUsesFutureClockBoundaries) {
+  AddShards(1);
+  job_ = Submit(1);
+  auto w1 = AddWorker();
+  c_->Tick();
+  Beat(w1, 10);
+  auto w2 = AddWorker();
+  auto w3 = AddWorker();
+  v1::ScaleJobRequest scale;
+  scale.set_job_id(job_);
+  scale.set_workers(3);
+  ASSERT_TRUE(c_->ScaleJob(scale).ok());
+  c_->Tick();  // fresh shard stats, then the epoch is planned and persisted
+  c_->Tick();  // ... and sent to the shards
+  v1::JobStatus job = Job();
+  ASSERT_EQ(job.epochs_size(), 2);
+  EXPECT_GT(job.epochs(1).effective_clock(), 10u);
+  EXPECT_EQ(job.epochs(1).worker_ids_size(), 3);
+  ASSERT_EQ(shards_.updates.size(), 1u);
+  EXPECT_EQ(shards_.updates[0].second.membership().epoch(), 2u);
+  v1::Assignment a3 = Beat(w3, 0);
+  EXPECT_EQ(a3.join_clock(), job.epochs(1).effective_clock());
+  EXPECT_EQ(a3.rank(), 2u);
+
+  scale.set_workers(1);
+  ASSERT_TRUE(c_->ScaleJob(scale).ok());
+  Beat(w1, 20);
+  c_->Tick();
+  c_->Tick();
+  job = Job();
+  ASSERT_EQ(job.epochs_size(), 3);
+  EXPECT_EQ(job.epochs(2).worker_ids_size(), 1);
+  EXPECT_EQ(job.epochs(2).worker_ids(0), w1.first);  // rank 0 stays
+  const uint64_t leave_at = job.epochs(2).effective_clock();
+  EXPECT_GT(leave_at, 20u);
+  v1::Assignment a2 = Beat(w2, 20);
+  EXPECT_TRUE(a2.leave());
+  EXPECT_EQ(a2.leave_clock(), leave_at);
+  EXPECT_FALSE(Beat(w1, 20).leave());
+  // w2 finishes its clocks, leaves and returns to the pool.
+  Beat(w2, leave_at, v1::LEFT);
+  EXPECT_EQ(Beat(w2, 0, v1::IDLE, "").job_id(), "");
+  EXPECT_EQ(Job().members_size(), 2);  // w1 and the still-leaving w3
+}
+
+TEST_F(CoordinatorTest, DeadWorkerIsRemovedAtItsClock) {
+  AddShards(1);
+  job_ = Submit(2);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  Beat(w1, 7);
+  Beat(w2, 7);
+  now_ += absl::Seconds(6);
+  Beat(w1, 8);
+  now_ += absl::Seconds(6);  // w2 silent for 12s > 10s
+  Beat(w1, 8);
+  c_->Tick();
+  v1::JobStatus job = Job();
+  ASSERT_EQ(job.epochs_size(), 2);
+  EXPECT_EQ(job.epochs(1).effective_clock(), 7u);
+  EXPECT_EQ(job.epochs(1).worker_ids_size(), 1);
+  EXPECT_EQ(job.epochs(1).reason(), "worker " + std::to_string(w2.first) + " missed heartbeats");
+  v1::HeartbeatRequest late;
+  late.set_worker_id(w2.first);
+  late.set_incarnation(w2.second);
+  EXPECT_EQ(c_->Heartbeat(late).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Re-registering gives a new incarnation and a place in the pool.
+  v1::RegisterWorkerRequest again;
+  again.set_worker_id(w2.first);
+  again.set_incarnation(w2.second);
+  auto r = c_->RegisterWorker(again);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->worker_id(), w2.first);
+  EXPECT_EQ(r->incarnation(), w2.second + 1);
+}
+
+TEST_F(CoordinatorTest, CompletesWhenEveryMemberReachesSteps) {
+  AddShards(1);
+  job_ = Submit(2, 50);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  Beat(w1, 50, v1::DONE);
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::RUNNING);
+  // At its last clock but not DONE (rank 0 still evaluates): not complete.
+  Beat(w2, 50, v1::TRAINING);
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::RUNNING);
+  Beat(w2, 50, v1::DONE);
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::COMPLETED);
+  EXPECT_EQ(Job().progress().clock(), 50u);
+  EXPECT_DOUBLE_EQ(Job().progress().compression_ratio(), 16.0);
+  EXPECT_EQ(Beat(w1, 50, v1::DONE).job_state(), v1::COMPLETED);
+}
+
+// Regression: a worker that finished job A keeps heartbeating "DONE, job A"
+// until it hears of job B; that must not complete job B at once.
+TEST_F(CoordinatorTest, DoneOfThePreviousJobDoesNotCompleteTheNextOne) {
+  AddShards(1);
+  job_ = Submit(1, 50);
+  const std::string first = job_;
+  auto w = AddWorker();
+  c_->Tick();
+  Beat(w, 50, v1::DONE);
+  c_->Tick();
+  ASSERT_EQ(Job().state(), v1::COMPLETED);
+  EXPECT_EQ(Beat(w, 50, v1::DONE).job_state(), v1::COMPLETED);  // told: detached
+  job_ = Submit(1, 50);
+  c_->Tick();
+  EXPECT_EQ(Beat(w, 50, v1::DONE, first).job_id(), job_);  // still reports job A
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::RUNNING);
+  Beat(w, 10);
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::RUNNING);
+  Beat(w, 50, v1::DONE);
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::COMPLETED);
+}
+
+TEST_F(CoordinatorTest, StateSurvivesReopen) {
+  AddShards(1);
+  job_ = Submit(1);
+  auto w = AddWorker();
+  c_->Tick();
+  Beat(w, 5);
+  const size_t creates = shards_.creates.size();
+  Open();  // a restart
+  v1::JobStatus job = Job();
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  EXPECT_EQ(job.epochs_size(), 1);
+  EXPECT_EQ(job.committed_epoch(), 1u);
+  // The worker keeps its identity and assignment.
+  v1::RegisterWorkerRequest again;
+  again.set_worker_id(w.first);
+  again.set_incarnation(w.second);
+  auto r = c_->RegisterWorker(again);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->incarnation(), w.second);
+  EXPECT_EQ(Beat(w, 6).job_id(), job_);
+  // Shards get the job again (they may have lost it too).
+  c_->Tick();
+  EXPECT_EQ(shards_.creates.size(), creates + 1);
+  // New ids do not collide with old ones.
+  EXPECT_GT(AddWorker().first, w.first);
+  EXPECT_NE(Submit(1), job_);
+}
+
+TEST_F(CoordinatorTest, CancelTellsWorkersAndDropsOnShards) {
+  AddShards(1);
+  job_ = Submit(1);
+  auto w = AddWorker();
+  c_->Tick();
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job_);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  EXPECT_EQ(c_->CancelJob(cancel).status().code(), absl::StatusCode::kFailedPrecondition);
+  c_->Tick();
+  EXPECT_EQ(shards_.drops, std::vector<std::string>{job_});
+  EXPECT_EQ(Beat(w, 3).job_state(), v1::CANCELLED);
+  EXPECT_EQ(Beat(w, 0, v1::IDLE, "").job_id(), "");
+}
+
+TEST_F(CoordinatorTest, ErrorsNameTheProblem) {
+  v1::GetJobRequest get;
+  get.set_job_id("job-999");
+  EXPECT_EQ(c_->GetJob(get).status().code(), absl::StatusCode::kNotFound);
+  v1::SubmitJobRequest bad;
+  bad.mutable_spec()->mutable_optimizer()->set_type("adamx");
+  auto r = c_->SubmitJob(bad);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  v1::ScaleJobRequest scale;
+  scale.set_job_id("job-999");
+  scale.set_workers(0);
+  EXPECT_EQ(c_->ScaleJob(scale).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gradstream::coordinator

@@ -1,0 +1,205 @@
+// Defaults and validation of JobSpec; see job_spec.h.
+#include "server/coordinator/job_spec.h"
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace gradstream::coordinator {
+
+namespace {
+
+using gradstream::v1::JobSpec;
+
+constexpr uint32_t kMaxChunkElems = 262144;  // worker/client/shard_map.h kMaxChunkElems
+constexpr uint32_t kMaxWorkers = 4096;
+constexpr uint32_t kMaxBatch = 1 << 20;
+
+bool OneOf(const std::string& v, std::initializer_list<const char*> options) {
+  for (const char* o : options) {
+    if (v == o) return true;
+  }
+  return false;
+}
+
+bool Finite(float f) { return std::isfinite(f); }
+
+}  // namespace
+
+void ApplyJobDefaults(JobSpec* spec) {
+  auto* model = spec->mutable_model();
+  if (model->type().empty()) model->set_type("mlp");
+  if (model->hidden_size() == 0 && model->type() == "mlp") model->add_hidden(64);
+
+  auto* dataset = spec->mutable_dataset();
+  if (dataset->source_case() == gradstream::v1::DatasetSpec::SOURCE_NOT_SET) {
+    dataset->mutable_synthetic();
+  }
+  if (dataset->has_synthetic()) {
+    auto* s = dataset->mutable_synthetic();
+    if (s->classes() == 0) s->set_classes(10);
+    if (s->clusters_per_class() == 0) s->set_clusters_per_class(3);
+    if (s->dims() == 0) s->set_dims(20);
+    if (s->noise() == 0) s->set_noise(1.0f);
+    if (s->seed() == 0) s->set_seed(12345);
+    if (s->train_size() == 0) s->set_train_size(20000);
+    if (s->test_size() == 0) s->set_test_size(5000);
+  }
+
+  if (spec->steps() == 0) spec->set_steps(1000);
+  if (spec->batch_size() == 0) spec->set_batch_size(32);
+
+  auto* opt = spec->mutable_optimizer();
+  if (opt->type().empty()) opt->set_type("momentum");
+  if (opt->learning_rate() == 0) opt->set_learning_rate(0.05f);
+  if (opt->momentum() == 0 && (opt->type() == "momentum" || opt->type() == "nesterov")) {
+    opt->set_momentum(0.9f);
+  }
+  if (opt->epsilon() == 0) {
+    if (opt->type() == "adam") opt->set_epsilon(1e-8f);
+    if (opt->type() == "adagrad") opt->set_epsilon(1e-7f);
+  }
+  if (opt->initial_accumulator() == 0 && opt->type() == "adagrad") {
+    opt->set_initial_accumulator(0.1f);
+  }
+  if (opt->type() == "adam") {
+    if (opt->beta1() == 0) opt->set_beta1(0.9f);
+    if (opt->beta2() == 0) opt->set_beta2(0.999f);
+  }
+
+  auto* codec = spec->mutable_codec();
+  if (codec->default_codec().empty()) codec->set_default_codec("twobit");
+  if (codec->twobit_threshold() == 0) codec->set_twobit_threshold(0.5f);
+  if (codec->ternary_clip() == 0) codec->set_ternary_clip(2.5f);
+
+  if (spec->workers() == 0) spec->set_workers(2);
+  if (spec->seed() == 0) spec->set_seed(1);
+  if (spec->chunk_elems() == 0) spec->set_chunk_elems(kMaxChunkElems);
+  if (spec->eval_every() == 0) spec->set_eval_every(100);
+}
+
+absl::Status ValidateJobSpec(const JobSpec& spec) {
+  std::vector<std::string> errors;
+  auto bad = [&errors](auto&&... parts) { errors.push_back(absl::StrCat(parts...)); };
+
+  if (spec.name().size() > 128) bad("name: longer than 128 characters");
+
+  const auto& model = spec.model();
+  if (!OneOf(model.type(), {"softmax", "mlp", "cnn"})) {
+    bad("model.type: unknown '", model.type(), "' (want softmax|mlp|cnn)");
+  }
+  for (int i = 0; i < model.hidden_size(); ++i) {
+    if (model.hidden(i) == 0 || model.hidden(i) > 65536) {
+      bad("model.hidden[", i, "]: ", model.hidden(i), " out of range (want 1..65536)");
+    }
+  }
+
+  const auto& dataset = spec.dataset();
+  if (dataset.has_synthetic()) {
+    const auto& s = dataset.synthetic();
+    if (s.classes() < 2 || s.classes() > 10000) {
+      bad("dataset.synthetic.classes: ", s.classes(), " out of range (want 2..10000)");
+    }
+    if (s.dims() > 1000000) bad("dataset.synthetic.dims: ", s.dims(), " too large (max 1000000)");
+    if (!Finite(s.noise()) || s.noise() < 0) {
+      bad("dataset.synthetic.noise: ", s.noise(), " must be finite and >= 0");
+    }
+  } else if (dataset.has_mnist_dir() && dataset.mnist_dir().empty()) {
+    bad("dataset.mnist_dir: empty (give the directory with the four IDX files)");
+  } else if (dataset.has_cifar10_dir() && dataset.cifar10_dir().empty()) {
+    bad("dataset.cifar10_dir: empty (give the directory with data_batch_*.bin)");
+  }
+
+  if (spec.batch_size() > kMaxBatch) {
+    bad("batch_size: ", spec.batch_size(), " too large (max ", kMaxBatch, ")");
+  }
+
+  const auto& opt = spec.optimizer();
+  if (!OneOf(opt.type(), {"sgd", "momentum", "nesterov", "adagrad", "adam"})) {
+    bad("optimizer.type: unknown '", opt.type(), "' (want sgd|momentum|nesterov|adagrad|adam)");
+  }
+  if (!Finite(opt.learning_rate()) || opt.learning_rate() <= 0) {
+    bad("optimizer.learning_rate: ", opt.learning_rate(), " must be finite and > 0");
+  }
+  if (!Finite(opt.momentum()) || opt.momentum() < 0 || opt.momentum() >= 1) {
+    bad("optimizer.momentum: ", opt.momentum(), " out of range (want 0 <= momentum < 1)");
+  }
+  if (!Finite(opt.epsilon()) || opt.epsilon() < 0) {
+    bad("optimizer.epsilon: ", opt.epsilon(), " must be finite and >= 0");
+  }
+  if (!Finite(opt.initial_accumulator()) || opt.initial_accumulator() < 0) {
+    bad("optimizer.initial_accumulator: ", opt.initial_accumulator(), " must be >= 0");
+  }
+  if (!Finite(opt.beta1()) || opt.beta1() < 0 || opt.beta1() >= 1) {
+    bad("optimizer.beta1: ", opt.beta1(), " out of range (want 0 <= beta1 < 1)");
+  }
+  if (!Finite(opt.beta2()) || opt.beta2() < 0 || opt.beta2() >= 1) {
+    bad("optimizer.beta2: ", opt.beta2(), " out of range (want 0 <= beta2 < 1)");
+  }
+  if (!Finite(opt.weight_decay()) || opt.weight_decay() < 0) {
+    bad("optimizer.weight_decay: ", opt.weight_decay(), " must be finite and >= 0");
+  }
+
+  const auto& codec = spec.codec();
+  auto valid_codec = [](const std::string& c) {
+    return OneOf(c, {"none", "twobit", "ternary", "onebit"});
+  };
+  if (!valid_codec(codec.default_codec())) {
+    bad("codec.default_codec: unknown '", codec.default_codec(),
+        "' (want none|twobit|ternary|onebit)");
+  }
+  if (!Finite(codec.twobit_threshold())) bad("codec.twobit_threshold: must be finite");
+  if (!Finite(codec.ternary_clip())) bad("codec.ternary_clip: must be finite");
+
+  // Override keys must name tensors of the model; only checkable when the
+  // model itself is valid.
+  absl::StatusOr<std::vector<TensorSpec>> tensors = JobModelTensors(spec);
+  if (!tensors.ok()) {
+    std::string msg(tensors.status().message());
+    if (std::find(errors.begin(), errors.end(), msg) == errors.end()) errors.push_back(msg);
+  }
+  std::set<std::string> names;
+  if (tensors.ok()) {
+    for (const auto& t : *tensors) names.insert(t.name);
+  }
+  for (const auto& [tensor, c] : codec.overrides()) {
+    if (!valid_codec(c)) {
+      bad("codec.overrides[", tensor, "]: unknown codec '", c,
+          "' (want none|twobit|ternary|onebit)");
+    }
+    if (tensors.ok() && names.count(tensor) == 0) {
+      bad("codec.overrides[", tensor, "]: the model has no such tensor (it has ",
+          absl::StrJoin(names, ","), ")");
+    }
+  }
+
+  const auto mode = spec.consistency().mode();
+  if (!gradstream::v1::ConsistencyMode_IsValid(mode)) {
+    bad("consistency.mode: unknown value ", static_cast<int>(mode), " (want SYNC|BOUNDED|ASYNC)");
+  }
+  if (spec.workers() > kMaxWorkers) {
+    bad("workers: ", spec.workers(), " too many (max ", kMaxWorkers, ")");
+  }
+  if (spec.chunk_elems() > kMaxChunkElems) {
+    bad("chunk_elems: ", spec.chunk_elems(), " too large (max ", kMaxChunkElems,
+        ": a chunk must fit one gRPC message)");
+  }
+  if (spec.shards() > 1024) bad("shards: ", spec.shards(), " too many (max 1024)");
+
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+}
+
+absl::StatusOr<JobSpec> NormalizeJobSpec(JobSpec spec) {
+  ApplyJobDefaults(&spec);
+  if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
+  return spec;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> JobModelTensors(const JobSpec& spec) {
+  return ModelParamsForJob(spec);
+}
+
+}  // namespace gradstream::coordinator

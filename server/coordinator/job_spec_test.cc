@@ -1,0 +1,77 @@
+#include "server/coordinator/job_spec.h"
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace gradstream::coordinator {
+namespace {
+
+using gradstream::v1::JobSpec;
+
+TEST(JobSpec, DefaultsFillEveryZeroField) {
+  JobSpec spec;
+  ApplyJobDefaults(&spec);
+  EXPECT_EQ(spec.model().type(), "mlp");
+  ASSERT_EQ(spec.model().hidden_size(), 1);
+  EXPECT_EQ(spec.model().hidden(0), 64u);
+  EXPECT_TRUE(spec.dataset().has_synthetic());
+  EXPECT_EQ(spec.dataset().synthetic().dims(), 20u);
+  EXPECT_EQ(spec.steps(), 1000u);
+  EXPECT_EQ(spec.batch_size(), 32u);
+  EXPECT_EQ(spec.optimizer().type(), "momentum");
+  EXPECT_FLOAT_EQ(spec.optimizer().momentum(), 0.9f);
+  EXPECT_EQ(spec.codec().default_codec(), "twobit");
+  EXPECT_EQ(spec.workers(), 2u);
+  EXPECT_EQ(spec.chunk_elems(), 262144u);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+}
+
+TEST(JobSpec, UnknownOptimizerIsNamed) {
+  JobSpec spec;
+  spec.mutable_optimizer()->set_type("adamx");
+  auto r = NormalizeJobSpec(spec);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "optimizer.type: unknown 'adamx' (want sgd|momentum|nesterov|adagrad|adam)");
+}
+
+TEST(JobSpec, EveryInvalidFieldIsListed) {
+  JobSpec spec;
+  spec.mutable_model()->set_type("transformer");
+  spec.mutable_codec()->set_default_codec("fourbit");
+  spec.mutable_optimizer()->set_learning_rate(-1);
+  spec.set_chunk_elems(1u << 30);
+  auto r = NormalizeJobSpec(spec);
+  ASSERT_FALSE(r.ok());
+  const std::string msg(r.status().message());
+  EXPECT_TRUE(absl::StrContains(msg, "model.type: unknown 'transformer'")) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "codec.default_codec: unknown 'fourbit'")) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "optimizer.learning_rate")) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "chunk_elems")) << msg;
+}
+
+TEST(JobSpec, OverrideMustNameAModelTensor) {
+  JobSpec spec;
+  (*spec.mutable_codec()->mutable_overrides())["fc9.w"] = "none";
+  (*spec.mutable_codec()->mutable_overrides())["fc1.bias"] = "bogus";
+  auto r = NormalizeJobSpec(spec);
+  ASSERT_FALSE(r.ok());
+  const std::string msg(r.status().message());
+  EXPECT_TRUE(absl::StrContains(msg, "codec.overrides[fc9.w]: the model has no such tensor"))
+      << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "codec.overrides[fc1.bias]: unknown codec 'bogus'")) << msg;
+}
+
+TEST(JobSpec, CnnNeedsImages) {
+  JobSpec spec;
+  spec.mutable_model()->set_type("cnn");
+  auto r = NormalizeJobSpec(spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StartsWith(r.status().message(), "model.type: 'cnn' does not fit"))
+      << r.status();
+  spec.mutable_dataset()->set_mnist_dir("/data/mnist");
+  EXPECT_TRUE(NormalizeJobSpec(spec).ok());
+}
+
+}  // namespace
+}  // namespace gradstream::coordinator

@@ -1,0 +1,134 @@
+// gs_coordinator: the gradstream control plane (job table, worker pool,
+// membership epochs, shard maps). See coordinator.h.
+//
+//   gs_coordinator --port=7070 --state_file=/var/lib/gradstream/coordinator.state
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/metrics/metrics_server.h"
+#include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/service.h"
+#include "server/coordinator/shard_client.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int, port, 7070, "gRPC port; 0 = any free port (see --port_file).");
+ABSL_FLAG(std::string, port_file, "", "Write the bound gRPC port here (atomically) once serving.");
+ABSL_FLAG(std::string, state_file, "",
+          "Job table file (survives restarts); empty = in memory only.");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
+          "A worker silent this long is removed from its job.");
+ABSL_FLAG(absl::Duration, start_grace, absl::Seconds(2),
+          "A pending job starts with fewer than its workers after waiting this long.");
+ABSL_FLAG(absl::Duration, shard_rpc_deadline, absl::Seconds(2), "Deadline of each shard RPC.");
+ABSL_FLAG(bool, drop_finished_jobs, false, "Tell shards to drop a job once it completes.");
+ABSL_FLAG(std::vector<std::string>, shards, {},
+          "Shard addresses to register at start (host:port,...); shards may also register "
+          "themselves with RegisterShard.");
+ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics HTTP port; 0 = any free, -1 = off.");
+ABSL_FLAG(std::string, metrics_port_file, "", "Write the bound metrics port here.");
+
+namespace {
+
+absl::Notification* g_stop = nullptr;
+
+void OnSignal(int) {
+  if (g_stop != nullptr && !g_stop->HasBeenNotified()) g_stop->Notify();
+}
+
+// temp + rename so a reader never sees a partial number.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << port << "\n";
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("gradstream coordinator: gs_coordinator --port=7070 --state_file=F");
+  absl::ParseCommandLine(argc, argv);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  using gradstream::coordinator::Coordinator;
+  gradstream::coordinator::CoordinatorOptions options;
+  options.state_file = absl::GetFlag(FLAGS_state_file);
+  options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  options.start_grace = absl::GetFlag(FLAGS_start_grace);
+  options.drop_finished_jobs = absl::GetFlag(FLAGS_drop_finished_jobs);
+  auto shard_client =
+      gradstream::coordinator::NewGrpcShardClient(absl::GetFlag(FLAGS_shard_rpc_deadline));
+  auto coordinator = Coordinator::Open(options, shard_client.get());
+  if (!coordinator.ok()) {
+    LOG(ERROR) << "cannot open the coordinator state: " << coordinator.status()
+               << " (move the damaged --state_file away to start empty)";
+    return 1;
+  }
+  if (absl::Status s = (*coordinator)->AddConfiguredShards(absl::GetFlag(FLAGS_shards)); !s.ok()) {
+    LOG(ERROR) << s;
+    return 2;
+  }
+
+  std::unique_ptr<gradstream::metrics::MetricsServer> metrics_server;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto m = gradstream::metrics::MetricsServer::Start(gradstream::metrics::Registry::Default(),
+                                                       absl::GetFlag(FLAGS_metrics_port));
+    if (!m.ok()) {
+      LOG(ERROR) << m.status();
+      return 1;
+    }
+    metrics_server = *std::move(m);
+    LOG(INFO) << "metrics on :" << metrics_server->port() << "/metrics";
+    if (!absl::GetFlag(FLAGS_metrics_port_file).empty() &&
+        !WritePortFile(absl::GetFlag(FLAGS_metrics_port_file), metrics_server->port())) {
+      LOG(ERROR) << "cannot write --metrics_port_file";
+      return 1;
+    }
+  }
+
+  auto service = gradstream::coordinator::NewCoordinatorService(
+      coordinator->get(), gradstream::metrics::Registry::Default());
+  int bound_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port)),
+                           grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    LOG(ERROR) << "cannot listen on port " << absl::GetFlag(FLAGS_port)
+               << " (in use? pass --port=0 for any free port)";
+    return 1;
+  }
+  (*coordinator)->StartTicker();
+  LOG(INFO) << "gs_coordinator listening on :" << bound_port;
+  if (!absl::GetFlag(FLAGS_port_file).empty() &&
+      !WritePortFile(absl::GetFlag(FLAGS_port_file), bound_port)) {
+    LOG(ERROR) << "cannot write --port_file " << absl::GetFlag(FLAGS_port_file);
+    return 1;
+  }
+
+  absl::Notification stop;
+  g_stop = &stop;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  stop.WaitForNotification();
+  LOG(INFO) << "gs_coordinator shutting down";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}

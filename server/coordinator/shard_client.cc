@@ -1,0 +1,85 @@
+// gRPC implementation of ShardClient.
+#include "server/coordinator/shard_client.h"
+
+#include <chrono>
+#include <map>
+
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_util.h"
+#include "grpcpp/grpcpp.h"
+#include "ps.grpc.pb.h"
+
+namespace gradstream::coordinator {
+
+namespace {
+
+namespace v1 = gradstream::v1;
+
+class GrpcShardClient final : public ShardClient {
+ public:
+  explicit GrpcShardClient(absl::Duration deadline) : deadline_(deadline) {}
+
+  absl::StatusOr<v1::CreateJobResponse> CreateJob(const std::string& address,
+                                                  const v1::CreateJobRequest& request) override {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    v1::CreateJobResponse response;
+    grpc::Status s = Stub(address)->CreateJob(&ctx, request, &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response;
+  }
+
+  absl::Status UpdateMembership(const std::string& address,
+                                const v1::MembershipUpdate& update) override {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    v1::MembershipAck ack;
+    return FromGrpcStatus(Stub(address)->UpdateMembership(&ctx, update, &ack));
+  }
+
+  absl::Status DropJob(const std::string& address, const std::string& job_id) override {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    v1::DropJobRequest request;
+    request.set_job_id(job_id);
+    v1::DropJobResponse response;
+    return FromGrpcStatus(Stub(address)->DropJob(&ctx, request, &response));
+  }
+
+  absl::StatusOr<v1::StatsResponse> GetStats(const std::string& address,
+                                             const v1::StatsRequest& request) override {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    v1::StatsResponse response;
+    grpc::Status s = Stub(address)->GetStats(&ctx, request, &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response;
+  }
+
+ private:
+  void SetDeadline(grpc::ClientContext& ctx) const {
+    ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline_));
+  }
+
+  v1::ParameterServer::Stub* Stub(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    auto& stub = stubs_[address];
+    if (!stub) {
+      stub = v1::ParameterServer::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    }
+    return stub.get();
+  }
+
+  const absl::Duration deadline_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::unique_ptr<ShardClient> NewGrpcShardClient(absl::Duration deadline) {
+  return std::make_unique<GrpcShardClient>(deadline);
+}
+
+}  // namespace gradstream::coordinator
