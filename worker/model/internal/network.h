@@ -1,0 +1,61 @@
+// Device-independent description of a model: its layer sequence, parameter
+// tensors and deterministic initial values. The CPU and GPU models both
+// execute a NetworkSpec, which is what keeps them layer-for-layer identical.
+#ifndef GRADSTREAM_WORKER_MODEL_INTERNAL_NETWORK_H_
+#define GRADSTREAM_WORKER_MODEL_INTERNAL_NETWORK_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/data/dataset.h"
+#include "worker/model/model.h"
+
+namespace gradstream::internal {
+
+enum class LayerKind { kDense, kRelu, kConv, kMaxPool };
+
+// One layer; shapes are per example. Dense layers read their input flattened
+// (CHW order), which for NCHW activations is the same memory.
+struct LayerSpec {
+  LayerKind kind = LayerKind::kDense;
+  InputShape in;
+  InputShape out;
+  int weight = -1;  // index into NetworkSpec::params, dense/conv only
+  int bias = -1;
+  int kernel = 0;   // conv: square kernel size, stride 1
+  int padding = 0;  // conv: zero padding on every side
+};
+
+struct NetworkSpec {
+  ModelConfig config;
+  std::vector<LayerSpec> layers;  // input -> logits
+  std::vector<TensorSpec> params;
+  // Largest per-example activation (input included), for buffer sizing.
+  int64_t max_activation_elems = 0;
+};
+
+// InvalidArgument when the config cannot form a network (non-positive sizes,
+// input too small for the CNN's kernels and pools, too many elements).
+[[nodiscard]] absl::StatusOr<NetworkSpec> BuildNetwork(const ModelConfig& config);
+
+// Initial values for every tensor in params order: weights He normal
+// N(0, 2 / fan_in) drawn from SplitMix64(MixSeed(seed, tensor index)) with
+// Box–Muller (worker/data/rng.h), biases zero. Per-tensor streams keep a
+// tensor's init unchanged when other layers change.
+std::vector<std::vector<float>> InitialParams(const NetworkSpec& net, uint64_t seed);
+
+// Validates a batch's labels (host) against the class count.
+[[nodiscard]] absl::Status CheckBatch(const int32_t* y, int batch, int num_classes);
+
+// InvalidArgument unless 0 <= i < params.size() and `size` is that tensor's
+// element count.
+[[nodiscard]] absl::Status CheckTensor(const std::vector<TensorSpec>& params, int i, size_t size);
+
+// InvalidArgument unless `data` fits the model: the CNN needs the exact input
+// shape, dense models the same element count; at most num_classes classes.
+[[nodiscard]] absl::Status CheckDatasetFits(const ModelConfig& config, const Dataset& data);
+
+}  // namespace gradstream::internal
+
+#endif  // GRADSTREAM_WORKER_MODEL_INTERNAL_NETWORK_H_

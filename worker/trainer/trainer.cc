@@ -1,0 +1,209 @@
+#include "worker/trainer/trainer.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "glog/logging.h"
+
+namespace gradstream {
+
+void AssignmentFeed::Set(Assignment a) {
+  absl::MutexLock lock(&mu_);
+  current_ = std::move(a);
+}
+
+Assignment AssignmentFeed::Get() const {
+  absl::MutexLock lock(&mu_);
+  return current_;
+}
+
+void ProgressBoard::Set(const Progress& p) {
+  absl::MutexLock lock(&mu_);
+  progress_ = p;
+}
+
+Progress ProgressBoard::Get() const {
+  absl::MutexLock lock(&mu_);
+  return progress_;
+}
+
+Trainer::Trainer(const TrainSetup* setup, Model* model, client::PsClient* client,
+                 const AssignmentFeed* feed, ProgressBoard* board, TrainerOptions options)
+    : setup_(setup),
+      model_(model),
+      client_(client),
+      feed_(feed),
+      board_(board),
+      options_(options),
+      job_id_(feed->Get().job_id) {
+  if (model_->device() == Device::kGpu) {
+    for (const TensorSpec& t : model_->params()) {
+      host_params_.emplace_back(t.num_elems);
+      host_grads_.emplace_back(t.num_elems);
+    }
+  }
+}
+
+absl::Status Trainer::Reshard(uint32_t rank, uint32_t world_size) {
+  GS_ASSIGN_OR_RETURN(std::vector<int64_t> idx,
+                      StridedShard(setup_->data.train.num_examples(), static_cast<int>(rank),
+                                   static_cast<int>(world_size)));
+  GS_ASSIGN_OR_RETURN(batches_,
+                      MinibatchIterator::Create(&setup_->data.train, std::move(idx),
+                                                setup_->batch_size, setup_->seed,
+                                                static_cast<int>(rank)));
+  rank_ = rank;
+  world_size_ = world_size;
+  LOG(INFO) << "job " << job_id_ << ": rank " << rank << " of " << world_size;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::PullInto(uint64_t clock) {
+  const absl::Time give_up = absl::Now() + options_.stall_deadline;
+  for (;;) {
+    std::vector<absl::Span<float>> out;
+    for (int i = 0; i < model_->num_tensors(); ++i) {
+      const size_t n = model_->params()[i].num_elems;
+      out.emplace_back(model_->device() == Device::kCpu ? model_->param_data(i)
+                                                        : host_params_[i].data(),
+                       n);
+    }
+    const client::PullHandle h = client_->Pull(clock, std::move(out));
+    absl::Status s = client::PsClient::Wait(h, options_.pull_wait);
+    if (s.ok()) break;
+    // The consistency mode may hold a pull for a long time (a straggler, a
+    // dead member the coordinator has not removed yet): ask again, but stop
+    // when the job ends or nothing moves for stall_deadline.
+    if (!absl::IsDeadlineExceeded(s)) return s;
+    if (!Active(feed_->Get())) return absl::CancelledError("job is no longer active");
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(absl::StrCat("pull at clock ", clock, " made no progress for ",
+                                                      absl::FormatDuration(options_.stall_deadline)));
+    }
+  }
+  if (model_->device() == Device::kGpu) {
+    for (int i = 0; i < model_->num_tensors(); ++i) {
+      GS_RETURN_IF_ERROR(model_->SetParam(i, host_params_[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Step(uint64_t clock) {
+  const Batch& batch = batches_->Next();
+  std::vector<client::PushHandle> pushes;
+  pushes.reserve(model_->num_tensors());
+  absl::Status push_status;
+  // Push each tensor the moment backward has produced its gradient, so
+  // encoding and the network overlap the rest of backward (see [grad ready]).
+  model_->set_grad_ready_callback([&](int t) {
+    if (model_->device() == Device::kCpu) {
+      pushes.push_back(client_->Push(t, absl::MakeConstSpan(model_->grad_data(t),
+                                                            model_->params()[t].num_elems),
+                                     clock));
+      return;
+    }
+    // GPU models: the gradient is copied to host and encoded there.
+    absl::Status s = model_->GetGrad(t, host_grads_[t]);
+    if (!s.ok()) {
+      push_status.Update(s);
+      return;
+    }
+    pushes.push_back(client_->Push(t, host_grads_[t], clock));
+  });
+  StepStats stats;
+  absl::Status fb = model_->ForwardBackward(batch.x.data(), batch.y.data(), batch.size, &stats);
+  model_->set_grad_ready_callback(nullptr);
+  GS_RETURN_IF_ERROR(fb);
+  GS_RETURN_IF_ERROR(push_status);
+  for (const auto& h : pushes) GS_RETURN_IF_ERROR(client::PsClient::Wait(h, options_.push_wait));
+  GS_RETURN_IF_ERROR(client_->AdvanceClock(clock + 1));
+
+  loss_ema_ = loss_ema_ < 0 ? stats.loss : 0.9 * loss_ema_ + 0.1 * stats.loss;
+  rate_samples_ += batch.size;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Evaluate(uint64_t clock) {
+  EvalStats eval;
+  GS_RETURN_IF_ERROR(model_->Evaluate(setup_->data.test, &eval));
+  progress_.accuracy = static_cast<float>(eval.accuracy);
+  progress_.accuracy_clock = clock;
+  LOG(INFO) << "job " << job_id_ << " clock " << clock << ": test accuracy " << eval.accuracy
+            << ", test loss " << eval.loss;
+  return absl::OkStatus();
+}
+
+void Trainer::Publish(uint64_t clock) {
+  progress_.clock = clock;
+  progress_.loss = static_cast<float>(loss_ema_ < 0 ? 0 : loss_ema_);
+  const double secs = absl::ToDoubleSeconds(absl::Now() - rate_start_);
+  if (secs >= 1.0) {
+    progress_.samples_per_sec = static_cast<float>(rate_samples_ / secs);
+    rate_start_ = absl::Now();
+    rate_samples_ = 0;
+  }
+  const client::ClientStats cs = client_->stats();
+  progress_.bytes_pushed = cs.bytes_pushed;
+  progress_.fp32_bytes_pushed = cs.fp32_bytes_pushed;
+  progress_.residual_norm = cs.residual_norm;
+  board_->Set(progress_);
+}
+
+absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
+  rate_start_ = absl::Now();
+  if (start_clock == 0) {
+    // Every worker builds the same initial parameters from the job seed; the
+    // shards keep the first InitChunk of each chunk and ignore the rest, so
+    // whoever gets there first initializes the job.
+    std::vector<std::vector<float>> init(model_->num_tensors());
+    std::vector<absl::Span<const float>> spans;
+    for (int i = 0; i < model_->num_tensors(); ++i) {
+      init[i].resize(model_->params()[i].num_elems);
+      GS_RETURN_IF_ERROR(model_->GetParam(i, std::span<float>(init[i])));
+      spans.emplace_back(init[i]);
+    }
+    GS_RETURN_IF_ERROR(client_->InitParams(spans, options_.push_wait));
+  }
+  uint64_t clock = start_clock;
+  Publish(clock);
+  for (;; ++clock) {
+    const Assignment a = feed_->Get();
+    if (!Active(a)) return TrainOutcome::kStopped;
+    if (clock >= setup_->steps) break;
+    if (a.leave && clock >= a.leave_clock) {
+      GS_RETURN_IF_ERROR(client_->Leave(options_.push_wait));
+      LOG(INFO) << "job " << job_id_ << ": left after clock " << clock;
+      return TrainOutcome::kLeft;
+    }
+    // A new rank or world size holds from the epoch's clock on; before it,
+    // the old data shard stays (the round in flight counts the old members).
+    if (batches_ == nullptr ||
+        (clock >= a.epoch_clock && (a.rank != rank_ || a.world_size != world_size_))) {
+      GS_RETURN_IF_ERROR(Reshard(a.rank, a.world_size));
+    }
+    absl::Status s = PullInto(clock);
+    if (absl::IsCancelled(s)) return TrainOutcome::kStopped;
+    GS_RETURN_IF_ERROR(s);
+    GS_RETURN_IF_ERROR(Step(clock));
+    if (rank_ == 0 && setup_->eval_every > 0 && (clock + 1) % setup_->eval_every == 0 &&
+        clock + 1 < setup_->steps) {
+      GS_RETURN_IF_ERROR(Evaluate(clock + 1));
+    }
+    Publish(clock + 1);
+  }
+  // Rank 0 reads the final parameters once every member is done, evaluates,
+  // and reports the job's accuracy.
+  if (feed_->Get().rank == 0) {
+    absl::Status s = PullInto(setup_->steps + options_.final_pull_slack);
+    if (absl::IsCancelled(s)) return TrainOutcome::kStopped;
+    GS_RETURN_IF_ERROR(s);
+    GS_RETURN_IF_ERROR(Evaluate(setup_->steps));
+  }
+  Publish(setup_->steps);
+  GS_RETURN_IF_ERROR(client_->Leave(options_.push_wait));
+  return TrainOutcome::kDone;
+}
+
+}  // namespace gradstream

@@ -1,0 +1,135 @@
+// The worker's training loop for one job: pull -> forward/backward -> encode
+// and push each tensor as soon as backward produces it -> clock.
+//
+// The trainer knows nothing of the coordinator's RPCs: the heartbeat thread
+// drops the newest assignment into an AssignmentFeed and reads progress from
+// a ProgressBoard, both thread-safe mailboxes. Membership changes (new rank or
+// world size, scale-down) take effect at clock boundaries, as the coordinator
+// announces them (see design.md, "Membership").
+#ifndef GRADSTREAM_WORKER_TRAINER_TRAINER_H_
+#define GRADSTREAM_WORKER_TRAINER_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/client/ps_client.h"
+#include "worker/model/model.h"
+#include "worker/trainer/job_setup.h"
+
+namespace gradstream {
+
+// A worker's place in a job at one membership epoch (plain form of
+// coordinator.proto's Assignment).
+struct Assignment {
+  std::string job_id;
+  bool job_active = false;   // PENDING or RUNNING; false = stop now
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  uint64_t epoch = 0;
+  uint64_t epoch_clock = 0;  // rank / world_size hold from this clock on
+  uint64_t join_clock = 0;
+  bool leave = false;        // scale-down: finish clocks < leave_clock, then leave
+  uint64_t leave_clock = 0;
+};
+
+// Newest assignment, written by the heartbeat thread. Thread-safe.
+class AssignmentFeed {
+ public:
+  void Set(Assignment a) ABSL_LOCKS_EXCLUDED(mu_);
+  Assignment Get() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  Assignment current_ ABSL_GUARDED_BY(mu_);
+};
+
+struct Progress {
+  uint64_t clock = 0;          // clocks completed
+  float loss = 0;              // moving average of the training loss
+  float accuracy = 0;          // last test accuracy (rank 0)
+  uint64_t accuracy_clock = 0;
+  float samples_per_sec = 0;
+  uint64_t bytes_pushed = 0;
+  uint64_t fp32_bytes_pushed = 0;
+  double residual_norm = 0;
+};
+
+// Latest progress, written by the trainer. Thread-safe.
+class ProgressBoard {
+ public:
+  void Set(const Progress& p) ABSL_LOCKS_EXCLUDED(mu_);
+  Progress Get() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  Progress progress_ ABSL_GUARDED_BY(mu_);
+};
+
+struct TrainerOptions {
+  // One wait on a pull; a pull that the consistency mode holds longer is
+  // asked again (so cancellation and membership changes are noticed).
+  absl::Duration pull_wait = absl::Seconds(5);
+  // No progress for this long (pulls keep timing out) is an error.
+  absl::Duration stall_deadline = absl::Minutes(3);
+  absl::Duration push_wait = absl::Minutes(1);
+  // Final pull clock = steps + final_pull_slack, so that in bounded
+  // staleness (s) rank 0 evaluates only once every member finished.
+  uint64_t final_pull_slack = 0;
+};
+
+enum class TrainOutcome {
+  kDone,     // reached the job's steps
+  kLeft,     // scaled down: left after leave_clock
+  kStopped,  // the job was cancelled, failed or reassigned
+};
+
+// Runs one job on one thread. Not thread-safe; the pointers are not owned and
+// must outlive the trainer.
+class Trainer {
+ public:
+  Trainer(const TrainSetup* setup, Model* model, client::PsClient* client,
+          const AssignmentFeed* feed, ProgressBoard* board, TrainerOptions options);
+
+  // Trains from `start_clock` (the assignment's join clock). Rank 0 of a job
+  // that starts at clock 0 sends the initial parameters first. Errors: the
+  // client's or model's status; DeadlineExceeded when the job stalls past
+  // options.stall_deadline.
+  absl::StatusOr<TrainOutcome> Run(uint64_t start_clock);
+
+ private:
+  absl::Status Reshard(uint32_t rank, uint32_t world_size);
+  // Pulls every tensor at reader clock `clock` into the model. Returns
+  // kStopped-worthy Cancelled when the assignment ends while waiting.
+  absl::Status PullInto(uint64_t clock);
+  absl::Status Evaluate(uint64_t clock);
+  absl::Status Step(uint64_t clock);
+  void Publish(uint64_t clock);
+  bool Active(const Assignment& a) const { return a.job_active && a.job_id == job_id_; }
+
+  const TrainSetup* const setup_;
+  Model* const model_;
+  client::PsClient* const client_;
+  const AssignmentFeed* const feed_;
+  ProgressBoard* const board_;
+  const TrainerOptions options_;
+  const std::string job_id_;
+
+  std::unique_ptr<MinibatchIterator> batches_;
+  uint32_t rank_ = 0, world_size_ = 0;
+  std::vector<std::vector<float>> host_params_;  // staging for GPU models
+  std::vector<std::vector<float>> host_grads_;
+  Progress progress_;
+  double loss_ema_ = -1;
+  absl::Time rate_start_;
+  uint64_t rate_samples_ = 0;
+};
+
+}  // namespace gradstream
+
+#endif  // GRADSTREAM_WORKER_TRAINER_TRAINER_H_

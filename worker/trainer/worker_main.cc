@@ -1,0 +1,311 @@
+// gs_worker: joins the coordinator's worker pool and trains whatever job it is
+// assigned, until killed.
+//
+//   gs_worker --coordinator=localhost:7070 [--device=auto|cpu|gpu] [--name=...]
+//
+// One thread heartbeats (progress out, assignment in); the main thread trains.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util.h"
+#include "common/status.h"
+#include "coordinator.grpc.pb.h"
+#include "glog/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/client/ps_client.h"
+#include "worker/client/shard_map_proto.h"
+#include "worker/trainer/job_setup.h"
+#include "worker/trainer/trainer.h"
+
+ABSL_FLAG(std::string, coordinator, "",
+          "coordinator host:port (default: $GRADSTREAM_COORDINATOR or localhost:7070)");
+ABSL_FLAG(std::string, device, "auto", "auto (GPU when present), cpu or gpu");
+ABSL_FLAG(std::string, name, "", "name shown by `gradstream cluster` (default: host name)");
+ABSL_FLAG(int, rpc_timeout_ms, 5000, "deadline of each coordinator RPC");
+ABSL_FLAG(int, register_timeout_s, 120, "give up when the coordinator is unreachable this long");
+
+namespace gradstream {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop = true; }
+
+std::string CoordinatorAddress() {
+  std::string a = absl::GetFlag(FLAGS_coordinator);
+  if (a.empty()) {
+    const char* env = std::getenv("GRADSTREAM_COORDINATOR");
+    a = env != nullptr && *env != '\0' ? env : "localhost:7070";
+  }
+  return a;
+}
+
+Assignment FromProto(const v1::Assignment& p) {
+  Assignment a;
+  a.job_id = p.job_id();
+  a.job_active = !p.job_id().empty() &&
+                 (p.job_state() == v1::PENDING || p.job_state() == v1::RUNNING);
+  a.rank = p.rank();
+  a.world_size = std::max<uint32_t>(1, p.world_size());
+  a.epoch = p.epoch();
+  a.epoch_clock = p.epoch_clock();
+  a.join_clock = p.join_clock();
+  a.leave = p.leave();
+  a.leave_clock = p.leave_clock();
+  return a;
+}
+
+// Everything the heartbeat thread and the training thread share.
+class WorkerState {
+ public:
+  void SetIdentity(uint64_t id, uint64_t incarnation) {
+    absl::MutexLock l(&mu_);
+    id_ = id;
+    incarnation_ = incarnation;
+  }
+  std::pair<uint64_t, uint64_t> Identity() const {
+    absl::MutexLock l(&mu_);
+    return {id_, incarnation_};
+  }
+  void SetJob(std::string job, v1::WorkerState state, std::string message = "") {
+    absl::MutexLock l(&mu_);
+    job_ = std::move(job);
+    state_ = state;
+    message_ = std::move(message);
+  }
+  void Fill(v1::HeartbeatRequest* req, const ProgressBoard& board) const {
+    absl::MutexLock l(&mu_);
+    req->set_worker_id(id_);
+    req->set_incarnation(incarnation_);
+    req->set_job_id(job_);
+    req->set_state(state_);
+    req->set_message(message_);
+    const Progress p = board.Get();
+    auto* out = req->mutable_progress();
+    out->set_clock(p.clock);
+    out->set_loss(p.loss);
+    out->set_accuracy(p.accuracy);
+    out->set_accuracy_clock(p.accuracy_clock);
+    out->set_samples_per_sec(p.samples_per_sec);
+    out->set_bytes_pushed(p.bytes_pushed);
+    out->set_fp32_bytes_pushed(p.fp32_bytes_pushed);
+    out->set_residual_norm(p.residual_norm);
+  }
+  void SetLatest(const v1::Assignment& a) {
+    absl::MutexLock l(&mu_);
+    latest_ = a;
+  }
+  v1::Assignment Latest() const {
+    absl::MutexLock l(&mu_);
+    return latest_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  uint64_t id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string job_ ABSL_GUARDED_BY(mu_);
+  v1::WorkerState state_ ABSL_GUARDED_BY(mu_) = v1::IDLE;
+  std::string message_ ABSL_GUARDED_BY(mu_);
+  v1::Assignment latest_ ABSL_GUARDED_BY(mu_);
+};
+
+class Worker {
+ public:
+  Worker(std::shared_ptr<grpc::Channel> channel, Device device)
+      : stub_(v1::Coordinator::NewStub(channel)), device_(device) {}
+
+  absl::Status Register() {
+    const absl::Time give_up = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+    absl::Duration backoff = absl::Milliseconds(100);
+    for (;;) {
+      v1::RegisterWorkerRequest req;
+      std::string name = absl::GetFlag(FLAGS_name);
+      if (name.empty()) {
+        char host[256] = {0};
+        gethostname(host, sizeof(host) - 1);
+        name = absl::StrCat(host, "/", getpid());
+      }
+      req.set_name(name);
+      auto [id, inc] = state_.Identity();
+      req.set_worker_id(id);
+      req.set_incarnation(inc);
+      req.set_has_gpu(device_ == Device::kGpu);
+      v1::RegisterWorkerResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() +
+                                          absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms))));
+      const grpc::Status s = stub_->RegisterWorker(&ctx, req, &resp);
+      if (s.ok()) {
+        state_.SetIdentity(resp.worker_id(), resp.incarnation());
+        interval_ = absl::Milliseconds(std::max<uint32_t>(50, resp.heartbeat_interval_ms()));
+        LOG(INFO) << "registered as worker " << resp.worker_id() << " incarnation "
+                  << resp.incarnation();
+        return absl::OkStatus();
+      }
+      if (absl::Now() > give_up || g_stop) {
+        return absl::UnavailableError(absl::StrCat("cannot register with the coordinator: ",
+                                                   s.error_message()));
+      }
+      LOG(WARNING) << "register: " << s.error_message() << "; retrying";
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(2));
+    }
+  }
+
+  // Heartbeats until stopped; re-registers when the coordinator forgot us.
+  void HeartbeatLoop() {
+    while (!g_stop && !done_) {
+      v1::HeartbeatRequest req;
+      state_.Fill(&req, board_);
+      v1::HeartbeatResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() +
+                                          absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms))));
+      const grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+      if (s.ok()) {
+        state_.SetLatest(resp.assignment());
+        feed_.Set(FromProto(resp.assignment()));
+      } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
+                 s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        // Removed (e.g. missed heartbeats) or unknown: the old incarnation is
+        // dead to the shards, so drop the job and join again.
+        LOG(WARNING) << "coordinator: " << s.error_message() << "; registering again";
+        feed_.Set(Assignment{});
+        if (!Register().ok()) LOG(ERROR) << "re-register failed";
+      } else {
+        LOG(WARNING) << "heartbeat: " << s.error_message();
+      }
+      absl::SleepFor(interval_);
+    }
+  }
+
+  // Trains one job end to end; returns when it is done, left or stopped.
+  void RunJob(const v1::Assignment& a) {
+    const std::string job = a.job_id();
+    state_.SetJob(job, v1::TRAINING);
+    board_.Set(Progress{});
+    absl::StatusOr<TrainOutcome> outcome = TrainJob(a);
+    if (!outcome.ok()) {
+      LOG(ERROR) << "job " << job << ": " << outcome.status();
+      state_.SetJob(job, v1::ERROR, std::string(outcome.status().message()));
+    } else if (*outcome == TrainOutcome::kDone) {
+      state_.SetJob(job, v1::DONE);
+    } else if (*outcome == TrainOutcome::kLeft) {
+      state_.SetJob(job, v1::LEFT);
+    } else {
+      state_.SetJob("", v1::IDLE);
+    }
+    // Wait until the coordinator moves us off this job before taking another.
+    while (!g_stop) {
+      const v1::Assignment now = state_.Latest();
+      if (now.job_id() != job || !FromProto(now).job_active) break;
+      absl::SleepFor(interval_);
+    }
+    state_.SetJob("", v1::IDLE);
+  }
+
+  void Run() {
+    std::thread hb([this] { HeartbeatLoop(); });
+    while (!g_stop) {
+      const v1::Assignment a = state_.Latest();
+      if (FromProto(a).job_active && !(a.leave() && a.join_clock() >= a.leave_clock())) {
+        RunJob(a);
+      } else {
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+    }
+    done_ = true;
+    hb.join();
+  }
+
+ private:
+  absl::StatusOr<TrainOutcome> TrainJob(const v1::Assignment& a) {
+    GS_ASSIGN_OR_RETURN(TrainSetup setup, LoadTrainSetup(a.spec()));
+    GS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModel(setup.model, device_));
+    GS_ASSIGN_OR_RETURN(client::ShardMap map, client::ShardMapFromProto(a.shard_map()));
+    // The map and the model must describe the same tensors, in order.
+    if (map.tensors.size() != model->params().size()) {
+      return absl::FailedPreconditionError(absl::StrCat("shard map has ", map.tensors.size(),
+                                                        " tensors, the model ",
+                                                        model->params().size()));
+    }
+    for (size_t i = 0; i < map.tensors.size(); ++i) {
+      const auto& t = model->params()[i];
+      if (map.tensors[i].name != t.name ||
+          map.tensors[i].num_elems != static_cast<uint64_t>(t.num_elems)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("shard map tensor ", i, " is ", map.tensors[i].name, " [",
+                         map.tensors[i].num_elems, "], the model's is ", t.name, " [",
+                         t.num_elems, "]"));
+      }
+    }
+    auto [id, inc] = state_.Identity();
+    client::ClientOptions opt;
+    opt.job_id = a.job_id();
+    opt.worker_id = id;
+    opt.incarnation = inc;
+    opt.epoch = a.epoch();
+    opt.seed = setup.seed;
+    opt.codec = setup.codec;
+    GS_ASSIGN_OR_RETURN(std::unique_ptr<client::PsClient> ps, client::PsClient::Connect(map, opt));
+    TrainerOptions topt;
+    if (a.spec().consistency().mode() == v1::BOUNDED) {
+      topt.final_pull_slack = a.spec().consistency().staleness();
+    }
+    Trainer trainer(&setup, model.get(), ps.get(), &feed_, &board_, topt);
+    LOG(INFO) << "job " << a.job_id() << ": training " << ModelTypeName(setup.model.type)
+              << " on " << DeviceName(device_) << " from clock " << a.join_clock();
+    return trainer.Run(a.join_clock());
+  }
+
+  const std::unique_ptr<v1::Coordinator::Stub> stub_;
+  const Device device_;
+  absl::Duration interval_ = absl::Milliseconds(500);
+  WorkerState state_;
+  AssignmentFeed feed_;
+  ProgressBoard board_;
+  std::atomic<bool> done_{false};
+};
+
+}  // namespace
+}  // namespace gradstream
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  std::signal(SIGTERM, gradstream::OnSignal);
+  std::signal(SIGINT, gradstream::OnSignal);
+  using gradstream::Device;
+  Device device = gradstream::DefaultDevice();
+  const std::string dev = absl::GetFlag(FLAGS_device);
+  if (dev != "auto") {
+    auto d = gradstream::DeviceFromName(dev);
+    if (!d.ok()) {
+      LOG(ERROR) << "--device: " << d.status();
+      return 2;
+    }
+    device = *d;
+  }
+  const std::string addr = gradstream::CoordinatorAddress();
+  gradstream::Worker worker(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()), device);
+  LOG(INFO) << "gs_worker: coordinator " << addr << ", device " << gradstream::DeviceName(device)
+            << " (insecure channel)";
+  if (absl::Status s = worker.Register(); !s.ok()) {
+    LOG(ERROR) << s;
+    return 1;
+  }
+  worker.Run();
+  return 0;
+}
