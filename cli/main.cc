@@ -7,10 +7,11 @@
 //   gradstream cancel JOB                             stop a job
 //   gradstream list                                   every job
 //   gradstream cluster                                shards and workers
+//   gradstream health [HOST:PORT]                     gRPC health of any server
 //
 // Exit codes (see kUsage): 0 ok, 1 other error, 2 usage or invalid spec,
 // 3 unknown job, 4 coordinator unreachable, 5 `watch`: job ended without
-// completing (FAILED / CANCELLED).
+// completing (FAILED / CANCELLED), 6 not authorized (token or certificate).
 #include <unistd.h>
 
 #include <chrono>
@@ -25,9 +26,11 @@
 #include "cli/args.h"
 #include "cli/render.h"
 #include "cli/spec_input.h"
+#include "common/rpc/rpc.h"
 #include "coordinator.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
+#include "health.grpc.pb.h"
 #include "server/coordinator/job_spec.h"
 
 namespace gradstream::cli {
@@ -35,7 +38,15 @@ namespace {
 
 namespace v1 = gradstream::v1;
 
-enum ExitCode { kOk = 0, kOther = 1, kUsage = 2, kNotFound = 3, kUnreachable = 4, kJobFailed = 5 };
+enum ExitCode {
+  kOk = 0,
+  kOther = 1,
+  kUsage = 2,
+  kNotFound = 3,
+  kUnreachable = 4,
+  kJobFailed = 5,
+  kUnauthorized = 6,
+};
 
 constexpr char kDefaultCoordinator[] = "localhost:7070";
 
@@ -49,25 +60,34 @@ commands:
   cancel JOB                        stop a job
   list                              list jobs
   cluster                           list shards and workers with their health
+  health [HOST:PORT]                gRPC health check of a coordinator or shard
+                                    (default: the coordinator); exit 0 = SERVING
   help [submit]                     this text / the submit flags
 
 global flags:
   --coordinator=HOST:PORT   coordinator address (default: $GRADSTREAM_COORDINATOR or localhost:7070)
   --json                    machine-readable JSON output (one object; `watch`: one per line)
   --timeout=5s              deadline of each call to the coordinator
+  --tls_ca=PEM              use TLS; verify the server with this CA ($GRADSTREAM_TLS_CA)
+  --tls_cert=PEM --tls_key=PEM
+                            client certificate for mutual TLS ($GRADSTREAM_TLS_CERT/_KEY)
+  --auth_token_file=F       the cluster token ($GRADSTREAM_AUTH_TOKEN_FILE)
 
 exit codes:
   0 ok   1 other error   2 usage error or invalid job spec   3 unknown job
   4 coordinator unreachable   5 (watch) the job ended FAILED or CANCELLED
+  6 not authorized (missing or wrong token or certificate)
 )";
 
 const std::set<std::string> kBoolFlags = {"json", "help", "no_error_feedback", "dry_run"};
-const std::set<std::string> kGlobalFlags = {"coordinator", "json", "timeout", "help"};
+const std::set<std::string> kGlobalFlags = {"coordinator", "json",     "timeout",        "help",
+                                            "tls_ca",      "tls_cert", "tls_key", "auth_token_file"};
 
 struct Context {
   std::string address;
   absl::Duration timeout = absl::Seconds(5);
   bool json = false;
+  rpc::RpcConfig rpc;
   std::unique_ptr<v1::Coordinator::Stub> stub;
 };
 
@@ -82,6 +102,9 @@ int ExitFor(const absl::Status& s) {
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
       return kUnreachable;
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return kUnauthorized;
     default:
       return kOther;
   }
@@ -99,6 +122,11 @@ int Fail(const Context& ctx, const absl::Status& s) {
       break;
     case kUsage:
       advice = "\n  fix the field(s) named above; `gradstream help submit` lists the spec flags.";
+      break;
+    case kUnauthorized:
+      advice =
+          "\n  the coordinator requires its cluster token: pass --auth_token_file=FILE or set "
+          "GRADSTREAM_AUTH_TOKEN_FILE.";
       break;
     default:
       break;
@@ -118,6 +146,7 @@ template <typename Req, typename Resp, typename Method>
 absl::Status Call(const Context& ctx, Method method, const Req& req, Resp* resp) {
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(ctx.timeout));
+  rpc::AttachToken(&c, ctx.rpc.auth_token);
   grpc::Status s = (ctx.stub.get()->*method)(&c, req, resp);
   if (s.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
@@ -292,6 +321,29 @@ int CmdCluster(const Context& ctx, const Args& args) {
   return kOk;
 }
 
+// grpc.health.v1 Check of any gradstream server, with the same credentials
+// as every other call (the containers' HEALTHCHECK and Kubernetes probes).
+int CmdHealth(const Context& ctx, const Args& args) {
+  if (args.positional().size() > 2) return Usage("usage: gradstream health [HOST:PORT]");
+  const std::string address = args.positional().size() == 2 ? args.positional()[1] : ctx.address;
+  auto stub = grpc::health::v1::Health::NewStub(rpc::NewChannel(address, ctx.rpc));
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(ctx.timeout));
+  grpc::health::v1::HealthCheckResponse resp;
+  const grpc::Status s = stub->Check(&c, grpc::health::v1::HealthCheckRequest(), &resp);
+  if (!s.ok()) {
+    std::cerr << "gradstream: health of " << address << ": "
+              << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())) << ": "
+              << s.error_message() << "\n";
+    return ExitFor(absl::Status(static_cast<absl::StatusCode>(s.error_code()), ""));
+  }
+  const std::string status = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
+  ctx.json ? (void)(std::cout << "{\"address\": \"" << address << "\", \"status\": \"" << status
+                              << "\"}\n")
+           : (void)(std::cout << address << ": " << status << "\n");
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? kOk : kOther;
+}
+
 int Main(int argc, char** argv) {
   std::vector<std::string> argv_list(argv + 1, argv + argc);
   auto parsed = Args::Parse(argv_list, kBoolFlags);
@@ -328,8 +380,15 @@ int Main(int argc, char** argv) {
   auto timeout = args.GetDuration("timeout");
   if (!timeout.ok()) return Usage(std::string(timeout.status().message()));
   if (*timeout) ctx.timeout = **timeout;
-  ctx.stub = v1::Coordinator::NewStub(
-      grpc::CreateChannel(ctx.address, grpc::InsecureChannelCredentials()));
+  rpc::RpcSettings settings;
+  settings.tls_ca = args.Get("tls_ca").value_or("");
+  settings.tls_cert = args.Get("tls_cert").value_or("");
+  settings.tls_key = args.Get("tls_key").value_or("");
+  settings.auth_token_file = args.Get("auth_token_file").value_or("");
+  absl::StatusOr<rpc::RpcConfig> config = rpc::BuildConfig(settings);
+  if (!config.ok()) return Usage(std::string(config.status().message()));
+  ctx.rpc = *std::move(config);
+  ctx.stub = v1::Coordinator::NewStub(rpc::NewChannel(ctx.address, ctx.rpc));
 
   if (cmd == "submit") return CmdSubmit(ctx, args);
   if (cmd == "status") return CmdStatus(ctx, args);
@@ -338,6 +397,7 @@ int Main(int argc, char** argv) {
   if (cmd == "cancel") return CmdCancel(ctx, args);
   if (cmd == "list") return CmdList(ctx, args);
   if (cmd == "cluster") return CmdCluster(ctx, args);
+  if (cmd == "health") return CmdHealth(ctx, args);
   return Usage(absl::StrCat("unknown command '", cmd, "'"));
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/rpc/rpc.h"
 #include "common/status.h"
 #include "glog/logging.h"
 #include "server/coordinator/internal/shard_map_convert.h"
@@ -103,6 +104,8 @@ absl::Status Coordinator::LoadLocked() {
     job.shard_acked.assign(n, 0);
     auto it = state->retired().find(j.job_id());
     if (it != state->retired().end()) job.retired = it->second;
+    auto token = state->job_tokens().find(j.job_id());
+    if (token != state->job_tokens().end()) job.token = token->second;
     if (Terminal(j.state())) job.dropped = true;
     jobs_[j.job_id()] = std::move(job);
   }
@@ -127,6 +130,7 @@ absl::Status Coordinator::SaveLocked() {
     *job.status.mutable_progress() = ProgressLocked(job);
     *state.add_jobs() = job.status;
     (*state.mutable_retired())[id] = job.retired;
+    if (!job.token.empty()) (*state.mutable_job_tokens())[id] = job.token;
   }
   const absl::Time start = absl::Now();
   absl::Status s = store_->Save(state);
@@ -342,6 +346,7 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::SubmitJob(const v1::SubmitJob
   job.status.set_desired_workers(spec.workers());
   job.status.set_submitted_unix_ms(UnixMs(Now()));
   job.status.set_message("waiting for shards and workers");
+  job.token = rpc::NewToken();
   absl::Status saved = SaveLocked();
   if (!saved.ok()) {
     jobs_.erase(id);
@@ -557,6 +562,7 @@ v1::Assignment Coordinator::AssignmentLocked(const Worker& worker) {
     }
     *a.mutable_spec() = job->status.spec();
     *a.mutable_shard_map() = job->status.shard_map();
+    a.set_job_token(job->token);
     return a;
   }
   return a;  // joining, but its epoch is not committed yet
@@ -633,6 +639,14 @@ uint64_t Coordinator::LeadClockLocked(const Job& job) const {
   const double lead_seconds = 2 * heartbeat_interval_ms() / 1000.0 +
                               2 * absl::ToDoubleSeconds(options_.tick_interval) + 0.5;
   return base + 10 + static_cast<uint64_t>(std::ceil(rate * lead_seconds));
+}
+
+uint64_t Coordinator::IdleJoinClockLocked(const Job& job) const {
+  uint64_t at = std::max(job.shard_min_clock, job.shard_max_version);
+  if (!job.status.epochs().empty()) {
+    at = std::max(at, job.status.epochs().rbegin()->effective_clock());
+  }
+  return at;
 }
 
 void Coordinator::ReapDeadWorkersLocked() {
@@ -728,7 +742,10 @@ void Coordinator::PlanMembershipLocked(Job& job) {
                                           " active, none idle"));
       return;
     }
-    const uint64_t at = LeadClockLocked(job);
+    // With members running, the change must lie ahead of all of them; with
+    // none, nothing moves, and the newcomers start where the shards stopped
+    // (see [unstaffed clocks] in server/shard/bsp_controller.cc).
+    const uint64_t at = active.empty() ? IdleJoinClockLocked(job) : LeadClockLocked(job);
     for (Worker* w : idle) {
       v1::JobMember* m = job.status.add_members();
       m->set_worker_id(w->status.worker_id());

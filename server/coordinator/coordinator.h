@@ -124,6 +124,7 @@ class Coordinator {
   struct Job {
     gradstream::v1::JobStatus status;  // persisted part (spec, epochs, members, map...)
     gradstream::v1::JobProgress retired;
+    std::string token;  // [auth tokens]: members and shards only, never in a JobStatus
     // Per shard index of the map: has the job, newest acknowledged epoch.
     std::vector<bool> shard_created;
     std::vector<uint64_t> shard_acked;
@@ -168,6 +169,9 @@ class Coordinator {
   void AddEpochLocked(Job& job, uint64_t effective_clock, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t LeadClockLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where workers joining a job that has no active member start: where the
+  // shards and the last epoch stopped, with no lead (nobody is running).
+  uint64_t IdleJoinClockLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<ShardCall> PlanShardCallsLocked(bool probe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunShardCalls(std::vector<ShardCall>& calls) ABSL_LOCKS_EXCLUDED(mu_);
   void ApplyShardResultsLocked(const std::vector<ShardCall>& calls)

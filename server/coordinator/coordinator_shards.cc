@@ -106,6 +106,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
         *m->mutable_worker_ids() = last.worker_ids();
         req.set_checkpoint_every(job.status.spec().checkpoint_every());
         req.set_shard_index(i);
+        req.set_job_token(job.token);
         calls.push_back(std::move(call));
         continue;
       }

@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/metrics/metrics_server.h"
+#include "common/rpc/flags.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "server/coordinator/coordinator.h"
@@ -72,8 +73,13 @@ int main(int argc, char** argv) {
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.start_grace = absl::GetFlag(FLAGS_start_grace);
   options.drop_finished_jobs = absl::GetFlag(FLAGS_drop_finished_jobs);
+  absl::StatusOr<gradstream::rpc::RpcConfig> rpc = gradstream::rpc::RpcConfigFromFlags();
+  if (!rpc.ok()) {
+    LOG(ERROR) << rpc.status();
+    return 2;
+  }
   auto shard_client =
-      gradstream::coordinator::NewGrpcShardClient(absl::GetFlag(FLAGS_shard_rpc_deadline));
+      gradstream::coordinator::NewGrpcShardClient(absl::GetFlag(FLAGS_shard_rpc_deadline), *rpc);
   auto coordinator = Coordinator::Open(options, shard_client.get());
   if (!coordinator.ok()) {
     LOG(ERROR) << "cannot open the coordinator state: " << coordinator.status()
@@ -103,16 +109,23 @@ int main(int argc, char** argv) {
   }
 
   auto service = gradstream::coordinator::NewCoordinatorService(
-      coordinator->get(), gradstream::metrics::Registry::Default());
+      coordinator->get(), gradstream::metrics::Registry::Default(), rpc->auth_token);
   int bound_port = 0;
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port)),
-                           grpc::InsecureServerCredentials(), &bound_port);
+  const std::string address =
+      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  if (absl::Status s =
+          gradstream::rpc::ConfigureServer(*rpc, address, "gs_coordinator", &builder, &bound_port);
+      !s.ok()) {
+    LOG(ERROR) << s;
+    return 2;
+  }
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
-    LOG(ERROR) << "cannot listen on port " << absl::GetFlag(FLAGS_port)
-               << " (in use? pass --port=0 for any free port)";
+    LOG(ERROR) << "cannot listen on " << address
+               << ": the port is in use or the address is not local (--port=0 picks a free port)";
     return 1;
   }
   (*coordinator)->StartTicker();

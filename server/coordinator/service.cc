@@ -2,6 +2,7 @@
 #include "server/coordinator/service.h"
 
 #include "common/grpc_util.h"
+#include "common/rpc/rpc.h"
 
 namespace gradstream::coordinator {
 
@@ -11,48 +12,55 @@ namespace v1 = gradstream::v1;
 
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  CoordinatorService(Coordinator* c, metrics::Registry* m) : c_(c), metrics_(m) {}
+  CoordinatorService(Coordinator* c, metrics::Registry* m, std::string auth_token)
+      : c_(c), metrics_(m), auth_token_(std::move(auth_token)) {}
 
-  grpc::Status RegisterShard(grpc::ServerContext*, const v1::RegisterShardRequest* req,
+  grpc::Status RegisterShard(grpc::ServerContext* ctx, const v1::RegisterShardRequest* req,
                              v1::RegisterShardResponse* resp) override {
-    return Reply("RegisterShard", c_->RegisterShard(*req), resp);
+    return Call("RegisterShard", ctx, resp, [&] { return c_->RegisterShard(*req); });
   }
-  grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* req,
+  grpc::Status RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
                               v1::RegisterWorkerResponse* resp) override {
-    return Reply("RegisterWorker", c_->RegisterWorker(*req), resp);
+    return Call("RegisterWorker", ctx, resp, [&] { return c_->RegisterWorker(*req); });
   }
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
-    return Reply("Heartbeat", c_->Heartbeat(*req), resp);
+    return Call("Heartbeat", ctx, resp, [&] { return c_->Heartbeat(*req); });
   }
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override {
-    return Reply("SubmitJob", c_->SubmitJob(*req), resp);
+    return Call("SubmitJob", ctx, resp, [&] { return c_->SubmitJob(*req); });
   }
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                       v1::JobStatus* resp) override {
-    return Reply("GetJob", c_->GetJob(*req), resp);
+    return Call("GetJob", ctx, resp, [&] { return c_->GetJob(*req); });
   }
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
                         v1::ListJobsResponse* resp) override {
-    return Reply("ListJobs", absl::StatusOr<v1::ListJobsResponse>(c_->ListJobs()), resp);
+    return Call("ListJobs", ctx, resp,
+                [&] { return absl::StatusOr<v1::ListJobsResponse>(c_->ListJobs()); });
   }
-  grpc::Status ScaleJob(grpc::ServerContext*, const v1::ScaleJobRequest* req,
+  grpc::Status ScaleJob(grpc::ServerContext* ctx, const v1::ScaleJobRequest* req,
                         v1::ScaleJobResponse* resp) override {
-    return Reply("ScaleJob", c_->ScaleJob(*req), resp);
+    return Call("ScaleJob", ctx, resp, [&] { return c_->ScaleJob(*req); });
   }
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                          v1::CancelJobResponse* resp) override {
-    return Reply("CancelJob", c_->CancelJob(*req), resp);
+    return Call("CancelJob", ctx, resp, [&] { return c_->CancelJob(*req); });
   }
-  grpc::Status GetCluster(grpc::ServerContext*, const v1::GetClusterRequest*,
+  grpc::Status GetCluster(grpc::ServerContext* ctx, const v1::GetClusterRequest*,
                           v1::ClusterStatus* resp) override {
-    return Reply("GetCluster", absl::StatusOr<v1::ClusterStatus>(c_->GetCluster()), resp);
+    return Call("GetCluster", ctx, resp,
+                [&] { return absl::StatusOr<v1::ClusterStatus>(c_->GetCluster()); });
   }
 
  private:
-  template <typename T>
-  grpc::Status Reply(const char* method, absl::StatusOr<T> result, T* out) {
+  // Checks the cluster token ([auth tokens] in common/rpc/rpc.h), runs `fn`,
+  // counts the call by method and status code.
+  template <typename T, typename Fn>
+  grpc::Status Call(const char* method, grpc::ServerContext* ctx, T* out, Fn fn) {
+    absl::Status auth = rpc::CheckToken(auth_token_, rpc::PresentedToken(*ctx), "the coordinator");
+    absl::StatusOr<T> result = auth.ok() ? fn() : absl::StatusOr<T>(auth);
     const absl::Status status = result.status();
     metrics_
         ->GetCounter("gs_coordinator_rpcs_total", "Coordinator RPCs by method and status.",
@@ -65,13 +73,15 @@ class CoordinatorService final : public v1::Coordinator::Service {
 
   Coordinator* const c_;
   metrics::Registry* const metrics_;
+  const std::string auth_token_;
 };
 
 }  // namespace
 
 std::unique_ptr<v1::Coordinator::Service> NewCoordinatorService(Coordinator* coordinator,
-                                                                metrics::Registry* metrics) {
-  return std::make_unique<CoordinatorService>(coordinator, metrics);
+                                                                metrics::Registry* metrics,
+                                                                const std::string& auth_token) {
+  return std::make_unique<CoordinatorService>(coordinator, metrics, auth_token);
 }
 
 }  // namespace gradstream::coordinator

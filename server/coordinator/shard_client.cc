@@ -17,7 +17,8 @@ namespace v1 = gradstream::v1;
 
 class GrpcShardClient final : public ShardClient {
  public:
-  explicit GrpcShardClient(absl::Duration deadline) : deadline_(deadline) {}
+  GrpcShardClient(absl::Duration deadline, rpc::RpcConfig config)
+      : deadline_(deadline), config_(std::move(config)) {}
 
   absl::StatusOr<v1::CreateJobResponse> CreateJob(const std::string& address,
                                                   const v1::CreateJobRequest& request) override {
@@ -59,27 +60,29 @@ class GrpcShardClient final : public ShardClient {
  private:
   void SetDeadline(grpc::ClientContext& ctx) const {
     ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline_));
+    rpc::AttachToken(&ctx, config_.auth_token);
   }
 
   v1::ParameterServer::Stub* Stub(const std::string& address) {
     absl::MutexLock lock(&mu_);
     auto& stub = stubs_[address];
     if (!stub) {
-      stub = v1::ParameterServer::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      stub = v1::ParameterServer::NewStub(rpc::NewChannel(address, config_));
     }
     return stub.get();
   }
 
   const absl::Duration deadline_;
+  const rpc::RpcConfig config_;
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
-std::unique_ptr<ShardClient> NewGrpcShardClient(absl::Duration deadline) {
-  return std::make_unique<GrpcShardClient>(deadline);
+std::unique_ptr<ShardClient> NewGrpcShardClient(absl::Duration deadline,
+                                                const rpc::RpcConfig& config) {
+  return std::make_unique<GrpcShardClient>(deadline, config);
 }
 
 }  // namespace gradstream::coordinator

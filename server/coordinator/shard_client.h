@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/rpc/rpc.h"
 #include "ps.pb.h"
 
 namespace gradstream::coordinator {
@@ -28,8 +29,11 @@ class ShardClient {
       const std::string& address, const gradstream::v1::StatsRequest& request) = 0;
 };
 
-// gRPC client with one cached channel per address and `deadline` per call.
-std::unique_ptr<ShardClient> NewGrpcShardClient(absl::Duration deadline);
+// gRPC client with one cached channel per address and `deadline` per call;
+// channels use `config`'s credentials and every call carries its cluster
+// token.
+std::unique_ptr<ShardClient> NewGrpcShardClient(absl::Duration deadline,
+                                                const rpc::RpcConfig& config = {});
 
 }  // namespace gradstream::coordinator
 

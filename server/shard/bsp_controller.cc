@@ -38,7 +38,14 @@ class BspController final : public ConsistencyController {
           "round ", push.clock, " of chunk ", chunk.chunk_id,
           " was already applied without worker ", push.worker, " (chunk version ", version, ")"));
     }
-    if (push.clock >= version + job.max_pending_rounds()) {
+    // A member may be further ahead than the window when this shard lost
+    // the rounds in between, which it says it finished (see [lost rounds]);
+    // its round waits for them to close. Never more open rounds than the
+    // window either way.
+    const bool after_lost_rounds =
+        job.WorkerClock(push.worker) >= push.clock &&
+        (round != chunk.rounds.end() || chunk.rounds.size() < job.max_pending_rounds());
+    if (push.clock >= version + job.max_pending_rounds() && !after_lost_rounds) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "clock ", push.clock, " is too far ahead of chunk ", chunk.chunk_id, " version ", version,
           " (at most ", job.max_pending_rounds(), " open rounds)"));
@@ -76,23 +83,33 @@ class BspController final : public ConsistencyController {
 
   bool Advance(ChunkState& chunk, JobContext& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) override {
-    bool moved = false;
-    while (!chunk.rounds.empty() && chunk.initialized.load()) {
+    bool moved = SkipUnstaffedClocks(chunk, job);
+    while (chunk.initialized.load()) {
+      if (PassLostClock(chunk, job)) {
+        moved = true;
+        SkipUnstaffedClocks(chunk, job);
+        continue;
+      }
+      if (chunk.rounds.empty()) break;
       auto it = chunk.rounds.begin();
       const uint64_t clock = it->first;
       if (clock != chunk.version.load()) break;
       uint64_t epoch = 0;
       const std::vector<uint64_t> members = job.MembersAt(clock, &epoch);
       SyncRound& round = it->second;
+      // A member that finished `clock` without its push being here will
+      // never send it: see [lost rounds].
       const bool complete =
           !round.contributors.empty() &&
-          std::all_of(members.begin(), members.end(), [&](uint64_t w) { return round.Has(w); });
+          std::all_of(members.begin(), members.end(),
+                      [&](uint64_t w) { return round.Has(w) || job.WorkerClock(w) > clock; });
       if (!complete) break;
       const float scale = 1.0f / static_cast<float>(round.contributors.size());
       // Sizes were checked when the round was opened; Apply cannot fail here.
       absl::Status s =
           job.optimizer().Apply(absl::MakeSpan(chunk.params), round.acc, scale, &chunk.opt);
       if (!s.ok()) break;
+      for (uint64_t w : members) chunk.applied[w].Add(clock);  // settled, pushed or lost
       for (uint64_t w : round.contributors) chunk.applied[w].Add(clock);
       RoundInfo info;
       info.chunk_id = chunk.chunk_id;
@@ -104,8 +121,62 @@ class BspController final : public ConsistencyController {
       chunk.version.store(clock + 1);
       job.RecordRound(std::move(info));
       moved = true;
+      SkipUnstaffedClocks(chunk, job);
     }
     return moved;
+  }
+
+  // NOTE: [lost rounds] A member's ClockAdvance(c + 1) reaches a shard after
+  // all its pushes for clock c (one stream, handled in order; the trainer
+  // even waits for their acks). So when every member of the epoch in effect
+  // at c has finished c but the round of c lacks some of their pushes, those
+  // will never come: an earlier run of this shard acknowledged them, then
+  // died, and the checkpoint this one restored predates them. The round is
+  // then closed with what did arrive (re-normalized, like a round that lost
+  // a dead member), or passed over when nothing did: those updates are lost
+  // (at most the checkpoint interval's worth) and the job goes on. Without
+  // this the members, who moved on, and the restored shard would wait for
+  // each other forever. A shard that never restarted has every push its
+  // members finished, so this never fires there.
+  //
+  // Passes over the version's clock when no round is open for it and every
+  // member finished it; records the round with no contributors.
+  static bool PassLostClock(ChunkState& chunk, JobContext& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) {
+    const uint64_t clock = chunk.version.load();
+    if (!chunk.rounds.empty() && chunk.rounds.begin()->first == clock) return false;
+    uint64_t epoch = 0;
+    const std::vector<uint64_t> members = job.MembersAt(clock, &epoch);
+    if (members.empty()) return false;  // see [unstaffed clocks]
+    for (uint64_t w : members) {
+      if (job.WorkerClock(w) <= clock) return false;
+    }
+    for (uint64_t w : members) chunk.applied[w].Add(clock);
+    chunk.version.store(clock + 1);
+    job.RecordRound(RoundInfo{chunk.chunk_id, clock, epoch, {}});
+    return true;
+  }
+
+  // NOTE: [unstaffed clocks] When every member of a job left or died, the
+  // epoch in effect has no workers: its clocks carry no gradient, so their
+  // rounds are vacuous and nobody will ever push them. The version passes
+  // over them to the clock where the next epoch with members starts (the
+  // clock a replacement worker joins at). Without this the replacement's
+  // first pull would wait for rounds that can never complete. An open round
+  // on the way (pushed before its workers were removed) stops the skip: it
+  // is complete, as a round that lost a dead member is, and Advance applies
+  // it first, whenever the next epoch became known.
+  static bool SkipUnstaffedClocks(ChunkState& chunk, JobContext& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) {
+    if (!chunk.initialized.load()) return false;
+    const uint64_t version = chunk.version.load();
+    const std::optional<uint64_t> next = job.NextStaffedClock(version);
+    if (!next.has_value()) return false;
+    uint64_t to = *next;
+    if (!chunk.rounds.empty()) to = std::min(to, chunk.rounds.begin()->first);
+    if (to == version) return false;
+    chunk.version.store(to);
+    return true;
   }
 
   bool PullReady(uint64_t clock, uint64_t min_clock, uint64_t min_version) const override {

@@ -18,6 +18,8 @@
 #include <memory>
 #include <vector>
 
+#include <optional>
+
 #include "absl/status/statusor.h"
 #include "common/optim/optimizer.h"
 #include "server/shard/chunk_state.h"
@@ -33,7 +35,13 @@ class JobContext {
   // Members of the epoch in effect at `clock`, and that epoch's number. Empty
   // when no epoch is in effect yet.
   virtual std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const = 0;
+  // The first clock >= `clock` at which some epoch with members is in
+  // effect; nullopt when every known epoch from `clock` on is empty.
+  virtual std::optional<uint64_t> NextStaffedClock(uint64_t clock) const = 0;
   virtual uint32_t max_pending_rounds() const = 0;
+  // `worker`'s clock: it has finished every clock below it (its latest
+  // ClockAdvance); 0 when it never advanced. See [lost rounds].
+  virtual uint64_t WorkerClock(uint64_t worker) const = 0;
   // Appends to the bounded ring of round records.
   virtual void RecordRound(RoundInfo round) = 0;
 };

@@ -229,6 +229,24 @@ std::vector<uint64_t> Job::MembersAt(uint64_t clock, uint64_t* epoch) const {
   return found->workers;
 }
 
+std::optional<uint64_t> Job::NextStaffedClock(uint64_t clock) const {
+  absl::ReaderMutexLock l(&members_mu_);
+  // The epoch in effect at c is the last one whose effective clock is <= c;
+  // the candidates are `clock` itself and each later effective clock.
+  auto staffed_at = [&](uint64_t c) {
+    const MembershipEpoch* found = nullptr;
+    for (const MembershipEpoch& e : epochs_) {
+      if (e.effective_clock <= c) found = &e;
+    }
+    return found != nullptr && !found->workers.empty();
+  };
+  if (staffed_at(clock)) return clock;
+  for (const MembershipEpoch& e : epochs_) {
+    if (e.effective_clock > clock && staffed_at(e.effective_clock)) return e.effective_clock;
+  }
+  return std::nullopt;
+}
+
 uint64_t Job::MinClockLocked() const {
   // The slowest member of the newest epoch. A member that never advanced its
   // clock is at the effective clock of the epoch it joined in.
@@ -399,7 +417,33 @@ void Job::AdvanceClock(uint64_t worker, uint64_t clock) {
     }
   }
   Wake();
-  if (options_.consistency.mode != ConsistencyMode::kSync) MaybeCheckpoint();
+  if (options_.consistency.mode != ConsistencyMode::kSync) {
+    MaybeCheckpoint();
+    return;
+  }
+  // Every member is past a round this shard has not closed: only after a
+  // restore from a checkpoint older than what the members finished (see
+  // [lost rounds]). Cheap to test, so a live shard pays nothing for it.
+  const uint64_t from = ProgressClock();
+  if (MinClock() <= from) return;
+  bool moved = false;
+  for (const auto& c : chunks_) {
+    absl::MutexLock l(&c->mu);
+    moved |= controller_->Advance(*c, *this);
+  }
+  if (!moved) return;
+  LOG(WARNING) << "job " << id() << ": every member finished clocks from " << from
+               << " on without their pushes reaching this shard (lost with an earlier run of it;"
+               << " restored from an older checkpoint): rounds closed with what arrived, now at "
+               << ProgressClock();
+  Wake();
+  MaybeCheckpoint();
+}
+
+uint64_t Job::WorkerClock(uint64_t worker) const {
+  absl::ReaderMutexLock l(&members_mu_);
+  auto it = clocks_.find(worker);
+  return it == clocks_.end() ? 0 : it->second;
 }
 
 absl::StatusOr<uint64_t> Job::UpdateMembership(MembershipEpoch epoch) {

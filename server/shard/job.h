@@ -100,7 +100,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   // JobContext.
   const Optimizer& optimizer() const override { return optimizer_; }
   std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const override;
+  std::optional<uint64_t> NextStaffedClock(uint64_t clock) const override;
   uint32_t max_pending_rounds() const override { return options_.max_pending_rounds; }
+  uint64_t WorkerClock(uint64_t worker) const override;
   void RecordRound(RoundInfo round) override;
 
  private:

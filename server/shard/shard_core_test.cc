@@ -169,6 +169,34 @@ TEST(SyncJob, RemovingADeadMemberCompletesTheRound) {
   EXPECT_EQ(t.Push(12, 1, {1, 1}).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Everyone died at clock 2 (shard at version 1: worker 12's round 1 never
+// came), then a replacement joins at clock 50: see [unstaffed clocks].
+TEST(SyncJob, ClocksWithoutMembersArePassedOverToTheNextJoin) {
+  SyncJob t;
+  for (uint64_t w : {10, 11, 12}) EXPECT_FALSE(*t.Push(w, 0, {3, 3}));
+  EXPECT_FALSE(*t.Push(10, 1, {3, 3}));
+  ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{2, 1, {}}).ok());
+  bool answered = false;
+  PullArgs pull;
+  pull.worker = 20;
+  pull.clock = 50;
+  t.job->Pull(pull, [&](PullResult r) {
+    answered = true;
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    ASSERT_EQ(r.chunks.size(), 1u);
+    EXPECT_EQ(r.chunks[0].version, 50u);
+  });
+  EXPECT_FALSE(answered);  // no epoch with members yet: nothing to skip to
+  ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{3, 50, {20}}).ok());
+  EXPECT_TRUE(answered);
+  // Round 1 held worker 10's push from before everyone was removed: with no
+  // member left at clock 1 it was complete, and applied alone.
+  EXPECT_EQ(t.Params(), (std::vector<float>{-6, -6}));
+  EXPECT_FALSE(*t.Push(20, 50, {1, 1}));
+  EXPECT_EQ(t.Params(), (std::vector<float>{-7, -7}));
+  EXPECT_EQ(t.Push(10, 2, {1, 1}).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(SyncJob, BadChunkLeavesStateUnchanged) {
   SyncJob t;
   EXPECT_EQ(t.Push(10, 0, {1, 2, 3}).status().code(), absl::StatusCode::kInvalidArgument);

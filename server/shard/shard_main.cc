@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "common/rpc/flags.h"
 #include "glog/logging.h"
 #include "server/shard/shard_server.h"
 
@@ -28,6 +29,10 @@ ABSL_FLAG(uint32_t, shard_index, 0, "This shard's index (logs; jobs carry their 
 ABSL_FLAG(int, executor_threads, 0, "Decode/apply threads; 0 = hardware concurrency.");
 ABSL_FLAG(int, pull_timeout_ms, 60000, "Default deadline of a parked pull.");
 ABSL_FLAG(uint32_t, max_pending_rounds, 4, "Open sync rounds allowed per chunk.");
+ABSL_FLAG(uint32_t, max_jobs, 64, "Jobs this shard holds at once (RESOURCE_EXHAUSTED past it).");
+ABSL_FLAG(uint64_t, max_chunks, 1 << 16, "Chunks over all jobs (RESOURCE_EXHAUSTED past it).");
+ABSL_FLAG(uint64_t, max_param_bytes, uint64_t{16} << 30,
+          "fp32 parameter bytes over all jobs (RESOURCE_EXHAUSTED past it).");
 
 namespace {
 
@@ -65,6 +70,15 @@ int main(int argc, char** argv) {
   options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
   options.default_pull_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_pull_timeout_ms));
   options.max_pending_rounds = absl::GetFlag(FLAGS_max_pending_rounds);
+  options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.max_chunks = absl::GetFlag(FLAGS_max_chunks);
+  options.max_param_bytes = absl::GetFlag(FLAGS_max_param_bytes);
+  absl::StatusOr<gradstream::rpc::RpcConfig> rpc = gradstream::rpc::RpcConfigFromFlags();
+  if (!rpc.ok()) {
+    LOG(ERROR) << rpc.status();
+    return 2;
+  }
+  options.rpc = *std::move(rpc);
   auto server = gradstream::shard::ShardServer::Start(options);
   if (!server.ok()) {
     LOG(ERROR) << server.status();

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
+#include "common/status.h"
+#include "common/rpc/rpc.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -17,6 +19,7 @@
 #include "ps.grpc.pb.h"
 #include "server/shard/executor.h"
 #include "server/shard/job.h"
+#include "server/shard/session_handler.h"
 
 namespace gradstream::shard {
 namespace {
@@ -80,19 +83,25 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   o.checkpoint_dir = server.checkpoint_dir;
   o.max_pending_rounds = server.max_pending_rounds;
   o.default_pull_timeout = server.default_pull_timeout;
+  o.token = req.job_token();
   return o;
 }
 
 class ShardService;
 
 // One worker's Session stream. Messages are handled in order, one at a time,
-// on the executor (a strand per stream); gRPC threads only queue them.
+// on the executor (a strand per stream); gRPC threads only queue them. The
+// protocol itself is SessionHandler's (session_handler.h); this class moves
+// messages and keeps the stream's lifetime.
 // Thread-safe; owns itself until OnDone and while executor tasks or parked
 // pulls hold a reference.
-class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, pb::ServerMessage> {
+class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, pb::ServerMessage>,
+                             private SessionHandler::Stream {
  public:
-  static SessionReactor* Start(ShardService* service, Executor* executor, Env* env) {
-    auto s = std::shared_ptr<SessionReactor>(new SessionReactor(service, executor, env));
+  static SessionReactor* Start(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
+                               absl::Duration default_pull_timeout) {
+    auto s = std::shared_ptr<SessionReactor>(
+        new SessionReactor(std::move(find_job), executor, env, default_pull_timeout));
     {
       absl::MutexLock l(&s->mu_);
       s->self_ = s;
@@ -156,8 +165,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
   }
 
  private:
-  SessionReactor(ShardService* service, Executor* executor, Env* env)
-      : service_(service), executor_(executor), env_(env) {}
+  SessionReactor(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
+                 absl::Duration default_pull_timeout)
+      : executor_(executor), handler_(std::move(find_job), env, default_pull_timeout, this) {}
 
   std::shared_ptr<SessionReactor> Self() {
     absl::MutexLock l(&mu_);
@@ -165,14 +175,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
   }
 
   void Drain();
-  void Handle(pb::WorkerMessage& msg);
-  void HandleHello(const pb::Hello& hello);
-  void HandlePush(pb::Push& push);
-  void HandleInit(const pb::InitChunk& init);
-  void HandlePull(const pb::PullRequest& pull);
   void SendPullResult(PullResult result);
 
-  void Send(pb::ServerMessage msg) {
+  // SessionHandler::Stream.
+  void Send(pb::ServerMessage msg) override {
     absl::MutexLock l(&mu_);
     SendLocked(std::move(msg));
   }
@@ -185,8 +191,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
     }
   }
   // Sends a StreamError and ends the stream after it is written.
-  void Fail(absl::StatusCode code, const std::string& message) {
-    LOG(WARNING) << "session of worker " << worker_ << ": " << message;
+  void Fail(absl::StatusCode code, const std::string& message) override {
     pb::ServerMessage m;
     m.mutable_error()->set_code(static_cast<int32_t>(code));
     m.mutable_error()->set_message(message);
@@ -195,17 +200,15 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
     closing_ = true;
     MaybeFinishLocked();
   }
-  void SendAck(uint64_t seq, const absl::StatusOr<bool>& r) {
-    pb::ServerMessage m;
-    pb::Ack* ack = m.mutable_ack();
-    ack->set_seq(seq);
-    if (r.ok()) {
-      ack->set_duplicate(*r);
-    } else {
-      ack->set_code(static_cast<int32_t>(r.status().code()));
-      ack->set_message(std::string(r.status().message()));
+  PullCallback StartPull() override {
+    std::shared_ptr<SessionReactor> self;
+    {
+      absl::MutexLock l(&mu_);
+      ++pending_pulls_;
+      self = self_;
     }
-    Send(std::move(m));
+    if (self == nullptr) return nullptr;
+    return [self](PullResult r) { self->SendPullResult(std::move(r)); };
   }
 
   void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -227,14 +230,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
     }
   }
 
-  ShardService* const service_;
   Executor* const executor_;
-  Env* const env_;
-
   // Used by the strand only (one Handle at a time): no lock.
-  std::shared_ptr<Job> job_;
-  uint64_t worker_ = 0;
-  uint64_t incarnation_ = 0;
+  SessionHandler handler_;
 
   absl::Mutex mu_;
   std::shared_ptr<SessionReactor> self_ ABSL_GUARDED_BY(mu_);
@@ -277,7 +275,12 @@ class ShardService final : public pb::ParameterServer::CallbackService {
 
   grpc::ServerBidiReactor<pb::WorkerMessage, pb::ServerMessage>* Session(
       grpc::CallbackServerContext* ctx) override {
-    return SessionReactor::Start(this, executor_, options_.env);
+    // The token is read once: a Session is long-lived and its metadata fixed.
+    return SessionReactor::Start(
+        [this, token = rpc::PresentedToken(*ctx)](const std::string& id) {
+          return AdmitSession(id, token);
+        },
+        executor_, options_.env, options_.default_pull_timeout);
   }
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
@@ -365,10 +368,51 @@ class ShardService final : public pb::ParameterServer::CallbackService {
     });
   }
 
+  // NOTE: [auth tokens] (common/rpc/rpc.h). A Session for job J needs J's
+  // token when J has one, else the cluster token when one is configured. A
+  // token that opens another job is PERMISSION_DENIED (it authenticates the
+  // caller, who is just not a member of J); anything else is UNAUTHENTICATED,
+  // and checked before the job is looked up, so an outsider cannot probe
+  // which jobs exist.
+  absl::StatusOr<std::shared_ptr<Job>> AdmitSession(const std::string& job_id,
+                                                    const std::string& token) {
+    absl::MutexLock l(&mu_);
+    const std::string& cluster = options_.rpc.auth_token;
+    auto it = jobs_.find(job_id);
+    const Job* job = it == jobs_.end() ? nullptr : it->second.get();
+    const std::string& expected =
+        job != nullptr && !job->options().token.empty() ? job->options().token : cluster;
+    bool opens_other = false;  // the token is some other job's
+    for (const auto& [id, other] : jobs_) {
+      opens_other |= id != job_id && !other->options().token.empty() &&
+                     rpc::TokensEqual(other->options().token, token);
+    }
+    if (job == nullptr) {
+      if (!cluster.empty() && !rpc::TokensEqual(cluster, token) && !opens_other) {
+        return rpc::CheckToken(cluster, token, "a Session");
+      }
+      return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
+    }
+    if (expected.empty() || rpc::TokensEqual(expected, token)) return it->second;
+    if (opens_other) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("job '", job_id, "': the token presented belongs to another job; a "
+                       "worker may only push and pull in the job it was assigned"));
+    }
+    return rpc::CheckToken(expected, token, absl::StrCat("job '", job_id, "'"));
+  }
+
  private:
+  // Runs `fn` on the executor once the call carries the cluster token.
   template <typename Fn>
   grpc::ServerUnaryReactor* OnExecutor(grpc::CallbackServerContext* ctx, Fn fn) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    absl::Status auth = rpc::CheckToken(options_.rpc.auth_token, rpc::PresentedToken(*ctx),
+                                        "the shard's control calls");
+    if (!auth.ok()) {
+      reactor->Finish(ToGrpcStatus(auth));
+      return reactor;
+    }
     executor_->Submit([reactor, fn = std::move(fn)] { reactor->Finish(ToGrpcStatus(fn())); });
     return reactor;
   }
@@ -384,6 +428,7 @@ class ShardService final : public pb::ParameterServer::CallbackService {
     if (jobs_.contains(req.job_id())) {
       return absl::AlreadyExistsError(absl::StrCat("job '", req.job_id(), "' already exists"));
     }
+    GS_RETURN_IF_ERROR(CheckCapacityLocked(*options));
     absl::StatusOr<Job::Opened> opened = Job::Open(*std::move(options), options_.env, executor_);
     if (!opened.ok()) {
       LOG(ERROR) << "CreateJob " << req.job_id() << ": " << opened.status();
@@ -394,6 +439,34 @@ class ShardService final : public pb::ParameterServer::CallbackService {
     jobs_[req.job_id()] = std::move(opened->job);
     LOG(INFO) << "job " << req.job_id() << " created with " << req.chunks_size() << " chunks"
               << (opened->restored ? " (restored)" : "");
+    return absl::OkStatus();
+  }
+
+  // RESOURCE_EXHAUSTED when `add` would take the shard past its limits.
+  absl::Status CheckCapacityLocked(const JobOptions& add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    uint64_t chunks = add.chunks.size(), bytes = 0;
+    for (const ChunkSpec& c : add.chunks) bytes += uint64_t{c.num_elems} * sizeof(float);
+    for (const auto& [id, job] : jobs_) {
+      chunks += job->options().chunks.size();
+      for (const ChunkSpec& c : job->options().chunks) {
+        bytes += uint64_t{c.num_elems} * sizeof(float);
+      }
+    }
+    if (jobs_.size() + 1 > options_.max_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "shard holds ", jobs_.size(), " jobs, the limit (--max_jobs) is ", options_.max_jobs));
+    }
+    if (chunks > options_.max_chunks) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job '", add.job_id, "' would bring the shard to ", chunks,
+                       " chunks, over its limit of ", options_.max_chunks, " (--max_chunks)"));
+    }
+    if (bytes > options_.max_param_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "job '", add.job_id, "' would bring the shard to ", bytes,
+          " bytes of parameters, over its limit of ", options_.max_param_bytes,
+          " (--max_param_bytes)"));
+    }
     return absl::OkStatus();
   }
 
@@ -420,127 +493,17 @@ void SessionReactor::Drain() {
         StartRead(&read_msg_);
       }
     }
-    Handle(msg);
+    handler_.Handle(msg);
   }
-}
-
-void SessionReactor::Handle(pb::WorkerMessage& msg) {
-  if (msg.msg_case() == pb::WorkerMessage::kHello) return HandleHello(msg.hello());
-  if (msg.msg_case() == pb::WorkerMessage::MSG_NOT_SET) {
-    return Fail(absl::StatusCode::kInvalidArgument, "empty WorkerMessage");
-  }
-  if (job_ == nullptr) {
-    return Fail(absl::StatusCode::kFailedPrecondition,
-                "the stream must open with Hello before pushes, pulls or clocks");
-  }
-  if (job_->dropped()) {
-    return Fail(absl::StatusCode::kNotFound, absl::StrCat("job '", job_->id(), "' was dropped"));
-  }
-  if (absl::Status s = job_->CheckIncarnation(worker_, incarnation_); !s.ok()) {
-    return Fail(s.code(), std::string(s.message()));
-  }
-  switch (msg.msg_case()) {
-    case pb::WorkerMessage::kPush:
-      return HandlePush(*msg.mutable_push());
-    case pb::WorkerMessage::kInit:
-      return HandleInit(msg.init());
-    case pb::WorkerMessage::kPull:
-      return HandlePull(msg.pull());
-    case pb::WorkerMessage::kClock:
-      return job_->AdvanceClock(worker_, msg.clock().clock());
-    case pb::WorkerMessage::kLeave:
-      LOG(INFO) << "worker " << worker_ << " leaves job " << job_->id();
-      return;
-    default:
-      return;
-  }
-}
-
-void SessionReactor::HandleHello(const pb::Hello& hello) {
-  if (job_ != nullptr) return Fail(absl::StatusCode::kFailedPrecondition, "second Hello");
-  std::shared_ptr<Job> job = service_->FindJob(hello.job_id());
-  if (job == nullptr) {
-    return Fail(absl::StatusCode::kNotFound, absl::StrCat("unknown job '", hello.job_id(), "'"));
-  }
-  absl::StatusOr<Job::HelloInfo> info = job->Hello(hello.worker_id(), hello.incarnation());
-  if (!info.ok()) return Fail(info.status().code(), std::string(info.status().message()));
-  job_ = std::move(job);
-  worker_ = hello.worker_id();
-  incarnation_ = hello.incarnation();
-  pb::ServerMessage m;
-  pb::HelloAck* ack = m.mutable_hello_ack();
-  ack->set_shard_index(job_->options().shard_index);
-  ack->set_epoch(info->epoch);
-  for (uint64_t id : info->chunk_ids) ack->add_chunk_ids(id);
-  Send(std::move(m));
-}
-
-void SessionReactor::HandlePush(pb::Push& push) {
-  const pb::EncodedChunk& chunk = push.chunk();
-  if (chunk.codec() < pb::CODEC_NONE || chunk.codec() > pb::CODEC_ONEBIT) {
-    job_->CountRejected();
-    return SendAck(push.seq(), absl::InvalidArgumentError(absl::StrCat(
-                                   "unknown codec ", static_cast<int>(chunk.codec()))));
-  }
-  PushArgs args;
-  args.worker = worker_;
-  args.chunk_id = push.chunk_id();
-  args.clock = push.clock();
-  args.header.codec = static_cast<CodecType>(chunk.codec());
-  args.header.num_elems = chunk.num_elems();
-  args.header.scale = chunk.scale();
-  args.header.scale2 = chunk.scale2();
-  args.payload = chunk.payload();
-  SendAck(push.seq(), job_->Push(args));
-}
-
-void SessionReactor::HandleInit(const pb::InitChunk& init) {
-  SendAck(init.seq(), job_->Init(init.chunk_id(), init.values()));
-}
-
-void SessionReactor::HandlePull(const pb::PullRequest& pull) {
-  PullArgs args;
-  args.worker = worker_;
-  args.request_id = pull.request_id();
-  args.chunk_ids.assign(pull.chunk_ids().begin(), pull.chunk_ids().end());
-  args.clock = pull.clock();
-  const absl::Duration timeout = pull.timeout_ms() > 0 ? absl::Milliseconds(pull.timeout_ms())
-                                                       : service_->options().default_pull_timeout;
-  args.deadline = env_->Now() + timeout;
-  {
-    absl::MutexLock l(&mu_);
-    ++pending_pulls_;
-  }
-  std::shared_ptr<SessionReactor> self = Self();
-  if (self == nullptr) return;
-  job_->Pull(std::move(args), [self](PullResult r) { self->SendPullResult(std::move(r)); });
 }
 
 void SessionReactor::SendPullResult(PullResult r) {
+  // Converted outside the lock; queued under it so the chunks of one pull
+  // stay together on the stream.
+  std::vector<pb::ServerMessage> msgs = PullResultToProto(std::move(r));
   absl::MutexLock l(&mu_);
   --pending_pulls_;
-  if (!r.status.ok() || r.chunks.empty()) {
-    pb::ServerMessage m;
-    pb::PullChunk* pc = m.mutable_pull();
-    pc->set_request_id(r.request_id);
-    pc->set_last(true);
-    pc->set_code(static_cast<int32_t>(r.status.code()));
-    pc->set_message(std::string(r.status.message()));
-    pc->set_min_clock(r.min_clock);
-    SendLocked(std::move(m));
-  } else {
-    for (size_t i = 0; i < r.chunks.size(); ++i) {
-      pb::ServerMessage m;
-      pb::PullChunk* pc = m.mutable_pull();
-      pc->set_request_id(r.request_id);
-      pc->set_chunk_id(r.chunks[i].chunk_id);
-      pc->set_version(r.chunks[i].version);
-      pc->set_values(std::move(r.chunks[i].values));
-      pc->set_last(i + 1 == r.chunks.size());
-      pc->set_min_clock(r.min_clock);
-      SendLocked(std::move(m));
-    }
-  }
+  for (pb::ServerMessage& m : msgs) SendLocked(std::move(m));
   MaybeFinishLocked();
 }
 
@@ -548,6 +511,7 @@ class ShardServerImpl final : public ShardServer {
  public:
   explicit ShardServerImpl(ShardServerOptions options) : options_(std::move(options)) {
     if (options_.env == nullptr) options_.env = Env::Default();
+    options_.rpc.max_message_bytes = options_.max_message_bytes;
     int threads = options_.executor_threads;
     if (threads <= 0) threads = std::max(2u, std::thread::hardware_concurrency());
     executor_ = std::make_unique<Executor>(threads);
@@ -563,14 +527,16 @@ class ShardServerImpl final : public ShardServer {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(absl::StrCat(options_.address, ":", options_.port),
-                             grpc::InsecureServerCredentials(), &port_);
-    builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+    const std::string address = absl::StrCat(options_.address, ":", options_.port);
+    GS_RETURN_IF_ERROR(rpc::ConfigureServer(options_.rpc, address,
+                                            absl::StrCat("gs_shard ", options_.shard_index),
+                                            &builder, &port_));
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", options_.address, ":", options_.port));
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen on ", address,
+          ": the port is in use or the address is not local (--port=0 picks a free port)"));
     }
     sweeper_ = std::thread([this] { SweepLoop(); });
     return absl::OkStatus();

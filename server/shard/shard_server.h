@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/rpc/rpc.h"
 #include "server/shard/env.h"
 
 namespace gradstream::shard {
@@ -26,6 +27,14 @@ struct ShardServerOptions {
   int executor_threads = 0;         // 0 = hardware concurrency
   absl::Duration default_pull_timeout = absl::Seconds(60);
   uint32_t max_pending_rounds = 4;
+  // Resource limits: CreateJob answers RESOURCE_EXHAUSTED past these, so a
+  // runaway client cannot make the shard allocate without bound.
+  uint32_t max_jobs = 64;
+  uint64_t max_chunks = 1 << 16;                   // over all jobs
+  uint64_t max_param_bytes = uint64_t{16} << 30;   // fp32 parameters over all jobs
+  // TLS, cluster token, keepalive (max_message_bytes above wins over
+  // rpc.max_message_bytes).
+  rpc::RpcConfig rpc;
   Env* env = nullptr;  // nullptr = Env::Default()
 };
 
@@ -33,7 +42,9 @@ struct ShardServerOptions {
 class ShardServer {
  public:
   virtual ~ShardServer() = default;
-  // Binds and starts serving. Unavailable when the port cannot be bound.
+  // Binds and starts serving. Unavailable when the port cannot be bound
+  // (the message names the address); InvalidArgument for a TLS config
+  // without a server certificate.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShardServer>> Start(
       const ShardServerOptions& options);
   // The bound port.

@@ -51,6 +51,9 @@ struct JobOptions {
   // max_pending_rounds * chunk bytes per chunk.
   uint32_t max_pending_rounds = 4;
   absl::Duration default_pull_timeout = absl::Seconds(60);
+  // Bearer token a Session must present to join this job; "" = none beyond
+  // the shard's cluster token (common/rpc/rpc.h [auth tokens]).
+  std::string token;
 };
 
 struct PushArgs {

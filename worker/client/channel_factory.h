@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "common/rpc/rpc.h"
 #include "grpcpp/channel.h"
 
 namespace gradstream::client {
@@ -21,9 +22,12 @@ class ChannelFactory {
   // so a reconnect after a failure starts from a fresh channel.
   virtual std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) = 0;
 
-  // Insecure channels with a private subchannel pool (a restarted shard is
-  // dialled at once instead of after gRPC's shared reconnect backoff) and a
-  // receive limit that fits one 1 MiB chunk plus headers. Never null; not owned.
+  // Channels with `config`'s credentials, keepalive and message limits, a
+  // private subchannel pool (a restarted shard is dialled at once instead of
+  // after gRPC's shared reconnect backoff) and short reconnect backoff.
+  static std::unique_ptr<ChannelFactory> ForConfig(const rpc::RpcConfig& config);
+
+  // ForConfig of the default (insecure) config. Never null; not owned.
   static ChannelFactory* Default();
 };
 

@@ -51,6 +51,9 @@ struct ClientOptions {
   uint64_t incarnation = 1;  // the shard refuses streams from an older incarnation
   uint64_t epoch = 0;        // membership epoch the worker knows of
   uint64_t seed = 1;         // keys stochastic rounding (EncodeKey::seed)
+  // Bearer token of the job (the coordinator's Assignment.job_token), sent
+  // on every Session stream; "" when the shards need none.
+  std::string job_token;
 
   // Used for a tensor whose TensorInfo::codec is empty; the codec options and
   // error feedback always come from here.

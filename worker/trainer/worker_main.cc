@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/rpc/flags.h"
 #include "common/status.h"
 #include "coordinator.grpc.pb.h"
 #include "glog/logging.h"
@@ -122,8 +123,11 @@ class WorkerState {
 
 class Worker {
  public:
-  Worker(std::shared_ptr<grpc::Channel> channel, Device device)
-      : stub_(v1::Coordinator::NewStub(channel)), device_(device) {}
+  Worker(const std::string& coordinator, rpc::RpcConfig rpc, Device device)
+      : rpc_(std::move(rpc)),
+        stub_(v1::Coordinator::NewStub(rpc::NewChannel(coordinator, rpc_))),
+        shard_channels_(client::ChannelFactory::ForConfig(rpc_)),
+        device_(device) {}
 
   absl::Status Register() {
     const absl::Time give_up = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
@@ -145,6 +149,7 @@ class Worker {
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() +
                                           absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms))));
+      rpc::AttachToken(&ctx, rpc_.auth_token);
       const grpc::Status s = stub_->RegisterWorker(&ctx, req, &resp);
       if (s.ok()) {
         state_.SetIdentity(resp.worker_id(), resp.incarnation());
@@ -172,6 +177,7 @@ class Worker {
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() +
                                           absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms))));
+      rpc::AttachToken(&ctx, rpc_.auth_token);
       const grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
       if (s.ok()) {
         state_.SetLatest(resp.assignment());
@@ -258,7 +264,9 @@ class Worker {
     opt.epoch = a.epoch();
     opt.seed = setup.seed;
     opt.codec = setup.codec;
-    GS_ASSIGN_OR_RETURN(std::unique_ptr<client::PsClient> ps, client::PsClient::Connect(map, opt));
+    opt.job_token = a.job_token();
+    GS_ASSIGN_OR_RETURN(std::unique_ptr<client::PsClient> ps,
+                        client::PsClient::Connect(map, opt, shard_channels_.get()));
     TrainerOptions topt;
     if (a.spec().consistency().mode() == v1::BOUNDED) {
       topt.final_pull_slack = a.spec().consistency().staleness();
@@ -269,7 +277,9 @@ class Worker {
     return trainer.Run(a.join_clock());
   }
 
+  const rpc::RpcConfig rpc_;
   const std::unique_ptr<v1::Coordinator::Stub> stub_;
+  const std::unique_ptr<client::ChannelFactory> shard_channels_;
   const Device device_;
   absl::Duration interval_ = absl::Milliseconds(500);
   WorkerState state_;
@@ -298,10 +308,15 @@ int main(int argc, char** argv) {
     }
     device = *d;
   }
+  absl::StatusOr<gradstream::rpc::RpcConfig> rpc = gradstream::rpc::RpcConfigFromFlags();
+  if (!rpc.ok()) {
+    LOG(ERROR) << rpc.status();
+    return 2;
+  }
   const std::string addr = gradstream::CoordinatorAddress();
-  gradstream::Worker worker(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()), device);
   LOG(INFO) << "gs_worker: coordinator " << addr << ", device " << gradstream::DeviceName(device)
-            << " (insecure channel)";
+            << (rpc->tls.enabled() ? " (TLS)" : " (INSECURE: plaintext gRPC; pass --tls_ca)");
+  gradstream::Worker worker(addr, *std::move(rpc), device);
   if (absl::Status s = worker.Register(); !s.ok()) {
     LOG(ERROR) << s;
     return 1;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/rpc/rpc.h"
 
 namespace gradstream::client::internal {
 namespace {
@@ -260,6 +261,7 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
   std::unique_ptr<v1::ParameterServer::Stub> stub = v1::ParameterServer::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.stream_lifetime));
+  rpc::AttachToken(&ctx, options_.job_token);
   // Corked: creating the stream must not block on an unreachable shard; the
   // Hello below carries the metadata, and its ack has a deadline.
   ctx.set_initial_metadata_corked(true);

@@ -1,0 +1,91 @@
+// The protocol logic of one worker's Session stream (ps.proto), apart from
+// gRPC: Hello binds the stream to a job, each later WorkerMessage is converted
+// to the plain structs of types.h and handed to the Job, and the answers are
+// converted back to ServerMessages. shard_server.cc's reactor feeds it from
+// the network; the protocol-message fuzzer (session_fuzzer.cc) feeds it
+// directly, so both exercise the same conversion and dispatch code.
+#ifndef GRADSTREAM_SERVER_SHARD_SESSION_HANDLER_H_
+#define GRADSTREAM_SERVER_SHARD_SESSION_HANDLER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ps.pb.h"
+#include "server/shard/env.h"
+#include "server/shard/job.h"
+#include "server/shard/types.h"
+
+namespace gradstream::shard {
+
+// Not thread-safe; owned by one stream, which calls Handle() for one message
+// at a time, in arrival order.
+class SessionHandler {
+ public:
+  // What the handler needs from its stream.
+  class Stream {
+   public:
+    virtual ~Stream() = default;
+    // Queues `msg` for the worker.
+    virtual void Send(v1::ServerMessage msg) = 0;
+    // Queues StreamError{code, message}; the stream handles no further
+    // message and closes once it is written.
+    virtual void Fail(absl::StatusCode code, const std::string& message) = 0;
+    // A pull is about to reach the job: returns the callback that delivers
+    // its result (see PullResultToProto), which keeps the stream open until
+    // it ran. May run on any thread, before or after StartPull's caller
+    // returns. An empty callback means the stream is gone: the pull is
+    // dropped.
+    virtual PullCallback StartPull() = 0;
+  };
+  // Admits the stream to a job by id: the job, or the status that refuses
+  // it (NotFound, or Unauthenticated / PermissionDenied from the shard's
+  // token check, see common/rpc/rpc.h [auth tokens]). nullptr = NotFound.
+  using JobLookup =
+      std::function<absl::StatusOr<std::shared_ptr<Job>>(const std::string& job_id)>;
+
+  // `env` and `stream` must outlive the handler.
+  SessionHandler(JobLookup find_job, Env* env, absl::Duration default_pull_timeout,
+                 Stream* stream);
+
+  // Handles one message. Stream-level failures (no Hello first, second Hello,
+  // unknown or dropped job, stale incarnation, empty message) go to
+  // Stream::Fail; per-message failures are answered with a code in the Ack or
+  // PullChunk.
+  void Handle(v1::WorkerMessage& msg);
+
+  // The worker that said Hello (0 before).
+  uint64_t worker() const { return worker_; }
+  // The job the stream is bound to (nullptr before Hello).
+  const std::shared_ptr<Job>& job() const { return job_; }
+
+ private:
+  void HandleHello(const v1::Hello& hello);
+  void HandlePush(v1::Push& push);
+  void HandleInit(const v1::InitChunk& init);
+  void HandlePull(const v1::PullRequest& pull);
+  void Fail(absl::StatusCode code, const std::string& message);
+  void SendAck(uint64_t seq, const absl::StatusOr<bool>& r);
+
+  const JobLookup find_job_;
+  Env* const env_;
+  const absl::Duration default_pull_timeout_;
+  Stream* const stream_;
+
+  std::shared_ptr<Job> job_;
+  uint64_t worker_ = 0;
+  uint64_t incarnation_ = 0;
+};
+
+// The wire form of a pull's answer: one PullChunk per chunk, the last with
+// `last` set, or a single PullChunk with the non-OK code.
+std::vector<v1::ServerMessage> PullResultToProto(PullResult result);
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_SESSION_HANDLER_H_
