@@ -4,7 +4,6 @@
 # place, DIR=/opt/gradstream, so no layer holds a second copy.
 #
 #   install_runtime.sh packages DIR   apt-get install DIR/runtime-packages.txt
-#                                     (plus curl, which gs-healthcheck uses)
 #   install_runtime.sh finish DIR     register DIR/lib with ld.so, then check
 #                                     that every DIR/bin/* resolves its libraries
 #
@@ -23,7 +22,7 @@ case "$MODE" in
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
     # shellcheck disable=SC2046
-    apt-get install -y -q --no-install-recommends curl $(cat "$DIR/runtime-packages.txt")
+    apt-get install -y -q --no-install-recommends $(cat "$DIR/runtime-packages.txt")
     apt-get clean
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log
     ;;
