@@ -746,6 +746,7 @@ void Coordinator::PlanMembershipLocked(Job& job) {
     // none, nothing moves, and the newcomers start where the shards stopped
     // (see [unstaffed clocks] in server/shard/bsp_controller.cc).
     const uint64_t at = active.empty() ? IdleJoinClockLocked(job) : LeadClockLocked(job);
+    if (EndsBeforeLocked(job, at)) return;
     for (Worker* w : idle) {
       v1::JobMember* m = job.status.add_members();
       m->set_worker_id(w->status.worker_id());
@@ -757,6 +758,7 @@ void Coordinator::PlanMembershipLocked(Job& job) {
     AddEpochLocked(job, at, absl::StrCat("scale up to ", active.size() + idle.size()));
   } else if (active.size() > desired) {
     const uint64_t at = LeadClockLocked(job);
+    if (EndsBeforeLocked(job, at)) return;
     // The most recently joined leave first: rank 0 (init, evaluation) stays.
     for (size_t i = desired; i < active.size(); ++i) {
       active[i]->set_leaving(true);
@@ -765,6 +767,17 @@ void Coordinator::PlanMembershipLocked(Job& job) {
     job.status.clear_message();
     AddEpochLocked(job, at, absl::StrCat("scale down to ", desired));
   }
+}
+
+bool Coordinator::EndsBeforeLocked(Job& job, uint64_t clock) {
+  const uint64_t steps = job.status.spec().steps();
+  if (clock < steps) return false;
+  // An epoch that would start after the last step changes nothing but the
+  // record (and would show workers that never joined).
+  job.status.set_message(absl::StrCat("the job ends at clock ", steps,
+                                      " before a membership change could take effect (clock ",
+                                      clock, ")"));
+  return true;
 }
 
 void Coordinator::CheckCompletionLocked(Job& job) {

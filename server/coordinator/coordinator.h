@@ -172,6 +172,9 @@ class Coordinator {
   // Where workers joining a job that has no active member start: where the
   // shards and the last epoch stopped, with no lead (nobody is running).
   uint64_t IdleJoinClockLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True (with a message on the job) when the job's last step comes before
+  // `clock`, so a membership change there would never take effect.
+  bool EndsBeforeLocked(Job& job, uint64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<ShardCall> PlanShardCallsLocked(bool probe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunShardCalls(std::vector<ShardCall>& calls) ABSL_LOCKS_EXCLUDED(mu_);
   void ApplyShardResultsLocked(const std::vector<ShardCall>& calls)

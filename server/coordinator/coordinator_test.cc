@@ -216,6 +216,27 @@ TEST_F(CoordinatorTest, ScaleUpThenDownUsesFutureClockBoundaries) {
   EXPECT_EQ(Job().members_size(), 2);  // w1 and the still-leaving w3
 }
 
+// A scale-up requested so close to the end that its clock boundary would lie
+// past the last step adds no epoch: nobody would ever join.
+TEST_F(CoordinatorTest, NoEpochPastTheLastStep) {
+  AddShards(1);
+  job_ = Submit(1, /*steps=*/15);
+  auto w1 = AddWorker();
+  c_->Tick();
+  Beat(w1, 10);
+  AddWorker();
+  v1::ScaleJobRequest scale;
+  scale.set_job_id(job_);
+  scale.set_workers(2);
+  ASSERT_TRUE(c_->ScaleJob(scale).ok());
+  c_->Tick();
+  c_->Tick();
+  v1::JobStatus job = Job();
+  EXPECT_EQ(job.epochs_size(), 1);
+  EXPECT_EQ(job.members_size(), 1);
+  EXPECT_NE(job.message().find("ends at clock 15"), std::string::npos) << job.message();
+}
+
 TEST_F(CoordinatorTest, DeadWorkerIsRemovedAtItsClock) {
   AddShards(1);
   job_ = Submit(2);
