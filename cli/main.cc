@@ -118,7 +118,8 @@ int Fail(const Context& ctx, const absl::Status& s) {
       advice =
           absl::StrCat("\n  cannot reach the coordinator at ", ctx.address,
                        ": is gs_coordinator running there? Pass --coordinator=HOST:PORT or set "
-                       "GRADSTREAM_COORDINATOR.");
+                       "GRADSTREAM_COORDINATOR. If it serves TLS, pass --tls_ca (and --tls_cert/"
+                       "--tls_key when it requires client certificates).");
       break;
     case kUsage:
       advice = "\n  fix the field(s) named above; `gradstream help submit` lists the spec flags.";

@@ -62,6 +62,12 @@ for i in $(seq 1 "$WORKERS"); do
   PIDS+=($!)
 done
 
+# Wait (with a deadline) until every worker has registered.
+deadline=$((SECONDS + 30))
+until [ "$("$CLI" cluster --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("workers", [])))')" -ge "$WORKERS" ]; do
+  if [ $SECONDS -gt $deadline ]; then echo "demo: workers did not register (logs in $RUN)" >&2; exit 1; fi
+  sleep 0.2
+done
 "$CLI" cluster
 echo
 echo "== submitting: MLP 20-64-10, synthetic 10 classes x 3 clusters, $WORKERS workers, $STEPS clocks, codec $CODEC, sync, server momentum"

@@ -20,7 +20,18 @@ namespace gradstream::shard {
 // The set of clocks of one worker already applied to one chunk: every clock
 // below `below` plus the sparse `above`. Workers push clocks in order, so the
 // set stays a single integer in the steady state. Not thread-safe.
+//
+// A gap below `above` is either a clock still to come (at most the few open
+// sync rounds, or a replay after a reconnect) or one the worker skipped for
+// good (it was removed and rejoined later, or the shard restored an older
+// checkpoint). The latter never fills, so once `above` holds more than
+// kMaxSparse clocks the oldest gap is taken as closed: otherwise every later
+// clock of a rejoined worker would add an entry, in memory and in every
+// checkpoint, for the rest of the job. kMaxSparse is far above any window in
+// which a gap can still legitimately fill (max_pending_rounds, replays).
 struct AppliedClocks {
+  static constexpr size_t kMaxSparse = 64;
+
   uint64_t below = 0;
   std::set<uint64_t> above;
   bool started = false;  // `below` is meaningful once a first clock was added
@@ -35,6 +46,7 @@ struct AppliedClocks {
     }
     if (c < below) return;
     above.insert(c);
+    if (above.size() > kMaxSparse) below = *above.begin();
     while (!above.empty() && *above.begin() == below) {
       above.erase(above.begin());
       ++below;

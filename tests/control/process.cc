@@ -80,7 +80,11 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(const std::string& binar
   pid_t pid = Spawn(binary, args, env, fd, fd);
   ::close(fd);
   if (pid < 0) return absl::InternalError("fork failed");
-  return std::unique_ptr<Process>(new Process(pid, log_path));
+  auto p = std::make_unique<Process>(pid, log_path);
+  p->binary_ = binary;
+  p->args_ = args;
+  p->env_ = env;
+  return p;
 }
 
 Process::~Process() {

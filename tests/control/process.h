@@ -30,6 +30,11 @@ class Process {
   ~Process();
 
   pid_t pid() const { return pid_; }
+  // The command line it was started with (empty for an adopted child), so a
+  // test can start the same program again.
+  const std::string& binary() const { return binary_; }
+  const std::vector<std::string>& args() const { return args_; }
+  const std::vector<std::string>& env() const { return env_; }
   // Sends `signal` (default SIGKILL) and reaps the child.
   void Kill(int signal = 9);
   // The exit code (128 + signal if killed by a signal), or DeadlineExceeded.
@@ -44,6 +49,9 @@ class Process {
  private:
   pid_t pid_;
   std::string log_path_;
+  std::string binary_;
+  std::vector<std::string> args_;
+  std::vector<std::string> env_;
   std::optional<int> exit_code_;
 };
 

@@ -154,9 +154,11 @@ std::unique_ptr<pb::ParameterServer::Stub> ShardProcess::Stub() const {
   return pb::ParameterServer::NewStub(Connect());
 }
 
-SessionClient::SessionClient(std::shared_ptr<grpc::Channel> channel, absl::Duration deadline)
+SessionClient::SessionClient(std::shared_ptr<grpc::Channel> channel, absl::Duration deadline,
+                             const std::string& token)
     : stub_(pb::ParameterServer::NewStub(channel)) {
   ctx_.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  if (!token.empty()) ctx_.AddMetadata("authorization", "Bearer " + token);
   stream_ = stub_->Session(&ctx_);
   reader_ = std::thread([this] {
     pb::ServerMessage msg;

@@ -79,8 +79,10 @@ class FileWaiter {
 // what the server sends; every wait has a timeout. Not thread-safe.
 class SessionClient {
  public:
+  // `token`: sent as the stream's bearer token (common/rpc/rpc.h) when set.
   explicit SessionClient(std::shared_ptr<grpc::Channel> channel,
-                         absl::Duration rpc_deadline = absl::Seconds(60));
+                         absl::Duration rpc_deadline = absl::Seconds(60),
+                         const std::string& token = "");
   ~SessionClient();
 
   bool Write(const pb::WorkerMessage& msg);

@@ -1,5 +1,9 @@
 #include "tests/training/cluster.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -13,8 +17,9 @@ namespace {
 constexpr absl::Duration kStartTimeout = absl::Seconds(30);
 constexpr absl::Duration kRpcTimeout = absl::Seconds(5);
 
-void SetDeadline(grpc::ClientContext* ctx) {
+void SetDeadline(grpc::ClientContext* ctx, const rpc::RpcConfig& config) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
+  rpc::AttachToken(ctx, config.auth_token);
 }
 
 bool Terminal(v1::JobState s) {
@@ -31,12 +36,12 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const ClusterB
   c->dir_ = MakeTempDir("gs-cluster");
   for (int i = 0; i < options.shards; ++i) {
     const std::string port_file = absl::StrCat(c->dir_, "/shard", i, ".port");
+    std::vector<std::string> args = {"--port=0", "--port_file=" + port_file,
+                                     absl::StrCat("--shard_index=", i),
+                                     absl::StrCat("--checkpoint_dir=", c->dir_, "/ckpt", i)};
+    args.insert(args.end(), options.common_args.begin(), options.common_args.end());
     GS_ASSIGN_OR_RETURN(
-        auto p, Process::Start(bin.shard,
-                               {"--port=0", "--port_file=" + port_file,
-                                absl::StrCat("--shard_index=", i),
-                                absl::StrCat("--checkpoint_dir=", c->dir_, "/ckpt", i)},
-                               absl::StrCat(c->dir_, "/shard", i, ".log")));
+        auto p, Process::Start(bin.shard, args, absl::StrCat(c->dir_, "/shard", i, ".log")));
     GS_ASSIGN_OR_RETURN(int port, WaitForPortFile(port_file, *p, kStartTimeout));
     c->shard_addresses_.push_back(absl::StrCat("127.0.0.1:", port));
     c->shards_.push_back(std::move(p));
@@ -54,14 +59,15 @@ absl::Status LocalCluster::StartCoordinator(int port) {
       "--shards=" + absl::StrJoin(shard_addresses_, ","),
       "--heartbeat_timeout=" + absl::FormatDuration(options_.heartbeat_timeout)};
   args.insert(args.end(), options_.coordinator_args.begin(), options_.coordinator_args.end());
+  args.insert(args.end(), options_.common_args.begin(), options_.common_args.end());
   GS_ASSIGN_OR_RETURN(coordinator_,
                       Process::Start(bin_.coordinator, args,
                                      absl::StrCat(dir_, "/coordinator", coordinator_starts_, ".log")));
   ++coordinator_starts_;
   GS_ASSIGN_OR_RETURN(coordinator_port_, WaitForPortFile(port_file, *coordinator_, kStartTimeout));
   coordinator_address_ = absl::StrCat("127.0.0.1:", coordinator_port_);
-  coordinator_stub_ = v1::Coordinator::NewStub(
-      grpc::CreateChannel(coordinator_address_, grpc::InsecureChannelCredentials()));
+  coordinator_stub_ =
+      v1::Coordinator::NewStub(rpc::NewChannel(coordinator_address_, options_.client));
   return absl::OkStatus();
 }
 
@@ -71,11 +77,48 @@ absl::Status LocalCluster::RestartCoordinator() {
   return StartCoordinator(coordinator_port_);
 }
 
+void LocalCluster::KillShard(int i) { shards_[i]->Kill(SIGKILL); }
+
+std::string LocalCluster::ShardLogPath(int i) const {
+  std::string latest = absl::StrCat(dir_, "/shard", i, ".log");
+  for (int n = 1;; ++n) {
+    const std::string next = absl::StrCat(dir_, "/shard", i, ".restart", n, ".log");
+    if (::access(next.c_str(), F_OK) != 0) return latest;
+    latest = next;
+  }
+}
+
+absl::Status LocalCluster::RestartShard(int i) {
+  Process& old = *shards_[i];
+  old.Kill(SIGKILL);
+  const std::string& address = shard_addresses_[i];
+  const std::string port = address.substr(address.rfind(':') + 1);
+  int n = 1;
+  while (::access(absl::StrCat(dir_, "/shard", i, ".restart", n, ".log").c_str(), F_OK) == 0) ++n;
+  const std::string port_file = absl::StrCat(dir_, "/shard", i, ".restart", n, ".port");
+  std::vector<std::string> args = old.args();
+  for (std::string& a : args) {
+    if (absl::StartsWith(a, "--port=")) a = "--port=" + port;
+    if (absl::StartsWith(a, "--port_file=")) a = "--port_file=" + port_file;
+  }
+  GS_ASSIGN_OR_RETURN(auto p, Process::Start(old.binary(), args,
+                                             absl::StrCat(dir_, "/shard", i, ".restart", n, ".log"),
+                                             old.env()));
+  GS_ASSIGN_OR_RETURN(int bound, WaitForPortFile(port_file, *p, kStartTimeout));
+  shards_[i] = std::move(p);
+  if (absl::StrCat(bound) != port) {
+    return absl::InternalError(absl::StrCat("shard ", i, " came back on port ", bound,
+                                            " instead of ", port));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> LocalCluster::AddWorker() {
   const int i = static_cast<int>(workers_.size());
   std::vector<std::string> args = {"--coordinator=" + coordinator_address_, "--device=cpu",
                                    absl::StrCat("--name=test-worker-", i)};
   args.insert(args.end(), options_.worker_args.begin(), options_.worker_args.end());
+  args.insert(args.end(), options_.common_args.begin(), options_.common_args.end());
   GS_ASSIGN_OR_RETURN(auto p,
                       Process::Start(bin_.worker, args, absl::StrCat(dir_, "/worker", i, ".log")));
   workers_.push_back(std::move(p));
@@ -86,7 +129,7 @@ absl::Status LocalCluster::WaitForWorkers(int n, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx);
+    SetDeadline(&ctx, options_.client);
     v1::ClusterStatus cs;
     if (coordinator_stub_->GetCluster(&ctx, v1::GetClusterRequest(), &cs).ok()) {
       int healthy = 0;
@@ -102,7 +145,7 @@ absl::Status LocalCluster::WaitForWorkers(int n, absl::Duration timeout) {
 
 absl::StatusOr<std::string> LocalCluster::Submit(const v1::JobSpec& spec) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  SetDeadline(&ctx, options_.client);
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
   v1::SubmitJobResponse resp;
@@ -112,7 +155,7 @@ absl::StatusOr<std::string> LocalCluster::Submit(const v1::JobSpec& spec) {
 
 absl::StatusOr<v1::JobStatus> LocalCluster::GetJob(const std::string& job, bool shard_map) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  SetDeadline(&ctx, options_.client);
   v1::GetJobRequest req;
   req.set_job_id(job);
   req.set_include_shard_map(shard_map);
@@ -152,9 +195,9 @@ absl::StatusOr<v1::JobStatus> LocalCluster::WaitForClock(const std::string& job,
 absl::StatusOr<v1::StatsResponse> LocalCluster::ShardStats(int shard, const std::string& job,
                                                            bool rounds) {
   auto stub = v1::ParameterServer::NewStub(
-      grpc::CreateChannel(shard_addresses_[shard], grpc::InsecureChannelCredentials()));
+      rpc::NewChannel(shard_addresses_[shard], options_.client));
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  SetDeadline(&ctx, options_.client);
   v1::StatsRequest req;
   req.set_job_id(job);
   req.set_include_rounds(rounds);
@@ -165,7 +208,7 @@ absl::StatusOr<v1::StatsResponse> LocalCluster::ShardStats(int shard, const std:
 
 absl::Status LocalCluster::Scale(const std::string& job, uint32_t workers) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx);
+  SetDeadline(&ctx, options_.client);
   v1::ScaleJobRequest req;
   req.set_job_id(job);
   req.set_workers(workers);

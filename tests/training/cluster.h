@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "coordinator.grpc.pb.h"
 #include "ps.grpc.pb.h"
+#include "common/rpc/rpc.h"
 #include "tests/control/process.h"
 
 namespace gradstream::testing {
@@ -26,6 +27,12 @@ struct ClusterOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(3);
   std::vector<std::string> coordinator_args;
   std::vector<std::string> worker_args;
+  // Given to every shard, the coordinator and every worker (e.g. the TLS
+  // flags and --auth_token_file).
+  std::vector<std::string> common_args;
+  // How the test itself reaches the coordinator and shards (credentials,
+  // cluster token); the default is plaintext without a token.
+  rpc::RpcConfig client;
 };
 
 // Not thread-safe. Kills every process it started on destruction.
@@ -43,6 +50,18 @@ class LocalCluster {
   absl::StatusOr<int> AddWorker();
   Process& worker(int i) { return *workers_[i]; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
+  // Shard i's current process (RestartShard replaces it).
+  Process& shard(int i) { return *shards_[i]; }
+  // kill -9 of shard i; its checkpoint directory stays.
+  void KillShard(int i);
+  // Starts shard i again with the command line it was started with, pinned
+  // to the port it had bound (so the coordinator and the workers find it
+  // where they left it) and the same checkpoint directory; kills it first if
+  // it still runs. Its log goes to shard<i>.restart<n>.log (see
+  // ShardLogPath). Fails if it cannot bind that port within the deadline.
+  absl::Status RestartShard(int i);
+  // Log of shard i's latest process.
+  std::string ShardLogPath(int i) const;
   // Kills (SIGKILL) and restarts the coordinator with the same state file.
   absl::Status RestartCoordinator();
   Process& coordinator_process() { return *coordinator_; }

@@ -49,6 +49,32 @@ void ShardProcess::Kill() {
   pid_ = -1;
 }
 
+absl::StatusOr<int> ShardProcess::Stop(absl::Duration deadline) {
+  if (pid_ <= 0) return absl::FailedPreconditionError("no shard process is running");
+  ::kill(pid_, SIGTERM);
+  const absl::Time end = absl::Now() + deadline;
+  int status = 0;
+  for (;;) {
+    const pid_t got = ::waitpid(pid_, &status, WNOHANG);
+    if (got == pid_) break;
+    if (got < 0) {
+      pid_ = -1;
+      return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
+    }
+    if (absl::Now() >= end) {
+      Kill();
+      return absl::DeadlineExceededError(absl::StrCat(
+          binary_, " did not exit within ", absl::FormatDuration(deadline), " of SIGTERM"));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  pid_ = -1;
+  if (WIFSIGNALED(status)) {
+    return absl::InternalError(absl::StrCat(binary_, " died of signal ", WTERMSIG(status)));
+  }
+  return WEXITSTATUS(status);
+}
+
 absl::Status ShardProcess::Restart(absl::Duration deadline) {
   Kill();
   return Launch(port_, deadline);
@@ -148,9 +174,10 @@ absl::StatusOr<std::vector<v1::CreateJobResponse>> CreateJob(const ShardMap& map
 }
 
 absl::StatusOr<v1::StatsResponse> GetStats(const std::string& address, const std::string& job_id,
-                                           absl::Duration deadline) {
+                                           absl::Duration deadline, bool include_rounds) {
   v1::StatsRequest req;
   req.set_job_id(job_id);
+  req.set_include_rounds(include_rounds);
   grpc::ClientContext ctx;
   SetDeadline(&ctx, deadline);
   v1::StatsResponse resp;

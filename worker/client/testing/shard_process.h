@@ -37,6 +37,12 @@ class ShardProcess {
 
   // kill -9 and reap.
   void Kill();
+  // Graceful stop: SIGTERM, then waits up to `deadline` for the child to
+  // exit and returns its exit code (a sanitizer that found something exits
+  // non-zero here). Internal when it died of a signal; DeadlineExceeded
+  // (after a SIGKILL) when it did not exit in time; FailedPrecondition when
+  // no child runs.
+  absl::StatusOr<int> Stop(absl::Duration deadline = absl::Seconds(30));
   // Starts the binary again on the same port (after Kill()).
   [[nodiscard]] absl::Status Restart(absl::Duration deadline = absl::Seconds(20));
 
@@ -70,9 +76,10 @@ absl::StatusOr<std::vector<v1::CreateJobResponse>> CreateJob(const ShardMap& map
 // CreateJob on shard `shard` only.
 absl::StatusOr<v1::CreateJobResponse> CreateJobOn(const ShardMap& map, uint32_t shard,
                                                   const JobSetup& setup, absl::Duration deadline);
-// Unary helpers against one shard address.
+// Unary helpers against one shard address. `include_rounds` asks for the
+// recent sync-round records too.
 absl::StatusOr<v1::StatsResponse> GetStats(const std::string& address, const std::string& job_id,
-                                           absl::Duration deadline);
+                                           absl::Duration deadline, bool include_rounds = false);
 [[nodiscard]] absl::Status DropJob(const std::string& address, const std::string& job_id,
                                   absl::Duration deadline);
 absl::StatusOr<v1::CheckpointResponse> Checkpoint(const std::string& address,
