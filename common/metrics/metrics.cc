@@ -124,6 +124,23 @@ void Histogram::Observe(double v) {
   sum_.fetch_add(v, std::memory_order_relaxed);
 }
 
+std::vector<uint64_t> Histogram::bucket_counts() const {
+  std::vector<uint64_t> out(bounds_.size() + 1);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = counts_[i].load(std::memory_order_relaxed);
+  return out;
+}
+
+void Histogram::Set(const std::vector<uint64_t>& counts, double sum) {
+  CHECK_EQ(counts.size(), bounds_.size() + 1) << "one count per bucket, +Inf included";
+  uint64_t total = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    counts_[i].store(counts[i], std::memory_order_relaxed);
+    total += counts[i];
+  }
+  count_.store(total, std::memory_order_relaxed);
+  sum_.store(sum, std::memory_order_relaxed);
+}
+
 std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   std::vector<double> out;
   for (int i = 0; i < count; ++i, start *= factor) out.push_back(start);
@@ -191,7 +208,26 @@ void Registry::RemoveMatching(const std::string& name, const std::string& label,
   std::erase_if(it->second.histograms, [&](const auto& kv) { return matches(kv.first); });
 }
 
+uint64_t Registry::AddCollector(std::function<void()> collect) {
+  absl::MutexLock lock(&collect_mu_);
+  const uint64_t id = next_collector_++;
+  collectors_.emplace(id, std::move(collect));
+  return id;
+}
+
+void Registry::RemoveCollector(uint64_t id) {
+  // Taking collect_mu_ waits out a Render that is running the collector.
+  absl::MutexLock lock(&collect_mu_);
+  collectors_.erase(id);
+}
+
 std::string Registry::Render() const {
+  {
+    // Held across the runs so RemoveCollector() cannot return while one is
+    // in progress, and so two scrapes do not mirror the same state at once.
+    absl::MutexLock lock(&collect_mu_);
+    for (const auto& [id, collect] : collectors_) collect();
+  }
   absl::MutexLock lock(&mu_);
   std::string out;
   for (const auto& [name, family] : families_) {

@@ -8,6 +8,10 @@
 //   pushes->Increment();
 //   std::string text = reg.Render();   // served by MetricsServer at /metrics
 //
+// State that a component already counts (e.g. a shard job's JobStats) need
+// not be counted twice: a collector (AddCollector) runs at every Render and
+// mirrors it into children with Counter::Set / Gauge::Set / Histogram::Set.
+//
 // A metric family is identified by its name; each distinct label set is one
 // child. Children live as long as the registry, so the returned pointers may
 // be cached. Names and label names must match Prometheus' grammar and one
@@ -17,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,6 +43,9 @@ class Counter {
   void Increment(double v = 1.0) {
     if (v > 0) value_.fetch_add(v, std::memory_order_relaxed);
   }
+  // For collectors that mirror a total counted elsewhere: the counter takes
+  // that total as is. Keeping it monotonic is the caller's contract.
+  void Set(double total) { value_.store(total, std::memory_order_relaxed); }
   double value() const { return value_.load(std::memory_order_relaxed); }
 
  private:
@@ -65,8 +73,16 @@ class Histogram {
   const std::vector<double>& bounds() const { return bounds_; }
   // Non-cumulative count of bucket i (i == bounds().size() is the +Inf bucket).
   uint64_t bucket_count(size_t i) const { return counts_[i].load(std::memory_order_relaxed); }
+  // Every bucket's non-cumulative count, +Inf last.
+  std::vector<uint64_t> bucket_counts() const;
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
   double sum() const { return sum_.load(std::memory_order_relaxed); }
+
+  // For collectors that mirror a distribution kept elsewhere: replaces the
+  // state with non-cumulative `counts` (one per bucket, +Inf last: exactly
+  // bounds().size() + 1 of them, else CHECK) and `sum`. Not atomic with
+  // respect to concurrent Observe() calls; a mirrored histogram has none.
+  void Set(const std::vector<uint64_t>& counts, double sum);
 
  private:
   const std::vector<double> bounds_;
@@ -101,7 +117,18 @@ class Registry {
   // (e.g. a finished job's series). Pointers to dropped children dangle.
   void RemoveMatching(const std::string& name, const std::string& label, const std::string& value);
 
-  // Every family in name order, in the text exposition format.
+  // Registers `collect`, which every Render() runs (before it reads any
+  // family) so it can bring children up to date with state kept elsewhere.
+  // Collectors run one at a time, on the rendering thread, and may call
+  // Get*() and RemoveMatching() but not Render(), AddCollector() or
+  // RemoveCollector(). Returns the id for RemoveCollector.
+  uint64_t AddCollector(std::function<void()> collect);
+  // Unregisters collector `id`; waits for a run of it in progress, so once
+  // this returns, what the collector captured may be destroyed.
+  void RemoveCollector(uint64_t id);
+
+  // Runs the collectors, then renders every family in name order in the text
+  // exposition format.
   std::string Render() const;
 
  private:
@@ -116,6 +143,11 @@ class Registry {
   };
   Family& FamilyLocked(const std::string& name, const std::string& help, Type type)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Lock order: collect_mu_ -> mu_ (collectors call Get*()).
+  mutable absl::Mutex collect_mu_;
+  std::map<uint64_t, std::function<void()>> collectors_ ABSL_GUARDED_BY(collect_mu_);
+  uint64_t next_collector_ ABSL_GUARDED_BY(collect_mu_) = 1;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Family> families_ ABSL_GUARDED_BY(mu_);

@@ -3,8 +3,11 @@
 
 #include <httplib.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -47,6 +50,26 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry* re
 MetricsServer::~MetricsServer() {
   if (server_) server_->stop();
   if (thread_.joinable()) thread_.join();
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(Registry* registry, int port,
+                                                           const std::string& port_file,
+                                                           const std::string& host) {
+  if (port < 0) return nullptr;
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start(registry, port, host);
+  if (!server.ok() || port_file.empty()) return server;
+  const std::string tmp = absl::StrCat(port_file, ".tmp.", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << (*server)->port() << "\n";
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", port_file));
+  }
+  return server;
 }
 
 }  // namespace gradstream::metrics

@@ -38,6 +38,15 @@ class MetricsServer {
   int port_ = 0;
 };
 
+// What the binaries' --metrics_port / --metrics_port_file flags do: nullptr
+// when `port` < 0 (metrics off); else a server on `host`:`port` (0 = any
+// free port) whose bound port is written to `port_file` (unless empty) with
+// temp file + rename, so a reader never sees a partial number. Unavailable
+// when the port cannot be bound; Internal when the file cannot be written.
+[[nodiscard]] absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
+    Registry* registry, int port, const std::string& port_file,
+    const std::string& host = "0.0.0.0");
+
 }  // namespace gradstream::metrics
 
 #endif  // GRADSTREAM_COMMON_METRICS_METRICS_SERVER_H_

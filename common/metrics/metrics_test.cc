@@ -2,10 +2,17 @@
 #include "common/metrics/metrics.h"
 
 #include <httplib.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/metrics/metrics_server.h"
 #include "gtest/gtest.h"
 
@@ -114,6 +121,100 @@ TEST(Registry, RemoveMatchingDropsOneJobsSeries) {
   EXPECT_TRUE(absl::StrContains(text, "gs_job_clock{job=\"b\"} 2"));
 }
 
+TEST(Histogram, SetMirrorsADistributionKeptElsewhere) {
+  Registry reg;
+  Histogram* h = reg.GetHistogram("staleness", "Staleness.", {0, 1, 2}, {{"job", "j"}});
+  h->Observe(7);  // replaced, not added to
+  h->Set({3, 0, 1, 2}, 14);
+  EXPECT_EQ(h->count(), 6u);
+  EXPECT_EQ(h->bucket_counts(), (std::vector<uint64_t>{3, 0, 1, 2}));
+  EXPECT_EQ(reg.Render(),
+            "# HELP staleness Staleness.\n"
+            "# TYPE staleness histogram\n"
+            "staleness_bucket{job=\"j\",le=\"0\"} 3\n"
+            "staleness_bucket{job=\"j\",le=\"1\"} 3\n"
+            "staleness_bucket{job=\"j\",le=\"2\"} 4\n"
+            "staleness_bucket{job=\"j\",le=\"+Inf\"} 6\n"
+            "staleness_sum{job=\"j\"} 14\n"
+            "staleness_count{job=\"j\"} 6\n");
+}
+
+TEST(Histogram, CopiesAnotherHistogramsBuckets) {
+  Histogram source(ExponentialBuckets(0.001, 10, 3));
+  for (double v : {0.0005, 0.002, 0.002, 5.0}) source.Observe(v);
+  Histogram mirror(source.bounds());
+  mirror.Set(source.bucket_counts(), source.sum());
+  EXPECT_EQ(mirror.bucket_counts(), (std::vector<uint64_t>{1, 2, 0, 1}));
+  EXPECT_EQ(mirror.count(), 4u);
+  EXPECT_DOUBLE_EQ(mirror.sum(), 5.0045);
+}
+
+TEST(HistogramDeathTest, SetWithTheWrongBucketCountIsAProgrammerError) {
+  Histogram h({1, 2});
+  EXPECT_DEATH(h.Set({1, 2}, 3), "one count per bucket");
+}
+
+TEST(Registry, CounterSetMirrorsATotal) {
+  Registry reg;
+  Counter* c = reg.GetCounter("mirrored_total", "m");
+  c->Set(41);
+  c->Set(42);
+  EXPECT_EQ(c->value(), 42);
+  EXPECT_TRUE(absl::StrContains(reg.Render(), "mirrored_total 42\n"));
+}
+
+TEST(Registry, CollectorRunsBeforeEveryRender) {
+  Registry reg;
+  int runs = 0;
+  std::atomic<uint64_t> source{5};  // what a component counts on its own
+  const uint64_t id = reg.AddCollector([&] {
+    ++runs;
+    reg.GetCounter("mirror_total", "Mirrored.", {{"job", "j"}})->Set(source.load());
+    // Collectors may drop series too (e.g. a job that went away).
+    if (source.load() > 5) reg.RemoveMatching("gone", "job", "j");
+  });
+  reg.GetGauge("gone", "g", {{"job", "j"}})->Set(1);
+  std::string text = reg.Render();
+  EXPECT_EQ(runs, 1);
+  EXPECT_TRUE(absl::StrContains(text, "mirror_total{job=\"j\"} 5\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "gone{job=\"j\"} 1\n")) << text;
+
+  source = 9;
+  text = reg.Render();
+  EXPECT_EQ(runs, 2);
+  EXPECT_TRUE(absl::StrContains(text, "mirror_total{job=\"j\"} 9\n")) << text;
+  EXPECT_FALSE(absl::StrContains(text, "gone{")) << text;
+
+  reg.RemoveCollector(id);
+  source = 11;
+  text = reg.Render();
+  EXPECT_EQ(runs, 2);
+  EXPECT_TRUE(absl::StrContains(text, "mirror_total{job=\"j\"} 9\n")) << text;
+}
+
+TEST(Registry, RemoveCollectorWaitsForARunInProgress) {
+  Registry reg;
+  absl::Notification entered, release;
+  const uint64_t id = reg.AddCollector([&] {
+    entered.Notify();
+    release.WaitForNotification();
+  });
+  std::thread scrape([&] { (void)reg.Render(); });
+  entered.WaitForNotification();
+  std::atomic<bool> removed{false};
+  std::thread remover([&] {
+    reg.RemoveCollector(id);
+    removed = true;
+  });
+  // The collector is still running: its captures must stay alive.
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(removed.load());
+  release.Notify();
+  remover.join();
+  scrape.join();
+  EXPECT_TRUE(removed.load());
+}
+
 TEST(MetricsServer, ServesMetricsOverHttp) {
   Registry reg;
   reg.GetCounter("gs_scrape_test_total", "A counter.")->Increment(7);
@@ -139,6 +240,32 @@ TEST(MetricsServer, ServesMetricsOverHttp) {
   auto health = client.Get("/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->body, "ok\n");
+}
+
+TEST(ServeMetrics, NegativePortIsOff) {
+  Registry reg;
+  auto server = ServeMetrics(&reg, -1, "");
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(*server, nullptr);
+}
+
+TEST(ServeMetrics, WritesTheBoundPortToThePortFile) {
+  Registry reg;
+  char dir[] = "/tmp/metrics_test.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/metrics.port";
+  auto server = ServeMetrics(&reg, 0, file, "127.0.0.1");
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_NE(*server, nullptr);
+  int port = 0;
+  std::ifstream(file) >> port;
+  EXPECT_EQ(port, (*server)->port());
+  EXPECT_GT(port, 0);
+  std::remove(file.c_str());
+  ::rmdir(dir);
+
+  auto unwritable = ServeMetrics(&reg, 0, "/nonexistent-dir/metrics.port", "127.0.0.1");
+  EXPECT_EQ(unwritable.status().code(), absl::StatusCode::kInternal);
 }
 
 TEST(MetricsServer, BusyPortIsUnavailable) {

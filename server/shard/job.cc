@@ -215,12 +215,19 @@ absl::StatusOr<bool> Job::Init(uint64_t chunk_id, std::string_view values) {
   return false;
 }
 
-std::vector<uint64_t> Job::MembersAt(uint64_t clock, uint64_t* epoch) const {
-  absl::ReaderMutexLock l(&members_mu_);
+const MembershipEpoch* Job::EpochAtLocked(uint64_t clock) const {
+  // Epochs are sorted by effective clock; the last one at or before `clock`
+  // is in effect there.
   const MembershipEpoch* found = nullptr;
   for (const MembershipEpoch& e : epochs_) {
     if (e.effective_clock <= clock) found = &e;
   }
+  return found;
+}
+
+std::vector<uint64_t> Job::MembersAt(uint64_t clock, uint64_t* epoch) const {
+  absl::ReaderMutexLock l(&members_mu_);
+  const MembershipEpoch* found = EpochAtLocked(clock);
   if (found == nullptr) {
     *epoch = 0;
     return {};
@@ -231,14 +238,10 @@ std::vector<uint64_t> Job::MembersAt(uint64_t clock, uint64_t* epoch) const {
 
 std::optional<uint64_t> Job::NextStaffedClock(uint64_t clock) const {
   absl::ReaderMutexLock l(&members_mu_);
-  // The epoch in effect at c is the last one whose effective clock is <= c;
-  // the candidates are `clock` itself and each later effective clock.
-  auto staffed_at = [&](uint64_t c) {
-    const MembershipEpoch* found = nullptr;
-    for (const MembershipEpoch& e : epochs_) {
-      if (e.effective_clock <= c) found = &e;
-    }
-    return found != nullptr && !found->workers.empty();
+  // The candidates are `clock` itself and each later effective clock.
+  auto staffed_at = [&](uint64_t c) ABSL_SHARED_LOCKS_REQUIRED(members_mu_) {
+    const MembershipEpoch* e = EpochAtLocked(c);
+    return e != nullptr && !e->workers.empty();
   };
   if (staffed_at(clock)) return clock;
   for (const MembershipEpoch& e : epochs_) {
@@ -247,26 +250,25 @@ std::optional<uint64_t> Job::NextStaffedClock(uint64_t clock) const {
   return std::nullopt;
 }
 
+uint64_t Job::MemberClockLocked(uint64_t worker) const {
+  // A member that never advanced its clock is at the effective clock of the
+  // epoch it joined in.
+  auto it = clocks_.find(worker);
+  if (it != clocks_.end()) return it->second;
+  uint64_t c = epochs_.back().effective_clock;
+  for (size_t i = epochs_.size(); i-- > 0;) {
+    if (!Contains(epochs_[i].workers, worker)) break;
+    c = epochs_[i].effective_clock;
+  }
+  return c;
+}
+
 uint64_t Job::MinClockLocked() const {
-  // The slowest member of the newest epoch. A member that never advanced its
-  // clock is at the effective clock of the epoch it joined in.
+  // The slowest member of the newest epoch.
   const MembershipEpoch& last = epochs_.back();
   if (last.workers.empty()) return last.effective_clock;
   uint64_t min = std::numeric_limits<uint64_t>::max();
-  for (uint64_t w : last.workers) {
-    uint64_t c;
-    auto it = clocks_.find(w);
-    if (it != clocks_.end()) {
-      c = it->second;
-    } else {
-      c = last.effective_clock;
-      for (size_t i = epochs_.size(); i-- > 0;) {
-        if (!Contains(epochs_[i].workers, w)) break;
-        c = epochs_[i].effective_clock;
-      }
-    }
-    min = std::min(min, c);
-  }
+  for (uint64_t w : last.workers) min = std::min(min, MemberClockLocked(w));
   return min;
 }
 
@@ -317,6 +319,7 @@ void Job::Serve(const PullArgs& pull, const PullCallback& done) {
     absl::MutexLock l(&stats_mu_);
     staleness_hist_[std::min<uint64_t>(staleness, kStalenessBuckets - 1)] += 1;
     max_staleness_ = std::max(max_staleness_, staleness);
+    staleness_sum_ += staleness;
   }
   pulls_served_.fetch_add(1);
   done(std::move(result));
@@ -492,12 +495,17 @@ JobStats Job::Stats(bool include_rounds) const {
   }
   {
     absl::ReaderMutexLock l(&members_mu_);
+    const MembershipEpoch& last = epochs_.back();
     s.min_clock = MinClockLocked();
-    s.epoch = epochs_.back().epoch;
+    s.max_clock = s.min_clock;
+    for (uint64_t w : last.workers) s.max_clock = std::max(s.max_clock, MemberClockLocked(w));
+    s.epoch = last.epoch;
+    s.members = static_cast<uint32_t>(last.workers.size());
   }
   absl::MutexLock l(&stats_mu_);
   s.max_staleness = max_staleness_;
   s.staleness_histogram = staleness_hist_;
+  s.staleness_sum = staleness_sum_;
   if (include_rounds) s.rounds.assign(rounds_.begin(), rounds_.end());
   return s;
 }

@@ -117,6 +117,11 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   ChunkState* FindChunk(uint64_t id) const;
   uint64_t MinClock() const;
   uint64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(members_mu_);
+  // The epoch in effect at `clock` (nullptr before the first one).
+  const MembershipEpoch* EpochAtLocked(uint64_t clock) const
+      ABSL_SHARED_LOCKS_REQUIRED(members_mu_);
+  // The clock of `worker`, a member of the newest epoch.
+  uint64_t MemberClockLocked(uint64_t worker) const ABSL_SHARED_LOCKS_REQUIRED(members_mu_);
   uint64_t ProgressClock() const;
   bool Ready(const PullArgs& pull) const;
   void Serve(const PullArgs& pull, const PullCallback& done);
@@ -144,6 +149,7 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   mutable absl::Mutex stats_mu_;
   std::vector<uint64_t> staleness_hist_ ABSL_GUARDED_BY(stats_mu_);
   uint64_t max_staleness_ ABSL_GUARDED_BY(stats_mu_) = 0;
+  uint64_t staleness_sum_ ABSL_GUARDED_BY(stats_mu_) = 0;
   std::deque<RoundInfo> rounds_ ABSL_GUARDED_BY(stats_mu_);
   std::atomic<uint64_t> pushes_applied_{0}, pushes_duplicate_{0}, pushes_rejected_{0};
   std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};

@@ -33,6 +33,21 @@ TEST(AppliedClocks, CompactsInOrderAndRemembersGaps) {
   EXPECT_TRUE(a.above.empty());
 }
 
+// A worker that left after clock 9 and rejoined at 100 never pushes 10..99:
+// the set stays bounded instead of growing by one clock per step.
+TEST(AppliedClocks, AGapThatNeverFillsIsClosedOnceTheSetGrowsPastItsBound) {
+  AppliedClocks a;
+  for (uint64_t c = 0; c < 10; ++c) a.Add(c);
+  for (uint64_t c = 100; c < 1000; ++c) {
+    a.Add(c);
+    ASSERT_LE(a.above.size(), AppliedClocks::kMaxSparse);
+  }
+  EXPECT_TRUE(a.above.empty());
+  EXPECT_EQ(a.below, 1000u);
+  EXPECT_TRUE(a.Contains(999));
+  EXPECT_FALSE(a.Contains(1000));
+}
+
 JobSnapshot SampleSnapshot() {
   JobSnapshot s;
   s.job_id = "j/1";
@@ -197,6 +212,31 @@ TEST(SyncJob, ClocksWithoutMembersArePassedOverToTheNextJoin) {
   EXPECT_EQ(t.Push(10, 2, {1, 1}).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A shard restored from a checkpoint at clock 0 while its members finished
+// clocks it never saw (their pushes went to its earlier run): see
+// [lost rounds]. Worker 10 is at clock 5 and replays its push for 5, worker
+// 11 finished 5 too (its push for 5 was lost), worker 12 is at clock 5.
+TEST(SyncJob, RoundsEveryMemberFinishedElsewhereAreClosed) {
+  SyncJob t;
+  t.job->AdvanceClock(10, 5);
+  t.job->AdvanceClock(11, 6);
+  // Beyond the open-round window, but 10 says it finished every clock below.
+  EXPECT_FALSE(*t.Push(10, 5, {3, 3}));
+  EXPECT_EQ(t.Push(11, 9, {1, 1}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(t.job->Stats(false).min_version, 0u);  // 12 may still push round 0
+  t.job->AdvanceClock(12, 5);
+  JobStats s = t.job->Stats(true);
+  EXPECT_EQ(s.min_version, 5u);  // rounds 0-4 passed over, round 5 waits for 12
+  ASSERT_EQ(s.rounds.size(), 5u);
+  for (const RoundInfo& r : s.rounds) EXPECT_TRUE(r.contributors.empty()) << r.clock;
+  EXPECT_EQ(t.Params(), (std::vector<float>{0, 0}));
+  EXPECT_FALSE(*t.Push(12, 5, {1, 1}));
+  EXPECT_EQ(t.Params(), (std::vector<float>{-2, -2}));  // mean of what arrived
+  EXPECT_EQ(t.job->Stats(false).min_version, 6u);
+  EXPECT_TRUE(*t.Push(11, 5, {100, 100}));  // 11's lost push, late: settled
+  EXPECT_EQ(t.Params(), (std::vector<float>{-2, -2}));
+}
+
 TEST(SyncJob, BadChunkLeavesStateUnchanged) {
   SyncJob t;
   EXPECT_EQ(t.Push(10, 0, {1, 2, 3}).status().code(), absl::StatusCode::kInvalidArgument);
@@ -220,7 +260,13 @@ TEST(SspJob, PullWaitsForTheSlowestWithinTheBound) {
   EXPECT_EQ(answered, 1);
   t.job->AdvanceClock(12, 1);
   EXPECT_EQ(answered, 2);
-  EXPECT_EQ(t.job->Stats(false).max_staleness, 2u);
+  const JobStats s = t.job->Stats(false);
+  EXPECT_EQ(s.max_staleness, 2u);
+  EXPECT_EQ(s.staleness_histogram[2], 2u);
+  EXPECT_EQ(s.staleness_sum, 4u);  // both pulls read 2 clocks ahead of the slowest
+  EXPECT_EQ(s.min_clock, 1u);
+  EXPECT_EQ(s.max_clock, 3u);
+  EXPECT_EQ(s.members, 3u);
   pull.clock = 9;
   pull.deadline = absl::Now() - absl::Seconds(1);
   absl::Status status;

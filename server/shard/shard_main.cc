@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "common/metrics/metrics_server.h"
 #include "common/rpc/flags.h"
 #include "glog/logging.h"
 #include "server/shard/shard_server.h"
@@ -33,6 +34,9 @@ ABSL_FLAG(uint32_t, max_jobs, 64, "Jobs this shard holds at once (RESOURCE_EXHAU
 ABSL_FLAG(uint64_t, max_chunks, 1 << 16, "Chunks over all jobs (RESOURCE_EXHAUSTED past it).");
 ABSL_FLAG(uint64_t, max_param_bytes, uint64_t{16} << 30,
           "fp32 parameter bytes over all jobs (RESOURCE_EXHAUSTED past it).");
+ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics HTTP port; 0 = any free, -1 = off.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written here (before --port_file).");
 
 namespace {
 
@@ -79,6 +83,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.rpc = *std::move(rpc);
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    options.metrics = gradstream::metrics::Registry::Default();
+  }
   auto server = gradstream::shard::ShardServer::Start(options);
   if (!server.ok()) {
     LOG(ERROR) << server.status();
@@ -88,6 +95,18 @@ int main(int argc, char** argv) {
   LOG(INFO) << "gs_shard " << options.shard_index << " listening on port " << port;
   std::printf("gs_shard listening on port %d\n", port);
   std::fflush(stdout);
+  // Bound before --port_file is written: a parent that waits for that file
+  // finds the metrics port file in place too.
+  auto metrics_server = gradstream::metrics::ServeMetrics(
+      gradstream::metrics::Registry::Default(), absl::GetFlag(FLAGS_metrics_port),
+      absl::GetFlag(FLAGS_metrics_port_file), options.address);
+  if (!metrics_server.ok()) {
+    LOG(ERROR) << "--metrics_port: " << metrics_server.status();
+    return 1;
+  }
+  if (*metrics_server != nullptr) {
+    LOG(INFO) << "metrics on :" << (*metrics_server)->port() << "/metrics";
+  }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty() && !WritePortFile(port_file, port)) {
     LOG(ERROR) << "cannot write --port_file " << port_file;
@@ -101,6 +120,7 @@ int main(int argc, char** argv) {
   });
   (*server)->Wait();
   waiter.detach();  // still parked in sigwait when Shutdown came from elsewhere
+  metrics_server->reset();  // no scrape runs while the jobs go
   server->reset();
   return 0;
 }

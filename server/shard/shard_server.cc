@@ -3,6 +3,7 @@
 #include "server/shard/shard_server.h"
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "server/shard/executor.h"
 #include "server/shard/job.h"
 #include "server/shard/session_handler.h"
+#include "server/shard/shard_metrics.h"
 
 namespace gradstream::shard {
 namespace {
@@ -98,10 +100,11 @@ class ShardService;
 class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, pb::ServerMessage>,
                              private SessionHandler::Stream {
  public:
+  // `metrics` (nullable) receives the push handling latency.
   static SessionReactor* Start(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
-                               absl::Duration default_pull_timeout) {
+                               absl::Duration default_pull_timeout, ShardMetrics* metrics) {
     auto s = std::shared_ptr<SessionReactor>(
-        new SessionReactor(std::move(find_job), executor, env, default_pull_timeout));
+        new SessionReactor(std::move(find_job), executor, env, default_pull_timeout, metrics));
     {
       absl::MutexLock l(&s->mu_);
       s->self_ = s;
@@ -166,8 +169,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
 
  private:
   SessionReactor(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
-                 absl::Duration default_pull_timeout)
-      : executor_(executor), handler_(std::move(find_job), env, default_pull_timeout, this) {}
+                 absl::Duration default_pull_timeout, ShardMetrics* metrics)
+      : executor_(executor),
+        metrics_(metrics),
+        handler_(std::move(find_job), env, default_pull_timeout, this) {}
 
   std::shared_ptr<SessionReactor> Self() {
     absl::MutexLock l(&mu_);
@@ -175,6 +180,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
   }
 
   void Drain();
+  // Handles `msg`, timing it into the job's push latency when it is a push.
+  void Handle(pb::WorkerMessage& msg);
   void SendPullResult(PullResult result);
 
   // SessionHandler::Stream.
@@ -231,8 +238,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
   }
 
   Executor* const executor_;
+  ShardMetrics* const metrics_;  // nullable
   // Used by the strand only (one Handle at a time): no lock.
   SessionHandler handler_;
+  std::shared_ptr<metrics::Histogram> push_seconds_;  // the bound job's, once it pushed
 
   absl::Mutex mu_;
   std::shared_ptr<SessionReactor> self_ ABSL_GUARDED_BY(mu_);
@@ -256,7 +265,12 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
 class ShardService final : public pb::ParameterServer::CallbackService {
  public:
   ShardService(const ShardServerOptions& options, Executor* executor)
-      : options_(options), executor_(executor) {}
+      : options_(options),
+        executor_(executor),
+        metrics_(options.metrics == nullptr
+                     ? nullptr
+                     : std::make_unique<ShardMetrics>(options.metrics,
+                                                      [this] { return AllJobs(); })) {}
 
   std::shared_ptr<Job> FindJob(const std::string& id) {
     absl::MutexLock l(&mu_);
@@ -280,7 +294,7 @@ class ShardService final : public pb::ParameterServer::CallbackService {
         [this, token = rpc::PresentedToken(*ctx)](const std::string& id) {
           return AdmitSession(id, token);
         },
-        executor_, options_.env, options_.default_pull_timeout);
+        executor_, options_.env, options_.default_pull_timeout, metrics_.get());
   }
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
@@ -474,6 +488,9 @@ class ShardService final : public pb::ParameterServer::CallbackService {
   Executor* const executor_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  // Last member: its collector (which lists jobs_) is registered once the
+  // rest exists and removed before the rest goes. nullptr = no metrics.
+  const std::unique_ptr<ShardMetrics> metrics_;
 };
 
 void SessionReactor::Drain() {
@@ -493,8 +510,22 @@ void SessionReactor::Drain() {
         StartRead(&read_msg_);
       }
     }
-    handler_.Handle(msg);
+    Handle(msg);
   }
+}
+
+void SessionReactor::Handle(pb::WorkerMessage& msg) {
+  if (metrics_ == nullptr || msg.msg_case() != pb::WorkerMessage::kPush) {
+    return handler_.Handle(msg);
+  }
+  // Two clock reads per push; the histogram is looked up once per stream.
+  const auto start = std::chrono::steady_clock::now();
+  handler_.Handle(msg);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  if (push_seconds_ == nullptr && handler_.job() != nullptr) {
+    push_seconds_ = metrics_->PushLatency(handler_.job());
+  }
+  if (push_seconds_ != nullptr) push_seconds_->Observe(took.count());
 }
 
 void SessionReactor::SendPullResult(PullResult r) {

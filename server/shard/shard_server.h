@@ -16,6 +16,10 @@
 #include "common/rpc/rpc.h"
 #include "server/shard/env.h"
 
+namespace gradstream::metrics {
+class Registry;
+}
+
 namespace gradstream::shard {
 
 struct ShardServerOptions {
@@ -36,6 +40,9 @@ struct ShardServerOptions {
   // rpc.max_message_bytes).
   rpc::RpcConfig rpc;
   Env* env = nullptr;  // nullptr = Env::Default()
+  // Where the jobs' gs_shard_* series go (shard_metrics.h); must outlive the
+  // server. nullptr = none.
+  metrics::Registry* metrics = nullptr;
 };
 
 // Thread-safe.

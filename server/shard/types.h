@@ -106,10 +106,14 @@ struct JobStats {
   uint64_t min_version = 0;
   uint64_t max_version = 0;
   uint64_t max_staleness = 0;
-  std::vector<uint64_t> staleness_histogram;
+  std::vector<uint64_t> staleness_histogram;  // kStalenessBuckets
+  uint64_t staleness_sum = 0;                 // over every served pull
   std::vector<RoundInfo> rounds;
+  // Clocks of the newest epoch's members: the slowest and the fastest.
   uint64_t min_clock = 0;
+  uint64_t max_clock = 0;
   uint64_t epoch = 0;
+  uint32_t members = 0;  // workers in the newest epoch
 };
 
 }  // namespace gradstream::shard

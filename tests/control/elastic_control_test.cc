@@ -5,15 +5,21 @@
 //     its clock falls in (checked from the shards' round records);
 //   * the same under bounded staleness (every step, staleness within bound);
 //   * kill -9 of a worker during a sync job: the job goes on with the others
-//     within heartbeat timeout + a round, and finishes.
+//     within heartbeat timeout + a round, and finishes. Before the kill, each
+//     worker's /metrics (--metrics_port) reports its rank and progress.
+#include <httplib.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator.grpc.pb.h"
@@ -35,6 +41,28 @@ grpc::Status Unary(Stub* stub, Method method, const Req& req, Resp* resp) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return (stub->*method)(&ctx, req, resp);
+}
+
+// GET /metrics from 127.0.0.1:`port` ("" on failure).
+std::string ScrapeMetrics(int port) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+  auto res = client.Get("/metrics");
+  return res && res->status == 200 ? res->body : "";
+}
+
+// The value of the sample line that starts with `series` (name plus
+// labels), or NaN when there is none.
+double SampleValue(const std::string& text, const std::string& series) {
+  const std::string prefix = series + " ";
+  for (size_t at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at + 1)) {
+    if (at != 0 && text[at - 1] != '\n') continue;
+    const size_t begin = at + prefix.size();
+    double v = 0;
+    if (absl::SimpleAtod(text.substr(begin, text.find('\n', begin) - begin), &v)) return v;
+  }
+  return std::nan("");
 }
 
 // Polls every shard's round records in the background (the shards keep a
@@ -142,7 +170,8 @@ class ElasticTest : public ::testing::Test {
       const int k = static_cast<int>(workers_.size());
       auto w = Process::Start(
           GS_WORKER_BINARY,
-          {"--coordinator=" + coord_.address(), "--device=cpu", absl::StrCat("--name=w", k)},
+          {"--coordinator=" + coord_.address(), "--device=cpu", absl::StrCat("--name=w", k),
+           "--metrics_port=0", absl::StrCat("--metrics_port_file=", dir_, "/worker", k, ".metrics")},
           absl::StrCat(dir_, "/worker", k, ".log"));
       ASSERT_TRUE(w.ok()) << w.status();
       workers_.push_back(*std::move(w));
@@ -346,6 +375,31 @@ TEST_F(ElasticTest, KilledWorkerIsRemovedAndTheJobFinishes) {
   }
   ASSERT_FALSE(victim_name.empty());
   const int victim = std::stoi(victim_name.substr(1));
+  // Each worker serves its own view of the job: identity, steps, traffic.
+  std::set<std::string> ranks;
+  for (int k = 0; k < 2; ++k) {
+    auto port = WaitForPortFile(absl::StrCat(dir_, "/worker", k, ".metrics"), *workers_[k],
+                                kDeadline);
+    ASSERT_TRUE(port.ok()) << port.status();
+    const std::string text = ScrapeMetrics(*port);
+    const std::string job = absl::StrCat("{job=\"", id, "\"}");
+    const std::string info = absl::StrCat("gs_worker_info{device=\"cpu\",job=\"", id, "\",rank=\"");
+    const size_t at = text.find(info);
+    ASSERT_NE(at, std::string::npos) << text;
+    ranks.insert(text.substr(at + info.size(), 1));
+    // The coordinator's clock is the slowest worker's, which both had passed.
+    EXPECT_GE(SampleValue(text, "gs_worker_clock" + job), 200) << text;
+    EXPECT_EQ(SampleValue(text, "gs_worker_world_size" + job), 2) << text;
+    const double bytes = SampleValue(text, "gs_worker_push_bytes_total" + job);
+    const double fp32 = SampleValue(text, "gs_worker_push_fp32_bytes_total" + job);
+    EXPECT_GT(bytes, 0) << text;
+    EXPECT_GT(fp32, bytes) << text;  // twobit by default (small tensors travel as fp32)
+    EXPECT_NEAR(SampleValue(text, "gs_worker_compression_ratio" + job), fp32 / bytes, 1e-6)
+        << text;
+    EXPECT_GT(SampleValue(text, "gs_worker_loss" + job), 0) << text;
+    EXPECT_EQ(SampleValue(text, "gs_worker_reconnects_total" + job), 0) << text;
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1"}));
   workers_[victim]->Kill(SIGKILL);
   const absl::Time killed = absl::Now();
   // Removed after the heartbeat timeout, and the job moves again.

@@ -136,6 +136,9 @@ absl::Status Trainer::Evaluate(uint64_t clock) {
 }
 
 void Trainer::Publish(uint64_t clock) {
+  progress_.job_id = job_id_;
+  progress_.rank = rank_;
+  progress_.world_size = world_size_;
   progress_.clock = clock;
   progress_.loss = static_cast<float>(loss_ema_ < 0 ? 0 : loss_ema_);
   const double secs = absl::ToDoubleSeconds(absl::Now() - rate_start_);
@@ -148,6 +151,7 @@ void Trainer::Publish(uint64_t clock) {
   progress_.bytes_pushed = cs.bytes_pushed;
   progress_.fp32_bytes_pushed = cs.fp32_bytes_pushed;
   progress_.residual_norm = cs.residual_norm;
+  progress_.reconnects = cs.reconnects;
   board_->Set(progress_);
 }
 

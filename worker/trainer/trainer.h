@@ -50,6 +50,9 @@ class AssignmentFeed {
 };
 
 struct Progress {
+  std::string job_id;          // "" until the trainer first publishes
+  uint32_t rank = 0;
+  uint32_t world_size = 0;     // 0 before the first data shard is cut
   uint64_t clock = 0;          // clocks completed
   float loss = 0;              // moving average of the training loss
   float accuracy = 0;          // last test accuracy (rank 0)
@@ -58,6 +61,7 @@ struct Progress {
   uint64_t bytes_pushed = 0;
   uint64_t fp32_bytes_pushed = 0;
   double residual_norm = 0;
+  uint64_t reconnects = 0;     // the client's reconnects to shards
 };
 
 // Latest progress, written by the trainer. Thread-safe.

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/metrics/metrics_server.h"
 #include "common/rpc/flags.h"
 #include "common/status.h"
 #include "coordinator.grpc.pb.h"
@@ -27,6 +28,7 @@
 #include "worker/client/shard_map_proto.h"
 #include "worker/trainer/job_setup.h"
 #include "worker/trainer/trainer.h"
+#include "worker/trainer/worker_metrics.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "coordinator host:port (default: $GRADSTREAM_COORDINATOR or localhost:7070)");
@@ -34,6 +36,8 @@ ABSL_FLAG(std::string, device, "auto", "auto (GPU when present), cpu or gpu");
 ABSL_FLAG(std::string, name, "", "name shown by `gradstream cluster` (default: host name)");
 ABSL_FLAG(int, rpc_timeout_ms, 5000, "deadline of each coordinator RPC");
 ABSL_FLAG(int, register_timeout_s, 120, "give up when the coordinator is unreachable this long");
+ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics HTTP port; 0 = any free, -1 = off");
+ABSL_FLAG(std::string, metrics_port_file, "", "if set, the bound metrics port is written here");
 
 namespace gradstream {
 namespace {
@@ -69,8 +73,23 @@ Assignment FromProto(const v1::Assignment& p) {
 // Everything the heartbeat thread and the training thread share.
 class WorkerState {
  public:
+  // NOTE: [new incarnation] Registering again after the coordinator removed
+  // this worker (e.g. the process was stopped past the heartbeat timeout)
+  // makes it a new incarnation. What the old one was doing dies with it: its
+  // last assignment is dropped, and the outcome its trainer reports later
+  // (typically an error: the shards refuse the removed worker's pushes) is
+  // not sent under the new identity. Otherwise the coordinator takes the old
+  // failure for the new incarnation's and removes it again from the job it
+  // has just rejoined, and RunJob() keeps waiting on a job "still active"
+  // that it is in fact being asked to join afresh.
   void SetIdentity(uint64_t id, uint64_t incarnation) {
     absl::MutexLock l(&mu_);
+    if (id != id_ || incarnation != incarnation_) {
+      job_.clear();
+      state_ = v1::IDLE;
+      message_.clear();
+      latest_.Clear();
+    }
     id_ = id;
     incarnation_ = incarnation;
   }
@@ -78,8 +97,12 @@ class WorkerState {
     absl::MutexLock l(&mu_);
     return {id_, incarnation_};
   }
-  void SetJob(std::string job, v1::WorkerState state, std::string message = "") {
+  // What incarnation `incarnation` reports; ignored once the worker is a
+  // newer incarnation (see [new incarnation]).
+  void SetJob(uint64_t incarnation, std::string job, v1::WorkerState state,
+              std::string message = "") {
     absl::MutexLock l(&mu_);
+    if (incarnation != incarnation_) return;
     job_ = std::move(job);
     state_ = state;
     message_ = std::move(message);
@@ -109,6 +132,11 @@ class WorkerState {
   v1::Assignment Latest() const {
     absl::MutexLock l(&mu_);
     return latest_;
+  }
+  // The newest assignment and the incarnation it was given to.
+  std::pair<v1::Assignment, uint64_t> LatestAndIncarnation() const {
+    absl::MutexLock l(&mu_);
+    return {latest_, incarnation_};
   }
 
  private:
@@ -197,36 +225,44 @@ class Worker {
   }
 
   // Trains one job end to end; returns when it is done, left or stopped.
-  void RunJob(const v1::Assignment& a) {
+  // Trains `a`, which was assigned to incarnation `incarnation`.
+  void RunJob(const v1::Assignment& a, uint64_t incarnation) {
     const std::string job = a.job_id();
-    state_.SetJob(job, v1::TRAINING);
+    state_.SetJob(incarnation, job, v1::TRAINING);
     board_.Set(Progress{});
-    absl::StatusOr<TrainOutcome> outcome = TrainJob(a);
+    absl::StatusOr<TrainOutcome> outcome = TrainJob(a, incarnation);
     if (!outcome.ok()) {
       LOG(ERROR) << "job " << job << ": " << outcome.status();
-      state_.SetJob(job, v1::ERROR, std::string(outcome.status().message()));
+      state_.SetJob(incarnation, job, v1::ERROR, std::string(outcome.status().message()));
     } else if (*outcome == TrainOutcome::kDone) {
-      state_.SetJob(job, v1::DONE);
+      state_.SetJob(incarnation, job, v1::DONE);
     } else if (*outcome == TrainOutcome::kLeft) {
-      state_.SetJob(job, v1::LEFT);
+      state_.SetJob(incarnation, job, v1::LEFT);
     } else {
-      state_.SetJob("", v1::IDLE);
+      state_.SetJob(incarnation, "", v1::IDLE);
     }
-    // Wait until the coordinator moves us off this job before taking another.
-    while (!g_stop) {
+    // Wait until the coordinator moves us off this job before taking another,
+    // or until we are a new incarnation, for which any assignment is a fresh
+    // one (see [new incarnation]).
+    while (!g_stop && state_.Identity().second == incarnation) {
       const v1::Assignment now = state_.Latest();
       if (now.job_id() != job || !FromProto(now).job_active) break;
       absl::SleepFor(interval_);
     }
-    state_.SetJob("", v1::IDLE);
+    state_.SetJob(incarnation, "", v1::IDLE);
+  }
+
+  // What --metrics_port exports (worker_metrics.h). Thread-safe.
+  WorkerSample MetricsSample() const {
+    return WorkerSample{state_.Identity().first, std::string(DeviceName(device_)), board_.Get()};
   }
 
   void Run() {
     std::thread hb([this] { HeartbeatLoop(); });
     while (!g_stop) {
-      const v1::Assignment a = state_.Latest();
+      const auto [a, incarnation] = state_.LatestAndIncarnation();
       if (FromProto(a).job_active && !(a.leave() && a.join_clock() >= a.leave_clock())) {
-        RunJob(a);
+        RunJob(a, incarnation);
       } else {
         absl::SleepFor(absl::Milliseconds(50));
       }
@@ -236,7 +272,7 @@ class Worker {
   }
 
  private:
-  absl::StatusOr<TrainOutcome> TrainJob(const v1::Assignment& a) {
+  absl::StatusOr<TrainOutcome> TrainJob(const v1::Assignment& a, uint64_t incarnation) {
     GS_ASSIGN_OR_RETURN(TrainSetup setup, LoadTrainSetup(a.spec()));
     GS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModel(setup.model, device_));
     GS_ASSIGN_OR_RETURN(client::ShardMap map, client::ShardMapFromProto(a.shard_map()));
@@ -256,11 +292,10 @@ class Worker {
                          t.num_elems, "]"));
       }
     }
-    auto [id, inc] = state_.Identity();
     client::ClientOptions opt;
     opt.job_id = a.job_id();
-    opt.worker_id = id;
-    opt.incarnation = inc;
+    opt.worker_id = state_.Identity().first;
+    opt.incarnation = incarnation;
     opt.epoch = a.epoch();
     opt.seed = setup.seed;
     opt.codec = setup.codec;
@@ -317,6 +352,20 @@ int main(int argc, char** argv) {
   LOG(INFO) << "gs_worker: coordinator " << addr << ", device " << gradstream::DeviceName(device)
             << (rpc->tls.enabled() ? " (TLS)" : " (INSECURE: plaintext gRPC; pass --tls_ca)");
   gradstream::Worker worker(addr, *std::move(rpc), device);
+  // Serving before registering: a scrape during a long registration shows
+  // the process is up (no job series yet).
+  gradstream::WorkerMetrics exporter(gradstream::metrics::Registry::Default(),
+                                     [&worker] { return worker.MetricsSample(); });
+  auto metrics_server = gradstream::metrics::ServeMetrics(gradstream::metrics::Registry::Default(),
+                                                          absl::GetFlag(FLAGS_metrics_port),
+                                                          absl::GetFlag(FLAGS_metrics_port_file));
+  if (!metrics_server.ok()) {
+    LOG(ERROR) << "--metrics_port: " << metrics_server.status();
+    return 1;
+  }
+  if (*metrics_server != nullptr) {
+    LOG(INFO) << "metrics on :" << (*metrics_server)->port() << "/metrics";
+  }
   if (absl::Status s = worker.Register(); !s.ok()) {
     LOG(ERROR) << s;
     return 1;
