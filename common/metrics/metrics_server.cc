@@ -6,10 +6,9 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/port_file.h"
 
 namespace gradstream::metrics {
 
@@ -59,16 +58,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(Registry* registry, 
   absl::StatusOr<std::unique_ptr<MetricsServer>> server =
       MetricsServer::Start(registry, port, host);
   if (!server.ok() || port_file.empty()) return server;
-  const std::string tmp = absl::StrCat(port_file, ".tmp.", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << (*server)->port() << "\n";
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", port_file));
-  }
+  if (absl::Status s = WritePortFile(port_file, (*server)->port()); !s.ok()) return s;
   return server;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/metrics/metrics_server.h"
+#include "common/port_file.h"
 #include "common/rpc/flags.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -46,17 +47,6 @@ absl::Notification* g_stop = nullptr;
 
 void OnSignal(int) {
   if (g_stop != nullptr && !g_stop->HasBeenNotified()) g_stop->Notify();
-}
-
-// temp + rename so a reader never sees a partial number.
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << port << "\n";
-    if (!out) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
 }  // namespace
@@ -91,21 +81,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::unique_ptr<gradstream::metrics::MetricsServer> metrics_server;
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    auto m = gradstream::metrics::MetricsServer::Start(gradstream::metrics::Registry::Default(),
-                                                       absl::GetFlag(FLAGS_metrics_port));
-    if (!m.ok()) {
-      LOG(ERROR) << m.status();
-      return 1;
-    }
-    metrics_server = *std::move(m);
-    LOG(INFO) << "metrics on :" << metrics_server->port() << "/metrics";
-    if (!absl::GetFlag(FLAGS_metrics_port_file).empty() &&
-        !WritePortFile(absl::GetFlag(FLAGS_metrics_port_file), metrics_server->port())) {
-      LOG(ERROR) << "cannot write --metrics_port_file";
-      return 1;
-    }
+  auto metrics_server = gradstream::metrics::ServeMetrics(
+      gradstream::metrics::Registry::Default(), absl::GetFlag(FLAGS_metrics_port),
+      absl::GetFlag(FLAGS_metrics_port_file));
+  if (!metrics_server.ok()) {
+    LOG(ERROR) << "--metrics_port: " << metrics_server.status();
+    return 1;
+  }
+  if (*metrics_server != nullptr) {
+    LOG(INFO) << "metrics on :" << (*metrics_server)->port() << "/metrics";
   }
 
   auto service = gradstream::coordinator::NewCoordinatorService(
@@ -130,10 +114,12 @@ int main(int argc, char** argv) {
   }
   (*coordinator)->StartTicker();
   LOG(INFO) << "gs_coordinator listening on :" << bound_port;
-  if (!absl::GetFlag(FLAGS_port_file).empty() &&
-      !WritePortFile(absl::GetFlag(FLAGS_port_file), bound_port)) {
-    LOG(ERROR) << "cannot write --port_file " << absl::GetFlag(FLAGS_port_file);
-    return 1;
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    if (absl::Status s = gradstream::WritePortFile(absl::GetFlag(FLAGS_port_file), bound_port);
+        !s.ok()) {
+      LOG(ERROR) << "--port_file: " << s;
+      return 1;
+    }
   }
 
   absl::Notification stop;

@@ -17,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/metrics/metrics_server.h"
+#include "common/port_file.h"
 #include "common/rpc/flags.h"
 #include "glog/logging.h"
 #include "server/shard/shard_server.h"
@@ -37,21 +38,6 @@ ABSL_FLAG(uint64_t, max_param_bytes, uint64_t{16} << 30,
 ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics HTTP port; 0 = any free, -1 = off.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written here (before --port_file).");
-
-namespace {
-
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    out.flush();
-    if (!out) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -108,9 +94,11 @@ int main(int argc, char** argv) {
     LOG(INFO) << "metrics on :" << (*metrics_server)->port() << "/metrics";
   }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, port)) {
-    LOG(ERROR) << "cannot write --port_file " << port_file;
-    return 1;
+  if (!port_file.empty()) {
+    if (absl::Status s = gradstream::WritePortFile(port_file, port); !s.ok()) {
+      LOG(ERROR) << "--port_file: " << s;
+      return 1;
+    }
   }
   std::thread waiter([&] {
     int sig = 0;
