@@ -70,6 +70,17 @@ inline void StopAndClean(std::unique_ptr<LocalCluster> cluster) {
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
 }
 
+// Every shard applied exactly `steps` sync rounds to each of its chunks.
+inline void ExpectEveryShardAt(LocalCluster& cluster, int shards, const std::string& job,
+                               uint64_t steps) {
+  for (int s = 0; s < shards; ++s) {
+    auto stats = cluster.ShardStats(s, job);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->min_version(), steps) << "shard " << s;
+    EXPECT_EQ(stats->max_version(), steps) << "shard " << s;
+  }
+}
+
 inline bool Terminal(v1::JobState s) {
   return s == v1::COMPLETED || s == v1::FAILED || s == v1::CANCELLED;
 }

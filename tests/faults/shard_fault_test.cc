@@ -131,12 +131,7 @@ TEST(Faults, ShardKilledMidJobRestoresLastCheckpoint) {
   ASSERT_EQ(done->state(), v1::COMPLETED) << done->DebugString();
   EXPECT_EQ(done->progress().clock(), kSteps);
   EXPECT_EQ(done->epochs_size(), 1) << "membership changed: " << done->DebugString();
-  for (int s = 0; s < options.shards; ++s) {
-    auto stats = cluster.ShardStats(s, job);
-    ASSERT_TRUE(stats.ok()) << stats.status();
-    EXPECT_EQ(stats->min_version(), kSteps) << "shard " << s;
-    EXPECT_EQ(stats->max_version(), kSteps) << "shard " << s;
-  }
+  ExpectEveryShardAt(cluster, options.shards, job, kSteps);
   StopAndClean(*std::move(started));
 }
 

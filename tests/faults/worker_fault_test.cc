@@ -211,12 +211,7 @@ TEST(Faults, SigstopWorkerIsRemovedAndRejoinsAsNewIncarnation) {
   EXPECT_NE(std::find(last.worker_ids().begin(), last.worker_ids().end(), victim),
             last.worker_ids().end());
   EXPECT_EQ(done->worker_errors(), 0u) << done->DebugString();
-  for (int s = 0; s < options.shards; ++s) {
-    auto stats = cluster.ShardStats(s, job);
-    ASSERT_TRUE(stats.ok()) << stats.status();
-    EXPECT_EQ(stats->min_version(), kSteps) << "shard " << s;
-    EXPECT_EQ(stats->max_version(), kSteps) << "shard " << s;
-  }
+  ExpectEveryShardAt(cluster, options.shards, job, kSteps);
   StopAndClean(*std::move(started));
 }
 

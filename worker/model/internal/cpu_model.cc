@@ -69,27 +69,17 @@ class CpuModel final : public Model {
   }
 
   absl::Status Evaluate(const Dataset& data, EvalStats* stats) override {
-    GS_RETURN_IF_ERROR(CheckDatasetFits(net_.config, data));
-    double loss_sum = 0;
-    int64_t correct = 0;
-    const int64_t n = data.num_examples();
-    for (int64_t start = 0; start < n; start += kEvalBatch) {
-      const int b = static_cast<int>(std::min<int64_t>(kEvalBatch, n - start));
-      const int32_t* y = data.labels.data() + start;
-      GS_RETURN_IF_ERROR(CheckBatch(y, b, net_.config.num_classes));
-      Reserve(b, /*train=*/false);
-      const float* logits = Forward(data.example(start), b, /*train=*/false);
-      int right = 0;
-      loss_sum +=
-          b * cpu::SoftmaxCrossEntropy(logits, y, b, net_.config.num_classes, nullptr, &right);
-      correct += right;
-    }
-    EvalStats s;
-    s.examples = n;
-    s.loss = n > 0 ? loss_sum / n : 0.0;
-    s.accuracy = n > 0 ? static_cast<double>(correct) / n : 0.0;
-    if (stats != nullptr) *stats = s;
-    return absl::OkStatus();
+    return EvaluateInBatches(
+        net_.config, data, kEvalBatch,
+        [&](const float* x, const int32_t* y, int b) -> absl::StatusOr<BatchEval> {
+          Reserve(b, /*train=*/false);
+          const float* logits = Forward(x, b, /*train=*/false);
+          BatchEval e;
+          e.loss_sum = b * cpu::SoftmaxCrossEntropy(logits, y, b, net_.config.num_classes,
+                                                    nullptr, &e.correct);
+          return e;
+        },
+        stats);
   }
 
  private:

@@ -90,31 +90,19 @@ class GpuModel final : public Model {
   }
 
   absl::Status Evaluate(const Dataset& data, EvalStats* stats) override {
-    GS_RETURN_IF_ERROR(CheckDatasetFits(net_.config, data));
-    double loss_sum = 0;
-    int64_t correct = 0;
-    const int64_t n = data.num_examples();
-    for (int64_t start = 0; start < n; start += kEvalBatch) {
-      const int b = static_cast<int>(std::min<int64_t>(kEvalBatch, n - start));
-      const int32_t* y = data.labels.data() + start;
-      GS_RETURN_IF_ERROR(CheckBatch(y, b, net_.config.num_classes));
-      GS_RETURN_IF_ERROR(Reserve(b));
-      GS_RETURN_IF_ERROR(Upload(data.example(start), y, b));
-      GS_RETURN_IF_ERROR(Forward(b));
-      GS_RETURN_IF_ERROR(LossAndStats(b, /*want_grad=*/false));
-      GS_RETURN_IF_ERROR(Synchronize());
-      double loss = 0;
-      int right = 0;
-      SumStats(b, &loss, &right);
-      loss_sum += loss;
-      correct += right;
-    }
-    EvalStats s;
-    s.examples = n;
-    s.loss = n > 0 ? loss_sum / n : 0.0;
-    s.accuracy = n > 0 ? static_cast<double>(correct) / n : 0.0;
-    if (stats != nullptr) *stats = s;
-    return absl::OkStatus();
+    return EvaluateInBatches(
+        net_.config, data, kEvalBatch,
+        [&](const float* x, const int32_t* y, int b) -> absl::StatusOr<BatchEval> {
+          GS_RETURN_IF_ERROR(Reserve(b));
+          GS_RETURN_IF_ERROR(Upload(x, y, b));
+          GS_RETURN_IF_ERROR(Forward(b));
+          GS_RETURN_IF_ERROR(LossAndStats(b, /*want_grad=*/false));
+          GS_RETURN_IF_ERROR(Synchronize());
+          BatchEval e;
+          SumStats(b, &e.loss_sum, &e.correct);
+          return e;
+        },
+        stats);
   }
 
  private:

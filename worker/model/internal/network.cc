@@ -196,4 +196,30 @@ absl::Status CheckDatasetFits(const ModelConfig& config, const Dataset& data) {
   return absl::OkStatus();
 }
 
+absl::Status EvaluateInBatches(
+    const ModelConfig& config, const Dataset& data, int max_batch,
+    const std::function<absl::StatusOr<BatchEval>(const float* x, const int32_t* y, int b)>&
+        batch_fn,
+    EvalStats* stats) {
+  if (absl::Status s = CheckDatasetFits(config, data); !s.ok()) return s;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  const int64_t n = data.num_examples();
+  for (int64_t start = 0; start < n; start += max_batch) {
+    const int b = static_cast<int>(std::min<int64_t>(max_batch, n - start));
+    const int32_t* y = data.labels.data() + start;
+    if (absl::Status s = CheckBatch(y, b, config.num_classes); !s.ok()) return s;
+    absl::StatusOr<BatchEval> e = batch_fn(data.example(start), y, b);
+    if (!e.ok()) return e.status();
+    loss_sum += e->loss_sum;
+    correct += e->correct;
+  }
+  EvalStats s;
+  s.examples = n;
+  s.loss = n > 0 ? loss_sum / n : 0.0;
+  s.accuracy = n > 0 ? static_cast<double>(correct) / n : 0.0;
+  if (stats != nullptr) *stats = s;
+  return absl::OkStatus();
+}
+
 }  // namespace gradstream::internal

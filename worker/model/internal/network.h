@@ -5,6 +5,7 @@
 #define GRADSTREAM_WORKER_MODEL_INTERNAL_NETWORK_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -55,6 +56,21 @@ std::vector<std::vector<float>> InitialParams(const NetworkSpec& net, uint64_t s
 // InvalidArgument unless `data` fits the model: the CNN needs the exact input
 // shape, dense models the same element count; at most num_classes classes.
 [[nodiscard]] absl::Status CheckDatasetFits(const ModelConfig& config, const Dataset& data);
+
+// The loss summed over a batch and how many it classified right.
+struct BatchEval {
+  double loss_sum = 0;
+  int correct = 0;
+};
+
+// Model::Evaluate for any device: checks that `data` fits `config`, runs
+// `batch_fn(x, y, b)` over it in slices of at most `max_batch` examples (the
+// labels of each checked first), and averages into `stats`.
+[[nodiscard]] absl::Status EvaluateInBatches(
+    const ModelConfig& config, const Dataset& data, int max_batch,
+    const std::function<absl::StatusOr<BatchEval>(const float* x, const int32_t* y, int b)>&
+        batch_fn,
+    EvalStats* stats);
 
 }  // namespace gradstream::internal
 
