@@ -20,7 +20,7 @@ function(gs_cc_binary)
   cmake_parse_arguments(GS "" "NAME" "SRCS;DEPS" ${ARGN})
   add_executable(${GS_NAME} ${GS_SRCS})
   target_include_directories(${GS_NAME} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
-  target_link_libraries(${GS_NAME} PRIVATE ${GS_DEPS})
+  target_link_libraries(${GS_NAME} PRIVATE ${GS_DEPS} ${GS_TSAN_SUPPORT})
   target_compile_options(${GS_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${GS_WARNINGS}>)
 endfunction()
 
