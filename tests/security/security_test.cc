@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/rpc/rpc.h"
 #include "gtest/gtest.h"
+#include "server/coordinator/state_store.h"
 #include "tests/control/control_testing.h"
 #include "tests/control/process.h"
 #include "tests/shard/shard_testing.h"
@@ -283,10 +284,17 @@ TEST(SecureCluster, MutualTlsJobTrainsEndToEnd) {
   const std::string shard_log = (*cluster)->shard(0).Log();
   EXPECT_TRUE(absl::StrContains(shard_log, "client certificates required")) << shard_log;
   EXPECT_FALSE(absl::StrContains(shard_log, "INSECURE")) << shard_log;
-  // The job token never shows in the job's status.
+  // The job got its own token (kept in the coordinator's state file), and it
+  // never shows in the job's status, which any cluster-token holder can read.
+  auto state = coordinator::StateStore((*cluster)->dir() + "/coordinator.state").Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  auto token = state->job_tokens().find(*job);
+  ASSERT_NE(token, state->job_tokens().end());
+  EXPECT_EQ(token->second.size(), 32u);
+  EXPECT_NE(token->second, c.token());
   auto full = (*cluster)->GetJob(*job, /*shard_map=*/true);
   ASSERT_TRUE(full.ok());
-  EXPECT_EQ(full->DebugString().find(c.token()), std::string::npos);
+  EXPECT_EQ(full->DebugString().find(token->second), std::string::npos);
 }
 
 }  // namespace
