@@ -26,12 +26,12 @@
 #include "cli/args.h"
 #include "cli/render.h"
 #include "cli/spec_input.h"
+#include "common/job/job_spec.h"
 #include "common/rpc/rpc.h"
 #include "coordinator.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "health.grpc.pb.h"
-#include "server/coordinator/job_spec.h"
 
 namespace gradstream::cli {
 namespace {
@@ -174,7 +174,7 @@ int CmdSubmit(const Context& ctx, const Args& args) {
   }
   if (absl::Status s = ApplySpecFlags(args, req.mutable_spec()); !s.ok()) return Fail(ctx, s);
   // Validate here too, so a bad spec is reported without a coordinator.
-  auto normalized = coordinator::NormalizeJobSpec(req.spec());
+  auto normalized = NormalizeJobSpec(req.spec());
   if (!normalized.ok()) return Fail(ctx, normalized.status());
   if (args.Bool("dry_run")) {
     ctx.json ? PrintJson(*normalized) : (void)(std::cout << normalized->DebugString());

@@ -61,7 +61,7 @@ namespace {
 
 using client::ClientOptions;
 using client::PsClient;
-using client::ShardMap;
+using gradstream::ShardMap;
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
@@ -248,9 +248,9 @@ class Bench {
   absl::Status RunCase(const std::vector<std::string>& addresses, const std::string& codec,
                        const std::vector<float>& grad, std::map<std::string, Row>* rows) {
     const int n = static_cast<int>(addresses.size());
-    client::CodecPolicy policy;
+    CodecPolicy policy;
     policy.default_codec = codec;
-    auto map = client::SplitModel({{"model", grad.size()}}, addresses,
+    auto map = SplitModel({{"model", static_cast<int64_t>(grad.size())}}, addresses,
                                   absl::GetFlag(FLAGS_chunk_elems), policy);
     if (!map.ok()) return map.status();
     client::testing::JobSetup setup;
@@ -453,7 +453,7 @@ int Run() {
     }
   }
 
-  std::printf("\nratios (targets from issue 3; \"paired\": median over reps of raw time / our "
+  std::printf("\nratios (the last column is the target; \"paired\": median over reps of raw time / our "
               "time, each raw transfer run right before ours):\n");
   auto get = [&](const std::string& k) { return rows.count(k) ? &rows[k] : nullptr; };
   const Row* raw_up = get("raw_up");

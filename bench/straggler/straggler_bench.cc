@@ -44,7 +44,7 @@ struct Outcome {
   absl::Status status;
 };
 
-Outcome RunMode(const client::ShardMap& map, v1::ConsistencyMode mode, uint32_t staleness,
+Outcome RunMode(const ShardMap& map, v1::ConsistencyMode mode, uint32_t staleness,
                 const std::string& job_id) {
   Outcome out;
   const int workers = absl::GetFlag(FLAGS_workers);
@@ -136,9 +136,9 @@ int Main() {
     shards.push_back(std::move(*s));
   }
   const int n = absl::GetFlag(FLAGS_model_elems) / 4;
-  std::vector<client::TensorSpec> tensors;
-  for (int t = 0; t < 4; ++t) tensors.push_back({absl::StrCat("t", t), static_cast<uint64_t>(n)});
-  auto map = client::SplitModel(tensors, addresses);
+  std::vector<TensorSpec> tensors;
+  for (int t = 0; t < 4; ++t) tensors.push_back({absl::StrCat("t", t), int64_t{n}});
+  auto map = SplitModel(tensors, addresses);
   if (!map.ok()) {
     std::fprintf(stderr, "map: %s\n", map.status().ToString().c_str());
     return 1;

@@ -35,16 +35,6 @@ absl::StatusOr<OptimizerType> OptimizerTypeFromName(std::string_view name) {
                                                  "' (sgd, momentum, nesterov, adagrad, adam)"));
 }
 
-OptimizerOptions WithDefaults(OptimizerOptions o, bool epsilon_set) {
-  if (o.learning_rate == 0.0f) o.learning_rate = 0.05f;
-  if (o.momentum == 0.0f) o.momentum = 0.9f;
-  if (!epsilon_set || o.epsilon == 0.0f) o.epsilon = o.type == OptimizerType::kAdam ? 1e-8f : 1e-7f;
-  if (o.initial_accumulator == 0.0f) o.initial_accumulator = 0.1f;
-  if (o.beta1 == 0.0f) o.beta1 = 0.9f;
-  if (o.beta2 == 0.0f) o.beta2 = 0.999f;
-  return o;
-}
-
 int NumStateSlots(OptimizerType type) {
   switch (type) {
     case OptimizerType::kSgd:

@@ -53,9 +53,8 @@ std::string_view OptimizerTypeName(OptimizerType type);
 // InvalidArgument for an unknown name.
 [[nodiscard]] absl::StatusOr<OptimizerType> OptimizerTypeFromName(std::string_view name);
 
-// Typed options. Zero in a field read from a proto3 spec means "default"; the
-// spec is converted by OptimizerOptionsFromSpec-like code at the RPC edge,
-// these values are used as is.
+// Typed options, converted at the RPC edge from a normalized optimizer spec
+// (see [normalized spec] in common/job/job_spec.h) and used as they are.
 struct OptimizerOptions {
   OptimizerType type = OptimizerType::kMomentum;
   float learning_rate = 0.05f;
@@ -66,9 +65,6 @@ struct OptimizerOptions {
   float beta2 = 0.999f;
   float weight_decay = 0.0f;
 };
-
-// Fills proto3-style zero fields with the documented defaults (job.proto).
-OptimizerOptions WithDefaults(OptimizerOptions options, bool epsilon_set);
 
 // Per-chunk optimizer state: 0 (sgd), 1 (momentum, nesterov, adagrad) or 2
 // (adam) slots of num_elems floats plus the step counter. Part of every

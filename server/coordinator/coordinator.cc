@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job/job_spec.h"
+#include "common/job/shard_map_proto.h"
 #include "common/rpc/rpc.h"
 #include "common/status.h"
 #include "glog/logging.h"
-#include "server/coordinator/internal/shard_map_convert.h"
-#include "server/coordinator/job_spec.h"
 
 namespace gradstream::coordinator {
 

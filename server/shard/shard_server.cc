@@ -11,8 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_util.h"
-#include "common/status.h"
+#include "common/job/job_spec.h"
 #include "common/rpc/rpc.h"
+#include "common/status.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -38,7 +39,10 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   JobOptions o;
   o.job_id = req.job_id();
   o.shard_index = req.shard_index();
-  const pb::OptimizerSpec& spec = req.optimizer();
+  // The entry point of the optimizer spec into the shard (see [normalized
+  // spec]): the coordinator normalized it already, a test or tool may not have.
+  pb::OptimizerSpec spec = req.optimizer();
+  ApplyOptimizerDefaults(&spec);
   absl::StatusOr<OptimizerType> type = OptimizerTypeFromName(spec.type());
   if (!type.ok()) return type.status();
   OptimizerOptions opt;
@@ -50,7 +54,7 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   opt.beta1 = spec.beta1();
   opt.beta2 = spec.beta2();
   opt.weight_decay = spec.weight_decay();
-  o.optimizer = WithDefaults(opt, spec.epsilon() != 0.0f);
+  o.optimizer = opt;
   switch (req.consistency().mode()) {
     case pb::SYNC:
       o.consistency.mode = ConsistencyMode::kSync;

@@ -76,7 +76,7 @@ namespace gradstream::load {
 namespace {
 
 using client::PsClient;
-using client::ShardMap;
+using gradstream::ShardMap;
 using client::testing::ShardProcess;
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
@@ -149,7 +149,7 @@ class Errors {
 struct Shared {
   const ShardMap* map = nullptr;
   std::string job_id;
-  client::CodecPolicy policy;
+  CodecPolicy policy;
   absl::Duration wait;
   Errors errors;
   absl::Mutex mu;
@@ -304,9 +304,10 @@ int Run() {
   sh.policy.default_codec = absl::GetFlag(FLAGS_codec);
   // The small tensor travels uncompressed (TernGrad's size_to_binarize).
   sh.policy.min_compress_elems = absl::GetFlag(FLAGS_small_floats) + 1;
-  auto map = client::SplitModel({{"weights", absl::GetFlag(FLAGS_model_floats)},
-                                 {"bias", absl::GetFlag(FLAGS_small_floats)}},
-                                addresses, absl::GetFlag(FLAGS_chunk_elems), sh.policy);
+  auto map = SplitModel(
+      {{"weights", static_cast<int64_t>(absl::GetFlag(FLAGS_model_floats))},
+       {"bias", static_cast<int64_t>(absl::GetFlag(FLAGS_small_floats))}},
+      addresses, absl::GetFlag(FLAGS_chunk_elems), sh.policy);
   if (!map.ok()) {
     std::fprintf(stderr, "ps_load: %s\n", map.status().ToString().c_str());
     return 1;

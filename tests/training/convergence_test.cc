@@ -2,7 +2,7 @@
 // users ask for first, measured through the real processes: 2 gs_shard,
 // gs_coordinator and 4 gs_worker on loopback.
 //
-// The task is the research reference (../shared/research.md): MLP 20-64-10,
+// The task is a small reference problem (worker/data/synthetic.h): MLP 20-64-10,
 // ReLU, synthetic 10 classes x 3 Gaussian clusters in 20 dims (sigma 1, data
 // seed 12345), 20k train / 5k test, 4 workers with strided shards, batch 32,
 // 1500 clocks, server momentum 0.9, lr 0.05, every tensor compressed.

@@ -6,6 +6,29 @@
 // Wait(handle, timeout) blocks until the shards answered or the timeout
 // passed. Protos stay inside; the API speaks plain structs and spans.
 //
+// Embedding it: the coordinator's Assignment gives the job id, this worker's
+// id and incarnation, the job token and the shard map (ShardMapFromProto in
+// common/job/shard_map_proto.h); one step of a training loop is then
+//
+//   ClientOptions o;
+//   o.job_id = a.job_id(); o.worker_id = a.worker_id();
+//   o.incarnation = a.incarnation(); o.job_token = a.job_token();
+//   GS_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> ps, PsClient::Connect(map, o));
+//   if (rank == 0) GS_RETURN_IF_ERROR(ps->InitParams(initial, absl::Seconds(30)));
+//   for (uint64_t clock = 0; clock < steps; ++clock) {
+//     PullHandle pull = ps->Pull(clock, params);         // one span per tensor
+//     GS_RETURN_IF_ERROR(PsClient::Wait(pull, absl::Minutes(1)));
+//     ... forward/backward into grads[t] ...
+//     std::vector<PushHandle> pushes;
+//     for (uint32_t t = 0; t < grads.size(); ++t) pushes.push_back(ps->Push(t, grads[t], clock));
+//     for (const PushHandle& h : pushes) GS_RETURN_IF_ERROR(PsClient::Wait(h, absl::Minutes(1)));
+//     GS_RETURN_IF_ERROR(ps->AdvanceClock(clock + 1));
+//   }
+//   GS_RETURN_IF_ERROR(ps->Leave(absl::Seconds(30)));
+//
+// worker/trainer/trainer.cc is the full loop (pushes start as backward
+// produces each layer's gradient, so encoding overlaps the rest of backward).
+//
 // NOTE: [client streams] One bidirectional Session stream per shard, each with
 // its own writer thread and reader thread, so a slow shard never stalls the
 // others. Pushes are acknowledged by seq, pulls answered by request_id. Until
@@ -26,8 +49,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/job/shard_map.h"
 #include "worker/client/channel_factory.h"
-#include "worker/client/shard_map.h"
 
 namespace gradstream::client {
 

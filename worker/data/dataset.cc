@@ -9,10 +9,6 @@
 
 namespace gradstream {
 
-std::string ShapeString(const InputShape& shape) {
-  return absl::StrCat(shape.channels, "x", shape.height, "x", shape.width);
-}
-
 absl::Status ValidateDataset(const Dataset& data) {
   if (data.num_classes <= 0) {
     return absl::InvalidArgumentError(

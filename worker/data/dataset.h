@@ -20,23 +20,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/job/model.h"  // InputShape
 
 namespace gradstream {
-
-// Shape of one example. Flat feature vectors of d dimensions use
-// {channels = d, height = 1, width = 1}, i.e. a 1x1 "image" with d channels.
-struct InputShape {
-  int channels = 1;
-  int height = 1;
-  int width = 1;
-
-  int64_t elems() const { return int64_t{channels} * height * width; }
-  bool is_flat() const { return height == 1 && width == 1; }
-  bool operator==(const InputShape&) const = default;
-};
-
-// "CxHxW", e.g. "1x28x28"; for debugging and error messages.
-std::string ShapeString(const InputShape& shape);
 
 struct Dataset {
   std::vector<float> features;  // num_examples() x shape.elems(), row-major

@@ -1,6 +1,6 @@
 // Deterministic synthetic classification task: Gaussian clusters.
 //
-// The task of the research notes (../shared/research.md): `num_classes` x
+// The task of the convergence test (tests/training): `num_classes` x
 // `clusters_per_class` cluster centres ~ N(0, 1) in `dims` dimensions; each
 // sample is its cluster's centre plus `noise` * N(0, 1) per dimension and is
 // labelled with its cluster's class. A linear model tops out around 0.68 test

@@ -41,7 +41,7 @@ int64_t Model::total_elems() const {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device device) {
-  GS_ASSIGN_OR_RETURN(internal::NetworkSpec net, internal::BuildNetwork(config));
+  GS_ASSIGN_OR_RETURN(NetworkSpec net, BuildNetwork(config));
   if (device == Device::kCpu) return internal::CreateCpuModel(std::move(net));
 #if GS_WORKER_MODEL_GPU
   if (internal::GpuDeviceCount() <= 0) {

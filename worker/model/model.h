@@ -37,8 +37,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/job/model.h"
 #include "worker/data/dataset.h"
-#include "worker/model/model_spec.h"
 
 namespace gradstream {
 

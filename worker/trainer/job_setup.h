@@ -1,4 +1,4 @@
-// Turns a job spec (defaults filled in by the coordinator) into the typed
+// Turns a job spec (normalized here, see [normalized spec]) into the typed
 // pieces a worker trains with: the model config, the datasets and the codec
 // policy. Filled once when a worker is assigned to a job.
 #ifndef GRADSTREAM_WORKER_TRAINER_JOB_SETUP_H_
@@ -7,17 +7,17 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "common/job/codec_policy.h"
+#include "common/job/model.h"
 #include "job.pb.h"
-#include "worker/client/shard_map.h"
 #include "worker/data/dataset.h"
-#include "worker/model/model.h"
 
 namespace gradstream {
 
 struct TrainSetup {
   ModelConfig model;
   TrainTest data;
-  client::CodecPolicy codec;
+  CodecPolicy codec;
   int batch_size = 32;
   uint64_t steps = 0;
   uint64_t seed = 1;
@@ -28,7 +28,7 @@ struct TrainSetup {
 // CIFAR-10 are read from the directory given, nothing is downloaded) and
 // derives the model config from it. InvalidArgument for an unknown model
 // type, NotFound / InvalidArgument from the loaders for missing or bad files.
-absl::StatusOr<TrainSetup> LoadTrainSetup(const v1::JobSpec& spec);
+absl::StatusOr<TrainSetup> LoadTrainSetup(const v1::JobSpec& assigned);
 
 }  // namespace gradstream
 

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/job/shard_map_proto.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/flags.h"
 #include "common/status.h"
@@ -25,7 +26,6 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/client/ps_client.h"
-#include "worker/client/shard_map_proto.h"
 #include "worker/trainer/job_setup.h"
 #include "worker/trainer/trainer.h"
 #include "worker/trainer/worker_metrics.h"
@@ -275,7 +275,7 @@ class Worker {
   absl::StatusOr<TrainOutcome> TrainJob(const v1::Assignment& a, uint64_t incarnation) {
     GS_ASSIGN_OR_RETURN(TrainSetup setup, LoadTrainSetup(a.spec()));
     GS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModel(setup.model, device_));
-    GS_ASSIGN_OR_RETURN(client::ShardMap map, client::ShardMapFromProto(a.shard_map()));
+    GS_ASSIGN_OR_RETURN(ShardMap map, ShardMapFromProto(a.shard_map()));
     // The map and the model must describe the same tensors, in order.
     if (map.tensors.size() != model->params().size()) {
       return absl::FailedPreconditionError(absl::StrCat("shard map has ", map.tensors.size(),

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
-#include "worker/client/shard_map.h"
+#include "common/job/shard_map.h"
 
 namespace gradstream::client::internal {
 

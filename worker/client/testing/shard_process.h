@@ -13,9 +13,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/job/shard_map.h"
 #include "job.pb.h"
 #include "ps.pb.h"
-#include "worker/client/shard_map.h"
 
 namespace gradstream::client::testing {
 

@@ -1,6 +1,6 @@
-// Device-independent description of a model: its layer sequence, parameter
-// tensors and deterministic initial values. The CPU and GPU models both
-// execute a NetworkSpec, which is what keeps them layer-for-layer identical.
+// Device-independent helpers of the CPU and GPU models: deterministic initial
+// values, batch and dataset checks, batched evaluation. Both models execute a
+// NetworkSpec (common/job/model.h), which keeps them layer-for-layer identical.
 #ifndef GRADSTREAM_WORKER_MODEL_INTERNAL_NETWORK_H_
 #define GRADSTREAM_WORKER_MODEL_INTERNAL_NETWORK_H_
 
@@ -9,36 +9,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/job/model.h"
 #include "worker/data/dataset.h"
 #include "worker/model/model.h"
 
 namespace gradstream::internal {
-
-enum class LayerKind { kDense, kRelu, kConv, kMaxPool };
-
-// One layer; shapes are per example. Dense layers read their input flattened
-// (CHW order), which for NCHW activations is the same memory.
-struct LayerSpec {
-  LayerKind kind = LayerKind::kDense;
-  InputShape in;
-  InputShape out;
-  int weight = -1;  // index into NetworkSpec::params, dense/conv only
-  int bias = -1;
-  int kernel = 0;   // conv: square kernel size, stride 1
-  int padding = 0;  // conv: zero padding on every side
-};
-
-struct NetworkSpec {
-  ModelConfig config;
-  std::vector<LayerSpec> layers;  // input -> logits
-  std::vector<TensorSpec> params;
-  // Largest per-example activation (input included), for buffer sizing.
-  int64_t max_activation_elems = 0;
-};
-
-// InvalidArgument when the config cannot form a network (non-positive sizes,
-// input too small for the CNN's kernels and pools, too many elements).
-[[nodiscard]] absl::StatusOr<NetworkSpec> BuildNetwork(const ModelConfig& config);
 
 // Initial values for every tensor in params order: weights He normal
 // N(0, 2 / fan_in) drawn from SplitMix64(MixSeed(seed, tensor index)) with

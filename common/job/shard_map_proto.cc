@@ -1,9 +1,10 @@
 // Shard map <-> job.proto. See shard_map_proto.h.
-#include "worker/client/shard_map_proto.h"
+#include "common/job/shard_map_proto.h"
 
+#include "common/job/job_spec.h"
 #include "common/status.h"
 
-namespace gradstream::client {
+namespace gradstream {
 
 absl::StatusOr<ShardMap> ShardMapFromProto(const v1::ShardMap& proto) {
   ShardMap map;
@@ -39,15 +40,25 @@ v1::ShardMap ShardMapToProto(const ShardMap& map) {
   return proto;
 }
 
-CodecPolicy CodecPolicyFromProto(const v1::CodecPolicy& proto) {
-  CodecPolicy policy;
-  if (!proto.default_codec().empty()) policy.default_codec = proto.default_codec();
-  policy.overrides.insert(proto.overrides().begin(), proto.overrides().end());
-  policy.min_compress_elems = proto.min_compress_elems();
-  if (proto.twobit_threshold() != 0.0f) policy.twobit_threshold = proto.twobit_threshold();
-  if (proto.ternary_clip() != 0.0f) policy.ternary_clip = proto.ternary_clip();
-  policy.error_feedback = !proto.disable_error_feedback();
-  return policy;
+absl::StatusOr<v1::ShardMap> BuildShardMap(const v1::JobSpec& spec,
+                                           const std::vector<std::string>& shards) {
+  absl::StatusOr<std::vector<TensorSpec>> tensors = JobTensors(spec);
+  if (!tensors.ok()) return tensors.status();
+  const std::vector<TensorSpec>& specs = *tensors;
+
+  // A shard without chunks would refuse the job ("job has no chunks"): use
+  // at most as many shards as there are chunks. Largest-first placement then
+  // gives every shard at least one.
+  uint64_t chunks = 0;
+  for (const TensorSpec& t : specs) {
+    chunks += (static_cast<uint64_t>(t.num_elems) + spec.chunk_elems() - 1) / spec.chunk_elems();
+  }
+  std::vector<std::string> used = shards;
+  if (chunks > 0 && used.size() > chunks) used.resize(chunks);
+  absl::StatusOr<ShardMap> map =
+      SplitModel(specs, used, spec.chunk_elems(), CodecPolicyFromProto(spec.codec()));
+  if (!map.ok()) return map.status();
+  return ShardMapToProto(*map);
 }
 
-}  // namespace gradstream::client
+}  // namespace gradstream

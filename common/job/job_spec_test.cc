@@ -1,12 +1,12 @@
-#include "server/coordinator/job_spec.h"
+#include "common/job/job_spec.h"
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
-namespace gradstream::coordinator {
+namespace gradstream {
 namespace {
 
-using gradstream::v1::JobSpec;
+using v1::JobSpec;
 
 TEST(JobSpec, DefaultsFillEveryZeroField) {
   JobSpec spec;
@@ -74,4 +74,4 @@ TEST(JobSpec, CnnNeedsImages) {
 }
 
 }  // namespace
-}  // namespace gradstream::coordinator
+}  // namespace gradstream

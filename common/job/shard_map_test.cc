@@ -1,11 +1,11 @@
-#include "worker/client/shard_map.h"
+#include "common/job/shard_map.h"
 
 #include <algorithm>
 #include <random>
 
 #include "gtest/gtest.h"
 
-namespace gradstream::client {
+namespace gradstream {
 namespace {
 
 std::vector<std::string> Shards(int n) {
@@ -41,7 +41,7 @@ TEST(SplitModel, BalancedByBytesWithinOneChunk) {
     std::vector<TensorSpec> model;
     const int tensors = 1 + rng() % 20;
     for (int t = 0; t < tensors; ++t) {
-      model.push_back({"t" + std::to_string(t), 1 + rng() % 300000});
+      model.push_back({"t" + std::to_string(t), static_cast<int64_t>(1 + rng() % 300000)});
     }
     const int shards = 1 + rng() % 5;
     const uint32_t chunk = 1 + rng() % 70000;
@@ -127,4 +127,4 @@ TEST(ValidateShardMap, CatchesGapsOverlapsAndBadIndices) {
 }
 
 }  // namespace
-}  // namespace gradstream::client
+}  // namespace gradstream

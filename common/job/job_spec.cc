@@ -1,21 +1,20 @@
-// Defaults and validation of JobSpec; see job_spec.h.
-#include "server/coordinator/job_spec.h"
+// Job spec defaults, validation and the model a spec implies; see job_spec.h.
+#include "common/job/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job/shard_map.h"
 
-namespace gradstream::coordinator {
+namespace gradstream {
 
 namespace {
 
-using gradstream::v1::JobSpec;
-
-constexpr uint32_t kMaxChunkElems = 262144;  // worker/client/shard_map.h kMaxChunkElems
-constexpr uint32_t kMaxWorkers = 4096;
-constexpr uint32_t kMaxBatch = 1 << 20;
+using v1::JobSpec;
 
 bool OneOf(const std::string& v, std::initializer_list<const char*> options) {
   for (const char* o : options) {
@@ -28,30 +27,7 @@ bool Finite(float f) { return std::isfinite(f); }
 
 }  // namespace
 
-void ApplyJobDefaults(JobSpec* spec) {
-  auto* model = spec->mutable_model();
-  if (model->type().empty()) model->set_type("mlp");
-  if (model->hidden_size() == 0 && model->type() == "mlp") model->add_hidden(64);
-
-  auto* dataset = spec->mutable_dataset();
-  if (dataset->source_case() == gradstream::v1::DatasetSpec::SOURCE_NOT_SET) {
-    dataset->mutable_synthetic();
-  }
-  if (dataset->has_synthetic()) {
-    auto* s = dataset->mutable_synthetic();
-    if (s->classes() == 0) s->set_classes(10);
-    if (s->clusters_per_class() == 0) s->set_clusters_per_class(3);
-    if (s->dims() == 0) s->set_dims(20);
-    if (s->noise() == 0) s->set_noise(1.0f);
-    if (s->seed() == 0) s->set_seed(12345);
-    if (s->train_size() == 0) s->set_train_size(20000);
-    if (s->test_size() == 0) s->set_test_size(5000);
-  }
-
-  if (spec->steps() == 0) spec->set_steps(1000);
-  if (spec->batch_size() == 0) spec->set_batch_size(32);
-
-  auto* opt = spec->mutable_optimizer();
+void ApplyOptimizerDefaults(v1::OptimizerSpec* opt) {
   if (opt->type().empty()) opt->set_type("momentum");
   if (opt->learning_rate() == 0) opt->set_learning_rate(0.05f);
   if (opt->momentum() == 0 && (opt->type() == "momentum" || opt->type() == "nesterov")) {
@@ -68,6 +44,32 @@ void ApplyJobDefaults(JobSpec* spec) {
     if (opt->beta1() == 0) opt->set_beta1(0.9f);
     if (opt->beta2() == 0) opt->set_beta2(0.999f);
   }
+}
+
+void ApplyJobDefaults(JobSpec* spec) {
+  auto* model = spec->mutable_model();
+  if (model->type().empty()) model->set_type("mlp");
+  if (model->hidden_size() == 0 && model->type() == "mlp") model->add_hidden(64);
+
+  auto* dataset = spec->mutable_dataset();
+  if (dataset->source_case() == v1::DatasetSpec::SOURCE_NOT_SET) {
+    dataset->mutable_synthetic();
+  }
+  if (dataset->has_synthetic()) {
+    auto* s = dataset->mutable_synthetic();
+    if (s->classes() == 0) s->set_classes(10);
+    if (s->clusters_per_class() == 0) s->set_clusters_per_class(3);
+    if (s->dims() == 0) s->set_dims(20);
+    if (s->noise() == 0) s->set_noise(1.0f);
+    if (s->seed() == 0) s->set_seed(12345);
+    if (s->train_size() == 0) s->set_train_size(20000);
+    if (s->test_size() == 0) s->set_test_size(5000);
+  }
+
+  if (spec->steps() == 0) spec->set_steps(1000);
+  if (spec->batch_size() == 0) spec->set_batch_size(32);
+
+  ApplyOptimizerDefaults(spec->mutable_optimizer());
 
   auto* codec = spec->mutable_codec();
   if (codec->default_codec().empty()) codec->set_default_codec("twobit");
@@ -112,8 +114,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     bad("dataset.cifar10_dir: empty (give the directory with data_batch_*.bin)");
   }
 
-  if (spec.batch_size() > kMaxBatch) {
-    bad("batch_size: ", spec.batch_size(), " too large (max ", kMaxBatch, ")");
+  if (spec.batch_size() > kMaxBatchSize) {
+    bad("batch_size: ", spec.batch_size(), " too large (max ", kMaxBatchSize, ")");
   }
 
   const auto& opt = spec.optimizer();
@@ -155,7 +157,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
 
   // Override keys must name tensors of the model; only checkable when the
   // model itself is valid.
-  absl::StatusOr<std::vector<TensorSpec>> tensors = JobModelTensors(spec);
+  absl::StatusOr<std::vector<TensorSpec>> tensors = JobTensors(spec);
   if (!tensors.ok()) {
     std::string msg(tensors.status().message());
     if (std::find(errors.begin(), errors.end(), msg) == errors.end()) errors.push_back(msg);
@@ -176,11 +178,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   }
 
   const auto mode = spec.consistency().mode();
-  if (!gradstream::v1::ConsistencyMode_IsValid(mode)) {
+  if (!v1::ConsistencyMode_IsValid(mode)) {
     bad("consistency.mode: unknown value ", static_cast<int>(mode), " (want SYNC|BOUNDED|ASYNC)");
   }
-  if (spec.workers() > kMaxWorkers) {
-    bad("workers: ", spec.workers(), " too many (max ", kMaxWorkers, ")");
+  if (spec.workers() > kMaxJobWorkers) {
+    bad("workers: ", spec.workers(), " too many (max ", kMaxJobWorkers, ")");
   }
   if (spec.chunk_elems() > kMaxChunkElems) {
     bad("chunk_elems: ", spec.chunk_elems(), " too large (max ", kMaxChunkElems,
@@ -198,8 +200,72 @@ absl::StatusOr<JobSpec> NormalizeJobSpec(JobSpec spec) {
   return spec;
 }
 
-absl::StatusOr<std::vector<TensorSpec>> JobModelTensors(const JobSpec& spec) {
-  return ModelParamsForJob(spec);
+void DatasetShape(const v1::DatasetSpec& dataset, InputShape* shape, int* classes) {
+  switch (dataset.source_case()) {
+    case v1::DatasetSpec::kMnistDir:
+      *shape = InputShape{1, 28, 28};
+      *classes = 10;
+      return;
+    case v1::DatasetSpec::kCifar10Dir:
+      *shape = InputShape{3, 32, 32};
+      *classes = 10;
+      return;
+    case v1::DatasetSpec::kSynthetic:
+    case v1::DatasetSpec::SOURCE_NOT_SET:
+      break;
+  }
+  const v1::SyntheticData& s = dataset.synthetic();
+  *shape = InputShape{static_cast<int>(s.dims()), 1, 1};
+  *classes = static_cast<int>(s.classes());
 }
 
-}  // namespace gradstream::coordinator
+absl::StatusOr<ModelConfig> ModelConfigForJob(const v1::JobSpec& spec) {
+  ModelConfig config;
+  const std::string& type = spec.model().type();
+  absl::StatusOr<ModelType> t = ModelTypeFromName(type);
+  if (!t.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.type: unknown '", type, "' (want softmax|mlp|cnn)"));
+  }
+  config.type = *t;
+  for (int i = 0; i < spec.model().hidden_size(); ++i) {
+    if (spec.model().hidden(i) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("model.hidden[", i, "]: must be > 0"));
+    }
+  }
+  if (spec.model().hidden_size() > 0) {
+    if (config.type == ModelType::kCnn) {
+      config.cnn.fc_hidden = static_cast<int>(spec.model().hidden(0));
+    } else {
+      config.hidden.assign(spec.model().hidden().begin(), spec.model().hidden().end());
+    }
+  }
+  DatasetShape(spec.dataset(), &config.input, &config.num_classes);
+  config.init_seed = spec.seed();
+  if (config.num_classes < 2) return absl::InvalidArgumentError("dataset: needs at least 2 classes");
+  return config;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> JobTensors(const v1::JobSpec& spec) {
+  absl::StatusOr<ModelConfig> config = ModelConfigForJob(spec);
+  if (!config.ok()) return config.status();
+  absl::StatusOr<std::vector<TensorSpec>> params = ModelParams(*config);
+  if (!params.ok()) {
+    const InputShape& in = config->input;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.type: '", std::string(ModelTypeName(config->type)), "' does not fit the dataset's ",
+        in.channels, "x", in.height, "x", in.width, " inputs: ", params.status().message(),
+        config->type == ModelType::kCnn
+            ? " (a cnn needs images: dataset.mnist_dir or dataset.cifar10_dir)"
+            : ""));
+  }
+  int64_t elems = 0;
+  for (const TensorSpec& t : *params) elems += t.num_elems;
+  if (elems > kMaxModelElems) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: ", elems, " parameters, more than the limit of ", kMaxModelElems));
+  }
+  return params;
+}
+
+}  // namespace gradstream

@@ -1,5 +1,5 @@
 // Shard-map construction and validation. See shard_map.h.
-#include "worker/client/shard_map.h"
+#include "common/job/shard_map.h"
 
 #include <algorithm>
 #include <numeric>
@@ -7,15 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gradstream::client {
-
-std::string ResolveCodec(const CodecPolicy& policy, std::string_view tensor_name,
-                         uint64_t num_elems) {
-  auto it = policy.overrides.find(std::string(tensor_name));
-  if (it != policy.overrides.end()) return it->second;
-  if (num_elems < policy.min_compress_elems) return "none";
-  return policy.default_codec.empty() ? std::string("twobit") : policy.default_codec;
-}
+namespace gradstream {
 
 absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
                                     absl::Span<const std::string> shards, uint32_t chunk_elems,
@@ -38,18 +30,19 @@ absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
       return absl::InvalidArgumentError(absl::StrCat("SplitModel: duplicate tensor name '",
                                                      spec.name, "'"));
     }
-    if (spec.num_elems == 0) {
+    if (spec.num_elems <= 0) {
       return absl::InvalidArgumentError(absl::StrCat("SplitModel: tensor '", spec.name,
                                                      "' is empty"));
     }
-    map.tensors.push_back(TensorInfo{spec.name, static_cast<uint32_t>(t), spec.num_elems,
-                                     ResolveCodec(policy, spec.name, spec.num_elems)});
-    for (uint64_t off = 0; off < spec.num_elems; off += chunk_elems) {
+    const uint64_t elems = static_cast<uint64_t>(spec.num_elems);
+    map.tensors.push_back(TensorInfo{spec.name, static_cast<uint32_t>(t), elems,
+                                     ResolveCodec(policy, spec.name, elems)});
+    for (uint64_t off = 0; off < elems; off += chunk_elems) {
       ChunkInfo c;
       c.chunk_id = map.chunks.size();
       c.tensor = static_cast<uint32_t>(t);
       c.offset = off;
-      c.num_elems = static_cast<uint32_t>(std::min<uint64_t>(chunk_elems, spec.num_elems - off));
+      c.num_elems = static_cast<uint32_t>(std::min<uint64_t>(chunk_elems, elems - off));
       map.chunks.push_back(c);
     }
   }
@@ -134,4 +127,4 @@ std::vector<uint64_t> ShardLoads(const ShardMap& map) {
   return load;
 }
 
-}  // namespace gradstream::client
+}  // namespace gradstream

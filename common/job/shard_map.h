@@ -2,16 +2,13 @@
 // it: which chunk of which tensor lives on which shard.
 //
 // The coordinator computes the map once per job with SplitModel() and hands
-// the same map to every worker and shard (see design.md, "Sharding"); nobody
-// recomputes it. Workers only validate what they were given. This file has
-// no gRPC or protobuf dependency (library `gs_shard_map`) so the coordinator
-// and tools can link it alone; conversion to and from the wire form is in
-// shard_map_proto.h.
-#ifndef GRADSTREAM_WORKER_CLIENT_SHARD_MAP_H_
-#define GRADSTREAM_WORKER_CLIENT_SHARD_MAP_H_
+// the same map to every worker and shard; nobody
+// recomputes it. Workers only validate what they were given. Conversion to
+// and from the wire form is in shard_map_proto.h.
+#ifndef GRADSTREAM_COMMON_JOB_SHARD_MAP_H_
+#define GRADSTREAM_COMMON_JOB_SHARD_MAP_H_
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,36 +16,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/job/codec_policy.h"
+#include "common/job/model.h"  // TensorSpec
 
-namespace gradstream::client {
+namespace gradstream {
 
 // A chunk is the unit of sharding, encoding and versioning. Its fp32 form must
 // fit in one gRPC message well under the 4 MiB default receive limit, so a
 // chunk holds at most 1 MiB of fp32.
 inline constexpr uint32_t kMaxChunkElems = 262144;  // 1 MiB of fp32
-inline constexpr uint32_t kDefaultChunkElems = kMaxChunkElems;
-
-// Which codec each tensor travels with (the job spec's CodecPolicy, typed).
-struct CodecPolicy {
-  std::string default_codec = "twobit";         // "none" | "twobit" | "ternary" | "onebit"
-  std::map<std::string, std::string> overrides;  // tensor name -> codec name
-  uint64_t min_compress_elems = 0;  // smaller tensors travel as "none" (TernGrad's size_to_binarize)
-  float twobit_threshold = 0.5f;    // <= 0: adaptive per chunk
-  float ternary_clip = 2.5f;        // <= 0: no clipping
-  bool error_feedback = true;       // residual per chunk for every compressing codec
-};
-
-// The codec `policy` selects for a tensor: an override by name wins, then
-// tensors below min_compress_elems get "none", then the default. Names are not
-// checked here (the codec registry answers unknown ones with NotFound).
-std::string ResolveCodec(const CodecPolicy& policy, std::string_view tensor_name,
-                         uint64_t num_elems);
-
-// A named tensor of the model, as the user lists it.
-struct TensorSpec {
-  std::string name;
-  uint64_t num_elems = 0;
-};
 
 struct TensorInfo {
   std::string name;
@@ -81,7 +57,7 @@ struct ShardMap {
 // name, a zero-sized tensor, or chunk_elems outside 1..kMaxChunkElems.
 absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
                                     absl::Span<const std::string> shards,
-                                    uint32_t chunk_elems = kDefaultChunkElems,
+                                    uint32_t chunk_elems = kMaxChunkElems,
                                     const CodecPolicy& policy = CodecPolicy());
 
 // Checks a map received from elsewhere: tensor indices match positions, chunk
@@ -93,6 +69,6 @@ absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
 // Bytes of fp32 each shard holds (index = shard).
 std::vector<uint64_t> ShardLoads(const ShardMap& map);
 
-}  // namespace gradstream::client
+}  // namespace gradstream
 
-#endif  // GRADSTREAM_WORKER_CLIENT_SHARD_MAP_H_
+#endif  // GRADSTREAM_COMMON_JOB_SHARD_MAP_H_

@@ -1,0 +1,25 @@
+// Per-tensor codec choice; see codec_policy.h.
+#include "common/job/codec_policy.h"
+
+namespace gradstream {
+
+std::string ResolveCodec(const CodecPolicy& policy, std::string_view tensor_name,
+                         uint64_t num_elems) {
+  auto it = policy.overrides.find(std::string(tensor_name));
+  if (it != policy.overrides.end()) return it->second;
+  if (num_elems < policy.min_compress_elems) return "none";
+  return policy.default_codec;
+}
+
+CodecPolicy CodecPolicyFromProto(const v1::CodecPolicy& proto) {
+  CodecPolicy policy;
+  policy.default_codec = proto.default_codec();
+  policy.overrides.insert(proto.overrides().begin(), proto.overrides().end());
+  policy.min_compress_elems = proto.min_compress_elems();
+  policy.twobit_threshold = proto.twobit_threshold();
+  policy.ternary_clip = proto.ternary_clip();
+  policy.error_feedback = !proto.disable_error_feedback();
+  return policy;
+}
+
+}  // namespace gradstream
