@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "cli/args.h"
+#include "cli/plot.h"
 #include "cli/render.h"
 #include "cli/spec_input.h"
 #include "gtest/gtest.h"
@@ -118,6 +119,77 @@ TEST(Render, ProgressLineHasEveryField) {
   EXPECT_EQ(ProgressLine(j, 10),
             "[#####.....]  50% clock 50/100 | loss 0.2500 | acc 90.0% | 1234 samples/s | "
             "pushed 2.0 KiB (x15.9) | staleness 2 | workers 3/4 | RUNNING");
+}
+
+
+v1::JobStatus JobWithHistory(const std::string& id, const std::string& codec, int points) {
+  v1::JobStatus job;
+  job.set_job_id(id);
+  job.mutable_spec()->mutable_codec()->set_default_codec(codec);
+  job.mutable_spec()->set_eval_every(100);
+  for (int i = 0; i < points; ++i) {
+    v1::ProgressPoint* p = job.add_history();
+    p->set_clock(100 * (i + 1));
+    p->set_accuracy(0.5f + 0.1f * i);
+    p->set_loss(1.0f / (i + 1));
+    p->set_bytes_pushed(uint64_t{1} << (20 + i));
+  }
+  return job;
+}
+
+TEST(Render, ElapsedOfRunningAndFinishedJobs) {
+  v1::JobStatus job;
+  EXPECT_EQ(Elapsed(job, 5000), "-");
+  job.set_started_unix_ms(1000);
+  EXPECT_EQ(Elapsed(job, 13400), "12.4s");
+  job.set_finished_unix_ms(1000 + 187000);
+  EXPECT_EQ(Elapsed(job, 999999999), "3m07s");
+  EXPECT_TRUE(absl::StrContains(RenderJob(job, 0), "elapsed:      3m07s\n"));
+}
+
+TEST(Plot, ScriptHasOneDataBlockAndOneLinePerJobInEveryPanel) {
+  auto script = PlotScript({JobWithHistory("job-000001", "none", 3),
+                            JobWithHistory("job-000002", "twobit", 2)},
+                           "/tmp/out.png");
+  ASSERT_TRUE(script.ok()) << script.status();
+  EXPECT_TRUE(absl::StrContains(*script, "$job0 << EOD\n100 1.000000 50.0000 1.000000\n"))
+      << *script;
+  EXPECT_TRUE(absl::StrContains(*script, "$job1 << EOD\n"));
+  EXPECT_TRUE(absl::StrContains(*script, "set output \"/tmp/out.png\""));
+  size_t plots = 0;
+  for (size_t at = script->find("\nplot "); at != std::string::npos;
+       at = script->find("\nplot ", at + 1)) {
+    ++plots;
+  }
+  EXPECT_EQ(plots, 4u);  // accuracy and loss, against clock and against bytes
+  EXPECT_TRUE(absl::StrContains(*script, "title \"job-000002 (twobit, SYNC)\""));
+}
+
+TEST(Plot, AJobWithoutHistoryIsNamed) {
+  auto script = PlotScript({JobWithHistory("job-000001", "none", 2),
+                            JobWithHistory("job-000007", "none", 0)},
+                           "x.png");
+  EXPECT_EQ(script.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(script.status().message(), "job-000007 has no progress history"));
+  EXPECT_FALSE(PlotScript({}, "x.png").ok());
+}
+
+TEST(Plot, GnuplotDrawsAPng) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "gnuplot is not installed (apt-get install gnuplot-nox)";
+  }
+  char dir[] = "/tmp/plot_test.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string png = std::string(dir) + "/curves.png";
+  auto script = PlotScript({JobWithHistory("job-000001", "none", 4)}, png);
+  ASSERT_TRUE(script.ok());
+  ASSERT_TRUE(RunGnuplot(*script).ok());
+  std::ifstream in(png, std::ios::binary);
+  std::string magic(8, '\0');
+  in.read(magic.data(), 8);
+  EXPECT_EQ(magic, std::string("\x89PNG\r\n\x1a\n", 8));
+  std::remove(png.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace

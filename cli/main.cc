@@ -7,6 +7,7 @@
 //   gradstream cancel JOB                             stop a job
 //   gradstream list                                   every job
 //   gradstream cluster                                shards and workers
+//   gradstream plot JOB [JOB...] -o FILE.png          loss/accuracy curves (gnuplot)
 //   gradstream health [HOST:PORT]                     gRPC health of any server
 //
 // Exit codes (see kUsage): 0 ok, 1 other error, 2 usage or invalid spec,
@@ -24,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/args.h"
+#include "cli/plot.h"
 #include "cli/render.h"
 #include "cli/spec_input.h"
 #include "common/job/job_spec.h"
@@ -60,6 +62,8 @@ commands:
   cancel JOB                        stop a job
   list                              list jobs
   cluster                           list shards and workers with their health
+  plot JOB [JOB...] -o FILE.png     accuracy and loss against clock and against bytes pushed,
+                                    one line per job (needs gnuplot: apt-get install gnuplot-nox)
   health [HOST:PORT]                gRPC health check of a coordinator or shard
                                     (default: the coordinator); exit 0 = SERVING
   help [submit]                     this text / the submit flags
@@ -206,7 +210,7 @@ int CmdStatus(const Context& ctx, const Args& args) {
   if (args.positional().size() != 2) return Usage("usage: gradstream status JOB");
   auto job = GetJob(ctx, args.positional()[1]);
   if (!job.ok()) return Fail(ctx, job.status());
-  ctx.json ? PrintJson(*job) : (void)(std::cout << RenderJob(*job));
+  ctx.json ? PrintJson(*job) : (void)(std::cout << RenderJob(*job, absl::ToUnixMillis(absl::Now())));
   return kOk;
 }
 
@@ -324,6 +328,25 @@ int CmdCluster(const Context& ctx, const Args& args) {
 
 // grpc.health.v1 Check of any gradstream server, with the same credentials
 // as every other call (the containers' HEALTHCHECK and Kubernetes probes).
+int CmdPlot(const Context& ctx, const Args& args) {
+  const std::optional<std::string> output = args.Has("o") ? args.Get("o") : args.Get("output");
+  if (args.positional().size() < 2 || !output.has_value() || output->empty()) {
+    return Usage("usage: gradstream plot JOB [JOB...] -o FILE.png");
+  }
+  std::vector<v1::JobStatus> jobs;
+  for (size_t i = 1; i < args.positional().size(); ++i) {
+    auto job = GetJob(ctx, args.positional()[i]);
+    if (!job.ok()) return Fail(ctx, job.status());
+    jobs.push_back(*std::move(job));
+  }
+  absl::StatusOr<std::string> script = PlotScript(jobs, *output);
+  if (!script.ok()) return Fail(ctx, script.status());
+  if (absl::Status s = RunGnuplot(*script); !s.ok()) return Fail(ctx, s);
+  std::cout << "wrote " << *output << " (" << jobs.size() << " job" << (jobs.size() > 1 ? "s" : "")
+            << ")\n";
+  return kOk;
+}
+
 int CmdHealth(const Context& ctx, const Args& args) {
   if (args.positional().size() > 2) return Usage("usage: gradstream health [HOST:PORT]");
   const std::string address = args.positional().size() == 2 ? args.positional()[1] : ctx.address;
@@ -371,6 +394,8 @@ int Main(int argc, char** argv) {
     known.insert({"interval", "unreachable_timeout"});
   } else if (cmd == "scale") {
     known.insert("workers");
+  } else if (cmd == "plot") {
+    known.insert({"o", "output"});
   }
   if (absl::Status s = args.CheckKnown(known); !s.ok()) return Usage(std::string(s.message()));
 
@@ -398,6 +423,7 @@ int Main(int argc, char** argv) {
   if (cmd == "cancel") return CmdCancel(ctx, args);
   if (cmd == "list") return CmdList(ctx, args);
   if (cmd == "cluster") return CmdCluster(ctx, args);
+  if (cmd == "plot") return CmdPlot(ctx, args);
   if (cmd == "health") return CmdHealth(ctx, args);
   return Usage(absl::StrCat("unknown command '", cmd, "'"));
 }

@@ -91,7 +91,17 @@ std::string RenderJobList(const v1::ListJobsResponse& jobs) {
   return Table(rows);
 }
 
-std::string RenderJob(const v1::JobStatus& j) {
+std::string Elapsed(const v1::JobStatus& j, int64_t now_ms) {
+  if (j.started_unix_ms() <= 0) return "-";
+  const int64_t end = j.finished_unix_ms() > 0 ? j.finished_unix_ms() : now_ms;
+  const double s = std::max<int64_t>(0, end - j.started_unix_ms()) / 1000.0;
+  if (s < 60) return absl::StrFormat("%.1fs", s);
+  const int64_t whole = static_cast<int64_t>(s);
+  if (whole < 3600) return absl::StrFormat("%dm%02ds", whole / 60, whole % 60);
+  return absl::StrFormat("%dh%02dm", whole / 3600, whole % 3600 / 60);
+}
+
+std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
   const auto& p = j.progress();
   const auto& s = j.spec();
   std::vector<std::vector<std::string>> head = {
@@ -114,6 +124,7 @@ std::string RenderJob(const v1::JobStatus& j) {
                                                         p.accuracy_clock())
                                       : "-"},
       {"throughput", absl::StrFormat("%.0f samples/s", p.samples_per_sec())},
+      {"elapsed", absl::StrCat(Elapsed(j, now_ms), j.finished_unix_ms() > 0 ? "" : " (running)")},
       {"pushed", absl::StrFormat("%s (fp32 %s, x%.1f)", HumanBytes(p.bytes_pushed()),
                                  HumanBytes(p.fp32_bytes_pushed()), p.compression_ratio())},
       {"staleness", absl::StrCat("max ", p.max_staleness())},

@@ -20,7 +20,11 @@ std::string HumanBytes(uint64_t bytes);
 std::string StateName(gradstream::v1::JobState state);
 
 std::string RenderJobList(const gradstream::v1::ListJobsResponse& jobs);
-std::string RenderJob(const gradstream::v1::JobStatus& job);
+// `now_unix_ms` dates the elapsed time of a job still running.
+std::string RenderJob(const gradstream::v1::JobStatus& job, int64_t now_unix_ms);
+
+// "1h02m", "3m07s", "12.4s": how long a job has been running, or ran.
+std::string Elapsed(const gradstream::v1::JobStatus& job, int64_t now_unix_ms);
 std::string RenderCluster(const gradstream::v1::ClusterStatus& cluster, int64_t now_unix_ms);
 
 // One line of `watch`: bar, clock, loss, accuracy, samples/s, bytes pushed
