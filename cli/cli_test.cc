@@ -120,5 +120,17 @@ TEST(Render, ProgressLineHasEveryField) {
             "pushed 2.0 KiB (x15.9) | staleness 2 | workers 3/4 | RUNNING");
 }
 
+TEST(Render, MembersShowWhereTheyEncode) {
+  gradstream::v1::JobStatus j;
+  auto* gpu = j.add_members();
+  gpu->set_worker_id(7);
+  gpu->set_encode_path("device");
+  gpu->set_encode_share(0.031f);
+  j.add_members()->set_worker_id(8);  // no report yet
+  const std::string out = RenderJob(j);
+  EXPECT_TRUE(absl::StrContains(out, "ENCODE")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "device 3.1%")) << out;
+}
+
 }  // namespace
 }  // namespace gradstream::cli
