@@ -37,10 +37,11 @@ Trainer::Trainer(const TrainSetup* setup, Model* model, client::PsClient* client
       board_(board),
       options_(options),
       job_id_(feed->Get().job_id) {
-  if (model_->device() == Device::kGpu && !options_.device_encode) {
+  if (model_->device() == Device::kGpu) {
     for (const TensorSpec& t : model_->params()) {
       host_params_.emplace_back(t.num_elems);
-      host_grads_.emplace_back(t.num_elems);
+      // The device path never brings fp32 gradients to the host.
+      if (!options_.device_encode) host_grads_.emplace_back(t.num_elems);
     }
   }
 }
