@@ -16,7 +16,8 @@
 // A push thread waits for each tensor's copy in enqueue order and hands its
 // chunks to PsClient::PushEncoded, so a layer's pushes start as soon as its
 // codes are on the host, while backward continues on the GPU. The codec
-// semantics are the CPU's (cuda_codec.h says where scales may differ).
+// semantics are the CPU's; cuda_codec.h says where sum-based scales may
+// differ by a few ulps and which encoders do not report NaN/Inf.
 // Codecs whose scale comes from statistics (ternary, onebit, adaptive
 // twobit) read the scale back, which waits for the tensor's gradient on the
 // calling thread; fixed-threshold twobit (the default) and none never wait.
