@@ -101,6 +101,8 @@ def main():
         lines.append("  (no training output; see training_gpu_test.log)")
     bad = [n for n, (rc, _) in steps.items() if rc != 0]
     lines.append("\nResult: " + ("PASS" if not bad else "FAIL in " + ", ".join(bad)))
+    if "no CUDA device is present" in read(os.path.join(out, "codec_cuda_test.log")):
+        lines.append("WARNING: the GPU tests skipped: no CUDA device was visible")
     print("\n".join(lines))
 
 

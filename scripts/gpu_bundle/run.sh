@@ -10,12 +10,14 @@
 # 3. training on a local cluster (coordinator, 2 shards, 2 workers sharing
 #    the GPU): the CNN with device encoding, with host encoding, and on CPU;
 # 4. the CPU tests;
-# then prints one report (also written to $OUT/report.txt, or ./gpu-out/).
-# Exit status 0 when every test passed.
+# then prints one report. Into $OUT (or ./gpu-out/) go two files only, as
+# the device tool returns few: report.txt and gpu-check-logs.tgz (every log,
+# bench.json). Exit status 0 when every step passed.
 set -uo pipefail
 B=$(cd "$(dirname "$0")" && pwd)
-OUTDIR=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUTDIR"
+DEST=${OUT:-$PWD/gpu-out}
+mkdir -p "$DEST"
+OUTDIR=$(mktemp -d "${TMPDIR:-/tmp}/gs-gpu-check.XXXXXX")
 
 # cuBLAS and cuDNN: the toolkit's, the system's or a Python wheel's.
 libdirs=""
@@ -24,7 +26,8 @@ if command -v python3 >/dev/null; then
   candidates="$candidates $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)"
 fi
 for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9; do
-  found=$(find $candidates -maxdepth 5 -name "$lib" 2>/dev/null | head -1)
+  # -L: lib64 is often a link (lib64 -> lib).
+  found=$(find -L $candidates -maxdepth 5 -name "$lib" 2>/dev/null | head -1)
   if [ -z "$found" ]; then
     echo "run.sh: $lib not found in $candidates" | tee "$OUTDIR/missing.txt"
     continue
@@ -33,8 +36,12 @@ for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9; do
 done
 export LD_LIBRARY_PATH="$B/lib$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "run.sh: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" > "$OUTDIR/env.txt"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
-  > "$OUTDIR/device.txt" 2>&1 || true
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+    > "$OUTDIR/device.txt" 2>&1
+else
+  echo "no nvidia-smi on this machine" > "$OUTDIR/device.txt"
+fi
 
 step() {  # step NAME TIMEOUT_S COMMAND...: runs, logs to $OUTDIR/NAME.log, records the exit code
   local name=$1 limit=$2
@@ -54,5 +61,6 @@ step codec_benchmark 180 "$B/tests/codec_benchmark" --benchmark_filter='^BM_Gpu'
 step training_gpu_test 480 env GS_BIN_DIR="$B/bin" "$B/tests/training_gpu_test"
 step cpu_tests 120 "$B/run_cpu_tests.sh"
 
-python3 "$B/report.py" "$OUTDIR" | tee "$OUTDIR/report.txt"
+python3 "$B/report.py" "$OUTDIR" | tee "$DEST/report.txt"
+tar czf "$DEST/gpu-check-logs.tgz" -C "$OUTDIR" .
 ! awk '$2 != 0 {bad = 1} END {exit !bad}' "$OUTDIR/steps.txt"
