@@ -104,6 +104,9 @@ absl::Status Trainer::Step(uint64_t clock) {
       push_status.Update(pusher_->Enqueue(t, clock));
       return;
     }
+    // Wait for backward first (GetGrad would), so that what is timed is the
+    // copy and the encode, not the layer's backward.
+    if (model_->device() == Device::kGpu) push_status.Update(model_->Synchronize());
     const absl::Time start = absl::Now();
     if (model_->device() == Device::kCpu) {
       pushes.push_back(client_->Push(t, absl::MakeConstSpan(model_->grad_data(t),
