@@ -9,6 +9,7 @@
 #ifdef GS_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <thread>
