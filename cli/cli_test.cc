@@ -190,6 +190,16 @@ TEST(Plot, GnuplotDrawsAPng) {
   EXPECT_EQ(magic, std::string("\x89PNG\r\n\x1a\n", 8));
   std::remove(png.c_str());
   ::rmdir(dir);
+TEST(Render, MembersShowWhereTheyEncode) {
+  gradstream::v1::JobStatus j;
+  auto* gpu = j.add_members();
+  gpu->set_worker_id(7);
+  gpu->set_encode_path("device");
+  gpu->set_encode_share(0.031f);
+  j.add_members()->set_worker_id(8);  // no report yet
+  const std::string out = RenderJob(j);
+  EXPECT_TRUE(absl::StrContains(out, "ENCODE")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "device 3.1%")) << out;
 }
 
 }  // namespace

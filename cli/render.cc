@@ -134,13 +134,19 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
   out += Table(head);
   if (!j.members().empty()) {
     std::vector<std::vector<std::string>> rows = {
-        {"RANK", "WORKER", "CLOCK", "LOSS", "SAMPLES/S", "NOTE"}};
+        {"RANK", "WORKER", "CLOCK", "LOSS", "SAMPLES/S", "ENCODE", "NOTE"}};
     for (const auto& m : j.members()) {
       std::string note = m.join_clock() ? absl::StrCat("joined at ", m.join_clock()) : "";
       if (m.leaving()) note = absl::StrCat("leaving at ", m.leave_clock());
+      // Where the member encodes its gradients and the share of its step
+      // that encoding and copying take ("-" before its first report).
+      const std::string encode =
+          m.encode_path().empty()
+              ? "-"
+              : absl::StrFormat("%s %.1f%%", m.encode_path(), 100 * m.encode_share());
       rows.push_back({m.leaving() ? "-" : absl::StrCat(m.rank()), absl::StrCat(m.worker_id()),
                       absl::StrCat(m.clock()), absl::StrFormat("%.4f", m.loss()),
-                      absl::StrFormat("%.0f", m.samples_per_sec()), note});
+                      absl::StrFormat("%.0f", m.samples_per_sec()), encode, note});
     }
     out += "\n" + Table(rows);
   }

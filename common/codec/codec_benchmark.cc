@@ -6,11 +6,13 @@
 //
 // Counters: GB/s = fp32 bytes per second; x_memcpy = that rate / memcpy rate
 // (memcpy counted as bytes copied, payload once). With a CUDA device the GPU
-// rows compare against a device-to-device cudaMemcpy of the same size.
+// rows compare against a device-to-device cudaMemcpy of the same size (x_d2d;
+// see BM_GpuEncodeResidual).
 #include <benchmark/benchmark.h>
 
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -148,62 +150,119 @@ BENCHMARK(BM_Encode)->Apply(CodecArgs);
 BENCHMARK(BM_DecodeAdd)->Apply(CodecArgs);
 
 #ifdef GS_HAVE_CUDA
-// GPU encode (with residual) against a device-to-device copy of the same
-// buffer, timed with CUDA events. Registered only when a device exists.
-void BM_GpuEncodeResidual(benchmark::State& state) {
-  const size_t n = state.range(1);
-  const auto type = static_cast<CodecType>(state.range(0));
-  float *g, *r, *copy;
-  uint8_t* p;
-  cudaMalloc(&g, n * 4);
-  cudaMalloc(&r, n * 4);
-  cudaMalloc(&copy, n * 4);
-  cudaMalloc(&p, n * 4);
-  const auto host = Grad(n);
-  cudaMemcpy(g, host.data(), n * 4, cudaMemcpyHostToDevice);
-  cudaMemset(r, 0, n * 4);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  float copy_ms = 1e30f;
-  for (int rep = 0; rep < 10; ++rep) {
+// GPU rows: encode with residual (the device path of a GPU worker) and
+// validate + decode-accumulate, each against a device-to-device cudaMemcpy of
+// the same fp32 buffer. Paired: every iteration times one copy and then the
+// operation back to back with CUDA events, and x_d2d is the median of the
+// per-pair ratios copy_time / op_time (= op GB/s / copy GB/s, both counted as
+// fp32 gradient bytes), so clock and neighbour noise cancel within a pair.
+// Registered only when a device exists.
+struct GpuBuffers {
+  explicit GpuBuffers(size_t n) : n(n) {
+    cudaMalloc(&g, n * 4);
+    cudaMalloc(&r, n * 4);
+    cudaMalloc(&copy, n * 4);
+    cudaMalloc(&acc, n * 4);
+    cudaMalloc(&p, n * 4);
+    const auto host = Grad(n);
+    cudaMemcpy(g, host.data(), n * 4, cudaMemcpyHostToDevice);
+    cudaMemset(r, 0, n * 4);
+    cudaMemset(acc, 0, n * 4);
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+  }
+  ~GpuBuffers() {
+    cudaFree(g);
+    cudaFree(r);
+    cudaFree(copy);
+    cudaFree(acc);
+    cudaFree(p);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  // Milliseconds of `op` on the default stream, timed with events.
+  template <typename F>
+  float Time(F op) {
     cudaEventRecord(a);
-    cudaMemcpyAsync(copy, g, n * 4, cudaMemcpyDeviceToDevice);
+    op();
     cudaEventRecord(b);
     cudaEventSynchronize(b);
-    float ms;
+    float ms = 0;
     cudaEventElapsedTime(&ms, a, b);
-    copy_ms = std::min(copy_ms, ms);
+    return ms;
   }
+  float TimeCopy() {
+    return Time([&] { cudaMemcpyAsync(copy, g, n * 4, cudaMemcpyDeviceToDevice); });
+  }
+
+  size_t n;
+  float *g, *r, *copy, *acc;
+  uint8_t* p;
+  cudaEvent_t a, b;
+};
+
+// Runs the paired loop; `op` returns false on failure.
+template <typename F>
+void PairedGpuLoop(benchmark::State& state, GpuBuffers& buf, CodecType type, const char* what,
+                   F op) {
+  for (int warm = 0; warm < 3; ++warm) {
+    buf.TimeCopy();
+    if (!op()) state.SkipWithError(what);
+  }
+  std::vector<double> ratios, op_ms;
+  for (auto _ : state) {
+    const float copy = buf.TimeCopy();
+    bool ok = true;
+    const float ms = buf.Time([&] { ok = op(); });
+    if (!ok) state.SkipWithError(what);
+    state.SetIterationTime(ms / 1e3);
+    ratios.push_back(copy / ms);
+    op_ms.push_back(ms);
+  }
+  if (ratios.empty()) return;
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  state.SetLabel(std::string(CodecTypeName(type)) + " (gpu)");
+  state.counters["GB/s"] = buf.n * 4 / (median(op_ms) / 1e3) / 1e9;
+  state.counters["x_d2d"] = median(ratios);
+}
+
+void BM_GpuEncodeResidual(benchmark::State& state) {
+  const auto type = static_cast<CodecType>(state.range(0));
+  GpuBuffers buf(state.range(1));
   ChunkHeader h;
   uint32_t clock = 0;
-  double total_ms = 0;
-  for (auto _ : state) {
-    cudaEventRecord(a);
-    if (!cuda::EncodeOnDevice(type, {}, g, r, n, {.clock = clock++}, p, &h, nullptr).ok())
-      state.SkipWithError("encode");
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    total_ms += ms;
-    state.SetIterationTime(ms / 1e3);
+  PairedGpuLoop(state, buf, type, "encode", [&] {
+    return cuda::EncodeOnDevice(type, {}, buf.g, buf.r, buf.n, {.clock = clock++}, buf.p, &h,
+                                nullptr)
+        .ok();
+  });
+}
+
+void BM_GpuDecodeAdd(benchmark::State& state) {
+  const auto type = static_cast<CodecType>(state.range(0));
+  GpuBuffers buf(state.range(1));
+  ChunkHeader h;
+  if (!cuda::EncodeOnDevice(type, {}, buf.g, nullptr, buf.n, {}, buf.p, &h, nullptr).ok()) {
+    state.SkipWithError("encode");
+    return;
   }
-  const double copy_bps = n * 4 / (copy_ms / 1e3);
-  state.SetLabel(std::string(CodecTypeName(type)) + " (gpu)");
-  SetCounters(state, n, copy_bps);
-  cudaFree(g);
-  cudaFree(r);
-  cudaFree(copy);
-  cudaFree(p);
+  const size_t bytes = PayloadBytes(type, buf.n);
+  PairedGpuLoop(state, buf, type, "decode", [&] {
+    return cuda::DecodeAddOnDevice(h, buf.p, bytes, buf.acc, 0.25f, nullptr).ok();
+  });
 }
 
 const bool kGpuRegistered = [] {
   if (!cuda::DeviceAvailable()) return false;
-  auto* b = benchmark::RegisterBenchmark("BM_GpuEncodeResidual", BM_GpuEncodeResidual);
-  for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24})
-    for (int c = 0; c < 4; ++c) b->Args({c, n});
-  b->ArgNames({"codec", "n"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+  for (auto* b : {benchmark::RegisterBenchmark("BM_GpuEncodeResidual", BM_GpuEncodeResidual),
+                  benchmark::RegisterBenchmark("BM_GpuDecodeAdd", BM_GpuDecodeAdd)}) {
+    for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24})
+      for (int c = 0; c < 4; ++c) b->Args({c, n});
+    b->ArgNames({"codec", "n"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+  }
   return true;
 }();
 #endif

@@ -29,9 +29,14 @@ bool DeviceAvailable();
 // Encodes `n` device floats at `d_grad`. `d_residual` (device, n floats) may
 // be null for no error feedback; otherwise it is updated as in
 // Codec::EncodeWithResidual. `d_payload` is a device buffer of at least
-// PayloadBytes(type, n). Fills `header` on the host, which needs one
-// synchronization of `stream` to read the scale back; kernel launch and
-// runtime errors come back as Internal, NaN/Inf input as InvalidArgument.
+// PayloadBytes(type, n). Fills `header` on the host. Codecs whose scale is a
+// statistic of the chunk (ternary, onebit, twobit with an adaptive
+// threshold) synchronize `stream` once to read it back and answer NaN/Inf
+// input with InvalidArgument, as the CPU encoders do. "none" and twobit with
+// a fixed threshold read nothing back, so the call returns as soon as the
+// kernel is queued (the GPU worker's asynchronous path) and, unlike the CPU
+// encoders, does not notice NaN/Inf: such elements get code 0 and keep the
+// NaN/Inf in the residual. Kernel launch and runtime errors are Internal.
 [[nodiscard]] absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options,
                                           const float* d_grad, float* d_residual, uint32_t n,
                                           const EncodeKey& key, uint8_t* d_payload,

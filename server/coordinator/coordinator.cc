@@ -514,6 +514,8 @@ v1::JobStatus Coordinator::RenderJobLocked(const Job& job, bool full) const {
     m.set_clock(it->second.progress.clock());
     m.set_loss(it->second.progress.loss());
     m.set_samples_per_sec(it->second.progress.samples_per_sec());
+    m.set_encode_path(it->second.progress.encode_path());
+    m.set_encode_share(it->second.progress.encode_share());
   }
   // Members leave a finished job as they hear of its end; report the final
   // epoch's size instead.

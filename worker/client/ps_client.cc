@@ -113,6 +113,58 @@ class PsClientImpl final : public PsClient {
     return MakePush(std::move(done));
   }
 
+  PushHandle PushEncoded(uint32_t tensor, absl::Span<const EncodedChunkView> chunks,
+                         uint64_t clock) override {
+    push_calls_.fetch_add(1, std::memory_order_relaxed);
+    auto fail = [](absl::Status s) { return MakePush(Completion::Failed(std::move(s))); };
+    if (tensor >= map_.tensors.size()) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("PushEncoded: tensor ", tensor, " of ", map_.tensors.size())));
+    }
+    const TensorEncoder& enc = *encoders_[tensor];
+    const std::string& name = map_.tensors[tensor].name;
+    if (chunks.size() != enc.num_chunks()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "PushEncoded: tensor '", name, "' has ", enc.num_chunks(), " chunks, got ", chunks.size())));
+    }
+    // Checked when the encoders were created.
+    const CodecType codec = *CodecTypeFromName(enc.codec_name());
+    // Every chunk is checked before any is sent: a bad call sends nothing.
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const ChunkHeader& h = chunks[i].header;
+      const uint32_t n = enc.chunk(i).num_elems;
+      if (h.codec != codec || h.num_elems != n ||
+          chunks[i].payload.size() != PayloadBytes(codec, n)) {
+        return fail(absl::InvalidArgumentError(absl::StrCat(
+            "PushEncoded: tensor '", name, "' chunk ", i, " is ", CodecTypeName(h.codec), " with ",
+            h.num_elems, " elements and ", chunks[i].payload.size(), " bytes, the map wants ",
+            enc.codec_name(), " with ", n, " elements and ", PayloadBytes(codec, n), " bytes")));
+      }
+    }
+    auto done = std::make_shared<Completion>(static_cast<int>(chunks.size()));
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const ChunkInfo& c = enc.chunk(i);
+      const ChunkHeader& h = chunks[i].header;
+      auto message = std::make_unique<v1::WorkerMessage>();
+      v1::Push* push = message->mutable_push();
+      push->set_chunk_id(c.chunk_id);
+      push->set_clock(clock);
+      v1::EncodedChunk* chunk = push->mutable_chunk();
+      *chunk->mutable_payload() = buffers_.Take(chunks[i].payload.size());
+      chunk->mutable_payload()->assign(chunks[i].payload.data(), chunks[i].payload.size());
+      chunk->set_codec(static_cast<v1::Codec>(h.codec));
+      chunk->set_num_elems(h.num_elems);
+      chunk->set_scale(h.scale);
+      chunk->set_scale2(h.scale2);
+      chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
+      bytes_pushed_.fetch_add(chunk->payload().size(), std::memory_order_relaxed);
+      fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float),
+                                   std::memory_order_relaxed);
+      streams_[c.shard]->SendPush(std::move(message), done);
+    }
+    return MakePush(std::move(done));
+  }
+
   PullHandle Pull(uint64_t clock, std::vector<absl::Span<float>> out) override {
     pull_calls_.fetch_add(1, std::memory_order_relaxed);
     auto fail = [](absl::Status s) {

@@ -48,7 +48,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/codec/codec.h"
 #include "common/job/shard_map.h"
 #include "worker/client/channel_factory.h"
 
@@ -122,6 +124,13 @@ struct ClientStats {
   double residual_norm = 0.0;      // L2 norm of all error-feedback residuals
 };
 
+// One chunk that the caller encoded itself, e.g. on the GPU with
+// common/codec/cuda_codec.h (see PsClient::PushEncoded).
+struct EncodedChunkView {
+  ChunkHeader header;
+  absl::string_view payload;  // PayloadBytes(header.codec, header.num_elems) bytes
+};
+
 // Handles are cheap to copy; an empty (default) handle waits as OK at once.
 class PushHandle {
  public:
@@ -177,6 +186,18 @@ class PsClient {
   // shard's code and message (InvalidArgument for a wrong tensor index or
   // size, or for a gradient the codec rejects).
   virtual PushHandle Push(uint32_t tensor, absl::Span<const float> grad, uint64_t clock) = 0;
+
+  // Push for a gradient the caller has already encoded (a GPU worker encodes
+  // on the device and copies only the codes to host): chunks[i] is the
+  // tensor's i-th chunk in map order, encoded with the tensor's codec, the
+  // key (seed, worker, clock, tensor, chunk id) and the error feedback Push
+  // would use, so the shards receive what Push would have sent. The payloads
+  // are copied before it returns; the client's own encoders (and residuals)
+  // are not touched. The handle fails with InvalidArgument, and nothing is
+  // sent, for a wrong tensor index or chunk count, or a chunk whose codec,
+  // element count or payload size does not match the map.
+  virtual PushHandle PushEncoded(uint32_t tensor, absl::Span<const EncodedChunkView> chunks,
+                                 uint64_t clock) = 0;
 
   // Asks every shard for its chunks at reader clock `clock` (the shard
   // answers when its consistency mode allows) and writes them into `out`:

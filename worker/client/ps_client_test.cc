@@ -178,6 +178,54 @@ TEST_F(PsClientTest, RoundTripTwoBitTwoShards) { RoundTrip("twobit", 2); }
 TEST_F(PsClientTest, RoundTripTernaryOneShard) { RoundTrip("ternary", 1); }
 TEST_F(PsClientTest, RoundTripTwoBitWithEncodePool) { RoundTrip("twobit", 2, /*encode_threads=*/3); }
 
+// A caller that encodes itself (the GPU worker) with the tensor's codec, key
+// and residuals gets exactly what Push would have applied.
+TEST_F(PsClientTest, PushEncodedAppliesWhatPushWould) {
+  StartShards(2);
+  ShardMap map = Map("twobit");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.5f), kWait).ok());
+  const ClientOptions o = Options();
+  auto client = PsClient::Connect(map, o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto init = InitValues(map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  std::vector<std::vector<float>> grads;
+  std::vector<PushHandle> pushes;
+  for (const TensorInfo& t : map.tensors) {
+    grads.push_back(Random(t.num_elems, 7 + t.index, 0.7f));
+    auto enc = internal::TensorEncoder::Create(map, t.index, t.codec, o.codec);
+    ASSERT_TRUE(enc.ok());
+    std::vector<ChunkHeader> headers((*enc)->num_chunks());
+    std::vector<std::string> payloads((*enc)->num_chunks());
+    std::vector<EncodedChunkView> views;
+    for (size_t i = 0; i < (*enc)->num_chunks(); ++i) {
+      ASSERT_TRUE((*enc)->EncodeChunk(i, grads.back(), o.seed, o.worker_id, 0, &headers[i],
+                                      &payloads[i]).ok());
+      views.push_back({headers[i], payloads[i]});
+    }
+    pushes.push_back((*client)->PushEncoded(t.index, views, 0));
+  }
+  for (auto& h : pushes) ASSERT_TRUE(PsClient::Wait(h, kWait).ok());
+  ASSERT_TRUE((*client)->AdvanceClock(1).ok());
+  std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
+  ASSERT_TRUE(PsClient::Wait((*client)->Pull(1, MutableSpans(got)), kWait).ok());
+  ExpectNear(got, Expected(map, o, init, grads, 0, 0.5f));
+  EXPECT_EQ((*client)->stats().fp32_bytes_pushed, 100010u * 4);
+
+  // Malformed calls fail in the handle and send nothing.
+  const std::string short_payload(2, '\0');  // 10 twobit elements need 3
+  const EncodedChunkView bad{{CodecType::kTwoBit, 10, 0.5f, 0.0f}, short_payload};
+  const uint64_t before = (*client)->stats().chunks_pushed;
+  EXPECT_EQ(PsClient::Wait((*client)->PushEncoded(1, {bad}, 1), kWait).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PsClient::Wait((*client)->PushEncoded(0, {bad}, 1), kWait).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PsClient::Wait((*client)->PushEncoded(9, {}, 1), kWait).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*client)->stats().chunks_pushed, before);
+  EXPECT_TRUE((*client)->Leave(kWait).ok());
+}
+
 TEST_F(PsClientTest, UnknownJobSurfacesTheShardsNotFound) {
   StartShards(1);
   ClientOptions o = Options();

@@ -15,7 +15,7 @@ namespace {
 class GpuModelTest : public ::testing::TestWithParam<ModelType> {
  protected:
   void SetUp() override {
-    if (NumGpuDevices() == 0) GTEST_SKIP() << "no CUDA device";
+    if (NumGpuDevices() == 0) GTEST_SKIP() << "no CUDA device is present";
   }
 };
 
@@ -113,7 +113,7 @@ INSTANTIATE_TEST_SUITE_P(AllModels, GpuModelTest,
 // Plain local SGD through host copies (in the system the optimizer runs on
 // the server): the GPU path must learn the synthetic task like the CPU one.
 TEST(GpuTraining, MlpLearnsTheSyntheticClusters) {
-  if (NumGpuDevices() == 0) GTEST_SKIP() << "no CUDA device";
+  if (NumGpuDevices() == 0) GTEST_SKIP() << "no CUDA device is present";
   SyntheticConfig sc;
   sc.num_train = 8000;
   sc.num_test = 2000;

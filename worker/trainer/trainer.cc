@@ -40,7 +40,8 @@ Trainer::Trainer(const TrainSetup* setup, Model* model, client::PsClient* client
   if (model_->device() == Device::kGpu) {
     for (const TensorSpec& t : model_->params()) {
       host_params_.emplace_back(t.num_elems);
-      host_grads_.emplace_back(t.num_elems);
+      // The device path never brings fp32 gradients to the host.
+      if (!options_.device_encode) host_grads_.emplace_back(t.num_elems);
     }
   }
 }
@@ -98,23 +99,40 @@ absl::Status Trainer::Step(uint64_t clock) {
   // Push each tensor the moment backward has produced its gradient, so
   // encoding and the network overlap the rest of backward (see [grad ready]).
   model_->set_grad_ready_callback([&](int t) {
+    if (pusher_ != nullptr) {
+      // Queued on the model's stream; GPU time is counted in Finish().
+      push_status.Update(pusher_->Enqueue(t, clock));
+      return;
+    }
+    // Wait for backward first (GetGrad would), so that what is timed is the
+    // copy and the encode, not the layer's backward.
+    if (model_->device() == Device::kGpu) push_status.Update(model_->Synchronize());
+    const absl::Time start = absl::Now();
     if (model_->device() == Device::kCpu) {
       pushes.push_back(client_->Push(t, absl::MakeConstSpan(model_->grad_data(t),
                                                             model_->params()[t].num_elems),
                                      clock));
-      return;
-    }
-    // GPU models: the gradient is copied to host and encoded there.
-    absl::Status s = model_->GetGrad(t, host_grads_[t]);
-    if (!s.ok()) {
+    } else if (absl::Status s = model_->GetGrad(t, host_grads_[t]); s.ok()) {
+      // The host path of a GPU model: copy the fp32 gradient, encode here.
+      pushes.push_back(client_->Push(t, host_grads_[t], clock));
+    } else {
       push_status.Update(s);
-      return;
     }
-    pushes.push_back(client_->Push(t, host_grads_[t], clock));
+    encode_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
   });
   StepStats stats;
   absl::Status fb = model_->ForwardBackward(batch.x.data(), batch.y.data(), batch.size, &stats);
   model_->set_grad_ready_callback(nullptr);
+  if (pusher_ != nullptr) {
+    // Whatever was enqueued is waited for, even after an error, so no push
+    // thread work outlives the step.
+    absl::StatusOr<std::vector<client::PushHandle>> handles = pusher_->Finish(&encode_seconds_);
+    if (handles.ok()) {
+      pushes = *std::move(handles);
+    } else {
+      push_status.Update(handles.status());
+    }
+  }
   GS_RETURN_IF_ERROR(fb);
   GS_RETURN_IF_ERROR(push_status);
   for (const auto& h : pushes) GS_RETURN_IF_ERROR(client::PsClient::Wait(h, options_.push_wait));
@@ -142,7 +160,8 @@ void Trainer::Publish(uint64_t clock) {
   progress_.clock = clock;
   progress_.loss = static_cast<float>(loss_ema_ < 0 ? 0 : loss_ema_);
   const double secs = absl::ToDoubleSeconds(absl::Now() - rate_start_);
-  if (secs >= 1.0) {
+  const bool new_window = secs >= 1.0;
+  if (new_window) {
     progress_.samples_per_sec = static_cast<float>(rate_samples_ / secs);
     rate_start_ = absl::Now();
     rate_samples_ = 0;
@@ -150,13 +169,30 @@ void Trainer::Publish(uint64_t clock) {
   const client::ClientStats cs = client_->stats();
   progress_.bytes_pushed = cs.bytes_pushed;
   progress_.fp32_bytes_pushed = cs.fp32_bytes_pushed;
-  progress_.residual_norm = cs.residual_norm;
+  progress_.encode_path = pusher_ != nullptr ? "device" : "host";
+  progress_.encode_share =
+      step_seconds_ > 0 ? static_cast<float>(encode_seconds_ / step_seconds_) : 0.0f;
+  if (pusher_ == nullptr) {
+    progress_.residual_norm = cs.residual_norm;
+  } else if (new_window || clock == setup_->steps) {
+    // The residuals live on the GPU: read them once per rate window only.
+    absl::StatusOr<double> norm = pusher_->ResidualNorm();
+    if (norm.ok()) progress_.residual_norm = *norm;
+  }
   progress_.reconnects = cs.reconnects;
   board_->Set(progress_);
 }
 
 absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
   rate_start_ = absl::Now();
+  if (options_.device_encode && pusher_ == nullptr) {
+    internal::DevicePusherOptions popt;
+    popt.seed = setup_->seed;
+    popt.worker_id = options_.worker_id;
+    popt.codec = setup_->codec;
+    popt.wait = options_.push_wait;
+    GS_ASSIGN_OR_RETURN(pusher_, internal::DevicePusher::Create(model_, client_, popt));
+  }
   if (start_clock == 0) {
     // Every worker builds the same initial parameters from the job seed; the
     // shards keep the first InitChunk of each chunk and ignore the rest, so
@@ -187,10 +223,12 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
         (clock >= a.epoch_clock && (a.rank != rank_ || a.world_size != world_size_))) {
       GS_RETURN_IF_ERROR(Reshard(a.rank, a.world_size));
     }
+    const absl::Time step_start = absl::Now();
     absl::Status s = PullInto(clock);
     if (absl::IsCancelled(s)) return TrainOutcome::kStopped;
     GS_RETURN_IF_ERROR(s);
     GS_RETURN_IF_ERROR(Step(clock));
+    step_seconds_ += absl::ToDoubleSeconds(absl::Now() - step_start);
     if (rank_ == 0 && setup_->eval_every > 0 && (clock + 1) % setup_->eval_every == 0 &&
         clock + 1 < setup_->steps) {
       GS_RETURN_IF_ERROR(Evaluate(clock + 1));

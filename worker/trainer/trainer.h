@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "worker/client/ps_client.h"
 #include "worker/model/model.h"
+#include "worker/trainer/internal/device_pusher.h"
 #include "worker/trainer/job_setup.h"
 
 namespace gradstream {
@@ -62,6 +63,15 @@ struct Progress {
   uint64_t fp32_bytes_pushed = 0;
   double residual_norm = 0;
   uint64_t reconnects = 0;     // the client's reconnects to shards
+  // "host" (gradients encoded on the CPU; a GPU model's are copied to host
+  // as fp32 first) or "device" (encoded on the GPU, see [device encode] in
+  // internal/device_pusher.h).
+  std::string encode_path;
+  // Share of the training steps' wall time (pull to clock) spent encoding
+  // and copying gradients or codes: on the host path the time the training
+  // thread spends copying to host and encoding, on the device path the GPU
+  // time of the encode kernels and code copies.
+  float encode_share = 0;
 };
 
 // Latest progress, written by the trainer. Thread-safe.
@@ -85,6 +95,10 @@ struct TrainerOptions {
   // Final pull clock = steps + final_pull_slack, so that in bounded
   // staleness (s) rank 0 evaluates only once every member finished.
   uint64_t final_pull_slack = 0;
+  // Encode a GPU model's gradients on the device (see [device encode]);
+  // Run() fails with FailedPrecondition when that is unavailable.
+  bool device_encode = false;
+  uint64_t worker_id = 0;  // the client's ClientOptions::worker_id (the encode key)
 };
 
 enum class TrainOutcome {
@@ -128,6 +142,9 @@ class Trainer {
   uint32_t rank_ = 0, world_size_ = 0;
   std::vector<std::vector<float>> host_params_;  // staging for GPU models
   std::vector<std::vector<float>> host_grads_;
+  std::unique_ptr<internal::DevicePusher> pusher_;  // null: the host path
+  double encode_seconds_ = 0;  // see Progress::encode_share
+  double step_seconds_ = 0;
   Progress progress_;
   double loss_ema_ = -1;
   absl::Time rate_start_;

@@ -2,6 +2,7 @@
 // assigned, until killed.
 //
 //   gs_worker --coordinator=localhost:7070 [--device=auto|cpu|gpu] [--name=...]
+//             [--device_encode]
 //
 // One thread heartbeats (progress out, assignment in); the main thread trains.
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/client/ps_client.h"
+#include "worker/trainer/internal/device_pusher.h"
 #include "worker/trainer/job_setup.h"
 #include "worker/trainer/trainer.h"
 #include "worker/trainer/worker_metrics.h"
@@ -33,6 +35,9 @@
 ABSL_FLAG(std::string, coordinator, "",
           "coordinator host:port (default: $GRADSTREAM_COORDINATOR or localhost:7070)");
 ABSL_FLAG(std::string, device, "auto", "auto (GPU when present), cpu or gpu");
+ABSL_FLAG(bool, device_encode, false,
+          "encode gradients on the GPU and copy only the codes to host (needs a CUDA build "
+          "and --device=gpu or auto on a GPU host); off: copy fp32 gradients, encode on the CPU");
 ABSL_FLAG(std::string, name, "", "name shown by `gradstream cluster` (default: host name)");
 ABSL_FLAG(int, rpc_timeout_ms, 5000, "deadline of each coordinator RPC");
 ABSL_FLAG(int, register_timeout_s, 120, "give up when the coordinator is unreachable this long");
@@ -124,6 +129,8 @@ class WorkerState {
     out->set_bytes_pushed(p.bytes_pushed);
     out->set_fp32_bytes_pushed(p.fp32_bytes_pushed);
     out->set_residual_norm(p.residual_norm);
+    out->set_encode_path(p.encode_path);
+    out->set_encode_share(p.encode_share);
   }
   void SetLatest(const v1::Assignment& a) {
     absl::MutexLock l(&mu_);
@@ -303,6 +310,8 @@ class Worker {
     GS_ASSIGN_OR_RETURN(std::unique_ptr<client::PsClient> ps,
                         client::PsClient::Connect(map, opt, shard_channels_.get()));
     TrainerOptions topt;
+    topt.device_encode = absl::GetFlag(FLAGS_device_encode);
+    topt.worker_id = opt.worker_id;
     if (a.spec().consistency().mode() == v1::BOUNDED) {
       topt.final_pull_slack = a.spec().consistency().staleness();
     }
@@ -343,6 +352,12 @@ int main(int argc, char** argv) {
     }
     device = *d;
   }
+  if (absl::GetFlag(FLAGS_device_encode)) {
+    if (absl::Status s = gradstream::internal::DeviceEncodeSupported(device); !s.ok()) {
+      LOG(ERROR) << "--device_encode: " << s.message();
+      return 2;
+    }
+  }
   absl::StatusOr<gradstream::rpc::RpcConfig> rpc = gradstream::rpc::RpcConfigFromFlags();
   if (!rpc.ok()) {
     LOG(ERROR) << rpc.status();
@@ -350,6 +365,7 @@ int main(int argc, char** argv) {
   }
   const std::string addr = gradstream::CoordinatorAddress();
   LOG(INFO) << "gs_worker: coordinator " << addr << ", device " << gradstream::DeviceName(device)
+            << ", encoding on the " << (absl::GetFlag(FLAGS_device_encode) ? "device" : "host")
             << (rpc->tls.enabled() ? " (TLS)" : " (INSECURE: plaintext gRPC; pass --tls_ca)");
   gradstream::Worker worker(addr, *std::move(rpc), device);
   // Serving before registering: a scrape during a long registration shows

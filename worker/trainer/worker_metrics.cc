@@ -19,9 +19,11 @@ constexpr const char* kPushFp32Bytes = "gs_worker_push_fp32_bytes_total";
 constexpr const char* kCompression = "gs_worker_compression_ratio";
 constexpr const char* kResidualNorm = "gs_worker_residual_norm";
 constexpr const char* kReconnects = "gs_worker_reconnects_total";
+constexpr const char* kEncodeShare = "gs_worker_encode_share";
 constexpr const char* kFamilies[] = {
     kInfo,          kWorldSize, kClock,         kSamplesPerSecond, kLoss,         kAccuracy,
-    kAccuracyClock, kPushBytes, kPushFp32Bytes, kCompression,      kResidualNorm, kReconnects};
+    kAccuracyClock, kPushBytes, kPushFp32Bytes, kCompression,      kResidualNorm, kReconnects,
+    kEncodeShare};
 
 }  // namespace
 
@@ -57,6 +59,14 @@ void ExportWorkerSample(const WorkerSample& sample, metrics::Registry* registry)
         p.bytes_pushed == 0 ? 0.0 : static_cast<double>(p.fp32_bytes_pushed) / p.bytes_pushed);
   gauge(kResidualNorm, "L2 norm of all error-feedback residuals.", p.residual_norm);
   counter(kReconnects, "Reconnects to shards (after the first connection).", p.reconnects);
+  if (!p.encode_path.empty()) {
+    registry
+        ->GetGauge(kEncodeShare,
+                   "Share of step time spent encoding and copying gradients or codes; path is "
+                   "where gradients are encoded (host or device).",
+                   {{"job", p.job_id}, {"path", p.encode_path}})
+        ->Set(p.encode_share);
+  }
 }
 
 void RemoveWorkerSeries(const std::string& job, metrics::Registry* registry) {

@@ -31,6 +31,8 @@ WorkerSample Sample(const std::string& job, uint32_t rank) {
   s.progress.fp32_bytes_pushed = 14000;
   s.progress.residual_norm = 0.25;
   s.progress.reconnects = 1;
+  s.progress.encode_path = "device";
+  s.progress.encode_share = 0.125f;
   return s;
 }
 
@@ -52,6 +54,7 @@ TEST(ExportWorkerSample, MirrorsTheProgress) {
   EXPECT_TRUE(Has(text, "gs_worker_compression_ratio{job=\"job-1\"} 14")) << text;
   EXPECT_TRUE(Has(text, "gs_worker_residual_norm{job=\"job-1\"} 0.25")) << text;
   EXPECT_TRUE(Has(text, "gs_worker_reconnects_total{job=\"job-1\"} 1")) << text;
+  EXPECT_TRUE(Has(text, "gs_worker_encode_share{job=\"job-1\",path=\"device\"} 0.125")) << text;
 
   // A new rank replaces the info series rather than adding one.
   ExportWorkerSample(Sample("job-1", 0), &reg);

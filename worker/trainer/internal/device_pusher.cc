@@ -1,0 +1,337 @@
+// DevicePusher: see [device encode] in device_pusher.h. Without CUDA only
+// the support check is compiled, and it says why the path is unavailable.
+#include "worker/trainer/internal/device_pusher.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/codec/cuda_codec.h"
+#include "common/status.h"
+
+#ifdef GS_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#endif
+
+namespace gradstream::internal {
+
+absl::Status DeviceEncodeSupported(Device device) {
+#ifndef GS_HAVE_CUDA
+  (void)device;
+  return absl::FailedPreconditionError(
+      "device encoding needs a CUDA build of gradstream; this one was built without CUDA");
+#else
+  if (!cuda::DeviceAvailable()) {
+    return absl::FailedPreconditionError("device encoding needs a CUDA device; none is present");
+  }
+  if (device != Device::kGpu) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device encoding needs the model on the gpu, not on the ",
+                     std::string(DeviceName(device))));
+  }
+  return absl::OkStatus();
+#endif
+}
+
+#ifndef GS_HAVE_CUDA
+
+absl::StatusOr<std::unique_ptr<DevicePusher>> DevicePusher::Create(Model* model, client::PsClient*,
+                                                                   const DevicePusherOptions&) {
+  GS_RETURN_IF_ERROR(DeviceEncodeSupported(model->device()));
+  return absl::FailedPreconditionError("device encoding is unavailable");
+}
+
+#else  // GS_HAVE_CUDA
+
+namespace {
+
+absl::Status Cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// Tensor bases in the device payload arena stay 256-byte aligned, so "none"
+// chunks (fp32 payloads) are aligned for the encoder's float stores.
+constexpr size_t kAlign = 256;
+
+struct Chunk {
+  uint32_t offset = 0;  // in the tensor
+  uint32_t num_elems = 0;
+  uint32_t chunk_id = 0;
+  size_t payload_offset = 0;  // in the tensor's codes
+  size_t payload_bytes = 0;
+};
+
+// How one tensor is encoded; fixed for the job.
+struct TensorPlan {
+  CodecType type = CodecType::kNone;
+  bool error_feedback = false;
+  uint64_t num_elems = 0;
+  std::vector<Chunk> chunks;
+  size_t payload_bytes = 0;  // all chunks' codes, back to back
+  size_t payload_base = 0;   // byte offset in the device payload arena
+  size_t residual_base = 0;  // float offset in the residual arena (error feedback only)
+};
+
+class DevicePusherImpl final : public DevicePusher {
+ public:
+  DevicePusherImpl(Model* model, client::PsClient* client, const DevicePusherOptions& options)
+      : model_(model),
+        client_(client),
+        options_(options),
+        stream_(static_cast<cudaStream_t>(model->stream())) {
+    codec_options_.twobit_threshold = options.codec.twobit_threshold;
+    codec_options_.ternary_clip = options.codec.ternary_clip;
+  }
+
+  ~DevicePusherImpl() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+    // Queued encodes and copies still use the buffers freed below.
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    for (Slot& s : slots_) {
+      if (s.host != nullptr) cudaFreeHost(s.host);
+      if (s.begin != nullptr) cudaEventDestroy(s.begin);
+      if (s.end != nullptr) cudaEventDestroy(s.end);
+    }
+    if (payload_ != nullptr) cudaFree(payload_);
+    if (residual_ != nullptr) cudaFree(residual_);
+  }
+
+  absl::Status Init() {
+    GS_RETURN_IF_ERROR(DeviceEncodeSupported(model_->device()));
+    GS_RETURN_IF_ERROR(Cuda(cudaGetDevice(&device_), "cudaGetDevice"));
+    const ShardMap& map = client_->shard_map();
+    if (map.tensors.size() != model_->params().size()) {
+      return absl::InvalidArgumentError(absl::StrCat("shard map has ", map.tensors.size(),
+                                                     " tensors, the model ",
+                                                     model_->params().size()));
+    }
+    size_t payload_total = 0, residual_total = 0, max_tensor_bytes = 1;
+    for (const TensorInfo& t : map.tensors) {
+      if (static_cast<int64_t>(t.num_elems) != model_->params()[t.index].num_elems) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has ", t.num_elems,
+                                                       " elements in the map, not in the model"));
+      }
+      // The same choice as the client's own encoders (ps_client.cc), which
+      // PushEncoded checks chunk by chunk.
+      const std::string name =
+          t.codec.empty() ? ResolveCodec(options_.codec, t.name, t.num_elems) : t.codec;
+      TensorPlan p;
+      GS_ASSIGN_OR_RETURN(p.type, CodecTypeFromName(name));
+      p.error_feedback = p.type != CodecType::kNone && options_.codec.error_feedback;
+      p.num_elems = t.num_elems;
+      for (const ChunkInfo& c : map.chunks) {
+        if (c.tensor != t.index) continue;
+        const size_t bytes = PayloadBytes(p.type, c.num_elems);
+        p.chunks.push_back({static_cast<uint32_t>(c.offset), c.num_elems,
+                            static_cast<uint32_t>(c.chunk_id), p.payload_bytes, bytes});
+        p.payload_bytes += bytes;
+      }
+      p.payload_base = payload_total;
+      payload_total += (p.payload_bytes + kAlign - 1) / kAlign * kAlign;
+      if (p.error_feedback) {
+        p.residual_base = residual_total;
+        residual_total += t.num_elems;
+      }
+      max_tensor_bytes = std::max(max_tensor_bytes, p.payload_bytes);
+      plans_.push_back(std::move(p));
+    }
+    residual_elems_ = residual_total;
+    GS_RETURN_IF_ERROR(Cuda(cudaMalloc(&payload_, std::max<size_t>(payload_total, 1)), "cudaMalloc"));
+    GS_RETURN_IF_ERROR(Cuda(
+        cudaMalloc(reinterpret_cast<void**>(&residual_), std::max<size_t>(residual_total, 1) * 4),
+        "cudaMalloc"));
+    GS_RETURN_IF_ERROR(
+        Cuda(cudaMemsetAsync(residual_, 0, residual_total * sizeof(float), stream_), "cudaMemset"));
+    for (Slot& s : slots_) {
+      GS_RETURN_IF_ERROR(Cuda(cudaMallocHost(&s.host, max_tensor_bytes), "cudaMallocHost"));
+      GS_RETURN_IF_ERROR(Cuda(cudaEventCreate(&s.begin), "cudaEventCreate"));
+      GS_RETURN_IF_ERROR(Cuda(cudaEventCreate(&s.end), "cudaEventCreate"));
+    }
+    GS_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    thread_ = std::thread([this] { PushLoop(); });
+    return absl::OkStatus();
+  }
+
+  absl::Status Enqueue(int tensor, uint64_t clock) override {
+    if (tensor < 0 || tensor >= static_cast<int>(plans_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor, " of ", plans_.size()));
+    }
+    const TensorPlan& p = plans_[tensor];
+    const int s = next_slot_;
+    {
+      absl::MutexLock lock(&mu_);
+      auto free = [this, s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !slots_[s].busy; };
+      if (!mu_.AwaitWithTimeout(absl::Condition(&free), options_.wait)) {
+        return absl::DeadlineExceededError("device encode: no pinned slot freed up");
+      }
+    }
+    next_slot_ ^= 1;
+    Item item{tensor, clock, s, std::vector<ChunkHeader>(p.chunks.size())};
+    Slot& slot = slots_[s];
+    GS_RETURN_IF_ERROR(Cuda(cudaEventRecord(slot.begin, stream_), "cudaEventRecord"));
+    const float* grad = model_->grad_data(tensor);
+    uint8_t* codes = payload_ + p.payload_base;
+    for (size_t i = 0; i < p.chunks.size(); ++i) {
+      const Chunk& c = p.chunks[i];
+      EncodeKey key;
+      key.seed = options_.seed;
+      key.worker = static_cast<uint32_t>(options_.worker_id);
+      key.clock = static_cast<uint32_t>(clock);
+      key.tensor = static_cast<uint32_t>(tensor);
+      key.chunk = c.chunk_id;
+      float* residual = p.error_feedback ? residual_ + p.residual_base + c.offset : nullptr;
+      GS_RETURN_IF_ERROR(cuda::EncodeOnDevice(p.type, codec_options_, grad + c.offset, residual,
+                                              c.num_elems, key, codes + c.payload_offset,
+                                              &item.headers[i], stream_));
+    }
+    GS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(slot.host, codes, p.payload_bytes,
+                                            cudaMemcpyDeviceToHost, stream_),
+                            "cudaMemcpyAsync"));
+    GS_RETURN_IF_ERROR(Cuda(cudaEventRecord(slot.end, stream_), "cudaEventRecord"));
+    absl::MutexLock lock(&mu_);
+    slot.busy = true;
+    queue_.push_back(std::move(item));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<client::PushHandle>> Finish(double* device_seconds) override {
+    absl::MutexLock lock(&mu_);
+    auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&drained), options_.wait)) {
+      return absl::DeadlineExceededError("device encode: codes not on the host in time");
+    }
+    *device_seconds += device_seconds_;
+    device_seconds_ = 0;
+    absl::Status s = std::exchange(status_, absl::OkStatus());
+    std::vector<client::PushHandle> handles = std::exchange(handles_, {});
+    if (!s.ok()) return s;
+    return handles;
+  }
+
+  absl::StatusOr<double> ResidualNorm() override {
+    std::vector<float> r(residual_elems_);
+    GS_RETURN_IF_ERROR(CopyResiduals(0, r.size(), r.data()));
+    double sq = 0;
+    for (float x : r) sq += static_cast<double>(x) * x;
+    return std::sqrt(sq);
+  }
+
+  absl::StatusOr<std::vector<float>> Residuals(int tensor) override {
+    if (tensor < 0 || tensor >= static_cast<int>(plans_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor, " of ", plans_.size()));
+    }
+    const TensorPlan& p = plans_[tensor];
+    std::vector<float> r(p.num_elems, 0.0f);
+    if (p.error_feedback) GS_RETURN_IF_ERROR(CopyResiduals(p.residual_base, r.size(), r.data()));
+    return r;
+  }
+
+ private:
+  struct Slot {
+    uint8_t* host = nullptr;  // pinned, the largest tensor's codes
+    cudaEvent_t begin = nullptr, end = nullptr;
+    bool busy = false;  // guarded by mu_: queued and not yet pushed
+  };
+  struct Item {
+    int tensor;
+    uint64_t clock;
+    int slot;
+    std::vector<ChunkHeader> headers;
+  };
+
+  absl::Status CopyResiduals(size_t begin, size_t n, float* out) {
+    GS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(out, residual_ + begin, n * sizeof(float),
+                                            cudaMemcpyDeviceToHost, stream_),
+                            "cudaMemcpyAsync"));
+    return Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  // The push thread: one queued tensor at a time, in enqueue order.
+  void PushLoop() {
+    cudaSetDevice(device_);
+    for (;;) {
+      Item item;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || !queue_.empty();
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (queue_.empty()) return;
+        item = queue_.front();
+      }
+      Slot& slot = slots_[item.slot];
+      absl::Status s = Cuda(cudaEventSynchronize(slot.end), "cudaEventSynchronize");
+      float ms = 0;
+      if (s.ok()) s = Cuda(cudaEventElapsedTime(&ms, slot.begin, slot.end), "cudaEventElapsedTime");
+      client::PushHandle handle;
+      if (s.ok()) {
+        const TensorPlan& p = plans_[item.tensor];
+        std::vector<client::EncodedChunkView> views;
+        views.reserve(p.chunks.size());
+        for (size_t i = 0; i < p.chunks.size(); ++i) {
+          views.push_back({item.headers[i],
+                           absl::string_view(reinterpret_cast<const char*>(slot.host) +
+                                                 p.chunks[i].payload_offset,
+                                             p.chunks[i].payload_bytes)});
+        }
+        // Copies the codes out of the slot before it returns.
+        handle = client_->PushEncoded(static_cast<uint32_t>(item.tensor), views, item.clock);
+      }
+      absl::MutexLock lock(&mu_);
+      queue_.pop_front();
+      slot.busy = false;
+      if (s.ok()) {
+        handles_.push_back(std::move(handle));
+        device_seconds_ += ms / 1e3;
+      } else {
+        status_.Update(s);
+      }
+    }
+  }
+
+  Model* const model_;
+  client::PsClient* const client_;
+  const DevicePusherOptions options_;
+  const cudaStream_t stream_;
+  CodecOptions codec_options_;
+  int device_ = 0;
+  std::vector<TensorPlan> plans_;  // by tensor index
+  uint8_t* payload_ = nullptr;     // device: every tensor's codes
+  float* residual_ = nullptr;      // device: residuals of error-feedback tensors
+  size_t residual_elems_ = 0;
+  Slot slots_[2];
+  int next_slot_ = 0;  // training thread only
+
+  absl::Mutex mu_;
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);  // enqueued, not yet pushed
+  std::vector<client::PushHandle> handles_ ABSL_GUARDED_BY(mu_);
+  double device_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DevicePusher>> DevicePusher::Create(
+    Model* model, client::PsClient* client, const DevicePusherOptions& options) {
+  auto p = std::make_unique<DevicePusherImpl>(model, client, options);
+  GS_RETURN_IF_ERROR(p->Init());
+  return std::unique_ptr<DevicePusher>(std::move(p));
+}
+
+#endif  // GS_HAVE_CUDA
+
+}  // namespace gradstream::internal

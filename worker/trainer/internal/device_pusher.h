@@ -1,0 +1,92 @@
+// Device-side encoding for a GPU worker: gradients are encoded where backward
+// left them and only the packed codes cross PCIe.
+//
+// NOTE: [device encode] For every tensor whose gradient backward has just
+// enqueued (see [grad ready] in worker/model/model.h), Enqueue() puts on the
+// model's own stream, behind the kernels that produce the gradient:
+//   1. the codec library's CUDA encoder for each chunk of the tensor
+//      (common/codec/cuda_codec.h), with the chunk's residual in device
+//      memory and the same key (seed, worker, clock, tensor, chunk id) as
+//      the host path, into a device payload buffer;
+//   2. one copy of the tensor's codes (all chunks, back to back) into a
+//      pinned host slot. Two slots alternate between consecutive tensors, so
+//      the copy of tensor k+1 runs while tensor k's codes are still being
+//      read out of the other slot: Enqueue waits only when the push thread
+//      is two tensors behind.
+// A push thread waits for each tensor's copy in enqueue order and hands its
+// chunks to PsClient::PushEncoded, so a layer's pushes start as soon as its
+// codes are on the host, while backward continues on the GPU. The codec
+// semantics are the CPU's; cuda_codec.h says where sum-based scales may
+// differ by a few ulps and which encoders do not report NaN/Inf.
+// Codecs whose scale comes from statistics (ternary, onebit, adaptive
+// twobit) read the scale back, which waits for the tensor's gradient on the
+// calling thread; fixed-threshold twobit (the default) and none never wait.
+#ifndef GRADSTREAM_WORKER_TRAINER_INTERNAL_DEVICE_PUSHER_H_
+#define GRADSTREAM_WORKER_TRAINER_INTERNAL_DEVICE_PUSHER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/client/ps_client.h"
+#include "worker/model/model.h"
+
+namespace gradstream::internal {
+
+// OK when gradients of a model on `device` can be encoded on the device:
+// FailedPrecondition naming what is missing (a build without CUDA, no CUDA
+// device present, a device other than gpu) otherwise.
+[[nodiscard]] absl::Status DeviceEncodeSupported(Device device);
+
+struct DevicePusherOptions {
+  uint64_t seed = 1;       // the job seed (ClientOptions::seed)
+  uint64_t worker_id = 0;  // ClientOptions::worker_id
+  CodecPolicy codec;
+  // Longest wait for a free pinned slot or for Finish().
+  absl::Duration wait = absl::Minutes(1);
+};
+
+// Encodes and pushes the gradients of one GPU model through one client.
+// Not thread-safe: Enqueue and Finish are called by the training thread
+// (its own push thread is internal). `model` and `client` are not owned and
+// must outlive it.
+class DevicePusher {
+ public:
+  // Allocates residuals (zero), device payload buffers and the two pinned
+  // slots for every tensor of client->shard_map(). FailedPrecondition as
+  // DeviceEncodeSupported(model->device()); NotFound for a codec the device
+  // encoders do not know; Internal for a failed allocation.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<DevicePusher>> Create(
+      Model* model, client::PsClient* client, const DevicePusherOptions& options);
+  virtual ~DevicePusher() = default;
+
+  // Enqueues the encode and the copy of tensor `tensor`'s gradient for clock
+  // `clock` on the model's stream (see [device encode]). InvalidArgument for
+  // a gradient with NaN/Inf when the codec computes a scale, Internal for a
+  // CUDA error, DeadlineExceeded when no slot frees up within options.wait.
+  [[nodiscard]] virtual absl::Status Enqueue(int tensor, uint64_t clock) = 0;
+
+  // Waits until every enqueued tensor was handed to the client and returns
+  // the push handles in enqueue order; adds the device time spent encoding
+  // and copying codes since the last Finish to *device_seconds. The first
+  // error of the push thread (a CUDA error) if any.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<client::PushHandle>> Finish(
+      double* device_seconds) = 0;
+
+  // L2 norm of all residuals; waits for the model's stream.
+  [[nodiscard]] virtual absl::StatusOr<double> ResidualNorm() = 0;
+
+  // Copies the residuals of tensor `tensor` (num_elems floats, in tensor
+  // order) to host; waits for the model's stream. For tests.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<float>> Residuals(int tensor) = 0;
+
+ protected:
+  DevicePusher() = default;
+};
+
+}  // namespace gradstream::internal
+
+#endif  // GRADSTREAM_WORKER_TRAINER_INTERNAL_DEVICE_PUSHER_H_

@@ -1,0 +1,184 @@
+// The device encode path (LABELS gpu): the codes it pushes are the host
+// path's, and its residuals keep g + r_old == decoded + r_new. Skips only when
+// no CUDA device is present; the unavailable-path answer is tested anywhere.
+#include "worker/trainer/internal/device_pusher.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/codec/cuda_codec.h"
+#include "gtest/gtest.h"
+#include "worker/client/internal/tensor_encoder.h"
+
+#ifdef GS_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gradstream::internal {
+namespace {
+
+TEST(DeviceEncode, UnavailableSaysWhy) {
+  const absl::Status cpu = DeviceEncodeSupported(Device::kCpu);
+  EXPECT_EQ(cpu.code(), absl::StatusCode::kFailedPrecondition);
+  const absl::Status gpu = DeviceEncodeSupported(Device::kGpu);
+  if (!gpu.ok()) {
+    EXPECT_EQ(gpu.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(absl::StrContains(gpu.message(), "CUDA")) << gpu;
+  }
+}
+
+#ifdef GS_HAVE_CUDA
+
+// Records what the pusher hands over; answers every push at once.
+class CapturingClient final : public client::PsClient {
+ public:
+  explicit CapturingClient(ShardMap map) : map_(std::move(map)) {}
+
+  struct Pushed {
+    uint32_t tensor;
+    uint64_t clock;
+    std::vector<ChunkHeader> headers;
+    std::vector<std::string> payloads;
+  };
+
+  client::PushHandle Push(uint32_t, absl::Span<const float>, uint64_t) override { return {}; }
+  client::PushHandle PushEncoded(uint32_t tensor, absl::Span<const client::EncodedChunkView> chunks,
+                                 uint64_t clock) override {
+    Pushed p{tensor, clock, {}, {}};
+    for (const auto& c : chunks) {
+      p.headers.push_back(c.header);
+      p.payloads.emplace_back(c.payload);
+    }
+    pushed.push_back(std::move(p));
+    return {};
+  }
+  client::PullHandle Pull(uint64_t, std::vector<absl::Span<float>>) override { return {}; }
+  absl::Status InitParams(absl::Span<const absl::Span<const float>>, absl::Duration) override {
+    return absl::OkStatus();
+  }
+  absl::Status AdvanceClock(uint64_t) override { return absl::OkStatus(); }
+  absl::Status Leave(absl::Duration) override { return absl::OkStatus(); }
+  client::ClientStats stats() const override { return {}; }
+  const ShardMap& shard_map() const override { return map_; }
+
+  std::vector<Pushed> pushed;  // only the push thread writes, Finish() orders it
+
+ private:
+  const ShardMap map_;
+};
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 0.3f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+class DevicePusherTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!cuda::DeviceAvailable()) GTEST_SKIP() << "no CUDA device is present";
+  }
+};
+
+// Three clocks of the CNN's gradients, cut into ragged 1000-element chunks:
+// every tensor's residual invariant holds, and for the scale-free codecs the
+// pushed bytes equal the host encoders' (which the same clocks drive).
+TEST_P(DevicePusherTest, ResidualInvariantAndHostBytes) {
+  const std::string codec = GetParam();
+  ModelConfig config;
+  config.type = ModelType::kCnn;
+  config.input = {1, 28, 28};
+  auto model = CreateModel(config, Device::kGpu);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<TensorSpec>& tensors = (*model)->params();
+  CodecPolicy policy;
+  policy.default_codec = codec;
+  auto map = SplitModel(tensors, {"shard:0"}, 1000, policy);
+  ASSERT_TRUE(map.ok()) << map.status();
+  CapturingClient client(*map);
+  DevicePusherOptions options;
+  options.seed = 9;
+  options.worker_id = 3;
+  options.codec = policy;
+  auto pusher = DevicePusher::Create(model->get(), &client, options);
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+
+  std::vector<std::unique_ptr<client::internal::TensorEncoder>> host;
+  for (const auto& t : map->tensors) {
+    auto enc = client::internal::TensorEncoder::Create(*map, t.index, t.codec, policy);
+    ASSERT_TRUE(enc.ok());
+    host.push_back(*std::move(enc));
+  }
+  const bool scale_free = codec == "twobit" || codec == "none";
+  for (uint64_t clock = 0; clock < 3; ++clock) {
+    std::vector<std::vector<float>> grads, before;
+    for (int t = 0; t < (*model)->num_tensors(); ++t) {
+      grads.push_back(Random((*model)->params()[t].num_elems, 100 * clock + t));
+      ASSERT_EQ(cudaMemcpy((*model)->grad_data(t), grads[t].data(), grads[t].size() * 4,
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+      auto r = (*pusher)->Residuals(t);
+      ASSERT_TRUE(r.ok()) << r.status();
+      before.push_back(*std::move(r));
+    }
+    client.pushed.clear();
+    // Backward's order: last layer first.
+    for (int t = (*model)->num_tensors() - 1; t >= 0; --t) {
+      ASSERT_TRUE((*pusher)->Enqueue(t, clock).ok());
+    }
+    double seconds = 0;
+    auto handles = (*pusher)->Finish(&seconds);
+    ASSERT_TRUE(handles.ok()) << handles.status();
+    EXPECT_EQ(handles->size(), static_cast<size_t>((*model)->num_tensors()));
+    EXPECT_GT(seconds, 0.0);
+    ASSERT_EQ(client.pushed.size(), handles->size());
+    for (const auto& p : client.pushed) {
+      const uint32_t t = p.tensor;
+      EXPECT_EQ(p.clock, clock);
+      auto after = (*pusher)->Residuals(static_cast<int>(t));
+      ASSERT_TRUE(after.ok());
+      std::vector<float> decoded(grads[t].size(), 0.0f);
+      const client::internal::TensorEncoder& enc = *host[t];
+      ASSERT_EQ(p.headers.size(), enc.num_chunks());
+      for (size_t i = 0; i < enc.num_chunks(); ++i) {
+        const ChunkInfo& c = enc.chunk(i);
+        ASSERT_TRUE(DecodeAdd(p.headers[i], p.payloads[i],
+                              absl::MakeSpan(decoded.data() + c.offset, c.num_elems), 1.0f)
+                        .ok());
+        ChunkHeader h;
+        std::string payload;
+        ASSERT_TRUE(host[t]->EncodeChunk(i, grads[t], 9, 3, clock, &h, &payload).ok());
+        if (scale_free) {
+          EXPECT_EQ(p.headers[i].scale, h.scale);
+          EXPECT_EQ(p.payloads[i], payload) << codec << " tensor " << t << " chunk " << i;
+        } else {
+          EXPECT_NEAR(p.headers[i].scale, h.scale, 1e-5f * std::fabs(h.scale));
+        }
+      }
+      for (size_t j = 0; j < decoded.size(); ++j) {
+        const float lhs = grads[t][j] + before[t][j];
+        const float rhs = decoded[j] + (*after)[j];
+        ASSERT_NEAR(lhs, rhs, 1e-6f * (1 + std::fabs(lhs) + std::fabs(decoded[j])))
+            << codec << " tensor " << t << "[" << j << "] clock " << clock;
+      }
+    }
+  }
+  auto norm = (*pusher)->ResidualNorm();
+  ASSERT_TRUE(norm.ok());
+  if (codec != "none") {
+    EXPECT_GT(*norm, 0.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, DevicePusherTest,
+                         ::testing::Values("none", "twobit", "ternary", "onebit"));
+
+#endif  // GS_HAVE_CUDA
+
+}  // namespace
+}  // namespace gradstream::internal
