@@ -31,17 +31,28 @@ class CheckpointProgress {
 
   // The clock a checkpoint taken now stands for (see [checkpoint progress]),
   // given the lowest chunk version and the slowest member's clock.
-  uint64_t Clock(uint64_t min_chunk_version, uint64_t min_member_clock) const;
+  uint64_t Clock(uint64_t min_chunk_version, uint64_t min_member_clock) const {
+    return mode_ == ConsistencyMode::kSync ? min_chunk_version : min_member_clock;
+  }
 
   // Whether periodic checkpoints are on.
   bool periodic() const { return every_ != 0; }
   // Returns true when a periodic checkpoint is due at `clock` and none is
   // already scheduled; the caller then writes one and calls EndScheduled().
-  [[nodiscard]] bool TrySchedule(uint64_t clock);
+  [[nodiscard]] bool TrySchedule(uint64_t clock) {
+    if (!periodic()) return false;
+    if (clock / every_ <= last_.load() / every_) return false;
+    return !scheduled_.exchange(true);
+  }
   void EndScheduled() { scheduled_.store(false); }
 
-  // A checkpoint at `clock` was written (or restored from).
-  void Written(uint64_t clock);
+  // A checkpoint at `clock` was written (or restored from). The newest
+  // clock stays: an older one does not make a checkpoint due again.
+  void Written(uint64_t clock) {
+    uint64_t last = last_.load();
+    while (clock > last && !last_.compare_exchange_weak(last, clock)) {
+    }
+  }
   uint64_t last_written() const { return last_.load(); }
 
  private:
