@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -14,10 +16,6 @@ namespace {
 
 constexpr size_t kMaxRoundRecords = 4096;
 
-bool Contains(const std::vector<uint64_t>& v, uint64_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
 }  // namespace
 
 Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
@@ -26,6 +24,10 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
       env_(env),
       executor_(executor),
       controller_(NewController(options_.consistency)),
+      membership_(options_.membership),
+      // Without a directory nothing is written, so nothing is ever due.
+      progress_(options_.consistency.mode,
+                options_.checkpoint_dir.empty() ? 0 : options_.checkpoint_every),
       staleness_hist_(kStalenessBuckets, 0) {
   for (const ChunkSpec& spec : options_.chunks) {
     auto chunk = std::make_unique<ChunkState>(spec.chunk_id, spec.num_elems);
@@ -37,8 +39,6 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
     chunk_by_id_[spec.chunk_id] = chunk.get();
     chunks_.push_back(std::move(chunk));
   }
-  absl::MutexLock l(&members_mu_);
-  epochs_.push_back(options_.membership);
 }
 
 absl::StatusOr<Job::Opened> Job::Open(JobOptions options, Env* env, Executor* executor) {
@@ -105,19 +105,8 @@ absl::Status Job::Restore(const JobSnapshot& snap) {
     chunk->version.store(c.version);
     chunk->initialized.store(c.initialized);
   }
-  absl::MutexLock l(&members_mu_);
-  if (!snap.epochs.empty()) {
-    MembershipEpoch requested = epochs_.back();
-    epochs_ = snap.epochs;
-    // A CreateJob that brings a newer epoch than the checkpoint's wins.
-    if (requested.epoch > epochs_.back().epoch &&
-        requested.effective_clock >= epochs_.back().effective_clock) {
-      epochs_.push_back(std::move(requested));
-    }
-  }
-  for (const auto& [w, c] : snap.worker_clocks) clocks_[w] = c;
-  for (const auto& [w, i] : snap.incarnations) incarnations_[w] = i;
-  last_checkpoint_clock_.store(snap.clock);
+  membership_.RestoreFrom(snap);
+  progress_.Written(snap.clock);
   return absl::OkStatus();
 }
 
@@ -128,32 +117,13 @@ ChunkState* Job::FindChunk(uint64_t id) const {
 
 absl::StatusOr<Job::HelloInfo> Job::Hello(uint64_t worker, uint64_t incarnation) {
   HelloInfo info;
-  {
-    absl::MutexLock l(&members_mu_);
-    auto [it, inserted] = incarnations_.emplace(worker, incarnation);
-    if (!inserted) {
-      if (incarnation < it->second) {
-        return absl::FailedPreconditionError(absl::StrCat("stale incarnation ", incarnation,
-                                                          " of worker ", worker, ": incarnation ",
-                                                          it->second, " already joined"));
-      }
-      it->second = incarnation;
-    }
-    info.epoch = epochs_.back().epoch;
-  }
+  GS_ASSIGN_OR_RETURN(info.epoch, membership_.Hello(worker, incarnation));
   for (const auto& c : chunks_) info.chunk_ids.push_back(c->chunk_id);
   return info;
 }
 
 absl::Status Job::CheckIncarnation(uint64_t worker, uint64_t incarnation) const {
-  absl::ReaderMutexLock l(&members_mu_);
-  auto it = incarnations_.find(worker);
-  if (it != incarnations_.end() && incarnation < it->second) {
-    return absl::FailedPreconditionError(absl::StrCat("incarnation ", incarnation, " of worker ",
-                                                      worker, " was replaced by incarnation ",
-                                                      it->second));
-  }
-  return absl::OkStatus();
+  return membership_.CheckIncarnation(worker, incarnation);
 }
 
 absl::StatusOr<bool> Job::Push(const PushArgs& push) {
@@ -215,75 +185,23 @@ absl::StatusOr<bool> Job::Init(uint64_t chunk_id, std::string_view values) {
   return false;
 }
 
-const MembershipEpoch* Job::EpochAtLocked(uint64_t clock) const {
-  // Epochs are sorted by effective clock; the last one at or before `clock`
-  // is in effect there.
-  const MembershipEpoch* found = nullptr;
-  for (const MembershipEpoch& e : epochs_) {
-    if (e.effective_clock <= clock) found = &e;
-  }
-  return found;
-}
-
-std::vector<uint64_t> Job::MembersAt(uint64_t clock, uint64_t* epoch) const {
-  absl::ReaderMutexLock l(&members_mu_);
-  const MembershipEpoch* found = EpochAtLocked(clock);
-  if (found == nullptr) {
-    *epoch = 0;
-    return {};
-  }
-  *epoch = found->epoch;
-  return found->workers;
-}
-
-std::optional<uint64_t> Job::NextStaffedClock(uint64_t clock) const {
-  absl::ReaderMutexLock l(&members_mu_);
-  // The candidates are `clock` itself and each later effective clock.
-  auto staffed_at = [&](uint64_t c) ABSL_SHARED_LOCKS_REQUIRED(members_mu_) {
-    const MembershipEpoch* e = EpochAtLocked(c);
-    return e != nullptr && !e->workers.empty();
-  };
-  if (staffed_at(clock)) return clock;
-  for (const MembershipEpoch& e : epochs_) {
-    if (e.effective_clock > clock && staffed_at(e.effective_clock)) return e.effective_clock;
-  }
-  return std::nullopt;
-}
-
-uint64_t Job::MemberClockLocked(uint64_t worker) const {
-  // A member that never advanced its clock is at the effective clock of the
-  // epoch it joined in.
-  auto it = clocks_.find(worker);
-  if (it != clocks_.end()) return it->second;
-  uint64_t c = epochs_.back().effective_clock;
-  for (size_t i = epochs_.size(); i-- > 0;) {
-    if (!Contains(epochs_[i].workers, worker)) break;
-    c = epochs_[i].effective_clock;
-  }
-  return c;
-}
-
-uint64_t Job::MinClockLocked() const {
-  // The slowest member of the newest epoch.
-  const MembershipEpoch& last = epochs_.back();
-  if (last.workers.empty()) return last.effective_clock;
+uint64_t Job::MinChunkVersion() const {
   uint64_t min = std::numeric_limits<uint64_t>::max();
-  for (uint64_t w : last.workers) min = std::min(min, MemberClockLocked(w));
+  for (const auto& c : chunks_) min = std::min(min, c->version.load());
   return min;
 }
 
-uint64_t Job::MinClock() const {
-  absl::ReaderMutexLock l(&members_mu_);
-  return MinClockLocked();
+uint64_t Job::ProgressClock() const {
+  return progress_.Clock(MinChunkVersion(), membership_.MinClock());
 }
 
-uint64_t Job::ProgressClock() const {
-  if (options_.consistency.mode == ConsistencyMode::kSync) {
-    uint64_t min = std::numeric_limits<uint64_t>::max();
-    for (const auto& c : chunks_) min = std::min(min, c->version.load());
-    return min;
+bool Job::AdvanceChunks() {
+  bool moved = false;
+  for (const auto& c : chunks_) {
+    absl::MutexLock l(&c->mu);
+    moved |= controller_->Advance(*c, *this);
   }
-  return MinClock();
+  return moved;
 }
 
 bool Job::Ready(const PullArgs& pull) const {
@@ -293,13 +211,13 @@ bool Job::Ready(const PullArgs& pull) const {
     if (!c->initialized.load()) return false;
     min_version = std::min(min_version, c->version.load());
   }
-  return controller_->PullReady(pull.clock, MinClock(), min_version);
+  return controller_->PullReady(pull.clock, membership_.MinClock(), min_version);
 }
 
 void Job::Serve(const PullArgs& pull, const PullCallback& done) {
   PullResult result;
   result.request_id = pull.request_id;
-  result.min_clock = MinClock();
+  result.min_clock = membership_.MinClock();
   result.chunks.reserve(pull.chunk_ids.size());
   for (uint64_t id : pull.chunk_ids) {
     ChunkState* c = FindChunk(id);
@@ -331,94 +249,37 @@ void Job::Pull(PullArgs pull, PullCallback done) {
   }
   for (uint64_t id : pull.chunk_ids) {
     if (FindChunk(id) == nullptr) {
-      PullResult r;
-      r.request_id = pull.request_id;
-      r.status = absl::NotFoundError(
-          absl::StrCat("chunk ", id, " is not on this shard for job ", this->id()));
-      done(std::move(r));
-      return;
+      return PullWaitList::Fail(
+          pull, done,
+          absl::NotFoundError(
+              absl::StrCat("chunk ", id, " is not on this shard for job ", this->id())));
     }
   }
-  absl::Status cancelled;
-  {
-    // Check and park under waiters_mu_: a state change that happens after the
-    // check calls Wake(), which takes the same lock, so no wake-up is lost.
-    absl::MutexLock l(&waiters_mu_);
-    if (!Ready(pull)) {
-      if (cancelled_.ok()) {
-        parked_.push_back(Parked{std::move(pull), std::move(done)});
-        return;
-      }
-      cancelled = cancelled_;
-    }
-  }
-  if (!cancelled.ok()) {  // the job was dropped / the shard is stopping
-    PullResult r;
-    r.request_id = pull.request_id;
-    r.status = std::move(cancelled);
-    done(std::move(r));
-    return;
-  }
-  Serve(pull, done);
+  std::optional<PendingPull> now = waiting_.ParkUnlessReady(
+      PendingPull{std::move(pull), std::move(done)},
+      [this](const PullArgs& p) { return Ready(p); });
+  if (now.has_value()) Serve(now->args, now->done);
 }
 
 void Job::Wake() {
-  std::list<Parked> ready;
-  {
-    absl::MutexLock l(&waiters_mu_);
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      auto next = std::next(it);
-      if (Ready(it->args)) ready.splice(ready.end(), parked_, it);
-      it = next;
-    }
+  for (PendingPull& p : waiting_.TakeReady([this](const PullArgs& a) { return Ready(a); })) {
+    Serve(p.args, p.done);
   }
-  for (Parked& p : ready) Serve(p.args, p.done);
 }
 
 void Job::ExpirePulls(absl::Time now) {
-  std::list<Parked> expired;
-  {
-    absl::MutexLock l(&waiters_mu_);
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      auto next = std::next(it);
-      if (it->args.deadline <= now) expired.splice(expired.end(), parked_, it);
-      it = next;
-    }
-  }
-  for (Parked& p : expired) {
-    PullResult r;
-    r.request_id = p.args.request_id;
-    r.status = absl::DeadlineExceededError(absl::StrCat(
-        "pull ", p.args.request_id, " at clock ", p.args.clock,
-        " not answerable before its deadline (slowest member clock ", MinClock(), ")"));
-    p.done(std::move(r));
-  }
+  waiting_.Expire(now, [this](const PullArgs& a) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "pull ", a.request_id, " at clock ", a.clock,
+        " not answerable before its deadline (slowest member clock ", membership_.MinClock(),
+        ")"));
+  });
 }
 
-void Job::CancelPulls(const absl::Status& why) {
-  std::list<Parked> all;
-  {
-    absl::MutexLock l(&waiters_mu_);
-    cancelled_ = why.ok() ? absl::CancelledError("pulls cancelled") : why;
-    all.swap(parked_);
-  }
-  for (Parked& p : all) {
-    PullResult r;
-    r.request_id = p.args.request_id;
-    r.status = why;
-    p.done(std::move(r));
-  }
-}
+void Job::CancelPulls(const absl::Status& why) { waiting_.Close(why); }
 
 void Job::AdvanceClock(uint64_t worker, uint64_t clock) {
-  {
-    absl::MutexLock l(&members_mu_);
-    auto [it, inserted] = clocks_.emplace(worker, clock);
-    if (!inserted) {
-      if (clock <= it->second) return;
-      it->second = clock;
-    }
-  }
+  if (!membership_.AdvanceClock(worker, clock)) return;
   Wake();
   if (options_.consistency.mode != ConsistencyMode::kSync) {
     MaybeCheckpoint();
@@ -428,13 +289,8 @@ void Job::AdvanceClock(uint64_t worker, uint64_t clock) {
   // restore from a checkpoint older than what the members finished (see
   // [lost rounds]). Cheap to test, so a live shard pays nothing for it.
   const uint64_t from = ProgressClock();
-  if (MinClock() <= from) return;
-  bool moved = false;
-  for (const auto& c : chunks_) {
-    absl::MutexLock l(&c->mu);
-    moved |= controller_->Advance(*c, *this);
-  }
-  if (!moved) return;
+  if (membership_.MinClock() <= from) return;
+  if (!AdvanceChunks()) return;
   LOG(WARNING) << "job " << id() << ": every member finished clocks from " << from
                << " on without their pushes reaching this shard (lost with an earlier run of it;"
                << " restored from an older checkpoint): rounds closed with what arrived, now at "
@@ -443,34 +299,13 @@ void Job::AdvanceClock(uint64_t worker, uint64_t clock) {
   MaybeCheckpoint();
 }
 
-uint64_t Job::WorkerClock(uint64_t worker) const {
-  absl::ReaderMutexLock l(&members_mu_);
-  auto it = clocks_.find(worker);
-  return it == clocks_.end() ? 0 : it->second;
-}
-
 absl::StatusOr<uint64_t> Job::UpdateMembership(MembershipEpoch epoch) {
-  {
-    absl::MutexLock l(&members_mu_);
-    const MembershipEpoch& last = epochs_.back();
-    if (epoch.epoch <= last.epoch) return last.epoch;
-    if (epoch.effective_clock < last.effective_clock) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("epoch ", epoch.epoch, " takes effect at clock ", epoch.effective_clock,
-                       ", before epoch ", last.epoch, " (clock ", last.effective_clock, ")"));
-    }
-    epochs_.push_back(std::move(epoch));
-  }
+  GS_ASSIGN_OR_RETURN(const uint64_t newest, membership_.Update(std::move(epoch)));
   // Rounds waiting on a removed member may be complete now.
-  bool moved = false;
-  for (const auto& c : chunks_) {
-    absl::MutexLock l(&c->mu);
-    moved |= controller_->Advance(*c, *this);
-  }
+  const bool moved = AdvanceChunks();
   Wake();
   if (moved) MaybeCheckpoint();
-  absl::ReaderMutexLock l(&members_mu_);
-  return epochs_.back().epoch;
+  return newest;
 }
 
 void Job::RecordRound(RoundInfo round) {
@@ -493,15 +328,11 @@ JobStats Job::Stats(bool include_rounds) const {
     s.min_version = std::min(s.min_version, v);
     s.max_version = std::max(s.max_version, v);
   }
-  {
-    absl::ReaderMutexLock l(&members_mu_);
-    const MembershipEpoch& last = epochs_.back();
-    s.min_clock = MinClockLocked();
-    s.max_clock = s.min_clock;
-    for (uint64_t w : last.workers) s.max_clock = std::max(s.max_clock, MemberClockLocked(w));
-    s.epoch = last.epoch;
-    s.members = static_cast<uint32_t>(last.workers.size());
-  }
+  const Membership::Summary m = membership_.Summarize();
+  s.min_clock = m.min_clock;
+  s.max_clock = m.max_clock;
+  s.epoch = m.epoch;
+  s.members = m.members;
   absl::MutexLock l(&stats_mu_);
   s.max_staleness = max_staleness_;
   s.staleness_histogram = staleness_hist_;
@@ -511,16 +342,13 @@ JobStats Job::Stats(bool include_rounds) const {
 }
 
 void Job::MaybeCheckpoint() {
-  const uint32_t every = options_.checkpoint_every;
-  if (every == 0 || options_.checkpoint_dir.empty()) return;
-  const uint64_t progress = ProgressClock();
-  if (progress / every <= last_checkpoint_clock_.load() / every) return;
-  if (checkpoint_scheduled_.exchange(true)) return;
+  if (!progress_.periodic()) return;
+  if (!progress_.TrySchedule(ProgressClock())) return;
   std::shared_ptr<Job> self = shared_from_this();
   executor_->Submit([self] {
     absl::StatusOr<CheckpointInfo> info = self->Checkpoint();
     if (!info.ok()) LOG(ERROR) << "periodic checkpoint of " << self->id() << ": " << info.status();
-    self->checkpoint_scheduled_.store(false);
+    self->progress_.EndScheduled();
   });
 }
 
@@ -534,13 +362,7 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
   snap.shard_index = options_.shard_index;
   snap.mode = options_.consistency.mode;
   snap.optimizer = options_.optimizer.type;
-  {
-    absl::ReaderMutexLock l(&members_mu_);
-    snap.epochs = epochs_;
-    snap.worker_clocks.assign(clocks_.begin(), clocks_.end());
-    snap.incarnations.assign(incarnations_.begin(), incarnations_.end());
-    snap.clock = MinClockLocked();
-  }
+  const uint64_t min_clock = membership_.SaveTo(&snap);
   uint64_t min_version = std::numeric_limits<uint64_t>::max();
   for (const auto& c : chunks_) {
     ChunkSnapshot cs;
@@ -555,14 +377,14 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
     min_version = std::min(min_version, cs.version);
     snap.chunks.push_back(std::move(cs));
   }
-  if (options_.consistency.mode == ConsistencyMode::kSync) snap.clock = min_version;
+  snap.clock = progress_.Clock(min_version, min_clock);
   const std::string data = EncodeCheckpoint(snap);
   CheckpointInfo info;
   info.path = CheckpointPath(options_.checkpoint_dir, id(), options_.shard_index);
   info.clock = snap.clock;
   info.bytes = data.size();
   GS_RETURN_IF_ERROR(env_->WriteFileAtomically(info.path, data));
-  if (snap.clock > last_checkpoint_clock_.load()) last_checkpoint_clock_.store(snap.clock);
+  progress_.Written(snap.clock);
   VLOG(1) << "checkpoint " << info.path << " clock " << info.clock << " bytes " << info.bytes;
   return info;
 }

@@ -1,18 +1,23 @@
-// One job's state on one shard: its chunks, membership epochs, worker clocks
-// and incarnations, parked pulls, statistics and checkpoints. The consistency
-// controller (consistency.h) decides how pushes turn into updates and when
-// pulls may be answered; Job does the bookkeeping around it.
+// One job's state on one shard, composed of one piece per kind of state:
+//   chunks (chunk_state.h)            parameters, optimizer state, versions
+//   Membership (membership.h)         epochs, worker clocks, incarnations
+//   PullWaitList (pull_waitlist.h)    pulls parked until they may be answered
+//   CheckpointProgress (checkpoint_progress.h)  the clock a checkpoint stands
+//                                     for, and when the next one is due
+// plus statistics. The consistency controller (consistency.h) decides how
+// pushes turn into updates and when pulls may be answered; Job routes each
+// call to the pieces and wakes parked pulls after every change that may make
+// them ready.
 //
-// Lock order: ChunkState::mu -> members_mu_; waiters_mu_ -> members_mu_.
-// No lock is held while a pull callback runs.
+// Lock order: checkpoint_mu_ -> ChunkState::mu -> Membership, stats_mu_;
+// PullWaitList -> Membership. No lock is held while a pull callback runs
+// (see [parked pulls]).
 #ifndef GRADSTREAM_SERVER_SHARD_JOB_H_
 #define GRADSTREAM_SERVER_SHARD_JOB_H_
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
-#include <functional>
-#include <list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,15 +28,16 @@
 #include "absl/synchronization/mutex.h"
 #include "common/optim/optimizer.h"
 #include "server/shard/checkpoint.h"
+#include "server/shard/checkpoint_progress.h"
 #include "server/shard/chunk_state.h"
 #include "server/shard/consistency.h"
 #include "server/shard/env.h"
 #include "server/shard/executor.h"
+#include "server/shard/membership.h"
+#include "server/shard/pull_waitlist.h"
 #include "server/shard/types.h"
 
 namespace gradstream::shard {
-
-using PullCallback = std::function<void(PullResult)>;
 
 // Thread-safe.
 class Job final : public JobContext, public std::enable_shared_from_this<Job> {
@@ -72,8 +78,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   // InvalidArgument for a size mismatch or non-finite values.
   [[nodiscard]] absl::StatusOr<bool> Init(uint64_t chunk_id, std::string_view values);
   // Answers now or parks the pull until it may be answered or its deadline
-  // passes (DeadlineExceeded). `done` runs exactly once, on some shard
-  // thread, with no shard lock held.
+  // passes (DeadlineExceeded); NotFound for a chunk not on this shard.
+  // `done` runs exactly once, on some shard thread, with no shard lock held
+  // (see [parked pulls]).
   void Pull(PullArgs pull, PullCallback done);
   // The worker finished clock-1.
   void AdvanceClock(uint64_t worker, uint64_t clock);
@@ -91,7 +98,7 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   [[nodiscard]] absl::StatusOr<CheckpointInfo> Checkpoint();
 
   JobStats Stats(bool include_rounds) const;
-  // Fails parked pulls whose deadline is before `now`.
+  // Fails parked pulls whose deadline is at or before `now`.
   void ExpirePulls(absl::Time now);
   // Fails every parked pull, and every later one that would park, with `why`
   // (job dropped, server stopping).
@@ -99,30 +106,29 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
 
   // JobContext.
   const Optimizer& optimizer() const override { return optimizer_; }
-  std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const override;
-  std::optional<uint64_t> NextStaffedClock(uint64_t clock) const override;
+  std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const override {
+    return membership_.MembersAt(clock, epoch);
+  }
+  std::optional<uint64_t> NextStaffedClock(uint64_t clock) const override {
+    return membership_.NextStaffedClock(clock);
+  }
   uint32_t max_pending_rounds() const override { return options_.max_pending_rounds; }
-  uint64_t WorkerClock(uint64_t worker) const override;
+  uint64_t WorkerClock(uint64_t worker) const override {
+    return membership_.WorkerClock(worker);
+  }
   void RecordRound(RoundInfo round) override;
 
  private:
-  struct Parked {
-    PullArgs args;
-    PullCallback done;
-  };
-
   Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor);
   [[nodiscard]] absl::Status Restore(const JobSnapshot& snap);
 
   ChunkState* FindChunk(uint64_t id) const;
-  uint64_t MinClock() const;
-  uint64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(members_mu_);
-  // The epoch in effect at `clock` (nullptr before the first one).
-  const MembershipEpoch* EpochAtLocked(uint64_t clock) const
-      ABSL_SHARED_LOCKS_REQUIRED(members_mu_);
-  // The clock of `worker`, a member of the newest epoch.
-  uint64_t MemberClockLocked(uint64_t worker) const ABSL_SHARED_LOCKS_REQUIRED(members_mu_);
+  uint64_t MinChunkVersion() const;
+  // The live job's checkpoint clock (see [checkpoint progress]).
   uint64_t ProgressClock() const;
+  // Lets the controller close what became ready on every chunk; returns true
+  // when some version moved.
+  bool AdvanceChunks();
   bool Ready(const PullArgs& pull) const;
   void Serve(const PullArgs& pull, const PullCallback& done);
   // Serves every parked pull that became ready.
@@ -137,14 +143,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::vector<std::unique_ptr<ChunkState>> chunks_;         // fixed after Open
   absl::flat_hash_map<uint64_t, ChunkState*> chunk_by_id_;  // fixed after Open
 
-  mutable absl::Mutex members_mu_;
-  std::vector<MembershipEpoch> epochs_ ABSL_GUARDED_BY(members_mu_);  // by effective clock
-  absl::flat_hash_map<uint64_t, uint64_t> clocks_ ABSL_GUARDED_BY(members_mu_);
-  absl::flat_hash_map<uint64_t, uint64_t> incarnations_ ABSL_GUARDED_BY(members_mu_);
-
-  absl::Mutex waiters_mu_;
-  std::list<Parked> parked_ ABSL_GUARDED_BY(waiters_mu_);
-  absl::Status cancelled_ ABSL_GUARDED_BY(waiters_mu_);  // set by CancelPulls
+  Membership membership_;
+  PullWaitList waiting_;
+  CheckpointProgress progress_;
 
   mutable absl::Mutex stats_mu_;
   std::vector<uint64_t> staleness_hist_ ABSL_GUARDED_BY(stats_mu_);
@@ -155,8 +156,6 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};
 
   absl::Mutex checkpoint_mu_;  // one writer at a time
-  std::atomic<uint64_t> last_checkpoint_clock_{0};
-  std::atomic<bool> checkpoint_scheduled_{false};
   std::atomic<bool> dropped_{false};
 };
 

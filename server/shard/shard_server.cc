@@ -20,6 +20,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "ps.grpc.pb.h"
 #include "server/shard/executor.h"
+#include "server/shard/internal/session_lifecycle.h"
 #include "server/shard/job.h"
 #include "server/shard/session_handler.h"
 #include "server/shard/shard_metrics.h"
@@ -28,6 +29,8 @@ namespace gradstream::shard {
 namespace {
 
 namespace pb = ::gradstream::v1;
+using internal::SessionEvent;
+using internal::SessionPhase;
 
 // Bytes a message may carry beside a chunk's payload (headers, ids).
 constexpr int kMessageOverhead = 1024;
@@ -98,7 +101,8 @@ class ShardService;
 // One worker's Session stream. Messages are handled in order, one at a time,
 // on the executor (a strand per stream); gRPC threads only queue them. The
 // protocol itself is SessionHandler's (session_handler.h); this class moves
-// messages and keeps the stream's lifetime.
+// messages and keeps the stream's lifetime: one SessionPhase, moved only by
+// Transition() (see [session lifecycle] in internal/session_lifecycle.h).
 // Thread-safe; owns itself until OnDone and while executor tasks or parked
 // pulls hold a reference.
 class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, pb::ServerMessage>,
@@ -122,11 +126,11 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
     {
       absl::MutexLock l(&mu_);
       if (!ok) {
-        reads_done_ = true;
+        Transition(SessionEvent::kPeerHalfClosed);
         MaybeFinishLocked();
         return;
       }
-      if (closing_ || finished_) return;
+      if (phase_ >= SessionPhase::kClosing) return;  // reads stop
       inbox_.push_back(std::move(read_msg_));
       read_msg_.Clear();
       if (inbox_.size() < kMaxInbox) {
@@ -146,27 +150,23 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
     absl::MutexLock l(&mu_);
     outbox_.pop_front();
     if (!ok) {
-      write_failed_ = true;
+      Transition(SessionEvent::kWriteFailed);
       outbox_.clear();
     }
-    if (!outbox_.empty()) {
-      StartWrite(&outbox_.front());
-    } else {
-      writing_ = false;
-    }
+    if (!outbox_.empty()) StartWrite(&outbox_.front());
     MaybeFinishLocked();
   }
 
   void OnCancel() override {
     absl::MutexLock l(&mu_);
-    cancelled_ = true;
+    Transition(SessionEvent::kCancelled);
     MaybeFinishLocked();
   }
 
   void OnDone() override {
     std::shared_ptr<SessionReactor> me;
     absl::MutexLock l(&mu_);
-    done_ = true;
+    Transition(SessionEvent::kDone);
     me = std::move(self_);
     // `me` may delete this after the lock is released (declared first).
   }
@@ -194,12 +194,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
     SendLocked(std::move(msg));
   }
   void SendLocked(pb::ServerMessage msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || cancelled_ || write_failed_) return;
+    if (phase_ >= SessionPhase::kAborted) return;
     outbox_.push_back(std::move(msg));
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&outbox_.front());
-    }
+    // One write at a time: the front of the outbox is the one in flight.
+    if (outbox_.size() == 1) StartWrite(&outbox_.front());
   }
   // Sends a StreamError and ends the stream after it is written.
   void Fail(absl::StatusCode code, const std::string& message) override {
@@ -208,7 +206,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
     m.mutable_error()->set_message(message);
     absl::MutexLock l(&mu_);
     SendLocked(std::move(m));
-    closing_ = true;
+    Transition(SessionEvent::kStreamError);
     MaybeFinishLocked();
   }
   PullCallback StartPull() override {
@@ -222,23 +220,32 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
     return [self](PullResult r) { self->SendPullResult(std::move(r)); };
   }
 
+  void Transition(SessionEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    phase_ = internal::NextPhase(phase_, event);
+  }
+
+  // Calls Finish() once the phase's condition holds (see [session
+  // lifecycle]); never while a write is in flight or a message is handled.
   void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || writing_) return;
-    grpc::Status status = grpc::Status::OK;
-    bool finish = false;
-    if (cancelled_ || write_failed_) {
-      finish = !draining_;
-      status = grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
-    } else if (closing_) {
-      finish = !draining_ && outbox_.empty();
-    } else {
-      finish =
-          reads_done_ && inbox_.empty() && !draining_ && outbox_.empty() && pending_pulls_ == 0;
+    if (phase_ >= SessionPhase::kFinished || !outbox_.empty() || draining_) return;
+    switch (phase_) {
+      case SessionPhase::kOpen:
+        return;
+      case SessionPhase::kHalfClosed:
+        if (!inbox_.empty() || pending_pulls_ > 0) return;
+        break;
+      case SessionPhase::kClosing:
+      case SessionPhase::kAborted:
+        break;
+      case SessionPhase::kFinished:
+      case SessionPhase::kDone:
+        return;
     }
-    if (finish) {
-      finished_ = true;
-      Finish(status);
-    }
+    const grpc::Status status = phase_ == SessionPhase::kAborted
+                                    ? grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")
+                                    : grpc::Status::OK;
+    Transition(SessionEvent::kFinish);
+    Finish(status);
   }
 
   Executor* const executor_;
@@ -249,19 +256,15 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
 
   absl::Mutex mu_;
   std::shared_ptr<SessionReactor> self_ ABSL_GUARDED_BY(mu_);
+  SessionPhase phase_ ABSL_GUARDED_BY(mu_) = SessionPhase::kOpen;
+  // Flow control, apart from the phase: at most one read and one write are
+  // outstanding and one Drain task scheduled.
   pb::WorkerMessage read_msg_;  // target of the one outstanding read
-  std::deque<pb::WorkerMessage> inbox_ ABSL_GUARDED_BY(mu_);
-  std::deque<pb::ServerMessage> outbox_ ABSL_GUARDED_BY(mu_);
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  int pending_pulls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<pb::WorkerMessage> inbox_ ABSL_GUARDED_BY(mu_);   // read, not yet handled
+  std::deque<pb::ServerMessage> outbox_ ABSL_GUARDED_BY(mu_);  // front: the write in flight
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;     // a Drain task is scheduled or running
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;  // no read outstanding: the inbox is full
+  int pending_pulls_ ABSL_GUARDED_BY(mu_) = 0;     // pulls handed to a job, not yet answered
 };
 
 // The ParameterServer service. Thread-safe: the job table is guarded by mu_;
@@ -502,14 +505,14 @@ void SessionReactor::Drain() {
     pb::WorkerMessage msg;
     {
       absl::MutexLock l(&mu_);
-      if (inbox_.empty() || closing_ || cancelled_ || finished_) {
+      if (inbox_.empty() || phase_ >= SessionPhase::kClosing) {
         draining_ = false;
         MaybeFinishLocked();
         return;
       }
       msg = std::move(inbox_.front());
       inbox_.pop_front();
-      if (read_paused_ && !reads_done_) {
+      if (read_paused_ && phase_ == SessionPhase::kOpen) {
         read_paused_ = false;
         StartRead(&read_msg_);
       }

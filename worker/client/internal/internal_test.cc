@@ -7,6 +7,7 @@
 #include "worker/client/internal/buffer_pool.h"
 #include "worker/client/internal/encode_pool.h"
 #include "worker/client/internal/pending.h"
+#include "worker/client/internal/stream_lifecycle.h"
 
 namespace gradstream::client::internal {
 namespace {
@@ -115,6 +116,56 @@ TEST(EncodePool, RunsEveryIndexExactlyOnce) {
     pool.Run(n, [&](size_t i) { hits[i].fetch_add(1); });
     for (size_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
   }
+}
+
+TEST(StreamLifecycle, LeaveThenLeaveWrittenThenWriterExitCloses) {
+  StreamPhase p = StreamPhase::kOpen;
+  p = NextStreamPhase(p, StreamEvent::kLeave);
+  EXPECT_EQ(p, StreamPhase::kLeaving);
+  EXPECT_EQ(NextStreamPhase(p, StreamEvent::kLeave), StreamPhase::kLeaving);
+  p = NextStreamPhase(p, StreamEvent::kLeaveWritten);
+  EXPECT_EQ(p, StreamPhase::kLeft);
+  p = NextStreamPhase(p, StreamEvent::kWriterExited);
+  EXPECT_EQ(p, StreamPhase::kClosed);
+}
+
+TEST(StreamLifecycle, StopWinsOverLeavingAndFailureOverEverything) {
+  for (StreamPhase p : {StreamPhase::kOpen, StreamPhase::kLeaving, StreamPhase::kLeft,
+                        StreamPhase::kClosed}) {
+    EXPECT_EQ(NextStreamPhase(p, StreamEvent::kStop), StreamPhase::kStopping)
+        << StreamPhaseName(p);
+    EXPECT_EQ(NextStreamPhase(p, StreamEvent::kFail), StreamPhase::kFailed);
+  }
+  const StreamPhase stopping = StreamPhase::kStopping;
+  EXPECT_EQ(NextStreamPhase(stopping, StreamEvent::kLeave), stopping);
+  EXPECT_EQ(NextStreamPhase(stopping, StreamEvent::kLeaveWritten), stopping);
+  EXPECT_EQ(NextStreamPhase(stopping, StreamEvent::kWriterExited), stopping);
+  EXPECT_EQ(NextStreamPhase(stopping, StreamEvent::kFail), StreamPhase::kFailed);
+  const StreamPhase failed = StreamPhase::kFailed;
+  for (StreamEvent e : {StreamEvent::kLeave, StreamEvent::kStop, StreamEvent::kWriterExited,
+                        StreamEvent::kFail}) {
+    EXPECT_EQ(NextStreamPhase(failed, e), failed);
+  }
+}
+
+TEST(StreamLifecycleDeathTest, TransitionsTheStreamCannotMakeAreProgrammerErrors) {
+  EXPECT_DEATH(NextStreamPhase(StreamPhase::kOpen, StreamEvent::kLeaveWritten), "Leave written");
+  EXPECT_DEATH(NextStreamPhase(StreamPhase::kOpen, StreamEvent::kWriterExited), "writer exited");
+  EXPECT_DEATH(NextStreamPhase(StreamPhase::kLeaving, StreamEvent::kWriterExited),
+               "writer exited");
+}
+
+TEST(ConnectionLifecycle, NetworkEventsInAnyOrderNeverCrash) {
+  ConnectionPhase c = ConnectionPhase::kAwaitingHelloAck;
+  c = NextConnectionPhase(c, ConnectionEvent::kHelloAcked);
+  EXPECT_EQ(c, ConnectionPhase::kReady);
+  EXPECT_EQ(NextConnectionPhase(c, ConnectionEvent::kHelloAcked), ConnectionPhase::kReady);
+  c = NextConnectionPhase(c, ConnectionEvent::kBroken);
+  EXPECT_EQ(c, ConnectionPhase::kBroken);
+  // A HelloAck after a mismatching one broke the connection does not revive it.
+  EXPECT_EQ(NextConnectionPhase(c, ConnectionEvent::kHelloAcked), ConnectionPhase::kBroken);
+  EXPECT_EQ(NextConnectionPhase(ConnectionPhase::kAwaitingHelloAck, ConnectionEvent::kBroken),
+            ConnectionPhase::kBroken);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/rpc/rpc.h"
+#include "common/status.h"
 
 namespace gradstream::client::internal {
 namespace {
@@ -42,14 +43,24 @@ std::string ShardStream::Describe() const { return absl::StrCat("shard ", shard_
 
 void ShardStream::Start() { writer_ = std::thread([this] { WriterLoop(); }); }
 
+void ShardStream::Transition(StreamEvent event) { phase_ = NextStreamPhase(phase_, event); }
+
+absl::Status ShardStream::ClosedStatus() const {
+  if (phase_ == StreamPhase::kFailed) return failed_;
+  if (phase_ != StreamPhase::kOpen) {
+    return absl::FailedPreconditionError(absl::StrCat(Describe(), ": stream closed"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardStream::WaitReady(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return ready_ || !failed_.ok() || finished_;
+    return hellos_acked_ > 0 || phase_ == StreamPhase::kFailed || phase_ == StreamPhase::kClosed;
   };
   mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
-  if (!failed_.ok()) return failed_;
-  if (ready_) return absl::OkStatus();
+  if (phase_ == StreamPhase::kFailed) return failed_;
+  if (hellos_acked_ > 0) return absl::OkStatus();
   if (!last_error_.ok()) {
     // Keep the shard's own code (e.g. NotFound for an unknown job).
     return Annotate(last_error_, absl::StrCat(Describe(), " not ready by the deadline: "));
@@ -71,7 +82,7 @@ void ShardStream::SendPush(std::unique_ptr<v1::WorkerMessage> message,
   absl::MutexLock lock(&mu_);
   auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return inflight_bytes_ == 0 || inflight_bytes_ + bytes <= options_.max_inflight_bytes_per_shard ||
-           !failed_.ok() || stopping_ || leaving_;
+           phase_ != StreamPhase::kOpen;
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&room), options_.rpc_deadline)) {
     done->Done(absl::ResourceExhaustedError(
@@ -79,12 +90,8 @@ void ShardStream::SendPush(std::unique_ptr<v1::WorkerMessage> message,
                      absl::FormatDuration(options_.rpc_deadline))));
     return;
   }
-  if (!failed_.ok()) {
-    done->Done(failed_);
-    return;
-  }
-  if (stopping_ || leaving_) {
-    done->Done(absl::FailedPreconditionError(absl::StrCat(Describe(), ": stream closed")));
+  if (absl::Status closed = ClosedStatus(); !closed.ok()) {
+    done->Done(closed);
     return;
   }
   const uint64_t seq = next_seq_++;
@@ -99,12 +106,8 @@ void ShardStream::SendPush(std::unique_ptr<v1::WorkerMessage> message,
 
 void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
   absl::MutexLock lock(&mu_);
-  if (!failed_.ok()) {
-    pull->Fail(shard_, failed_);
-    return;
-  }
-  if (stopping_ || leaving_) {
-    pull->Fail(shard_, absl::FailedPreconditionError(absl::StrCat(Describe(), ": stream closed")));
+  if (absl::Status closed = ClosedStatus(); !closed.ok()) {
+    pull->Fail(shard_, closed);
     return;
   }
   const uint64_t request_id = next_request_++;
@@ -120,10 +123,7 @@ void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
 
 absl::Status ShardStream::SendClock(uint64_t clock) {
   absl::MutexLock lock(&mu_);
-  if (!failed_.ok()) return failed_;
-  if (stopping_ || leaving_) {
-    return absl::FailedPreconditionError(absl::StrCat(Describe(), ": stream closed"));
-  }
+  GS_RETURN_IF_ERROR(ClosedStatus());
   // Only the latest advance matters; an older one still queued is skipped.
   if (clock_order_ != 0) journal_.erase(clock_order_);
   auto message = std::make_shared<v1::WorkerMessage>();
@@ -135,7 +135,7 @@ absl::Status ShardStream::SendClock(uint64_t clock) {
 absl::Status ShardStream::Drain(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!failed_.ok() || stopping_) return true;
+    if (phase_ == StreamPhase::kFailed || phase_ == StreamPhase::kStopping) return true;
     for (const auto& [order, e] : journal_) {
       if (e.kind == Kind::kPush) return false;
     }
@@ -150,13 +150,15 @@ absl::Status ShardStream::Drain(absl::Time deadline) {
 absl::Status ShardStream::Leave(absl::Time deadline) {
   if (absl::Status s = Drain(deadline); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  if (!failed_.ok()) return failed_;
-  if (finished_) return absl::OkStatus();
-  leaving_ = true;
+  if (phase_ == StreamPhase::kFailed) return failed_;
+  if (phase_ == StreamPhase::kClosed) return absl::OkStatus();
+  Transition(StreamEvent::kLeave);
   auto message = std::make_shared<v1::WorkerMessage>();
   message->mutable_leave();
   Enqueue(Entry{Kind::kLeave, std::move(message), nullptr, nullptr});
-  auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_; };
+  auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return phase_ == StreamPhase::kClosed || phase_ == StreamPhase::kFailed;
+  };
   if (!mu_.AwaitWithDeadline(absl::Condition(&finished), deadline)) {
     return absl::DeadlineExceededError(absl::StrCat(Describe(), " did not close the stream after Leave"));
   }
@@ -166,7 +168,7 @@ absl::Status ShardStream::Leave(absl::Time deadline) {
 void ShardStream::Stop() {
   {
     absl::MutexLock lock(&mu_);
-    stopping_ = true;
+    Transition(StreamEvent::kStop);
     if (context_ != nullptr) context_->TryCancel();
   }
   if (writer_.joinable()) writer_.join();
@@ -177,7 +179,8 @@ void ShardStream::FailAll(const absl::Status& status) {
   std::map<uint64_t, Entry> journal;
   {
     absl::MutexLock lock(&mu_);
-    if (failed_.ok()) failed_ = status;
+    if (phase_ != StreamPhase::kFailed) failed_ = status;
+    Transition(StreamEvent::kFail);
     journal.swap(journal_);
     send_queue_.clear();
     seq_order_.clear();
@@ -224,9 +227,9 @@ void ShardStream::WriterLoop() {
     bool ready;
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) break;
-      if (left_) break;  // Leave went out; the shard closed the stream
-      ready = ready_;
+      if (phase_ == StreamPhase::kStopping) break;
+      if (phase_ == StreamPhase::kLeft) break;  // Leave went out; the shard closed the stream
+      ready = hellos_acked_ > 0;
     }
     if (status.ok()) status = absl::UnavailableError(absl::StrCat(Describe(), " closed the stream"));
     if (IsPermanent(status, ready)) {
@@ -249,11 +252,14 @@ void ShardStream::WriterLoop() {
     absl::MutexLock lock(&mu_);
     last_error_ = status;
     counters_->reconnects.fetch_add(1, std::memory_order_relaxed);
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), sleep);
-    if (stopping_) break;
+    auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return phase_ == StreamPhase::kStopping;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&stopping), sleep);
+    if (stopping()) break;
   }
   absl::MutexLock lock(&mu_);
-  finished_ = true;
+  Transition(StreamEvent::kWriterExited);
 }
 
 absl::Status ShardStream::RunConnection(bool* hello_acked) {
@@ -268,9 +274,8 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
   Connection conn;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return absl::CancelledError("stopping");
+    if (phase_ == StreamPhase::kStopping) return absl::CancelledError("stopping");
     context_ = &ctx;
-    conn_ = &conn;
   }
   auto stream = stub->Session(&ctx);
   // The reader writes Hello before it starts reading, so no other write can
@@ -282,13 +287,14 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
   {
     absl::MutexLock lock(&mu_);
     auto answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return conn.hello_acked || conn.broken || stopping_;
+      return conn.phase != ConnectionPhase::kAwaitingHelloAck ||
+             phase_ == StreamPhase::kStopping;
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&answered), options_.rpc_deadline)) {
       status = absl::DeadlineExceededError(
           absl::StrCat(Describe(), " did not answer Hello within ",
                        absl::FormatDuration(options_.rpc_deadline)));
-    } else if (conn.hello_acked && !conn.broken && !stopping_) {
+    } else if (conn.phase == ConnectionPhase::kReady && phase_ != StreamPhase::kStopping) {
       *hello_acked = true;
       // Replay everything un-answered, in its original order (see [client streams]).
       send_queue_.clear();
@@ -301,19 +307,24 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
         send_queue_.push_back(it->first);
         ++it;
       }
-      if (ready_) counters_->replayed.fetch_add(send_queue_.size(), std::memory_order_relaxed);
-      ready_ = true;
+      if (hellos_acked_ > 0) {
+        counters_->replayed.fetch_add(send_queue_.size(), std::memory_order_relaxed);
+      }
+      ++hellos_acked_;
     }
   }
   while (*hello_acked && status.ok()) {
     Entry entry;
     {
       absl::MutexLock lock(&mu_);
+      auto gone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return conn.phase == ConnectionPhase::kBroken || phase_ == StreamPhase::kStopping;
+      };
       auto can_send = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !send_queue_.empty() || conn.broken || stopping_;
+        return !send_queue_.empty() || gone();
       };
       mu_.AwaitWithTimeout(absl::Condition(&can_send), options_.stream_lifetime);
-      if (conn.broken || stopping_) break;
+      if (gone()) break;
       if (send_queue_.empty()) continue;
       const uint64_t order = send_queue_.front();
       send_queue_.pop_front();
@@ -329,7 +340,7 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
       stream->WritesDone();
       leave_sent = true;
       absl::MutexLock lock(&mu_);
-      left_ = true;
+      Transition(StreamEvent::kLeaveWritten);
       break;
     }
   }
@@ -338,13 +349,12 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
   const grpc::Status finish = stream->Finish();
   absl::MutexLock lock(&mu_);
   context_ = nullptr;
-  conn_ = nullptr;
   if (!conn.stream_error.ok()) return conn.stream_error;
   if (!finish.ok() && finish.error_code() != grpc::StatusCode::CANCELLED) {
     return Annotate(FromGrpcStatus(finish), absl::StrCat(Describe(), ": "));
   }
   if (!status.ok()) return status;
-  if (stopping_) return absl::CancelledError("stopping");
+  if (phase_ == StreamPhase::kStopping) return absl::CancelledError("stopping");
   if (leave_sent && finish.ok()) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(Describe(), " ended the stream"));
 }
@@ -362,7 +372,7 @@ void ShardStream::ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::Ser
     while (stream->Read(&m)) Dispatch(m, conn);
   }
   absl::MutexLock lock(&mu_);
-  conn->broken = true;
+  Transition(conn, ConnectionEvent::kBroken);
 }
 
 void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
@@ -379,10 +389,10 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
             absl::StrCat(Describe(), " owns ", got.size(), " chunks for job '", options_.job_id,
                          "' but the shard map gives it ", want.size(),
                          " (or other ones): wrong map or address"));
-        conn->broken = true;
+        Transition(conn, ConnectionEvent::kBroken);
         return;
       }
-      conn->hello_acked = true;
+      Transition(conn, ConnectionEvent::kHelloAcked);
       return;
     }
     case v1::ServerMessage::kAck: {

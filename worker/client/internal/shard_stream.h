@@ -1,7 +1,8 @@
 // One shard's Session stream: a journal of un-answered messages, a writer
 // thread that (re)connects and sends, and a reader thread per connection that
 // matches acks by seq and pull answers by request_id. See [client streams] in
-// ../ps_client.h.
+// ../ps_client.h; the stream's and each connection's phases are in
+// stream_lifecycle.h ([client stream lifecycle]).
 #ifndef GRADSTREAM_WORKER_CLIENT_INTERNAL_SHARD_STREAM_H_
 #define GRADSTREAM_WORKER_CLIENT_INTERNAL_SHARD_STREAM_H_
 
@@ -23,6 +24,7 @@
 #include "worker/client/channel_factory.h"
 #include "worker/client/internal/buffer_pool.h"
 #include "worker/client/internal/pending.h"
+#include "worker/client/internal/stream_lifecycle.h"
 #include "worker/client/ps_client.h"
 
 namespace gradstream::client::internal {
@@ -81,11 +83,11 @@ class ShardStream {
     std::shared_ptr<PullState> pull;   // kPull
     uint64_t bytes = 0;                // counted against max_inflight_bytes
   };
-  // State of one connection attempt, shared by its writer and reader.
+  // State of one connection attempt, shared by its writer and reader
+  // (guarded by mu_).
   struct Connection {
-    bool hello_acked = false;
-    bool broken = false;           // reader saw the end of the stream
-    absl::Status stream_error;     // StreamError sent by the shard
+    ConnectionPhase phase = ConnectionPhase::kAwaitingHelloAck;
+    absl::Status stream_error;  // StreamError sent by the shard
   };
 
   void WriterLoop();
@@ -95,6 +97,13 @@ class ShardStream {
   void ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::ServerMessage>* stream,
                   Connection* conn);
   void Dispatch(const v1::ServerMessage& m, Connection* conn);
+  void Transition(StreamEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Transition(Connection* conn, ConnectionEvent event) {
+    conn->phase = NextConnectionPhase(conn->phase, event);
+  }
+  // The error new work gets: the stream's failure, or "stream closed" once
+  // it is leaving or stopping; OK while open.
+  absl::Status ClosedStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t Enqueue(Entry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the stream for good: every journal entry completes with `status`.
   void FailAll(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
@@ -121,14 +130,10 @@ class ShardStream {
   uint64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t clock_order_ ABSL_GUARDED_BY(mu_) = 0;  // latest clock advance, 0 = none
   uint64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  bool ready_ ABSL_GUARDED_BY(mu_) = false;        // a Hello was acknowledged once
-  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
-  bool left_ ABSL_GUARDED_BY(mu_) = false;         // Leave was written
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status failed_ ABSL_GUARDED_BY(mu_);       // permanent error
-  absl::Status last_error_ ABSL_GUARDED_BY(mu_);   // of the latest failed attempt
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;     // writer thread returned
-  Connection* conn_ ABSL_GUARDED_BY(mu_) = nullptr;
+  StreamPhase phase_ ABSL_GUARDED_BY(mu_) = StreamPhase::kOpen;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);      // why, in kFailed
+  uint64_t hellos_acked_ ABSL_GUARDED_BY(mu_) = 0;  // over every connection
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);  // of the latest failed attempt
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   std::thread writer_;

@@ -1,0 +1,168 @@
+#include "server/shard/membership.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gradstream::shard {
+namespace {
+
+bool Contains(const std::vector<uint64_t>& v, uint64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
+
+Membership::Membership(MembershipEpoch first) { epochs_.push_back(std::move(first)); }
+
+absl::StatusOr<uint64_t> Membership::Hello(uint64_t worker, uint64_t incarnation) {
+  absl::MutexLock l(&mu_);
+  auto [it, inserted] = incarnations_.emplace(worker, incarnation);
+  if (!inserted) {
+    if (incarnation < it->second) {
+      return absl::FailedPreconditionError(absl::StrCat("stale incarnation ", incarnation,
+                                                        " of worker ", worker, ": incarnation ",
+                                                        it->second, " already joined"));
+    }
+    it->second = incarnation;
+  }
+  return epochs_.back().epoch;
+}
+
+absl::Status Membership::CheckIncarnation(uint64_t worker, uint64_t incarnation) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = incarnations_.find(worker);
+  if (it != incarnations_.end() && incarnation < it->second) {
+    return absl::FailedPreconditionError(absl::StrCat("incarnation ", incarnation, " of worker ",
+                                                      worker, " was replaced by incarnation ",
+                                                      it->second));
+  }
+  return absl::OkStatus();
+}
+
+bool Membership::AdvanceClock(uint64_t worker, uint64_t clock) {
+  absl::MutexLock l(&mu_);
+  auto [it, inserted] = clocks_.emplace(worker, clock);
+  if (inserted) return true;
+  if (clock <= it->second) return false;
+  it->second = clock;
+  return true;
+}
+
+uint64_t Membership::WorkerClock(uint64_t worker) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = clocks_.find(worker);
+  return it == clocks_.end() ? 0 : it->second;
+}
+
+absl::StatusOr<uint64_t> Membership::Update(MembershipEpoch epoch) {
+  absl::MutexLock l(&mu_);
+  const MembershipEpoch& last = epochs_.back();
+  if (epoch.epoch <= last.epoch) return last.epoch;
+  if (epoch.effective_clock < last.effective_clock) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epoch ", epoch.epoch, " takes effect at clock ", epoch.effective_clock,
+                     ", before epoch ", last.epoch, " (clock ", last.effective_clock, ")"));
+  }
+  epochs_.push_back(std::move(epoch));
+  return epochs_.back().epoch;
+}
+
+const MembershipEpoch* Membership::EpochAtLocked(uint64_t clock) const {
+  // Epochs are sorted by effective clock; the last one at or before `clock`
+  // is in effect there.
+  const MembershipEpoch* found = nullptr;
+  for (const MembershipEpoch& e : epochs_) {
+    if (e.effective_clock <= clock) found = &e;
+  }
+  return found;
+}
+
+std::vector<uint64_t> Membership::MembersAt(uint64_t clock, uint64_t* epoch) const {
+  absl::ReaderMutexLock l(&mu_);
+  const MembershipEpoch* found = EpochAtLocked(clock);
+  if (found == nullptr) {
+    *epoch = 0;
+    return {};
+  }
+  *epoch = found->epoch;
+  return found->workers;
+}
+
+std::optional<uint64_t> Membership::NextStaffedClock(uint64_t clock) const {
+  absl::ReaderMutexLock l(&mu_);
+  // The candidates are `clock` itself and each later effective clock.
+  auto staffed_at = [&](uint64_t c) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    const MembershipEpoch* e = EpochAtLocked(c);
+    return e != nullptr && !e->workers.empty();
+  };
+  if (staffed_at(clock)) return clock;
+  for (const MembershipEpoch& e : epochs_) {
+    if (e.effective_clock > clock && staffed_at(e.effective_clock)) return e.effective_clock;
+  }
+  return std::nullopt;
+}
+
+uint64_t Membership::MemberClockLocked(uint64_t worker) const {
+  // See [member clocks].
+  auto it = clocks_.find(worker);
+  if (it != clocks_.end()) return it->second;
+  uint64_t c = epochs_.back().effective_clock;
+  for (size_t i = epochs_.size(); i-- > 0;) {
+    if (!Contains(epochs_[i].workers, worker)) break;
+    c = epochs_[i].effective_clock;
+  }
+  return c;
+}
+
+uint64_t Membership::MinClockLocked() const {
+  const MembershipEpoch& last = epochs_.back();
+  if (last.workers.empty()) return last.effective_clock;
+  uint64_t min = std::numeric_limits<uint64_t>::max();
+  for (uint64_t w : last.workers) min = std::min(min, MemberClockLocked(w));
+  return min;
+}
+
+uint64_t Membership::MinClock() const {
+  absl::ReaderMutexLock l(&mu_);
+  return MinClockLocked();
+}
+
+Membership::Summary Membership::Summarize() const {
+  absl::ReaderMutexLock l(&mu_);
+  const MembershipEpoch& last = epochs_.back();
+  Summary s;
+  s.min_clock = MinClockLocked();
+  s.max_clock = s.min_clock;
+  for (uint64_t w : last.workers) s.max_clock = std::max(s.max_clock, MemberClockLocked(w));
+  s.epoch = last.epoch;
+  s.members = static_cast<uint32_t>(last.workers.size());
+  return s;
+}
+
+uint64_t Membership::SaveTo(JobSnapshot* snap) const {
+  absl::ReaderMutexLock l(&mu_);
+  snap->epochs = epochs_;
+  snap->worker_clocks.assign(clocks_.begin(), clocks_.end());
+  snap->incarnations.assign(incarnations_.begin(), incarnations_.end());
+  return MinClockLocked();
+}
+
+void Membership::RestoreFrom(const JobSnapshot& snap) {
+  absl::MutexLock l(&mu_);
+  if (!snap.epochs.empty()) {
+    MembershipEpoch requested = epochs_.back();
+    epochs_ = snap.epochs;
+    // A CreateJob that brings a newer epoch than the checkpoint's wins.
+    if (requested.epoch > epochs_.back().epoch &&
+        requested.effective_clock >= epochs_.back().effective_clock) {
+      epochs_.push_back(std::move(requested));
+    }
+  }
+  for (const auto& [w, c] : snap.worker_clocks) clocks_[w] = c;
+  for (const auto& [w, i] : snap.incarnations) incarnations_[w] = i;
+}
+
+}  // namespace gradstream::shard

@@ -1,0 +1,97 @@
+// One job's membership on one shard: the epochs the coordinator sent (who
+// pushes from which clock on), each worker's clock (its latest
+// ClockAdvance) and each worker's newest incarnation (which Hello may join).
+// The consistency controllers read it through JobContext (consistency.h);
+// Job forwards to it.
+//
+// NOTE: [member clocks]
+// A worker's clock c means it finished every clock below c. A member that
+// never advanced is at the effective clock of the epoch it joined in (the
+// oldest of the unbroken run of newest epochs that list it), so a worker
+// added at clock 7 does not hold back a bounded pull at clock 9 as if it
+// were at 0. The slowest member (MinClock) is taken over the newest epoch
+// only: a removed worker holds nothing back.
+#ifndef GRADSTREAM_SERVER_SHARD_MEMBERSHIP_H_
+#define GRADSTREAM_SERVER_SHARD_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/shard/checkpoint.h"
+#include "server/shard/types.h"
+
+namespace gradstream::shard {
+
+// Thread-safe. Its lock is the innermost of a job's locks (see job.h): no
+// method calls out while holding it.
+class Membership {
+ public:
+  // Starts with the CreateJob epoch.
+  explicit Membership(MembershipEpoch first);
+
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  // Records `worker`'s incarnation and returns the newest epoch.
+  // FailedPrecondition for an incarnation older than the newest seen.
+  [[nodiscard]] absl::StatusOr<uint64_t> Hello(uint64_t worker, uint64_t incarnation);
+  // FailedPrecondition once a newer incarnation of `worker` said Hello.
+  [[nodiscard]] absl::Status CheckIncarnation(uint64_t worker, uint64_t incarnation) const;
+
+  // The worker finished clock-1. Returns false when that is not news (an
+  // older or repeated advance, e.g. replayed after a reconnect).
+  bool AdvanceClock(uint64_t worker, uint64_t clock);
+  // `worker`'s latest advance; 0 when it never advanced.
+  uint64_t WorkerClock(uint64_t worker) const;
+
+  // Adds an epoch; returns the newest epoch. InvalidArgument when the
+  // effective clock goes backwards; an epoch not newer than the newest is a
+  // no-op.
+  [[nodiscard]] absl::StatusOr<uint64_t> Update(MembershipEpoch epoch);
+
+  // As JobContext::MembersAt / NextStaffedClock (consistency.h).
+  std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const;
+  std::optional<uint64_t> NextStaffedClock(uint64_t clock) const;
+
+  // The slowest member of the newest epoch (see [member clocks]); the
+  // epoch's effective clock when it has no members.
+  uint64_t MinClock() const;
+
+  struct Summary {
+    uint64_t min_clock = 0;  // MinClock()
+    uint64_t max_clock = 0;  // the fastest member of the newest epoch
+    uint64_t epoch = 0;      // the newest epoch
+    uint32_t members = 0;    // workers in it
+  };
+  Summary Summarize() const;
+
+  // Copies epochs, worker clocks and incarnations into `snap`, and returns
+  // MinClock() as of that copy.
+  uint64_t SaveTo(JobSnapshot* snap) const;
+  // Replaces the state with a checkpoint's. The current newest epoch (the
+  // CreateJob one) is kept on top when it is newer than the checkpoint's.
+  void RestoreFrom(const JobSnapshot& snap);
+
+ private:
+  // The epoch in effect at `clock` (nullptr before the first one).
+  const MembershipEpoch* EpochAtLocked(uint64_t clock) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The clock of `worker`, a member of the newest epoch.
+  uint64_t MemberClockLocked(uint64_t worker) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  uint64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  // Sorted by effective clock; never empty.
+  std::vector<MembershipEpoch> epochs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, uint64_t> clocks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_MEMBERSHIP_H_

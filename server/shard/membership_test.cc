@@ -1,0 +1,106 @@
+// Membership and CheckpointProgress: the bookkeeping Job composes.
+#include "server/shard/membership.h"
+
+#include "gtest/gtest.h"
+#include "server/shard/checkpoint_progress.h"
+
+namespace gradstream::shard {
+namespace {
+
+TEST(Membership, StaleIncarnationsAreRefused) {
+  Membership m(MembershipEpoch{1, 0, {10}});
+  EXPECT_EQ(*m.Hello(10, 2), 1u);
+  EXPECT_EQ(m.Hello(10, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(m.CheckIncarnation(10, 2).ok());
+  EXPECT_TRUE(m.Hello(10, 3).ok());
+  EXPECT_EQ(m.CheckIncarnation(10, 2).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(m.CheckIncarnation(11, 0).ok());  // never said Hello
+}
+
+TEST(Membership, ClocksOnlyMoveForward) {
+  Membership m(MembershipEpoch{1, 0, {10, 11}});
+  EXPECT_EQ(m.WorkerClock(10), 0u);
+  EXPECT_TRUE(m.AdvanceClock(10, 3));
+  EXPECT_FALSE(m.AdvanceClock(10, 3));
+  EXPECT_FALSE(m.AdvanceClock(10, 2));
+  EXPECT_EQ(m.WorkerClock(10), 3u);
+  EXPECT_EQ(m.MinClock(), 0u);  // 11 never advanced
+  EXPECT_TRUE(m.AdvanceClock(11, 5));
+  EXPECT_EQ(m.MinClock(), 3u);
+  const Membership::Summary s = m.Summarize();
+  EXPECT_EQ(s.min_clock, 3u);
+  EXPECT_EQ(s.max_clock, 5u);
+  EXPECT_EQ(s.epoch, 1u);
+  EXPECT_EQ(s.members, 2u);
+}
+
+TEST(Membership, AJoinerStartsAtTheClockItJoinedAt) {
+  Membership m(MembershipEpoch{1, 0, {10}});
+  EXPECT_TRUE(m.AdvanceClock(10, 9));
+  EXPECT_EQ(*m.Update(MembershipEpoch{2, 7, {10, 11}}), 2u);
+  EXPECT_EQ(m.MinClock(), 7u);  // 11 is at 7, not 0
+  EXPECT_EQ(*m.Update(MembershipEpoch{3, 8, {10}}), 3u);
+  EXPECT_EQ(m.MinClock(), 9u);  // a removed worker holds nothing back
+}
+
+TEST(Membership, EpochsApplyFromTheirEffectiveClock) {
+  Membership m(MembershipEpoch{1, 0, {10, 11}});
+  EXPECT_EQ(*m.Update(MembershipEpoch{2, 4, {}}), 2u);
+  EXPECT_EQ(*m.Update(MembershipEpoch{3, 6, {12}}), 3u);
+  EXPECT_EQ(*m.Update(MembershipEpoch{2, 9, {13}}), 3u);  // not newer: no-op
+  EXPECT_EQ(m.Update(MembershipEpoch{4, 5, {}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  uint64_t epoch = 0;
+  EXPECT_EQ(m.MembersAt(3, &epoch), (std::vector<uint64_t>{10, 11}));
+  EXPECT_EQ(epoch, 1u);
+  EXPECT_TRUE(m.MembersAt(5, &epoch).empty());
+  EXPECT_EQ(epoch, 2u);
+  EXPECT_EQ(m.MembersAt(6, &epoch), (std::vector<uint64_t>{12}));
+  EXPECT_EQ(m.NextStaffedClock(3), 3u);
+  EXPECT_EQ(m.NextStaffedClock(4), 6u);
+  EXPECT_EQ(m.NextStaffedClock(7), 7u);
+}
+
+TEST(Membership, RestoreKeepsANewerCreateJobEpoch) {
+  Membership saved(MembershipEpoch{1, 0, {10, 11}});
+  ASSERT_TRUE(saved.Hello(10, 4).ok());
+  saved.AdvanceClock(10, 6);
+  saved.AdvanceClock(11, 5);
+  JobSnapshot snap;
+  EXPECT_EQ(saved.SaveTo(&snap), 5u);
+
+  Membership newer(MembershipEpoch{2, 5, {10}});
+  newer.RestoreFrom(snap);
+  EXPECT_EQ(newer.Summarize().epoch, 2u);
+  EXPECT_EQ(newer.MinClock(), 6u);
+  EXPECT_EQ(newer.CheckIncarnation(10, 3).code(), absl::StatusCode::kFailedPrecondition);
+
+  Membership older(MembershipEpoch{1, 0, {10, 11}});
+  older.RestoreFrom(snap);
+  EXPECT_EQ(older.Summarize().epoch, 1u);
+  EXPECT_EQ(older.MinClock(), 5u);
+}
+
+TEST(CheckpointProgress, SyncCountsVersionsOtherModesMemberClocks) {
+  EXPECT_EQ(CheckpointProgress(ConsistencyMode::kSync, 0).Clock(4, 9), 4u);
+  EXPECT_EQ(CheckpointProgress(ConsistencyMode::kBounded, 0).Clock(4, 9), 9u);
+  EXPECT_EQ(CheckpointProgress(ConsistencyMode::kAsync, 0).Clock(4, 9), 9u);
+}
+
+TEST(CheckpointProgress, DueOncePerMultipleAndOneAtATime) {
+  CheckpointProgress p(ConsistencyMode::kSync, 5);
+  EXPECT_TRUE(p.periodic());
+  EXPECT_FALSE(p.TrySchedule(4));
+  EXPECT_TRUE(p.TrySchedule(5));
+  EXPECT_FALSE(p.TrySchedule(6));  // already scheduled
+  p.Written(5);
+  p.EndScheduled();
+  EXPECT_FALSE(p.TrySchedule(9));  // same multiple as the last one written
+  EXPECT_TRUE(p.TrySchedule(10));
+  p.Written(3);  // an older checkpoint finishing late does not go back
+  EXPECT_EQ(p.last_written(), 5u);
+  EXPECT_FALSE(CheckpointProgress(ConsistencyMode::kSync, 0).TrySchedule(100));
+}
+
+}  // namespace
+}  // namespace gradstream::shard
