@@ -25,7 +25,7 @@
 #include "server/shard/checkpoint.h"
 #include "server/shard/chunk_state.h"
 #include "server/shard/consistency.h"
-#include "server/shard/env.h"
+#include "common/env/env.h"
 #include "server/shard/executor.h"
 #include "server/shard/types.h"
 
