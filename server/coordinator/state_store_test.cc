@@ -70,14 +70,14 @@ TEST(StateStore, TruncatedOrCorruptFileIsDataLoss) {
 
 // A directory of its own, so a test can check that nothing but the state file
 // is left in it.
-class StateDir : public ::testing::Test {
+class StateStoreOnDisk : public ::testing::Test {
  protected:
-  StateDir() {
+  StateStoreOnDisk() {
     std::string tmpl = TempPath("state_dir") + ".XXXXXX";
     dir_ = ::mkdtemp(tmpl.data());
     path_ = dir_ + "/coordinator.state";
   }
-  ~StateDir() override { std::filesystem::remove_all(dir_); }
+  ~StateStoreOnDisk() override { std::filesystem::remove_all(dir_); }
 
   std::vector<std::string> Names() const {
     std::vector<std::string> names;
@@ -101,7 +101,7 @@ class StateDir : public ::testing::Test {
   std::string path_;
 };
 
-TEST_F(StateDir, FullDiskKeepsThePreviousStateAndLeavesNoTempFile) {
+TEST_F(StateStoreOnDisk, FullDiskKeepsThePreviousStateAndLeavesNoTempFile) {
   testing::FaultInjectionEnv env(Env::Default());
   StateStore store(path_, &env);
   ASSERT_TRUE(store.Save(State(3)).ok());
@@ -118,7 +118,7 @@ TEST_F(StateDir, FullDiskKeepsThePreviousStateAndLeavesNoTempFile) {
   EXPECT_EQ(loaded->next_job(), 3u);
 }
 
-TEST_F(StateDir, EveryFailingStepReportsAndLosesNothing) {
+TEST_F(StateStoreOnDisk, EveryFailingStepReportsAndLosesNothing) {
   using testing::FaultPoint;
   testing::FaultInjectionEnv env(Env::Default());
   StateStore store(path_, &env);
@@ -140,7 +140,7 @@ TEST_F(StateDir, EveryFailingStepReportsAndLosesNothing) {
   EXPECT_EQ(store.Load()->next_job(), 5u);
 }
 
-TEST_F(StateDir, TruncatedCorruptOrForeignFileIsDataLossNamingTheFile) {
+TEST_F(StateStoreOnDisk, TruncatedCorruptOrForeignFileIsDataLossNamingTheFile) {
   StateStore store(path_);
   ASSERT_TRUE(store.Save(State(3)).ok());
   std::string data;
@@ -160,7 +160,7 @@ TEST_F(StateDir, TruncatedCorruptOrForeignFileIsDataLossNamingTheFile) {
 }
 
 // See [legacy state file].
-TEST_F(StateDir, LegacyFileStillLoadsAndIsRewrittenInTheNewFrame) {
+TEST_F(StateStoreOnDisk, LegacyFileStillLoadsAndIsRewrittenInTheNewFrame) {
   std::string body;
   ASSERT_TRUE(State(9).SerializeToString(&body));
   std::string legacy = "GSCOORD1";
