@@ -3,14 +3,13 @@
 // the error comes back.
 #include "common/env/env.h"
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "common/env/testing/fault_injection_env.h"
 #include "common/env/testing/mem_env.h"
+#include "common/env/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace gradstream {
@@ -18,27 +17,7 @@ namespace {
 
 using testing::FaultInjectionEnv;
 using testing::FaultPoint;
-
-class TempDir {
- public:
-  TempDir() {
-    const char* root = std::getenv("TEST_TMPDIR");
-    std::string tmpl = std::string(root ? root : "/tmp") + "/gs_env_test.XXXXXX";
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-  std::vector<std::string> Names() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(path_)) {
-      names.push_back(e.path().filename().string());
-    }
-    return names;
-  }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 TEST(PosixEnv, WritesReadsAndReplaces) {
   TempDir dir;

@@ -2,6 +2,7 @@
 #include "server/coordinator/state_store.h"
 
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -18,18 +19,14 @@ constexpr RecordFormat kFormat{"coordinator state", "GSCOORDS", 1};
 constexpr std::string_view kLegacyMagic = "GSCOORD1";
 constexpr size_t kLegacyHeader = kLegacyMagic.size() + 8 + 4;
 
-uint64_t GetLE(std::string_view data, size_t at, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= uint64_t{static_cast<unsigned char>(data[at + i])} << (8 * i);
-  return v;
-}
-
 absl::StatusOr<std::string_view> LegacyPayload(const std::string& path, std::string_view data) {
   if (data.size() < kLegacyHeader) {
     return absl::DataLossError(absl::StrCat(path, ": truncated legacy state header"));
   }
-  const uint64_t len = GetLE(data, kLegacyMagic.size(), 8);
-  const uint32_t crc = static_cast<uint32_t>(GetLE(data, kLegacyMagic.size() + 8, 4));
+  uint64_t len = 0;  // little-endian, like the host (x86-64, aarch64)
+  uint32_t crc = 0;
+  std::memcpy(&len, data.data() + kLegacyMagic.size(), 8);
+  std::memcpy(&crc, data.data() + kLegacyMagic.size() + 8, 4);
   if (data.size() - kLegacyHeader != len) {
     return absl::DataLossError(
         absl::StrCat(path, ": truncated (", data.size() - kLegacyHeader, " of ", len, " bytes)"));

@@ -1,15 +1,14 @@
 #include "server/coordinator/state_store.h"
 
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "common/env/testing/fault_injection_env.h"
+#include "common/env/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "zlib.h"
 
@@ -72,20 +71,6 @@ TEST(StateStore, TruncatedOrCorruptFileIsDataLoss) {
 // is left in it.
 class StateStoreOnDisk : public ::testing::Test {
  protected:
-  StateStoreOnDisk() {
-    std::string tmpl = TempPath("state_dir") + ".XXXXXX";
-    dir_ = ::mkdtemp(tmpl.data());
-    path_ = dir_ + "/coordinator.state";
-  }
-  ~StateStoreOnDisk() override { std::filesystem::remove_all(dir_); }
-
-  std::vector<std::string> Names() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(dir_)) {
-      names.push_back(e.path().filename().string());
-    }
-    return names;
-  }
   static gradstream::v1::CoordinatorState State(uint64_t next_job) {
     gradstream::v1::CoordinatorState state;
     state.set_next_job(next_job);
@@ -97,8 +82,8 @@ class StateStoreOnDisk : public ::testing::Test {
     out << data;
   }
 
-  std::string dir_;
-  std::string path_;
+  testing::TempDir dir_;
+  const std::string path_ = dir_.path() + "/coordinator.state";
 };
 
 TEST_F(StateStoreOnDisk, FullDiskKeepsThePreviousStateAndLeavesNoTempFile) {
@@ -108,7 +93,7 @@ TEST_F(StateStoreOnDisk, FullDiskKeepsThePreviousStateAndLeavesNoTempFile) {
   env.SetFreeBytes(10);  // less than the new file
   const absl::Status s = store.Save(State(4));
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-  EXPECT_EQ(Names(), std::vector<std::string>{"coordinator.state"});
+  EXPECT_EQ(dir_.Names(), std::vector<std::string>{"coordinator.state"});
   absl::StatusOr<gradstream::v1::CoordinatorState> loaded = store.Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->next_job(), 3u);
@@ -127,7 +112,7 @@ TEST_F(StateStoreOnDisk, EveryFailingStepReportsAndLosesNothing) {
        {FaultPoint::kOpen, FaultPoint::kSync, FaultPoint::kClose, FaultPoint::kRename}) {
     env.FailAt(p);
     EXPECT_EQ(store.Save(State(4)).code(), absl::StatusCode::kInternal);
-    EXPECT_EQ(Names(), std::vector<std::string>{"coordinator.state"});
+    EXPECT_EQ(dir_.Names(), std::vector<std::string>{"coordinator.state"});
     absl::StatusOr<gradstream::v1::CoordinatorState> loaded = store.Load();
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_EQ(loaded->next_job(), 3u);
