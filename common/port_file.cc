@@ -6,7 +6,10 @@
 namespace gradstream {
 
 absl::Status WritePortFile(const std::string& path, int port, Env* env) {
-  return env->WriteFileAtomically(path, absl::StrCat(port, "\n"));
+  if (absl::Status s = env->WriteFileAtomically(path, absl::StrCat(port, "\n")); !s.ok()) {
+    return absl::InternalError(absl::StrCat("cannot write port file ", path, ": ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gradstream

@@ -18,8 +18,8 @@
 namespace gradstream {
 
 // Writes "PORT\n" to `path` through env->WriteFileAtomically() (see [atomic
-// file write]), so a reader never sees a partial number. The error, naming
-// the file, when it cannot.
+// file write]), so a reader never sees a partial number. Internal, naming
+// the file and the cause, when it cannot (the directory must exist).
 [[nodiscard]] absl::Status WritePortFile(const std::string& path, int port,
                                          Env* env = Env::Default());
 

@@ -16,7 +16,7 @@ TEST(PortFile, PlainTextThroughTheAtomicWrite) {
   ASSERT_TRUE(WritePortFile("/run/port", 4242, &env).ok());
   EXPECT_EQ(*mem.ReadFile("/run/port"), "4242\n");  // what tests and demo.sh read
   env.FailAt(testing::FaultPoint::kSync);
-  EXPECT_FALSE(WritePortFile("/run/port", 5353, &env).ok());
+  EXPECT_EQ(WritePortFile("/run/port", 5353, &env).code(), absl::StatusCode::kInternal);
   EXPECT_EQ(*mem.ReadFile("/run/port"), "4242\n");
   EXPECT_EQ(mem.FileNames(), std::vector<std::string>{"/run/port"});
 }

@@ -30,7 +30,6 @@ std::string DirName(std::string_view path) {
 
 absl::Status Env::WriteFileAtomically(const std::string& path, std::string_view data) {
   const std::string dir = DirName(path);
-  if (absl::Status s = CreateDirs(dir); !s.ok()) return s;
   const std::string tmp = TempPathFor(path);
   absl::Status s;
   if (absl::StatusOr<std::unique_ptr<WritableFile>> file = NewWritableFile(tmp); !file.ok()) {

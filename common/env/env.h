@@ -52,8 +52,8 @@ class Env {
   // close, rename over `path`, fsync of the directory (the rename is durable
   // only once the directory entry is). Every step's result is checked and the
   // first failure comes back; the temp file is removed on any failure before
-  // the rename, so a full disk leaves the old file and no litter. Creates the
-  // directory if missing.
+  // the rename, so a full disk leaves the old file and no litter. The
+  // directory must exist (NotFound otherwise; see CreateDirs).
   //
   // Not virtual: every Env writes durably the same way, built on the virtual
   // primitives below, which is where tests inject faults.

@@ -22,7 +22,10 @@ using testing::TempDir;
 TEST(PosixEnv, WritesReadsAndReplaces) {
   TempDir dir;
   Env* env = Env::Default();
-  const std::string path = dir.path() + "/a/b/file";  // directories are created
+  const std::string path = dir.path() + "/a/b/file";
+  EXPECT_EQ(env->WriteFileAtomically(path, "first").code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(env->CreateDirs(dir.path() + "/a/b").ok());
+  ASSERT_TRUE(env->CreateDirs(dir.path() + "/a/b").ok());  // exists: fine
   ASSERT_TRUE(env->WriteFileAtomically(path, "first").ok());
   ASSERT_TRUE(env->WriteFileAtomically(path, "second").ok());
   EXPECT_EQ(*env->ReadFile(path), "second");

@@ -561,6 +561,7 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
   info.path = CheckpointPath(options_.checkpoint_dir, id(), options_.shard_index);
   info.clock = snap.clock;
   info.bytes = data.size();
+  GS_RETURN_IF_ERROR(env_->CreateDirs(options_.checkpoint_dir));
   GS_RETURN_IF_ERROR(env_->WriteFileAtomically(info.path, data));
   if (snap.clock > last_checkpoint_clock_.load()) last_checkpoint_clock_.store(snap.clock);
   VLOG(1) << "checkpoint " << info.path << " clock " << info.clock << " bytes " << info.bytes;
