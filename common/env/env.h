@@ -36,7 +36,7 @@ class WritableFile {
 // Thread-safe: every method may be called from any thread.
 //
 // Errors carry the path they concern and map errno as: ENOENT -> NotFound,
-// EACCES/EPERM -> PermissionDenied, ENOSPC -> ResourceExhausted, anything
+// EACCES/EPERM -> PermissionDenied, ENOSPC/EDQUOT -> ResourceExhausted, anything
 // else -> Internal.
 class Env {
  public:
@@ -82,8 +82,6 @@ class Env {
 class EnvWrapper : public Env {
  public:
   explicit EnvWrapper(Env* target) : target_(target) {}
-
-  Env* target() const { return target_; }
 
   [[nodiscard]] absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) override {
