@@ -44,7 +44,10 @@ Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards)
     : options_(std::move(options)),
       shards_client_(shards),
       metrics_(options_.metrics ? options_.metrics : metrics::Registry::Default()) {
-  if (!options_.state_file.empty()) store_ = std::make_unique<StateStore>(options_.state_file);
+  if (!options_.state_file.empty()) {
+    store_ = std::make_unique<StateStore>(options_.state_file,
+                                          options_.env ? options_.env : Env::Default());
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions options,

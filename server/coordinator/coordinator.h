@@ -55,6 +55,7 @@ namespace gradstream::coordinator {
 
 struct CoordinatorOptions {
   std::string state_file;  // "" = keep state in memory only
+  Env* env = nullptr;      // writes the state file; nullptr = Env::Default()
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   // A pending job starts once `workers` idle workers exist, or once it has
   // waited this long with at least one.

@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
+#include "absl/strings/match.h"
+#include "common/env/testing/fault_injection_env.h"
 #include "gtest/gtest.h"
 
 namespace gradstream::coordinator {
@@ -66,6 +69,7 @@ class CoordinatorTest : public ::testing::Test {
     c_.reset();
     CoordinatorOptions o;
     o.state_file = state_file_;
+    o.env = &env_;
     o.heartbeat_timeout = absl::Seconds(10);
     o.start_grace = absl::Seconds(2);
     o.probe_interval = absl::ZeroDuration();
@@ -123,6 +127,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::string state_file_;
+  testing::FaultInjectionEnv env_{Env::Default()};  // no faults unless a test asks
   absl::Time now_ = absl::FromUnixSeconds(1700000000);
   metrics::Registry metrics_;
   RecordingShards shards_;
@@ -313,6 +318,38 @@ TEST_F(CoordinatorTest, DoneOfThePreviousJobDoesNotCompleteTheNextOne) {
   Beat(w, 50, v1::DONE);
   c_->Tick();
   EXPECT_EQ(Job().state(), v1::COMPLETED);
+}
+
+TEST_F(CoordinatorTest, FullDiskFailsTheCallAndLosesNoState) {
+  job_ = Submit(1);
+  env_.SetFreeBytes(0);
+  v1::SubmitJobRequest r;
+  r.mutable_spec()->set_workers(1);
+  r.mutable_spec()->set_steps(100);
+  EXPECT_EQ(c_->SubmitJob(r).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(c_->ListJobs().jobs_size(), 1);  // the failed submit is not kept either
+  for (const auto& e : std::filesystem::directory_iterator(DirName(state_file_))) {
+    EXPECT_FALSE(absl::StartsWith(e.path().string(), state_file_ + ".tmp")) << e.path();
+  }
+  env_.SetFreeBytes(std::nullopt);
+  Open();  // a restart loads the state saved before the disk filled up
+  ASSERT_EQ(c_->ListJobs().jobs_size(), 1);
+  EXPECT_EQ(Job().job_id(), job_);
+  EXPECT_NE(Submit(1), job_);
+}
+
+TEST_F(CoordinatorTest, DamagedStateFileFailsTheRestartWithDataLoss) {
+  job_ = Submit(1);
+  c_.reset();
+  std::string data = *env_.ReadFile(state_file_);
+  data[data.size() / 2] ^= 0x01;
+  ASSERT_TRUE(env_.WriteFileAtomically(state_file_, data).ok());
+  CoordinatorOptions o;
+  o.state_file = state_file_;
+  o.metrics = &metrics_;
+  const absl::Status s = Coordinator::Open(o, &shards_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), state_file_)) << s;
 }
 
 TEST_F(CoordinatorTest, StateSurvivesReopen) {

@@ -3,12 +3,43 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "server/shard/internal/crc32c.h"
+#include "common/env/crc32c.h"
+#include "common/env/record.h"
 
 namespace gradstream::shard {
 namespace {
 
-constexpr char kMagic[8] = {'G', 'S', 'C', 'K', 'P', 'T', '0', '1'};
+// Version 1 is the body layout in checkpoint.h.
+constexpr RecordFormat kFormat{"checkpoint", "GSSHCKPT", 1};
+
+// NOTE: [legacy checkpoint frame]
+// Before the common record frame a checkpoint was framed on its own:
+//   "GSCKPT01"  u64 body_len  body  u32 crc32c("GSCKPT01" .. body)
+// with the same body. Such files still load, so a shard upgraded in place
+// restores its jobs; the next checkpoint rewrites them in the new frame.
+constexpr std::string_view kLegacyMagic = "GSCKPT01";
+
+absl::StatusOr<std::string_view> LegacyBody(std::string_view data) {
+  constexpr size_t kHeader = kLegacyMagic.size() + 8;
+  if (data.size() < kHeader + 4) {
+    return absl::DataLossError("checkpoint: truncated legacy header");
+  }
+  uint64_t body_len = 0;
+  std::memcpy(&body_len, data.data() + kLegacyMagic.size(), 8);
+  if (body_len != data.size() - kHeader - 4) {
+    return absl::DataLossError(absl::StrCat("checkpoint: length mismatch (header says ", body_len,
+                                            " body bytes, file has ", data.size() - kHeader - 4,
+                                            "): truncated or appended"));
+  }
+  uint32_t stored = 0;
+  std::memcpy(&stored, data.data() + data.size() - 4, 4);
+  const uint32_t actual = Crc32c(data.substr(0, data.size() - 4));
+  if (stored != actual) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint: CRC32C mismatch (stored ", stored, ", computed ", actual, ")"));
+  }
+  return data.substr(kHeader, body_len);
+}
 
 class Writer {
  public:
@@ -109,9 +140,6 @@ class Reader {
 
 std::string EncodeCheckpoint(const JobSnapshot& s) {
   Writer w;
-  w.Raw(kMagic, sizeof(kMagic));
-  w.U64(0);  // body length, patched below
-  const size_t body_start = w.out().size();
   w.Str(s.job_id);
   w.U32(s.shard_index);
   w.U8(static_cast<uint8_t>(s.mode));
@@ -151,32 +179,15 @@ std::string EncodeCheckpoint(const JobSnapshot& s) {
       w.U64s(std::vector<uint64_t>(a.above.begin(), a.above.end()));
     }
   }
-  const uint64_t body_len = w.out().size() - body_start;
-  std::memcpy(w.out().data() + sizeof(kMagic), &body_len, 8);
-  w.U32(internal::Crc32c(w.out()));
-  return std::move(w.out());
+  return EncodeRecord(kFormat, w.out());
 }
 
 absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data) {
-  constexpr size_t kHeader = sizeof(kMagic) + 8;
-  if (data.size() < kHeader + 4 || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
-    return absl::DataLossError("checkpoint: bad magic or truncated header");
-  }
-  uint64_t body_len = 0;
-  std::memcpy(&body_len, data.data() + sizeof(kMagic), 8);
-  if (body_len != data.size() - kHeader - 4) {
-    return absl::DataLossError(absl::StrCat("checkpoint: length mismatch (header says ", body_len,
-                                            " body bytes, file has ", data.size() - kHeader - 4,
-                                            "): truncated or appended"));
-  }
-  uint32_t stored = 0;
-  std::memcpy(&stored, data.data() + data.size() - 4, 4);
-  const uint32_t actual = internal::Crc32c(data.substr(0, data.size() - 4));
-  if (stored != actual) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint: CRC32C mismatch (stored ", stored, ", computed ", actual, ")"));
-  }
-  Reader r(data.substr(kHeader, body_len));
+  const bool legacy = data.substr(0, kLegacyMagic.size()) == kLegacyMagic;
+  const absl::StatusOr<std::string_view> body =
+      legacy ? LegacyBody(data) : DecodeRecord(kFormat, "checkpoint", data);
+  if (!body.ok()) return body.status();
+  Reader r(*body);
   JobSnapshot s;
   s.job_id = r.Str();
   s.shard_index = r.U32();

@@ -1,13 +1,14 @@
 // Checkpoint file format of one job on one shard.
 //
-// Layout (little-endian):
-//   "GSCKPT01"  u64 body_len  body  u32 crc32c(magic .. body)
-// body: job id, shard index, consistency mode, optimizer type, progress
-// clock, membership epochs, worker clocks, worker incarnations, then per
-// chunk: id, num_elems, version, initialized, params, optimizer step + slots,
-// per-worker applied clocks. Open sync rounds are not saved: their pushes
+// A durable record (common/env/record.h: magic "GSSHCKPT", version 1,
+// length, CRC32C) whose payload, the body, is little-endian: job id, shard
+// index, consistency mode, optimizer type, progress clock, membership epochs,
+// worker clocks, worker incarnations, then per chunk: id, num_elems, version,
+// initialized, params, optimizer step + slots, per-worker applied clocks.
+// Open sync rounds are not saved: their pushes
 // were not applied, so after a restore the workers push them again (the
-// applied-clock sets make re-pushes of applied clocks duplicates).
+// applied-clock sets make re-pushes of applied clocks duplicates). Files in
+// the older frame of the same body still load; see [legacy checkpoint frame].
 #ifndef GRADSTREAM_SERVER_SHARD_CHECKPOINT_H_
 #define GRADSTREAM_SERVER_SHARD_CHECKPOINT_H_
 
@@ -46,10 +47,11 @@ struct JobSnapshot {
   std::vector<ChunkSnapshot> chunks;
 };
 
+// The framed bytes, for Env::WriteFileAtomically().
 std::string EncodeCheckpoint(const JobSnapshot& snapshot);
 
-// DataLoss (naming what is wrong) for a bad magic, a length or checksum
-// mismatch, or a body that does not parse.
+// DataLoss (naming what is wrong) for a bad magic or version, a length or
+// checksum mismatch, or a body that does not parse.
 [[nodiscard]] absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data);
 
 // <dir>/<job id with unsafe characters replaced>.shard<index>.ckpt

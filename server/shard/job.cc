@@ -383,6 +383,7 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
   info.path = CheckpointPath(options_.checkpoint_dir, id(), options_.shard_index);
   info.clock = snap.clock;
   info.bytes = data.size();
+  GS_RETURN_IF_ERROR(env_->CreateDirs(options_.checkpoint_dir));
   GS_RETURN_IF_ERROR(env_->WriteFileAtomically(info.path, data));
   progress_.Written(snap.clock);
   VLOG(1) << "checkpoint " << info.path << " clock " << info.clock << " bytes " << info.bytes;

@@ -31,7 +31,7 @@
 #include "server/shard/checkpoint_progress.h"
 #include "server/shard/chunk_state.h"
 #include "server/shard/consistency.h"
-#include "server/shard/env.h"
+#include "common/env/env.h"
 #include "server/shard/executor.h"
 #include "server/shard/membership.h"
 #include "server/shard/pull_waitlist.h"

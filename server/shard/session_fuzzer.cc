@@ -39,7 +39,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -48,6 +47,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec/codec.h"
 #include "common/codec/registry.h"
+#include "common/env/testing/mem_env.h"
 #include "glog/logging.h"
 #include "ps.pb.h"
 #include "server/shard/checkpoint.h"
@@ -78,22 +78,12 @@ void Check(bool ok, const std::string& what) {
 
 // Files in memory and a clock that moves only when a control record says so:
 // the run is deterministic, so the replay can compare byte for byte.
-class FuzzEnv final : public Env {
+class FuzzEnv final : public testing::MemEnv {
  public:
-  absl::Status WriteFileAtomically(const std::string& path, std::string_view data) override {
-    files_[path] = std::string(data);
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
-    auto it = files_.find(path);
-    if (it == files_.end()) return absl::NotFoundError(path);
-    return it->second;
-  }
   absl::Time Now() override { return now_; }
   void Advance(absl::Duration d) { now_ += d; }
 
  private:
-  std::map<std::string, std::string> files_;
   absl::Time now_ = absl::FromUnixSeconds(1700000000);
 };
 

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ps.pb.h"
-#include "server/shard/env.h"
+#include "common/env/env.h"
 #include "server/shard/job.h"
 #include "server/shard/types.h"
 

@@ -1,24 +1,21 @@
-// In-process tests of the shard core (no gRPC): checksum, checkpoint format,
+// In-process tests of the shard core (no gRPC): checkpoint format,
 // exactly-once bookkeeping, sync rounds and membership, parked pulls.
 #include <cstring>
-#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/env/crc32c.h"
+#include "common/env/record.h"
+#include "common/env/testing/fault_injection_env.h"
+#include "common/env/testing/mem_env.h"
 #include "gtest/gtest.h"
 #include "server/shard/checkpoint.h"
-#include "server/shard/internal/crc32c.h"
 #include "server/shard/job.h"
 
 namespace gradstream::shard {
 namespace {
-
-TEST(Crc32c, KnownVector) {
-  EXPECT_EQ(internal::Crc32c("123456789"), 0xE3069283u);
-  EXPECT_EQ(internal::Crc32c(""), 0u);
-  EXPECT_EQ(internal::Crc32c("6789", internal::Crc32c("12345")), 0xE3069283u);
-}
 
 TEST(AppliedClocks, CompactsInOrderAndRemembersGaps) {
   AppliedClocks a;
@@ -102,6 +99,23 @@ TEST(Checkpoint, DetectsCorruption) {
   EXPECT_EQ(DecodeCheckpoint(data.substr(0, data.size() - 5)).status().code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(DecodeCheckpoint("").status().code(), absl::StatusCode::kDataLoss);
+}
+
+// See [legacy checkpoint frame].
+TEST(Checkpoint, LoadsTheLegacyFrame) {
+  const std::string body = EncodeCheckpoint(SampleSnapshot()).substr(kRecordHeaderSize);
+  std::string legacy = "GSCKPT01";
+  const uint64_t len = body.size();
+  legacy.append(reinterpret_cast<const char*>(&len), 8);
+  legacy += body;
+  const uint32_t crc = Crc32c(legacy);
+  legacy.append(reinterpret_cast<const char*>(&crc), 4);
+  absl::StatusOr<JobSnapshot> back = DecodeCheckpoint(legacy);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->job_id, "j/1");
+  EXPECT_EQ(EncodeCheckpoint(*back), EncodeCheckpoint(SampleSnapshot()));
+  legacy[legacy.size() / 2] ^= 0x40;
+  EXPECT_EQ(DecodeCheckpoint(legacy).status().code(), absl::StatusCode::kDataLoss);
 }
 
 std::string Floats(std::vector<float> v) {
@@ -293,26 +307,9 @@ TEST(SspJob, OptionalStalenessScaling) {
   EXPECT_FLOAT_EQ(p[1], -4.0f);
 }
 
-// In-memory files; writes can be made to fail. What tests inject through Env.
-class MemEnv : public EnvWrapper {
- public:
-  MemEnv() : EnvWrapper(Env::Default()) {}
-  absl::Status WriteFileAtomically(const std::string& path, std::string_view data) override {
-    if (fail_writes) return absl::ResourceExhaustedError("disk full");
-    files[path] = std::string(data);
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
-    auto it = files.find(path);
-    if (it == files.end()) return absl::NotFoundError(path);
-    return it->second;
-  }
-  std::map<std::string, std::string> files;
-  bool fail_writes = false;
-};
-
 TEST(JobCheckpoint, RestoresThroughEnvAndRefusesCorruptFiles) {
-  MemEnv env;
+  testing::MemEnv files;  // in memory; writes can be made to fail
+  testing::FaultInjectionEnv env(&files);
   Executor executor(1);
   JobOptions o;
   o.job_id = "mem";
@@ -335,13 +332,15 @@ TEST(JobCheckpoint, RestoresThroughEnvAndRefusesCorruptFiles) {
   auto info = job->Checkpoint();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->clock, 1u);
-  const std::string saved = env.files.at(info->path);
+  const std::string saved = *files.ReadFile(info->path);
 
-  env.fail_writes = true;  // a failed write reports and keeps the old file
+  env.SetFreeBytes(0);  // a full disk: the write reports and keeps the old file
   p.clock = 1;
   ASSERT_FALSE(*job->Push(p));
   EXPECT_EQ(job->Checkpoint().status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(env.files.at(info->path), saved);
+  EXPECT_EQ(*files.ReadFile(info->path), saved);
+  EXPECT_EQ(files.FileNames(), std::vector<std::string>{info->path});  // no temp file
+  env.SetFreeBytes(std::nullopt);
 
   auto again = Job::Open(o, &env, &executor);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -353,10 +352,12 @@ TEST(JobCheckpoint, RestoresThroughEnvAndRefusesCorruptFiles) {
     return q;
   }()));  // clock 0 is in the checkpoint: duplicate
 
-  env.files[info->path][saved.size() / 2] ^= 1;
+  std::string corrupt = saved;
+  corrupt[saved.size() / 2] ^= 1;
+  files.PutFile(info->path, corrupt);
   EXPECT_EQ(Job::Open(o, &env, &executor).status().code(), absl::StatusCode::kDataLoss);
   o.chunks = {ChunkSpec{3, 5}};
-  env.files[info->path] = saved;
+  files.PutFile(info->path, saved);
   EXPECT_EQ(Job::Open(o, &env, &executor).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/rpc/rpc.h"
-#include "server/shard/env.h"
+#include "common/env/env.h"
 
 namespace gradstream::metrics {
 class Registry;

@@ -1,8 +1,9 @@
-#include "server/shard/internal/crc32c.h"
+// See crc32c.h.
+#include "common/env/crc32c.h"
 
 #include <cstring>
 
-namespace gradstream::shard::internal {
+namespace gradstream {
 namespace {
 
 struct Tables {
@@ -45,4 +46,4 @@ uint32_t Crc32c(std::string_view data, uint32_t crc) {
   return ~c;
 }
 
-}  // namespace gradstream::shard::internal
+}  // namespace gradstream

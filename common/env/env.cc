@@ -1,0 +1,59 @@
+// Env's one durable writer, built on the virtual primitives; see
+// [atomic file write] in env.h.
+#include "common/env/env.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace gradstream {
+namespace {
+
+// Unique per process and call, so two threads (or two processes sharing a
+// directory) writing the same path never write into one temp file.
+std::string TempPathFor(const std::string& path) {
+  static std::atomic<uint64_t> next{0};
+  return absl::StrCat(path, ".tmp.", ::getpid(), ".", next.fetch_add(1));
+}
+
+}  // namespace
+
+std::string DirName(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return ".";
+  if (slash == 0) return "/";
+  return std::string(path.substr(0, slash));
+}
+
+absl::Status Env::WriteFileAtomically(const std::string& path, std::string_view data) {
+  const std::string dir = DirName(path);
+  const std::string tmp = TempPathFor(path);
+  absl::Status s;
+  if (absl::StatusOr<std::unique_ptr<WritableFile>> file = NewWritableFile(tmp); !file.ok()) {
+    s = file.status();
+  } else {
+    s = (*file)->Append(data);
+    if (s.ok()) s = (*file)->Sync();
+    // Close even after a failure: the descriptor must not leak. Its own error
+    // matters only when everything before succeeded (NFS reports some there).
+    const absl::Status closed = (*file)->Close();
+    if (s.ok()) s = closed;
+  }
+  if (s.ok()) s = RenameFile(tmp, path);
+  if (!s.ok()) {
+    // NotFound: the open failed before creating it.
+    if (absl::Status removed = RemoveFile(tmp); !removed.ok() && !absl::IsNotFound(removed)) {
+      return absl::Status(
+          s.code(),
+          absl::StrCat(s.message(), " (and the temp file stays: ", removed.message(), ")"));
+    }
+    return s;
+  }
+  // The rename happened; without this the new entry may vanish on power loss.
+  return SyncDir(dir);
+}
+
+}  // namespace gradstream

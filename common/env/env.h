@@ -1,0 +1,116 @@
+// A process's window on the outside world: files and time. Every daemon
+// (shard, coordinator) reaches the disk and the clock through an Env, so tests
+// can swap in memory files, a fake clock, or a disk that fills up (LevelDB's
+// Env + EnvWrapper; see common/env/testing/).
+//
+// Durable files are written one way only, Env::WriteFileAtomically(); see
+// [atomic file write]. Framed, checksummed records (checkpoints, the
+// coordinator's state) put record.h's frame around their payload first.
+#ifndef GRADSTREAM_COMMON_ENV_ENV_H_
+#define GRADSTREAM_COMMON_ENV_ENV_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace gradstream {
+
+// A file being written. Not thread-safe; owned by one writer.
+class WritableFile {
+ public:
+  // Closes the file if Close() was not called, ignoring the result.
+  virtual ~WritableFile() = default;
+
+  // ResourceExhausted when the disk is full; other codes from errno.
+  [[nodiscard]] virtual absl::Status Append(std::string_view data) = 0;
+  // Returns once the data written so far is on stable storage (fsync).
+  [[nodiscard]] virtual absl::Status Sync() = 0;
+  // At most once; nothing may be called after it.
+  [[nodiscard]] virtual absl::Status Close() = 0;
+};
+
+// Thread-safe: every method may be called from any thread.
+//
+// Errors carry the path they concern and map errno as: ENOENT -> NotFound,
+// EACCES/EPERM -> PermissionDenied, ENOSPC/EDQUOT -> ResourceExhausted, anything
+// else -> Internal.
+class Env {
+ public:
+  virtual ~Env() = default;
+
+  // The process-wide POSIX implementation. Never deleted.
+  static Env* Default();
+
+  // NOTE: [atomic file write]
+  // Writes `data` so that `path` holds either its old contents or all of
+  // `data`, never a mix, even across a crash or power loss: a temp file in the
+  // same directory (so the rename cannot cross file systems), write, fsync,
+  // close, rename over `path`, fsync of the directory (the rename is durable
+  // only once the directory entry is). Every step's result is checked and the
+  // first failure comes back; the temp file is removed on any failure before
+  // the rename, so a full disk leaves the old file and no litter. The
+  // directory must exist (NotFound otherwise; see CreateDirs).
+  //
+  // Not virtual: every Env writes durably the same way, built on the virtual
+  // primitives below, which is where tests inject faults.
+  [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view data);
+
+  // Creates or truncates `path`.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) = 0;
+  // The whole file; NotFound when it does not exist.
+  [[nodiscard]] virtual absl::StatusOr<std::string> ReadFile(const std::string& path) = 0;
+  // Atomically replaces `to` (rename(2)).
+  [[nodiscard]] virtual absl::Status RenameFile(const std::string& from, const std::string& to) = 0;
+  [[nodiscard]] virtual absl::Status RemoveFile(const std::string& path) = 0;
+  // mkdir -p: OK when `dir` exists already.
+  [[nodiscard]] virtual absl::Status CreateDirs(const std::string& dir) = 0;
+  // Makes the entries of `dir` (creations, renames) durable (fsync of the
+  // directory).
+  [[nodiscard]] virtual absl::Status SyncDir(const std::string& dir) = 0;
+
+  // Wall-clock time.
+  virtual absl::Time Now() = 0;
+};
+
+// Forwards everything to `target`, which must outlive the wrapper; subclass it
+// and override what a test fakes. Thread-safe if `target` is.
+class EnvWrapper : public Env {
+ public:
+  explicit EnvWrapper(Env* target) : target_(target) {}
+
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) override {
+    return target_->NewWritableFile(path);
+  }
+  [[nodiscard]] absl::StatusOr<std::string> ReadFile(const std::string& path) override {
+    return target_->ReadFile(path);
+  }
+  [[nodiscard]] absl::Status RenameFile(const std::string& from, const std::string& to) override {
+    return target_->RenameFile(from, to);
+  }
+  [[nodiscard]] absl::Status RemoveFile(const std::string& path) override {
+    return target_->RemoveFile(path);
+  }
+  [[nodiscard]] absl::Status CreateDirs(const std::string& dir) override {
+    return target_->CreateDirs(dir);
+  }
+  [[nodiscard]] absl::Status SyncDir(const std::string& dir) override {
+    return target_->SyncDir(dir);
+  }
+  absl::Time Now() override { return target_->Now(); }
+
+ private:
+  Env* const target_;
+};
+
+// The directory part of `path`: "." for a bare name, "/" for "/name".
+std::string DirName(std::string_view path);
+
+}  // namespace gradstream
+
+#endif  // GRADSTREAM_COMMON_ENV_ENV_H_
