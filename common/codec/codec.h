@@ -8,8 +8,8 @@
 //             11 invalid. Decoded value code * scale (scale = threshold t).
 //   ternary : same 2-bit layout; decoded value code * scale (s = max|g|).
 //             Stochastic: one 8-bit Philox4x32-7 draw per element, so
-//             E[decoded] is within s/512 of g (NOTE: [reproducible rounding]
-//             in common/philox.h has the bound and why).
+//             E[decoded] is within s/512 of the clipped g (NOTE:
+//             [reproducible rounding] in common/philox.h: the bound, why).
 //   onebit  : element i at bit i%8 of byte i/8; 1 -> scale (the mean of the
 //             positive entries), 0 -> scale2 (the mean of the negative ones).
 //             An exact zero is in neither mean and gets the bit whose value

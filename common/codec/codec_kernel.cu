@@ -2,8 +2,8 @@
 //
 // Layout of the work: one thread per payload byte -- four elements for
 // twobit, eight for onebit -- except ternary: one thread per Philox block
-// (16 elements, 4 bytes), so a thread makes one draw. Statistics use a grid-stride loop, a shared-memory block
-// reduction and fp64 atomics.
+// (16 elements, 4 bytes), so a thread makes one draw. Statistics use a
+// grid-stride loop, a shared-memory block reduction and fp64 atomics.
 #include <cuda_runtime.h>
 
 #include <cmath>

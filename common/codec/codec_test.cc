@@ -331,6 +331,32 @@ TEST(TernaryCodec, IsUnbiased) {
   EXPECT_NEAR(total_err / n, 0.0, 5.0 * se / std::sqrt(n));
 }
 
+// The encoder (whichever kernels this CPU picks) against NOTE [reproducible
+// rounding] read literally: element i keeps its sign iff
+// Uniform8(byte i % 16 of block i / 16) < |x| / s.
+TEST(TernaryCodec, DrawsFollowTheNote) {
+  const uint32_t n = 1000;  // not a multiple of 128: the AVX2 tail runs too
+  const auto g = RandomGrad(n, 21);
+  auto c = Make("ternary", {.ternary_clip = 0.0f});
+  const EncodeKey key{.seed = 9, .worker = 3, .clock = 41, .tensor = 5, .chunk = 2};
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, key, &h, &p).ok());
+  const PhiloxKey k = ChunkPhiloxKey(key.seed, key.tensor, key.chunk);
+  const float inv_s = 1.0f / h.scale;
+  int sent = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const PhiloxCounter block =
+        Philox4x32<7>({i / 16, key.worker, key.clock, 0}, k);
+    const bool keep = Uniform8(BlockBits8(block, i % 16)) < std::fabs(g[i]) * inv_s;
+    const uint32_t want = keep ? (g[i] > 0 ? 1 : 2) : 0;
+    ASSERT_EQ((static_cast<uint8_t>(p[i / 4]) >> (2 * (i % 4))) & 3, want) << "i=" << i;
+    sent += keep;
+  }
+  EXPECT_GT(sent, 0);
+  EXPECT_LT(sent, static_cast<int>(n));
+}
+
 TEST(TernaryCodec, ClipsAtCSigma) {
   std::vector<float> g = RandomGrad(10000, 12);
   g[123] = 1000.0f;  // one outlier far beyond 2.5 sigma

@@ -58,8 +58,7 @@ ByteSource::ByteSource(std::string path, std::ifstream in, bool gzip)
 ByteSource::~ByteSource() = default;
 
 absl::Status ByteSource::Corrupt(absl::string_view why) const {
-  return absl::InvalidArgumentError(
-      absl::StrCat(path_, ": corrupt gzip stream after ", offset_, " decompressed bytes: ", why));
+  return absl::InvalidArgumentError(absl::StrCat(path_, ": corrupt gzip stream: ", why));
 }
 
 absl::StatusOr<bool> ByteSource::Refill() {
