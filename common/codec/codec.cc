@@ -133,17 +133,19 @@ class TernaryCodec final : public BuiltinCodec<CodecType::kTernary> {
   const float clip_factor_;
 };
 
-// 1-bit SGD (Seide et al. 2014): bit = (x >= 0); a 1 decodes to the mean of
-// the non-negative entries, a 0 to the mean of the negative ones.
+// 1-bit SGD (Seide et al. 2014): bit = (x > 0); a 1 decodes to the mean of
+// the positive entries, a 0 to the mean of the negative ones; exact zeros
+// are in neither mean (see [onebit zeros] in internal/kernels.h).
 class OneBitCodec final : public BuiltinCodec<CodecType::kOneBit> {
   absl::Status EncodeImpl(const float* grad, float* residual, uint32_t n, const EncodeKey&,
                           ChunkHeader* header, uint8_t* out) override {
     const auto& k = ActiveKernels();
     double pos_sum, neg_sum;
-    uint32_t pos_count;
-    k.sign_sums(grad, residual, n, &pos_sum, &pos_count, &neg_sum);
+    uint32_t pos_count, neg_count;
+    k.sign_sums(grad, residual, n, &pos_sum, &pos_count, &neg_sum, &neg_count);
     if (!std::isfinite(pos_sum) || !std::isfinite(neg_sum)) return NonFinite(type());
-    const internal::OneBitParams p = internal::OneBitParamsFromSums(pos_sum, pos_count, neg_sum, n);
+    const internal::OneBitParams p =
+        internal::OneBitParamsFromSums(pos_sum, pos_count, neg_sum, neg_count);
     header->scale = p.pos;
     header->scale2 = p.neg;
     k.encode_onebit(grad, residual, n, p, out);

@@ -7,7 +7,14 @@
 //   twobit  : element i at bits 2*(i%4) of byte i/4; 00=0, 01=+1, 10=-1,
 //             11 invalid. Decoded value code * scale (scale = threshold t).
 //   ternary : same 2-bit layout; decoded value code * scale (s = max|g|).
-//   onebit  : element i at bit i%8 of byte i/8; 1 -> scale, 0 -> scale2.
+//             Stochastic: one 8-bit Philox4x32-7 draw per element, so
+//             E[decoded] is within s/512 of the clipped g (NOTE:
+//             [reproducible rounding] in common/philox.h: the bound, why).
+//   onebit  : element i at bit i%8 of byte i/8; 1 -> scale (the mean of the
+//             positive entries), 0 -> scale2 (the mean of the negative ones).
+//             An exact zero is in neither mean and gets the bit whose value
+//             is nearer to 0 (1 on a tie); error feedback keeps the
+//             difference (NOTE: [onebit zeros] in internal/kernels.h).
 // Scales travel in the header, never in the payload.
 //
 // Encoders are per-chunk objects (like BytePS compressors, one per tensor

@@ -1,9 +1,9 @@
 // CUDA codec kernels and their launchers (see cuda_codec.h for the contract).
 //
-// Layout of the work: one thread per payload byte -- four elements for the
-// 2-bit codecs (exactly one Philox block, so a ternary thread makes one draw),
-// eight for onebit. Statistics use a grid-stride loop, a shared-memory block
-// reduction and fp64 atomics.
+// Layout of the work: one thread per payload byte -- four elements for
+// twobit, eight for onebit -- except ternary: one thread per Philox block
+// (16 elements, 4 bytes), so a thread makes one draw. Statistics use a
+// grid-stride loop, a shared-memory block reduction and fp64 atomics.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -23,16 +23,17 @@ struct DeviceStats {
   unsigned int max_abs_bits;  // non-negative floats order like their bits
   int nan;
   double sum, sum_sq, sum_abs, pos_sum, neg_sum;
-  unsigned long long pos_count;
+  unsigned long long pos_count, neg_count;  // x > 0 and x < 0: see [onebit zeros]
 };
 
 __global__ void StatsKernel(const float* g, const float* r, uint32_t n, DeviceStats* out) {
   __shared__ double sh[5][kThreads];
   __shared__ unsigned int shmax[kThreads];
   __shared__ unsigned int shcount[kThreads];
+  __shared__ unsigned int shncount[kThreads];
   double s = 0, q = 0, a = 0, p = 0, m = 0;
   float mx = 0.0f;
-  unsigned int cnt = 0;
+  unsigned int cnt = 0, ncnt = 0;
   int nan = 0;
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const float x = device::LoadX(g, r, i);
@@ -40,11 +41,12 @@ __global__ void StatsKernel(const float* g, const float* r, uint32_t n, DeviceSt
     s += d;
     q += d * d;
     a += fabs(d);
-    if (x >= 0.0f) {
+    if (x > 0.0f) {
       p += d;
       ++cnt;
-    } else {
+    } else if (x < 0.0f) {
       m += d;
+      ++ncnt;
     }
     nan |= isnan(x);
     mx = fmaxf(mx, fabsf(x));
@@ -57,6 +59,7 @@ __global__ void StatsKernel(const float* g, const float* r, uint32_t n, DeviceSt
   sh[4][t] = m;
   shmax[t] = __float_as_uint(mx);
   shcount[t] = cnt;
+  shncount[t] = ncnt;
   if (nan) atomicOr(&out->nan, 1);
   __syncthreads();
   for (int stride = kThreads / 2; stride > 0; stride /= 2) {
@@ -64,6 +67,7 @@ __global__ void StatsKernel(const float* g, const float* r, uint32_t n, DeviceSt
       for (int k = 0; k < 5; ++k) sh[k][t] += sh[k][t + stride];
       shmax[t] = max(shmax[t], shmax[t + stride]);
       shcount[t] += shcount[t + stride];
+      shncount[t] += shncount[t + stride];
     }
     __syncthreads();
   }
@@ -75,6 +79,7 @@ __global__ void StatsKernel(const float* g, const float* r, uint32_t n, DeviceSt
     atomicAdd(&out->neg_sum, sh[4][0]);
     atomicMax(&out->max_abs_bits, shmax[0]);
     atomicAdd(&out->pos_count, static_cast<unsigned long long>(shcount[0]));
+    atomicAdd(&out->neg_count, static_cast<unsigned long long>(shncount[0]));
   }
 }
 
@@ -99,35 +104,38 @@ __global__ void EncodeTwoBitKernel(const float* g, float* r, uint32_t n, float t
   out[byte] = static_cast<uint8_t>(codes);
 }
 
-// One thread per Philox block: 8 elements, 2 payload bytes.
+// One thread per Philox block: kDrawsPerBlock (16) elements, 4 payload bytes.
 __global__ void EncodeTernaryKernel(const float* g, float* r, uint32_t n, float clip, float s,
                                     float inv_s, PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out) {
   const uint32_t block = blockIdx.x * blockDim.x + threadIdx.x;
-  if (block >= (n + 7) / 8) return;
-  const PhiloxCounter rnd = Philox4x32_10(PhiloxCounter{block, worker, clock, 0}, key);
+  if (block >= (n + kDrawsPerBlock - 1) / kDrawsPerBlock) return;
+  const PhiloxCounter rnd = CodecPhilox(PhiloxCounter{block, worker, clock, 0}, key);
   uint32_t codes = 0;
-  for (uint32_t j = 0; j < 8; ++j) {
-    const uint32_t i = 8 * block + j;
+  for (uint32_t j = 0; j < kDrawsPerBlock; ++j) {
+    const uint32_t i = kDrawsPerBlock * block + j;
     if (i >= n) break;
     float res;
-    codes |= device::TernaryCode(device::LoadX(g, r, i), clip, s, inv_s, BlockBits16(rnd, j), &res)
+    codes |= device::TernaryCode(device::LoadX(g, r, i), clip, s, inv_s, BlockBits8(rnd, j), &res)
              << (2 * j);
     if (r) r[i] = res;
   }
-  out[2 * block] = static_cast<uint8_t>(codes);
-  if (2 * block + 1 < (n + 3) / 4) out[2 * block + 1] = static_cast<uint8_t>(codes >> 8);
+  const uint32_t bytes = (n + 3) / 4;
+  for (uint32_t k = 0; k < 4 && 4 * block + k < bytes; ++k) {
+    out[4 * block + k] = static_cast<uint8_t>(codes >> (8 * k));
+  }
 }
 
 __global__ void EncodeOneBitKernel(const float* g, float* r, uint32_t n, float pos, float neg,
                                    uint8_t* out) {
   const uint32_t byte = blockIdx.x * blockDim.x + threadIdx.x;
   if (byte >= (n + 7) / 8) return;
+  const bool zero_bit = internal::OneBitZeroBit(pos, neg);
   uint32_t bits = 0;
   for (uint32_t j = 0; j < 8; ++j) {
     const uint32_t i = 8 * byte + j;
     if (i >= n) break;
     const float x = device::LoadX(g, r, i);
-    const bool b = x >= 0.0f;
+    const bool b = x > 0.0f || (x == 0.0f && zero_bit);
     bits |= static_cast<uint32_t>(b) << j;
     if (r) r[i] = __fsub_rn(x, b ? pos : neg);
   }
@@ -277,7 +285,7 @@ absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options, const f
           internal::TernaryParamsFromMoments(max_abs, st->sum, st->sum_sq, n, options.ternary_clip);
       header->scale = p.scale;
       if (p.scale > 0.0f) {
-        EncodeTernaryKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(
+        EncodeTernaryKernel<<<Blocks((n + kDrawsPerBlock - 1) / kDrawsPerBlock), kThreads, 0, s>>>(
             d_grad, d_residual, n, p.clip, p.scale, internal::InverseScale(p.scale),
             ChunkPhiloxKey(key.seed, key.tensor, key.chunk),
             key.worker, key.clock, d_payload);
@@ -292,7 +300,8 @@ absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options, const f
       if (!st.ok()) return st.status();
       if (st->nan || !std::isfinite(st->pos_sum) || !std::isfinite(st->neg_sum)) return non_finite;
       const internal::OneBitParams p = internal::OneBitParamsFromSums(
-          st->pos_sum, static_cast<uint32_t>(st->pos_count), st->neg_sum, n);
+          st->pos_sum, static_cast<uint32_t>(st->pos_count), st->neg_sum,
+          static_cast<uint32_t>(st->neg_count));
       header->scale = p.pos;
       header->scale2 = p.neg;
       EncodeOneBitKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(d_grad, d_residual, n, p.pos,

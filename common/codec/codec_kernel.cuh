@@ -31,13 +31,14 @@ __device__ __forceinline__ uint32_t TwoBitCode(float x, float t, float* r) {
   return 0;
 }
 
+// The ternary rule of EncodeTernaryRange (internal/kernels.h), for one
+// element and its 8 random bits.
 __device__ __forceinline__ uint32_t TernaryCode(float x, float clip, float s, float inv_s,
-                                                uint32_t bits16, float* r) {
-  const float xc = fminf(fmaxf(x, -clip), clip);
-  const float prob = __fmul_rn(fabsf(xc), inv_s);
+                                                uint32_t bits8, float* r) {
+  const float prob = __fmul_rn(fminf(fabsf(x), clip), inv_s);
   *r = x;
-  if (Uniform16(bits16) < prob) {
-    if (xc > 0.0f) {
+  if (Uniform8(bits8) < prob) {
+    if (x > 0.0f) {
       *r = __fsub_rn(x, s);
       return 1;
     }

@@ -1,8 +1,10 @@
 #include "common/codec/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/codec/error_feedback.h"
@@ -41,22 +43,69 @@ std::vector<float> Decode(const ChunkHeader& h, const std::string& p) {
 // ---------------------------------------------------------------- Philox --
 
 TEST(Philox, MatchesRandom123KnownAnswers) {
-  // kat_vectors from Random123 for philox4x32_10.
-  PhiloxCounter r = Philox4x32_10({0, 0, 0, 0}, {0, 0});
+  // kat_vectors from Random123 for philox4x32_10 and philox4x32_7.
+  PhiloxCounter r = Philox4x32<10>({0, 0, 0, 0}, {0, 0});
   EXPECT_EQ(r.c0, 0x6627e8d5u);
   EXPECT_EQ(r.c1, 0xe169c58du);
   EXPECT_EQ(r.c2, 0xbc57ac4cu);
   EXPECT_EQ(r.c3, 0x9b00dbd8u);
-  r = Philox4x32_10({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff});
+  r = Philox4x32<10>({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff});
   EXPECT_EQ(r.c0, 0x408f276du);
   EXPECT_EQ(r.c1, 0x41c83b0eu);
   EXPECT_EQ(r.c2, 0xa20bc7c6u);
   EXPECT_EQ(r.c3, 0x6d5451fdu);
-  r = Philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0});
+  r = Philox4x32<10>({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0});
   EXPECT_EQ(r.c0, 0xd16cfe09u);
   EXPECT_EQ(r.c1, 0x94fdccebu);
   EXPECT_EQ(r.c2, 0x5001e420u);
   EXPECT_EQ(r.c3, 0x24126ea1u);
+  // The codecs' generator (see [reproducible rounding]).
+  ASSERT_EQ(kPhiloxRounds, 7);
+  r = CodecPhilox({0, 0, 0, 0}, {0, 0});
+  EXPECT_EQ(r.c0, 0x5f6fb709u);
+  EXPECT_EQ(r.c1, 0x0d893f64u);
+  EXPECT_EQ(r.c2, 0x4f121f81u);
+  EXPECT_EQ(r.c3, 0x4f730a48u);
+  r = CodecPhilox({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff});
+  EXPECT_EQ(r.c0, 0x5207ddc2u);
+  EXPECT_EQ(r.c1, 0x45165e59u);
+  EXPECT_EQ(r.c2, 0x4d8ee751u);
+  EXPECT_EQ(r.c3, 0x8c52f662u);
+  r = CodecPhilox({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0});
+  EXPECT_EQ(r.c0, 0x4dfccabau);
+  EXPECT_EQ(r.c1, 0x190a87f0u);
+  EXPECT_EQ(r.c2, 0xc47362bau);
+  EXPECT_EQ(r.c3, 0xb6b5242au);
+}
+
+// The bias bound of NOTE [reproducible rounding], checked exhaustively: for
+// a keep probability p, P(Uniform8(b) < p) over the 256 values of b is
+// within 1/512 of p, exact at 0 and 1. p sweeps every fp32 grid point
+// k/2^16 of [0, 1] plus the bin edges and midpoints and their neighbours.
+TEST(Philox, EightBitDrawBias) {
+  std::vector<float> ps;
+  for (uint32_t k = 0; k <= 65536; ++k) ps.push_back(k / 65536.0f);
+  for (uint32_t k = 0; k <= 512; ++k) {
+    const float edge = k / 512.0f;
+    ps.insert(ps.end(), {edge, std::nextafter(edge, 0.0f), std::nextafter(edge, 1.0f)});
+  }
+  double worst = 0;
+  for (float p : ps) {
+    if (p < 0.0f || p > 1.0f) continue;
+    int taken = 0;
+    for (uint32_t b = 0; b < 256; ++b) taken += Uniform8(b) < p;
+    const double err = taken / 256.0 - p;
+    worst = std::max(worst, std::fabs(err));
+    ASSERT_LE(std::fabs(err), 1.0 / 512) << "p=" << p;
+  }
+  EXPECT_GT(worst, 1.0 / 512 - 1e-6);  // the bound is tight
+  for (uint32_t b = 0; b < 256; ++b) {
+    EXPECT_FALSE(Uniform8(b) < 0.0f);  // p = 0: never sent
+    EXPECT_TRUE(Uniform8(b) < 1.0f);   // p = 1: always sent
+  }
+  // Each byte of a block feeds one element, lowest byte of c0 first.
+  const PhiloxCounter c{0x03020100u, 0x07060504u, 0x0b0a0908u, 0x0f0e0d0cu};
+  for (uint32_t j = 0; j < kDrawsPerBlock; ++j) EXPECT_EQ(BlockBits8(c, j), j);
 }
 
 // --------------------------------------------------------- golden bytes --
@@ -104,9 +153,47 @@ TEST(OneBitCodec, GoldenBytesAndReconstructionValues) {
   ChunkHeader h;
   std::string p;
   ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
-  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0xB5, 0x01}));
-  EXPECT_FLOAT_EQ(h.scale, 4.0f);    // mean of 1,3,0,5,7,8
+  // The 0 is in neither mean and takes the 0 bit: |-4| < 4.8.
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0xA5, 0x01}));
+  EXPECT_FLOAT_EQ(h.scale, 4.8f);    // mean of 1,3,5,7,8
   EXPECT_FLOAT_EQ(h.scale2, -4.0f);  // mean of -2,-4,-6
+}
+
+// NOTE: [onebit zeros]: zeros are in neither mean, take the bit whose value
+// is nearer to 0 (1 on a tie), and error feedback keeps the difference.
+TEST(OneBitCodec, ExactZerosTakeTheValueNearerToZero) {
+  struct Case {
+    std::vector<float> g;
+    uint8_t byte;
+    float pos, neg;
+  };
+  const Case cases[] = {
+      {{3, 0, -1, 0, -2, 0}, 0x01, 3.0f, -1.5f},       // zeros -> 0 bit (-1.5)
+      {{1, 0, -4, -0.0f}, 0x0B, 1.0f, -4.0f},          // zeros, -0 too -> 1 bit (1)
+      {{0, 0, 2, 0, 4}, 0x14, 3.0f, 0.0f},             // dead ReLU units: decode to 0
+      {{-0.0f, 0, -2, 0}, 0x0B, 0.0f, -2.0f},          // one-sided the other way
+      {{0, 0, 0}, 0x07, 0.0f, 0.0f},                   // all zero: a tie, exact
+      {{2, -2, 0}, 0x05, 2.0f, -2.0f},                 // tie -> 1 bit
+  };
+  for (const Case& c : cases) {
+    auto enc = MakeChunkEncoder("onebit", {}, /*error_feedback=*/true, c.g.size());
+    ASSERT_TRUE(enc.ok());
+    ChunkHeader h;
+    std::string p;
+    ASSERT_TRUE((*enc)->Encode(c.g, {}, &h, &p).ok());
+    EXPECT_EQ(Bytes(p), std::vector<uint8_t>{c.byte}) << "g[0]=" << c.g[0];
+    EXPECT_EQ(h.scale, c.pos);
+    EXPECT_EQ(h.scale2, c.neg);
+    // With error feedback a zero leaves minus its decoded value behind, which
+    // the next step sends back: g == decoded + r_new elementwise (r_old = 0).
+    const auto d = Decode(h, p);
+    const CodecKernels& k = internal::PortableKernels();
+    std::vector<float> r(c.g.size(), 0.0f);
+    uint8_t byte = 0;
+    k.encode_onebit(c.g.data(), r.data(), c.g.size(), {h.scale, h.scale2}, &byte);
+    EXPECT_EQ(byte, c.byte);
+    for (size_t i = 0; i < c.g.size(); ++i) EXPECT_EQ(d[i] + r[i], c.g[i]) << i;
+  }
 }
 
 // ------------------------------------------------------ MXNet semantics --
@@ -244,6 +331,32 @@ TEST(TernaryCodec, IsUnbiased) {
   EXPECT_NEAR(total_err / n, 0.0, 5.0 * se / std::sqrt(n));
 }
 
+// The encoder (whichever kernels this CPU picks) against NOTE [reproducible
+// rounding] read literally: element i keeps its sign iff
+// Uniform8(byte i % 16 of block i / 16) < |x| / s.
+TEST(TernaryCodec, DrawsFollowTheNote) {
+  const uint32_t n = 1000;  // not a multiple of 128: the AVX2 tail runs too
+  const auto g = RandomGrad(n, 21);
+  auto c = Make("ternary", {.ternary_clip = 0.0f});
+  const EncodeKey key{.seed = 9, .worker = 3, .clock = 41, .tensor = 5, .chunk = 2};
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, key, &h, &p).ok());
+  const PhiloxKey k = ChunkPhiloxKey(key.seed, key.tensor, key.chunk);
+  const float inv_s = 1.0f / h.scale;
+  int sent = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const PhiloxCounter block =
+        Philox4x32<7>({i / 16, key.worker, key.clock, 0}, k);
+    const bool keep = Uniform8(BlockBits8(block, i % 16)) < std::fabs(g[i]) * inv_s;
+    const uint32_t want = keep ? (g[i] > 0 ? 1 : 2) : 0;
+    ASSERT_EQ((static_cast<uint8_t>(p[i / 4]) >> (2 * (i % 4))) & 3, want) << "i=" << i;
+    sent += keep;
+  }
+  EXPECT_GT(sent, 0);
+  EXPECT_LT(sent, static_cast<int>(n));
+}
+
 TEST(TernaryCodec, ClipsAtCSigma) {
   std::vector<float> g = RandomGrad(10000, 12);
   g[123] = 1000.0f;  // one outlier far beyond 2.5 sigma
@@ -347,14 +460,41 @@ TEST(ErrorFeedback, WrongSizeIsInvalidArgument) {
 
 // -------------------------------------------- portable == AVX2, bit for bit --
 
+// (gradient, residual) pairs of n elements that reach every branch of the
+// kernels: plain; exact zeros of both signs (onebit's zero rule); one-sided
+// chunks (onebit's zeros take 1 or 0); a ternary scale so small that the
+// AVX2 loop hands the chunk to the portable one; a range so wide that
+// |x| / s underflows.
+std::vector<std::pair<std::vector<float>, std::vector<float>>> KernelInputs(uint32_t n) {
+  std::vector<std::pair<std::vector<float>, std::vector<float>>> in;
+  in.push_back({RandomGrad(n, n), RandomGrad(n, n + 1, 0.1f)});
+  auto zeros = in[0];
+  for (uint32_t i = 0; i < n; i += 3) {
+    const float z = (i / 3) % 2 ? -0.0f : 0.0f;  // -0 + -0 is -0, so x keeps the sign
+    zeros.first[i] = z;
+    zeros.second[i] = z;
+  }
+  in.push_back(zeros);
+  const std::vector<float> no_r(n, 0.0f);
+  std::vector<float> nonneg = zeros.first, nonpos = zeros.first, tiny = in[0].first,
+                     wide = in[0].first;
+  for (uint32_t i = 0; i < n; ++i) {
+    nonneg[i] = std::fabs(nonneg[i]);
+    nonpos[i] = -std::fabs(nonpos[i]);
+    tiny[i] *= 1e-38f;
+    wide[i] *= i % 2 ? 1e30f : 1e-20f;
+  }
+  for (auto* v : {&nonneg, &nonpos, &tiny, &wide}) in.push_back({*v, no_r});
+  return in;
+}
+
 TEST(Kernels, Avx2MatchesPortableBitForBit) {
   const CodecKernels* avx = internal::Avx2Kernels();
   if (avx == nullptr || !__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 on this CPU";
   const CodecKernels& ref = internal::PortableKernels();
   const PhiloxKey key = ChunkPhiloxKey(99, 3, 4);
-  for (uint32_t n : {1u, 7u, 8u, 31u, 32u, 33u, 127u, 128u, 129u, 1000u, 4099u, 65536u + 5}) {
-    const auto g = RandomGrad(n, n);
-    const auto r0 = RandomGrad(n, n + 1, 0.1f);
+  for (uint32_t n : {1u, 7u, 8u, 31u, 32u, 33u, 127u, 128u, 129u, 1000u, 4099u, 65536u + 5})
+  for (const auto& [g, r0] : KernelInputs(n)) {
     // statistics
     float m1, m2;
     double s1, s2, q1, q2;
@@ -365,12 +505,13 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
     EXPECT_EQ(q1, q2) << n;
     EXPECT_EQ(ref.sum_abs(g.data(), r0.data(), n), avx->sum_abs(g.data(), r0.data(), n));
     double ps1, ps2, ns1, ns2;
-    uint32_t c1, c2;
-    ref.sign_sums(g.data(), r0.data(), n, &ps1, &c1, &ns1);
-    avx->sign_sums(g.data(), r0.data(), n, &ps2, &c2, &ns2);
+    uint32_t c1, c2, nc1, nc2;
+    ref.sign_sums(g.data(), r0.data(), n, &ps1, &c1, &ns1, &nc1);
+    avx->sign_sums(g.data(), r0.data(), n, &ps2, &c2, &ns2, &nc2);
     EXPECT_EQ(ps1, ps2);
     EXPECT_EQ(c1, c2);
     EXPECT_EQ(ns1, ns2);
+    EXPECT_EQ(nc1, nc2);
     // encoders, with and without residual
     for (bool with_r : {false, true}) {
       auto ra = r0, rb = r0;
@@ -386,7 +527,7 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
       avx->encode_ternary(g.data(), pb, n, tp, key, 2, 17, ob.data());
       EXPECT_EQ(oa, ob) << "ternary n=" << n;
       EXPECT_EQ(ra, rb);
-      const internal::OneBitParams op = internal::OneBitParamsFromSums(ps1, c1, ns1, n);
+      const internal::OneBitParams op = internal::OneBitParamsFromSums(ps1, c1, ns1, nc1);
       ref.encode_onebit(g.data(), pa, n, op, oa.data());
       avx->encode_onebit(g.data(), pb, n, op, ob.data());
       EXPECT_EQ(oa, ob) << "onebit n=" << n;

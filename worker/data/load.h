@@ -14,7 +14,8 @@ namespace gradstream {
 
 struct DatasetOptions {
   std::string name = "synthetic";  // "synthetic", "mnist" or "cifar10"
-  std::string dir;                 // mnist/cifar10: folder with the standard files
+  std::string dir;                 // mnist: folder of the IDX files (plain or .gz);
+                                   // cifar10: folder or archive, see LoadCifar10
   SyntheticConfig synthetic;       // synthetic only
 };
 

@@ -32,10 +32,23 @@ struct TernaryParams {
 // same rounding on every device.
 inline float InverseScale(float scale) { return 1.0f / scale; }
 
+// NOTE: [onebit zeros] Zeros carry no sign, so they are left out of both
+// means, and an exact zero (+0 or -0; common: gradients of dead ReLU units)
+// gets the bit whose value is nearer to 0 (1 on a tie), with error feedback
+// keeping the difference. Counting zeros on the positive side (the earlier
+// rule) shrinks the positive value toward 0 by the share of dead units and
+// then sends every dead unit as +pos: a push one way on every step that
+// error feedback must take back later. Excluded, the two values describe
+// the entries that have a sign, and a zero costs the least error one bit
+// can give, min(pos, -neg), carried to the next step like any other error.
+// When one side is empty its value is 0, so zeros decode exactly.
 struct OneBitParams {
-  float pos;  // value of a 1 bit: mean of x over x >= 0
-  float neg;  // value of a 0 bit: mean of x over x < 0
+  float pos;  // value of a 1 bit: mean of x over x > 0 (0 if none)
+  float neg;  // value of a 0 bit: mean of x over x < 0 (0 if none)
 };
+
+// The bit of an exact zero (see [onebit zeros]); host and device code.
+GS_HOST_DEVICE bool OneBitZeroBit(float pos, float neg) { return pos <= -neg; }
 
 struct CodecKernels {
   const char* isa;
@@ -46,9 +59,10 @@ struct CodecKernels {
                   double* sum, double* sum_sq);
   // sum |x|.
   double (*sum_abs)(const float* grad, const float* residual, uint32_t n);
-  // sums and counts of the x >= 0 and x < 0 parts.
+  // sums and counts of the x > 0 and x < 0 parts; zeros are in neither
+  // (see [onebit zeros]) and a NaN lands in the negative sum.
   void (*sign_sums)(const float* grad, const float* residual, uint32_t n, double* pos_sum,
-                    uint32_t* pos_count, double* neg_sum);
+                    uint32_t* pos_count, double* neg_sum, uint32_t* neg_count);
 
   // ---- encoders: write PayloadBytes(codec, n) bytes to `out` ----
   // These two have no statistics pass to catch NaN/Inf, so they report it:
@@ -80,9 +94,11 @@ struct CodecKernels {
 
 const CodecKernels& PortableKernels();
 
-// Scalar ternary encode of elements [begin, end) (begin % 8 == 0). `out`
+// Scalar ternary encode of elements [begin, end) (begin % 4 == 0). `out`
 // bytes covering the range must be zero. Shared by the portable table and the
-// AVX2 table's tail so both draw the same random words.
+// AVX2 table's tail so both draw the same random words. The rule, on every
+// device: prob = min(|x|, clip) * InverseScale(s); code = sign(x) when
+// Uniform8(draw) < prob, else 0 (see [reproducible rounding]).
 void EncodeTernaryRange(const float* grad, float* residual, uint32_t begin, uint32_t end,
                         TernaryParams p, PhiloxKey key, uint32_t worker, uint32_t clock,
                         uint8_t* out);
@@ -98,7 +114,7 @@ TernaryParams TernaryParamsFromMoments(float max_abs, double sum, double sum_sq,
                                        float clip_factor);
 float AdaptiveThreshold(double sum_abs, uint32_t n);
 OneBitParams OneBitParamsFromSums(double pos_sum, uint32_t pos_count, double neg_sum,
-                                  uint32_t n);
+                                  uint32_t neg_count);
 
 }  // namespace internal
 }  // namespace gradstream

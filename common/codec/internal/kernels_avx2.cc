@@ -122,21 +122,24 @@ double SumAbs(const float* grad, const float* residual, uint32_t n) {
 }
 
 void SignSums(const float* grad, const float* residual, uint32_t n, double* pos_sum,
-              uint32_t* pos_count, double* neg_sum) {
+              uint32_t* pos_count, double* neg_sum, uint32_t* neg_count) {
   __m256d p_lo = _mm256_setzero_pd(), p_hi = p_lo, q_lo = p_lo, q_hi = p_lo;
-  uint32_t count = 0;
+  uint32_t pc = 0, nc = 0;
   const __m256 zero = _mm256_setzero_ps();
   const uint32_t n8 = n & ~7u;
   for (uint32_t i = 0; i < n8; i += 8) {
     const __m256 x = LoadX(grad, residual, i);
-    const __m256 ge = _mm256_cmp_ps(x, zero, _CMP_GE_OQ);
-    const __m256 pos = _mm256_blendv_ps(zero, x, ge);
-    const __m256 neg = _mm256_blendv_ps(x, zero, ge);
+    const __m256 gt = _mm256_cmp_ps(x, zero, _CMP_GT_OQ);
+    const __m256 neq = _mm256_cmp_ps(x, zero, _CMP_NEQ_UQ);  // x < 0 or NaN, or x > 0
+    const __m256 lt = _mm256_andnot_ps(gt, neq);
+    const __m256 pos = _mm256_and_ps(gt, x);  // +0.0 elsewhere, as the portable sum skips
+    const __m256 neg = _mm256_and_ps(lt, x);
     p_lo = _mm256_add_pd(p_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(pos)));
     p_hi = _mm256_add_pd(p_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(pos, 1)));
     q_lo = _mm256_add_pd(q_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(neg)));
     q_hi = _mm256_add_pd(q_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(neg, 1)));
-    count += __builtin_popcount(_mm256_movemask_ps(ge));
+    pc += __builtin_popcount(_mm256_movemask_ps(gt));
+    nc += __builtin_popcount(_mm256_movemask_ps(lt));
   }
   alignas(32) double p[8], q[8];
   _mm256_store_pd(p, p_lo);
@@ -145,11 +148,12 @@ void SignSums(const float* grad, const float* residual, uint32_t n, double* pos_
   _mm256_store_pd(q + 4, q_hi);
   for (uint32_t i = n8; i < n; ++i) {
     const float x = X(grad, residual, i);
-    if (x >= 0.0f) {
+    if (x > 0.0f) {
       p[i % 8] += x;
-      ++count;
-    } else {
+      ++pc;
+    } else if (!(x == 0.0f)) {
       q[i % 8] += x;
+      ++nc;
     }
   }
   double tp = 0, tq = 0;
@@ -158,8 +162,9 @@ void SignSums(const float* grad, const float* residual, uint32_t n, double* pos_
     tq += q[l];
   }
   *pos_sum = tp;
-  *pos_count = count;
+  *pos_count = pc;
   *neg_sum = tq;
+  *neg_count = nc;
 }
 
 bool EncodeF32(const float* grad, float* residual, uint32_t n, uint8_t* out) {
@@ -206,12 +211,13 @@ bool EncodeTwoBit(const float* grad, float* residual, uint32_t n, float t, uint8
   return ok;
 }
 
-// Eight Philox4x32-10 blocks at once, one per 32-bit lane (SoA).
+// Eight Philox4x32 blocks at once (kPhiloxRounds rounds), one per 32-bit
+// lane (SoA).
 inline void Philox8(__m256i& c0, __m256i& c1, __m256i& c2, __m256i& c3, PhiloxKey key) {
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kPhiloxM0));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kPhiloxM1));
   uint32_t k0 = key.k0, k1 = key.k1;
-  for (int r = 0; r < 10; ++r) {
+  for (int r = 0; r < kPhiloxRounds; ++r) {
     if (r > 0) {
       k0 += kPhiloxW0;
       k1 += kPhiloxW1;
@@ -235,18 +241,27 @@ inline void Philox8(__m256i& c0, __m256i& c1, __m256i& c2, __m256i& c3, PhiloxKe
   }
 }
 
-void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams p, PhiloxKey key,
-                   uint32_t worker, uint32_t clock, uint8_t* out) {
-  std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
-  const __m256 clip = _mm256_set1_ps(p.clip), nclip = _mm256_set1_ps(-p.clip);
-  const __m256 s = _mm256_set1_ps(p.scale), zero = _mm256_setzero_ps();
-  const __m256 inv_s = _mm256_set1_ps(InverseScale(p.scale));
-  const __m256 inv16 = _mm256_set1_ps(1.0f / 65536.0f);
+// kResidual hoists the error-feedback test out of the loop.
+template <bool kResidual>
+void EncodeTernaryT(const float* grad, float* residual, uint32_t n, TernaryParams p,
+                    PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out) {
+  // Uniform8(b) < prob, scaled by 256 on both sides: b + 0.5 < a * (inv_s *
+  // 256) with a = min(|x|, clip). Scaling by a power of two is exact, so this
+  // is the portable comparison bit for bit, except when inv_s * 256
+  // overflows (s below about 2^-120) -- then the portable loop does the chunk -- or
+  // a * inv_s is subnormal, where both sides say "not taken" (b + 0.5 >= 0.5).
+  const float inv_s256 = InverseScale(p.scale) * 256.0f;
+  if (!(inv_s256 <= FLT_MAX)) {
+    return EncodeTernaryRange(grad, residual, 0, n, p, key, worker, clock, out);
+  }
+  const __m256 clip = _mm256_set1_ps(p.clip), s = _mm256_set1_ps(p.scale);
+  const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+  const __m256 scale256 = _mm256_set1_ps(inv_s256), half_bin = _mm256_set1_ps(0.5f);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const uint32_t n64 = n & ~63u;
-  for (uint32_t i = 0; i < n64; i += 64) {
-    // Eight blocks (one per lane) cover these 64 elements, 8 per block.
-    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(i / 8)), lane);
+  constexpr uint32_t kStep = 8 * kDrawsPerBlock;  // eight blocks, one per lane
+  const uint32_t n_vec = n / kStep * kStep;
+  for (uint32_t i = 0; i < n_vec; i += kStep) {
+    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(i / kDrawsPerBlock)), lane);
     __m256i c1 = _mm256_set1_epi32(static_cast<int>(worker));
     __m256i c2 = _mm256_set1_epi32(static_cast<int>(clock));
     __m256i c3 = _mm256_setzero_si256();
@@ -257,42 +272,75 @@ void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams
     const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
     const __m256i u[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
                           _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+#pragma GCC unroll 8
     for (int blk = 0; blk < 8; ++blk) {
-      const __m128i words = blk < 4 ? _mm256_castsi256_si128(u[blk]) : _mm256_extracti128_si256(u[blk - 4], 1);
-      // Eight 16-bit halves in element order (low half first), widened.
-      const __m256 uni = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(words)), inv16);
-      const uint32_t e = i + 8 * blk;
-      const __m256 x = LoadX(grad, residual, e);
-      const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, nclip), clip);
-      const __m256 prob = _mm256_mul_ps(Abs(xc), inv_s);
-      const __m256 take = _mm256_cmp_ps(uni, prob, _CMP_LT_OQ);
-      const __m256 gt0 = _mm256_cmp_ps(xc, zero, _CMP_GT_OQ);
-      const __m256 pos = _mm256_and_ps(take, gt0);
-      const __m256 neg = _mm256_andnot_ps(gt0, take);
-      StoreCodes(out + e / 4, _mm256_movemask_ps(pos), _mm256_movemask_ps(neg));
-      if (residual) {
-        __m256 r = _mm256_blendv_ps(x, _mm256_sub_ps(x, s), pos);
-        r = _mm256_blendv_ps(r, _mm256_add_ps(x, s), neg);
-        _mm256_storeu_ps(residual + e, r);
+      const __m128i words =
+          blk < 4 ? _mm256_castsi256_si128(u[blk]) : _mm256_extracti128_si256(u[blk - 4], 1);
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        // Bytes 8*half .. 8*half+7 of the block, in element order, widened;
+        // 256 * Uniform8(b) = b + 0.5.
+        const __m256i b = _mm256_cvtepu8_epi32(half == 0 ? words : _mm_srli_si128(words, 8));
+        const __m256 uni256 = _mm256_add_ps(_mm256_cvtepi32_ps(b), half_bin);
+        const uint32_t e = i + kDrawsPerBlock * blk + 8 * half;
+        const __m256 x = kResidual ? _mm256_add_ps(_mm256_loadu_ps(grad + e),
+                                                   _mm256_loadu_ps(residual + e))
+                                   : _mm256_loadu_ps(grad + e);
+        const __m256 prob256 = _mm256_mul_ps(_mm256_min_ps(Abs(x), clip), scale256);
+        const __m256 take = _mm256_cmp_ps(uni256, prob256, _CMP_LT_OQ);
+        const __m256 gt0 = _mm256_cmp_ps(x, zero, _CMP_GT_OQ);
+        StoreCodes(out + e / 4, _mm256_movemask_ps(_mm256_and_ps(take, gt0)),
+                   _mm256_movemask_ps(_mm256_andnot_ps(gt0, take)));
+        if (kResidual) {
+          // x - copysign(s, x) where taken, x - 0 elsewhere: the portable
+          // x -/+ s and x, bit for bit (a taken x is never 0).
+          const __m256 sent = _mm256_and_ps(take, _mm256_or_ps(_mm256_and_ps(x, sign), s));
+          _mm256_storeu_ps(residual + e, _mm256_sub_ps(x, sent));
+        }
       }
     }
   }
-  EncodeTernaryRange(grad, residual, n64, n, p, key, worker, clock, out);
+  EncodeTernaryRange(grad, residual, n_vec, n, p, key, worker, clock, out);
 }
 
-void EncodeOneBit(const float* grad, float* residual, uint32_t n, OneBitParams p, uint8_t* out) {
+void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams p, PhiloxKey key,
+                   uint32_t worker, uint32_t clock, uint8_t* out) {
+  std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
+  if (residual) {
+    EncodeTernaryT<true>(grad, residual, n, p, key, worker, clock, out);
+  } else {
+    EncodeTernaryT<false>(grad, nullptr, n, p, key, worker, clock, out);
+  }
+}
+
+// bit = x > 0 (kCmp = _CMP_GT_OQ), or x >= 0 when zeros take the 1 bit
+// (_CMP_GE_OQ; see [onebit zeros]); NaN gives 0 either way, as in the
+// portable rule.
+template <int kCmp>
+void EncodeOneBitT(const float* grad, float* residual, uint32_t n, OneBitParams p,
+                   uint8_t* out) {
   const __m256 zero = _mm256_setzero_ps();
   const __m256 vpos = _mm256_set1_ps(p.pos), vneg = _mm256_set1_ps(p.neg);
   const uint32_t n8 = n & ~7u;
   for (uint32_t i = 0; i < n8; i += 8) {
     const __m256 x = LoadX(grad, residual, i);
-    const __m256 ge = _mm256_cmp_ps(x, zero, _CMP_GE_OQ);
-    out[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(ge));
-    if (residual) _mm256_storeu_ps(residual + i, _mm256_sub_ps(x, _mm256_blendv_ps(vneg, vpos, ge)));
+    const __m256 one = _mm256_cmp_ps(x, zero, kCmp);
+    out[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(one));
+    if (residual) {
+      _mm256_storeu_ps(residual + i, _mm256_sub_ps(x, _mm256_blendv_ps(vneg, vpos, one)));
+    }
   }
   if (n8 < n) {
     PortableKernels().encode_onebit(grad + n8, residual ? residual + n8 : nullptr, n - n8, p,
                                     out + n8 / 8);
+  }
+}
+
+void EncodeOneBit(const float* grad, float* residual, uint32_t n, OneBitParams p, uint8_t* out) {
+  if (OneBitZeroBit(p.pos, p.neg)) {
+    EncodeOneBitT<_CMP_GE_OQ>(grad, residual, n, p, out);
+  } else {
+    EncodeOneBitT<_CMP_GT_OQ>(grad, residual, n, p, out);
   }
 }
 

@@ -49,16 +49,17 @@ double SumAbs(const float* grad, const float* residual, uint32_t n) {
 }
 
 void SignSums(const float* grad, const float* residual, uint32_t n, double* pos_sum,
-              uint32_t* pos_count, double* neg_sum) {
+              uint32_t* pos_count, double* neg_sum, uint32_t* neg_count) {
   double p[8] = {0}, q[8] = {0};
-  uint32_t c = 0;
+  uint32_t pc = 0, nc = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const float x = X(grad, residual, i);
-    if (x >= 0.0f) {
+    if (x > 0.0f) {
       p[i % 8] += x;
-      ++c;
-    } else {
+      ++pc;
+    } else if (!(x == 0.0f)) {
       q[i % 8] += x;  // NaN lands here and poisons the sum, which callers check
+      ++nc;
     }
   }
   double tp = 0, tq = 0;
@@ -67,8 +68,9 @@ void SignSums(const float* grad, const float* residual, uint32_t n, double* pos_
     tq += q[l];
   }
   *pos_sum = tp;
-  *pos_count = c;
+  *pos_count = pc;
   *neg_sum = tq;
+  *neg_count = nc;
 }
 
 bool EncodeF32(const float* grad, float* residual, uint32_t n, uint8_t* out) {
@@ -111,9 +113,10 @@ void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams
 
 void EncodeOneBit(const float* grad, float* residual, uint32_t n, OneBitParams p, uint8_t* out) {
   std::memset(out, 0, (static_cast<size_t>(n) + 7) / 8);
+  const bool zero_bit = OneBitZeroBit(p.pos, p.neg);
   for (uint32_t i = 0; i < n; ++i) {
     const float x = X(grad, residual, i);
-    const bool bit = x >= 0.0f;
+    const bool bit = x > 0.0f || (x == 0.0f && zero_bit);
     out[i / 8] |= static_cast<uint8_t>(bit) << (i % 8);
     if (residual) residual[i] = x - (bit ? p.pos : p.neg);
   }
@@ -168,14 +171,17 @@ void EncodeTernaryRange(const float* grad, float* residual, uint32_t begin, uint
   PhiloxCounter rnd{};
   const float inv_s = InverseScale(p.scale);
   for (uint32_t i = begin; i < end; ++i) {
-    if (i % 8 == 0 || i == begin) rnd = Philox4x32_10(PhiloxCounter{i / 8, worker, clock, 0}, key);
+    const uint32_t j = i % kDrawsPerBlock;
+    if (j == 0 || i == begin) {
+      rnd = CodecPhilox(PhiloxCounter{i / kDrawsPerBlock, worker, clock, 0}, key);
+    }
     const float x = X(grad, residual, i);
-    const float xc = std::min(std::max(x, -p.clip), p.clip);
-    const float prob = std::fabs(xc) * inv_s;
+    // |clamp(x, -clip, clip)| and the sign of x (clip > 0 whenever s > 0).
+    const float prob = std::min(std::fabs(x), p.clip) * inv_s;
     uint32_t code = 0;
     float r = x;
-    if (Uniform16(BlockBits16(rnd, i % 8)) < prob) {
-      if (xc > 0.0f) {
+    if (Uniform8(BlockBits8(rnd, j)) < prob) {
+      if (x > 0.0f) {
         code = 1;
         r = x - p.scale;
       } else {
@@ -215,10 +221,11 @@ float AdaptiveThreshold(double sum_abs, uint32_t n) {
   return n == 0 ? 0.0f : static_cast<float>(sum_abs / n);
 }
 
-OneBitParams OneBitParamsFromSums(double pos_sum, uint32_t pos_count, double neg_sum, uint32_t n) {
+OneBitParams OneBitParamsFromSums(double pos_sum, uint32_t pos_count, double neg_sum,
+                                  uint32_t neg_count) {
   OneBitParams p{0.0f, 0.0f};
   if (pos_count > 0) p.pos = static_cast<float>(pos_sum / pos_count);
-  if (n > pos_count) p.neg = static_cast<float>(neg_sum / (n - pos_count));
+  if (neg_count > 0) p.neg = static_cast<float>(neg_sum / neg_count);
   return p;
 }
 
