@@ -111,17 +111,31 @@ TEST(OneBitCodec, GoldenBytesAndReconstructionValues) {
 
 // ------------------------------------------------------ MXNet semantics --
 
+double Norm(const std::vector<float>& r) {
+  double s = 0;
+  for (float x : r) s += static_cast<double>(x) * x;
+  return std::sqrt(s);
+}
+
 TEST(TwoBitCodec, ResidualFollowsMxnetSemanticsExactly) {
   // r += g; if r >= t: +1, r -= t; elif r <= -t: -1, r += t; else 0.
+  // The bare codec with an explicit residual shows the rule; the
+  // ErrorFeedback decorator must send the same bytes and keep the same
+  // residual (its norm is all it exposes).
   const float t = 0.5f;
   auto enc = MakeChunkEncoder("twobit", {.twobit_threshold = t}, true, 9);
   ASSERT_TRUE(enc.ok());
+  auto* ef = dynamic_cast<ErrorFeedback*>(enc->get());
+  ASSERT_NE(ef, nullptr);
+  auto bare = Make("twobit", {.twobit_threshold = t});
+  std::vector<float> kept(9, 0.0f);
   std::vector<float> g = {0.6f, -0.7f, 0.1f, 0.5f, -0.5f, 0.49f, 1.2f, -0.2f, 0.3f};
   std::vector<float> r(9, 0.0f);
   for (int step = 0; step < 4; ++step) {
-    ChunkHeader h;
-    std::string p;
+    ChunkHeader h, hb;
+    std::string p, pb;
     ASSERT_TRUE((*enc)->Encode(g, {}, &h, &p).ok());
+    ASSERT_TRUE(bare->EncodeWithResidual(g, absl::MakeSpan(kept), {}, &hb, &pb).ok());
     std::vector<float> want(9, 0.0f);
     for (int i = 0; i < 9; ++i) {
       r[i] += g[i];
@@ -134,9 +148,9 @@ TEST(TwoBitCodec, ResidualFollowsMxnetSemanticsExactly) {
       }
     }
     EXPECT_EQ(Decode(h, p), want) << "step " << step;
-    auto* ef = dynamic_cast<ErrorFeedback*>(enc->get());
-    ASSERT_NE(ef, nullptr);
-    for (int i = 0; i < 9; ++i) EXPECT_EQ(ef->residual()[i], r[i]) << "step " << step << " i " << i;
+    EXPECT_EQ(pb, p) << "step " << step;
+    for (int i = 0; i < 9; ++i) EXPECT_EQ(kept[i], r[i]) << "step " << step << " i " << i;
+    EXPECT_EQ(ef->ResidualNorm(), Norm(r)) << "step " << step;
   }
 }
 
@@ -163,17 +177,27 @@ TEST_P(EveryCodec, ErrorFeedbackKeepsWhatWasNotSent) {
   auto enc = MakeChunkEncoder(GetParam(), {}, /*error_feedback=*/true, n);
   ASSERT_TRUE(enc.ok());
   auto* ef = dynamic_cast<ErrorFeedback*>(enc->get());
+  ASSERT_NE(ef, nullptr);
+  // The same codec with the residual in our hands: the decorator must send
+  // the same bytes, so it keeps the same residual.
+  auto bare = Make(GetParam());
+  std::vector<float> kept(n, 0.0f);
   for (uint32_t step = 0; step < 5; ++step) {
     const std::vector<float> g = RandomGrad(n, 100 + step);
-    const std::vector<float> r_old(ef->residual().begin(), ef->residual().end());
-    ChunkHeader h;
-    std::string p;
-    ASSERT_TRUE((*enc)->Encode(g, {.seed = 1, .clock = step}, &h, &p).ok());
+    const std::vector<float> r_old = kept;
+    ChunkHeader h, hb;
+    std::string p, pb;
+    const EncodeKey key{.seed = 1, .clock = step};
+    ASSERT_TRUE((*enc)->Encode(g, key, &h, &p).ok());
+    ASSERT_TRUE(bare->EncodeWithResidual(g, absl::MakeSpan(kept), key, &hb, &pb).ok());
+    EXPECT_EQ(pb, p) << GetParam() << " step " << step;
+    EXPECT_EQ(hb.scale, h.scale);
     const std::vector<float> dec = Decode(h, p);
     for (uint32_t i = 0; i < n; ++i) {
-      const float lhs = g[i] + r_old[i], rhs = dec[i] + ef->residual()[i];
+      const float lhs = g[i] + r_old[i], rhs = dec[i] + kept[i];
       EXPECT_NEAR(lhs, rhs, 1e-6f * (1.0f + std::fabs(lhs))) << GetParam() << " i=" << i;
     }
+    EXPECT_EQ(ef->ResidualNorm(), Norm(kept)) << GetParam() << " step " << step;
   }
   if (absl::string_view(GetParam()) == "none") {
     EXPECT_EQ(ef->ResidualNorm(), 0.0) << "fp32 sends everything";
