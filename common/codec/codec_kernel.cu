@@ -336,6 +336,8 @@ absl::Status DecodeAddOnDevice(const ChunkHeader& h, const uint8_t* d_payload,
     case CodecType::kOneBit:
       ValidateOneBitKernel<<<1, 1, 0, s>>>(d_payload, n, bad.get());
       break;
+    default:  // a codec with no device kernels yet (common/codec/README.md)
+      return absl::UnimplementedError(absl::StrCat(CodecTypeName(h.codec), " has no CUDA decoder"));
   }
   if (auto e = CheckLaunch("validate"); !e.ok()) return e;
   auto flag = bad.Read();

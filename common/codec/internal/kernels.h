@@ -56,8 +56,6 @@ struct TwoBitSignTable {
 inline constexpr TwoBitSignTable kTwoBitSigns;
 
 struct CodecKernels {
-  const char* isa;
-
   // ---- statistics (fp64, [lane reduction]) ----
   // max |x| over the chunk (NaN if any x is NaN), and sum / sum of squares.
   void (*moments)(const float* grad, const float* residual, uint32_t n, float* max_abs,

@@ -381,10 +381,10 @@ bool Valid2Bit(const uint8_t* payload, uint32_t n) {
 }  // namespace
 
 const CodecKernels* Avx2Kernels() {
-  static const CodecKernels k = {"avx2",       Moments,       SumAbs,       SignSums,
-                                 EncodeF32,    EncodeTwoBit,  EncodeTernary, EncodeOneBit,
-                                 Valid2Bit,    MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit,
-                                 DecodeAddF32, Decode2Bit,    Decode1Bit};
+  static const CodecKernels k = {Moments,       SumAbs,        SignSums,      EncodeF32,
+                                 EncodeTwoBit,  EncodeTernary, EncodeOneBit,  Valid2Bit,
+                                 MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit, DecodeAddF32,
+                                 Decode2Bit,    Decode1Bit};
   return &k;
 }
 

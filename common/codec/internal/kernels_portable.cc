@@ -196,10 +196,10 @@ void EncodeTernaryRange(const float* grad, float* residual, uint32_t begin, uint
 }
 
 const CodecKernels& PortableKernels() {
-  static const CodecKernels k = {"portable",   Moments,       SumAbs,       SignSums,
-                                 EncodeF32,    EncodeTwoBit,  EncodeTernary, EncodeOneBit,
-                                 Valid2Bit,    MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit,
-                                 DecodeAddF32, Decode2Bit,    Decode1Bit};
+  static const CodecKernels k = {Moments,       SumAbs,        SignSums,      EncodeF32,
+                                 EncodeTwoBit,  EncodeTernary, EncodeOneBit,  Valid2Bit,
+                                 MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit, DecodeAddF32,
+                                 Decode2Bit,    Decode1Bit};
   return k;
 }
 
