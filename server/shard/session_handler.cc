@@ -91,7 +91,8 @@ void SessionHandler::HandleHello(const pb::Hello& hello) {
 }
 
 void SessionHandler::HandlePush(pb::Push& push) {
-  // The payload and scales are validated where they are decoded (Job::Push).
+  // Payload and scales are checked where they are decoded (see [chunk
+  // validation] in common/codec/decoder.h).
   absl::StatusOr<ChunkHeader> header = ChunkHeaderFromWire(push.chunk());
   if (!header.ok()) {
     job_->CountRejected();
