@@ -1,16 +1,22 @@
-// Built-in codecs (none, twobit, ternary, onebit), chunk validation and the
-// fused decode-accumulate entry point. The arithmetic lives in the kernel
-// tables (internal/kernels.h); this file owns the semantics: statistics ->
-// parameters -> header, and what counts as malformed.
+// The built-in codecs (none, twobit, ternary, onebit) and the codec table
+// (see [codec table]): per codec its encoder, what counts as a malformed
+// chunk, and its decoders. The arithmetic lives in the kernel tables
+// (internal/kernels.h); this file owns the semantics: statistics ->
+// parameters -> header on the way out, header -> values on the way in.
 #include "common/codec/codec.h"
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec/internal/builtin.h"
+#include "absl/strings/str_join.h"
+#include "common/codec/internal/codec_table.h"
 #include "common/codec/internal/kernels.h"
 #include "common/status.h"
 
@@ -153,151 +159,143 @@ class OneBitCodec final : public BuiltinCodec<CodecType::kOneBit> {
   }
 };
 
-bool KnownCodec(CodecType type) { return static_cast<uint8_t>(type) <= 3; }
+// ---------------------------------------------------------------- decoding --
+// Each validate_* runs after ChunkDecoder checked the element count and the
+// payload length; see [chunk validation] in decoder.h.
 
-}  // namespace
-
-absl::string_view CodecTypeName(CodecType type) {
-  switch (type) {
-    case CodecType::kNone:
-      return "none";
-    case CodecType::kTwoBit:
-      return "twobit";
-    case CodecType::kTernary:
-      return "ternary";
-    case CodecType::kOneBit:
-      return "onebit";
+absl::Status ValidateNone(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
+  *max_magnitude = ActiveKernels().max_abs_f32(payload, h.num_elems);
+  if (!(*max_magnitude <= FLT_MAX)) {
+    return absl::InvalidArgumentError("none payload holds NaN or Inf");
   }
-  return "unknown";
+  return absl::OkStatus();
 }
 
-absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name) {
-  for (CodecType t :
-       {CodecType::kNone, CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit}) {
-    if (CodecTypeName(t) == name) return t;
-  }
-  return absl::NotFoundError(
-      absl::StrCat("unknown codec '", name, "' (known: none, twobit, ternary, onebit)"));
-}
-
-size_t PayloadBytes(CodecType type, uint32_t num_elems) {
-  const size_t n = num_elems;
-  switch (type) {
-    case CodecType::kNone:
-      return 4 * n;
-    case CodecType::kTwoBit:
-    case CodecType::kTernary:
-      return (n + 3) / 4;
-    case CodecType::kOneBit:
-      return (n + 7) / 8;
-  }
-  return 0;
-}
-
-namespace {
-
-// Validates a chunk and reports the largest magnitude any element decodes to,
-// so DecodeAdd can prove that weight * value stays finite before it writes.
-absl::Status ValidateAndBound(const ChunkHeader& h, absl::string_view payload,
-                              size_t expected_elems, float* max_magnitude) {
-  if (!KnownCodec(h.codec)) {
+// twobit and ternary share the 2-bit layout and its decoders.
+absl::Status Validate2Bit(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
+  if (!std::isfinite(h.scale) || h.scale < 0.0f) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown codec id ", static_cast<int>(h.codec)));
+        absl::StrCat(CodecTypeName(h.codec), " scale ", h.scale, " is not finite and >= 0"));
   }
-  if (h.num_elems != expected_elems) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk header says ", h.num_elems,
-                                                   " elements, expected ", expected_elems));
+  if (!ActiveKernels().valid_2bit(payload, h.num_elems)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        CodecTypeName(h.codec), " payload has an invalid code 11 or nonzero padding"));
   }
-  const size_t want = PayloadBytes(h.codec, h.num_elems);
-  if (payload.size() != want) {
-    return absl::InvalidArgumentError(absl::StrCat(CodecTypeName(h.codec), " payload of ",
-                                                   payload.size(), " bytes for ", h.num_elems,
-                                                   " elements, expected ", want));
-  }
-  const auto* bytes = reinterpret_cast<const uint8_t*>(payload.data());
-  const auto& k = ActiveKernels();
-  switch (h.codec) {
-    case CodecType::kNone:
-      *max_magnitude = k.max_abs_f32(bytes, h.num_elems);
-      if (!(*max_magnitude <= FLT_MAX)) {
-        return absl::InvalidArgumentError("none payload holds NaN or Inf");
-      }
-      break;
-    case CodecType::kTwoBit:
-    case CodecType::kTernary:
-      if (!std::isfinite(h.scale) || h.scale < 0.0f) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(CodecTypeName(h.codec), " scale ", h.scale, " is not finite and >= 0"));
-      }
-      if (!k.valid_2bit(bytes, h.num_elems)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            CodecTypeName(h.codec), " payload has an invalid code 11 or nonzero padding"));
-      }
-      *max_magnitude = h.scale;
-      break;
-    case CodecType::kOneBit:
-      if (!std::isfinite(h.scale) || !std::isfinite(h.scale2)) {
-        return absl::InvalidArgumentError("onebit reconstruction values are not finite");
-      }
-      if (h.num_elems % 8 != 0 && (bytes[want - 1] >> (h.num_elems % 8)) != 0) {
-        return absl::InvalidArgumentError("onebit payload has nonzero padding bits");
-      }
-      *max_magnitude = std::max(std::fabs(h.scale), std::fabs(h.scale2));
-      break;
-  }
+  *max_magnitude = h.scale;
   return absl::OkStatus();
 }
+
+absl::Status ValidateOneBit(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
+  if (!std::isfinite(h.scale) || !std::isfinite(h.scale2)) {
+    return absl::InvalidArgumentError("onebit reconstruction values are not finite");
+  }
+  if (h.num_elems % 8 != 0 && (payload[h.num_elems / 8] >> (h.num_elems % 8)) != 0) {
+    return absl::InvalidArgumentError("onebit payload has nonzero padding bits");
+  }
+  *max_magnitude = std::max(std::fabs(h.scale), std::fabs(h.scale2));
+  return absl::OkStatus();
+}
+
+void DecodeAddNone(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
+  ActiveKernels().decode_add_f32(payload, h.num_elems, weight, acc);
+}
+void DecodeAdd2Bit(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
+  ActiveKernels().decode_add_2bit(payload, h.num_elems, weight * h.scale, acc);
+}
+void DecodeAddOneBit(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
+  ActiveKernels().decode_add_1bit(payload, h.num_elems, weight * h.scale, weight * h.scale2, acc);
+}
+
+// Raw fp32 needs no decoding: an aligned payload is read in place.
+const float* DecodeBlockNone(const ChunkHeader&, const uint8_t* payload, uint32_t begin,
+                             uint32_t n, float* scratch) {
+  const uint8_t* p = payload + 4 * static_cast<size_t>(begin);
+  if (reinterpret_cast<uintptr_t>(p) % alignof(float) == 0) {
+    return reinterpret_cast<const float*>(p);
+  }
+  std::memcpy(scratch, p, 4 * static_cast<size_t>(n));
+  return scratch;
+}
+const float* DecodeBlock2Bit(const ChunkHeader&, const uint8_t* payload, uint32_t begin,
+                             uint32_t n, float* scratch) {
+  ActiveKernels().decode_2bit(payload + begin / 4, n, scratch);
+  return scratch;
+}
+const float* DecodeBlockOneBit(const ChunkHeader& h, const uint8_t* payload, uint32_t begin,
+                               uint32_t n, float* scratch) {
+  ActiveKernels().decode_1bit(payload + begin / 8, n, h.scale, h.scale2, scratch);
+  return scratch;
+}
+
+// The weight multiplies the stored values (none, onebit) or the sign
+// (twobit, ternary: value = sign * scale).
+float WeightOnly(const ChunkHeader&, float weight) { return weight; }
+float WeightTimesScale(const ChunkHeader& h, float weight) { return weight * h.scale; }
+
+template <typename T>
+std::unique_ptr<Codec> New(const CodecOptions&) {
+  return std::make_unique<T>();
+}
+std::unique_ptr<Codec> NewTwoBit(const CodecOptions& o) {
+  return std::make_unique<TwoBitCodec>(o.twobit_threshold);
+}
+std::unique_ptr<Codec> NewTernary(const CodecOptions& o) {
+  return std::make_unique<TernaryCodec>(o.ternary_clip);
+}
+
+// ------------------------------------------------------------ codec table --
+
+constexpr internal::CodecRow kCodecs[] = {
+    {CodecType::kNone, "none", 32, ValidateNone, DecodeAddNone, DecodeBlockNone, WeightOnly,
+     New<NoneCodec>},
+    {CodecType::kTwoBit, "twobit", 2, Validate2Bit, DecodeAdd2Bit, DecodeBlock2Bit,
+     WeightTimesScale, NewTwoBit},
+    {CodecType::kTernary, "ternary", 2, Validate2Bit, DecodeAdd2Bit, DecodeBlock2Bit,
+     WeightTimesScale, NewTernary},
+    {CodecType::kOneBit, "onebit", 1, ValidateOneBit, DecodeAddOneBit, DecodeBlockOneBit,
+     WeightOnly, New<OneBitCodec>},
+};
+
+constexpr bool RowsInTypeOrder() {
+  for (int i = 0; i < kNumCodecTypes; ++i) {
+    if (static_cast<int>(kCodecs[i].type) != i) return false;
+  }
+  return true;
+}
+static_assert(std::size(kCodecs) == kNumCodecTypes, "one codec table row per CodecType");
+static_assert(RowsInTypeOrder(), "row i of the codec table has type i");
 
 }  // namespace
-
-absl::Status ValidateChunk(const ChunkHeader& h, absl::string_view payload, size_t expected_elems) {
-  float unused;
-  return ValidateAndBound(h, payload, expected_elems, &unused);
-}
-
-absl::Status DecodeAdd(const ChunkHeader& h, absl::string_view payload, absl::Span<float> acc,
-                       float weight) {
-  if (!std::isfinite(weight)) return absl::InvalidArgumentError("decode weight is not finite");
-  float max_magnitude = 0.0f;
-  GS_RETURN_IF_ERROR(ValidateAndBound(h, payload, acc.size(), &max_magnitude));
-  // Every term added is finite; only the accumulator's own growth can still
-  // overflow, and that is the optimizer's divergence check, not bad input.
-  if (!std::isfinite(std::fabs(weight) * max_magnitude)) {
-    return absl::InvalidArgumentError(absl::StrCat("decode weight ", weight, " times value ",
-                                                   max_magnitude, " overflows fp32"));
-  }
-  const auto* bytes = reinterpret_cast<const uint8_t*>(payload.data());
-  const auto& k = ActiveKernels();
-  switch (h.codec) {
-    case CodecType::kNone:
-      k.decode_add_f32(bytes, h.num_elems, weight, acc.data());
-      break;
-    case CodecType::kTwoBit:
-    case CodecType::kTernary:
-      k.decode_add_2bit(bytes, h.num_elems, weight * h.scale, acc.data());
-      break;
-    case CodecType::kOneBit:
-      k.decode_add_1bit(bytes, h.num_elems, weight * h.scale, weight * h.scale2, acc.data());
-      break;
-  }
-  return absl::OkStatus();
-}
 
 namespace internal {
 
-std::unique_ptr<Codec> NewBuiltinCodec(CodecType type, const CodecOptions& options) {
-  switch (type) {
-    case CodecType::kNone:
-      return std::make_unique<NoneCodec>();
-    case CodecType::kTwoBit:
-      return std::make_unique<TwoBitCodec>(options.twobit_threshold);
-    case CodecType::kTernary:
-      return std::make_unique<TernaryCodec>(options.ternary_clip);
-    case CodecType::kOneBit:
-      return std::make_unique<OneBitCodec>();
-  }
-  return nullptr;
+const CodecRow* FindCodec(CodecType type) {
+  return IsKnownCodec(type) ? &kCodecs[static_cast<int>(type)] : nullptr;
 }
 
+absl::Span<const CodecRow> CodecRows() { return kCodecs; }
+
 }  // namespace internal
+
+absl::string_view CodecTypeName(CodecType type) {
+  const internal::CodecRow* row = internal::FindCodec(type);
+  return row != nullptr ? row->name : "unknown";
+}
+
+absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name) {
+  std::vector<absl::string_view> known;
+  for (const internal::CodecRow& row : kCodecs) {
+    if (row.name == name) return row.type;
+    known.push_back(row.name);
+  }
+  return absl::NotFoundError(absl::StrCat("unknown codec '", name,
+                                          "' (known: ", absl::StrJoin(known, ", "), ")"));
+}
+
+size_t PayloadBytes(CodecType type, uint32_t num_elems) {
+  const internal::CodecRow* row = internal::FindCodec(type);
+  if (row == nullptr) return 0;
+  return (size_t{num_elems} * row->bits_per_elem + 7) / 8;
+}
+
 }  // namespace gradstream

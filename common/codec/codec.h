@@ -2,43 +2,52 @@
 //
 // A codec turns one chunk of an fp32 gradient (at most 2^32-1 elements) into
 // a ChunkHeader plus a packed payload, and back, fused with accumulation.
-// Wire layout (see ../shared/design.md, "Codecs"):
-//   none    : raw little-endian fp32, 4 bytes/elem.
-//   twobit  : element i at bits 2*(i%4) of byte i/4; 00=0, 01=+1, 10=-1,
-//             11 invalid. Decoded value code * scale (scale = threshold t).
-//   ternary : same 2-bit layout; decoded value code * scale (s = max|g|).
-//             Stochastic: one 8-bit Philox4x32-7 draw per element, so
+// The payload layouts and the header's wire form are in README.md beside this
+// file ("Wire format"); so is the checklist for adding a codec. Everything the
+// library knows about one codec is one row of the codec table, see
+// [codec table] in internal/codec_table.h.
+//
+// Two rules every implementation (portable, AVX2, CUDA) follows:
+//   ternary : stochastic, one 8-bit Philox4x32-7 draw per element, so
 //             E[decoded] is within s/512 of the clipped g (NOTE:
 //             [reproducible rounding] in common/philox.h: the bound, why).
-//   onebit  : element i at bit i%8 of byte i/8; 1 -> scale (the mean of the
-//             positive entries), 0 -> scale2 (the mean of the negative ones).
-//             An exact zero is in neither mean and gets the bit whose value
-//             is nearer to 0 (1 on a tie); error feedback keeps the
-//             difference (NOTE: [onebit zeros] in internal/kernels.h).
-// Scales travel in the header, never in the payload.
+//   onebit  : 1 -> scale (the mean of the positive entries), 0 -> scale2
+//             (the mean of the negative ones). An exact zero is in neither
+//             mean and gets the bit whose value is nearer to 0 (1 on a tie);
+//             error feedback keeps the difference (NOTE: [onebit zeros] in
+//             internal/kernels.h).
 //
 // Encoders are per-chunk objects (like BytePS compressors, one per tensor
 // partition): the error-feedback decorator owns residual state, so Encode is
 // non-const and an encoder belongs to one thread. Decoding is stateless and
-// goes through the free function DecodeAdd() so a server never needs an
-// encoder object.
+// goes through ChunkDecoder (decoder.h) or the free function DecodeAdd(), so a
+// server never needs an encoder object.
 #ifndef GRADSTREAM_COMMON_CODEC_CODEC_H_
 #define GRADSTREAM_COMMON_CODEC_CODEC_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace gradstream {
 
+// The values are the wire's v1::Codec values (a static_assert in wire.cc ties
+// the two enums) and run 0..kNumCodecTypes-1 without gaps.
 enum class CodecType : uint8_t { kNone = 0, kTwoBit = 1, kTernary = 2, kOneBit = 3 };
+inline constexpr int kNumCodecTypes = 4;
 
-// "none", "twobit", "ternary", "onebit".
+// False for a byte that names no codec of this build (a header read off the
+// wire or fuzzed may hold any value).
+constexpr bool IsKnownCodec(CodecType type) {
+  return static_cast<int>(type) < kNumCodecTypes;
+}
+
+// "none", "twobit", "ternary", "onebit"; "unknown" for an unknown value.
 absl::string_view CodecTypeName(CodecType type);
 // Inverse of CodecTypeName; NotFound for an unknown name.
 absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name);
@@ -51,7 +60,8 @@ struct ChunkHeader {
   float scale2 = 0.0f;  // onebit: value of a 0 bit; unused otherwise
 };
 
-// Exact payload size in bytes for `num_elems` elements of `type`.
+// Exact payload size in bytes for `num_elems` elements of `type` (0 for an
+// unknown type).
 size_t PayloadBytes(CodecType type, uint32_t num_elems);
 
 // Keys the counter-based generator used for stochastic rounding. The element
@@ -100,17 +110,13 @@ class Codec {
 };
 
 // acc[i] += weight * decoded[i] for a chunk in any built-in codec.
-// Validates the whole chunk before touching `acc`: InvalidArgument (with a
-// message) for an unknown codec, num_elems != acc.size(), a payload length
-// that does not match, an invalid 2-bit code 11, a NaN/Inf scale or value, or
-// a weight whose product with some decoded value overflows fp32; `acc` is
-// then unchanged.
+// Validates the whole chunk before touching `acc` (ChunkDecoder::Create in
+// decoder.h: InvalidArgument with a message for an unknown codec,
+// num_elems != acc.size(), a payload length that does not match, an invalid
+// 2-bit code 11, nonzero padding, a NaN/Inf scale or value, or a weight whose
+// product with some decoded value overflows fp32); `acc` is then unchanged.
 [[nodiscard]] absl::Status DecodeAdd(const ChunkHeader& header, absl::string_view payload,
                                      absl::Span<float> acc, float weight);
-
-// Checks a chunk without decoding it (same rules as DecodeAdd).
-[[nodiscard]] absl::Status ValidateChunk(const ChunkHeader& header, absl::string_view payload,
-                                         size_t expected_elems);
 
 }  // namespace gradstream
 

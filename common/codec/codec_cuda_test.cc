@@ -8,7 +8,7 @@
 
 #include "common/codec/codec.h"
 #include "common/codec/cuda_codec.h"
-#include "common/codec/internal/builtin.h"
+#include "common/codec/internal/codec_table.h"
 #include "common/codec/internal/kernels.h"
 #include "common/codec/registry.h"
 #include "gtest/gtest.h"
@@ -155,7 +155,7 @@ TEST_P(CudaCodec, DecodeAddMatchesCpu) {
   const CodecType type = GetParam();
   const uint32_t n = 77777;
   const auto g = RandomGrad(n, 1);
-  auto codec = internal::NewBuiltinCodec(type, {});
+  auto codec = internal::FindCodec(type)->new_encoder({});
   ChunkHeader h;
   std::string p;
   ASSERT_TRUE(codec->Encode(g, {}, &h, &p).ok());

@@ -5,8 +5,11 @@
 // Properties checked beyond "no crash, no sanitizer report":
 //  - a rejected chunk leaves the accumulator bit-for-bit unchanged;
 //  - an accepted chunk leaves it finite;
+//  - the block decoder (the optimizer's path) accepts exactly the same chunks
+//    and decodes the same values as DecodeAdd;
 //  - encoding any finite floats with any codec decodes back to finite values
 //    and keeps the error-feedback identity g == decoded + residual.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "common/codec/codec.h"
+#include "common/codec/decoder.h"
 #include "common/codec/registry.h"
 
 namespace {
@@ -40,7 +44,8 @@ void Check(bool ok, const char* what) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gradstream;
   gradstream::ChunkHeader h;
-  h.codec = static_cast<CodecType>(Take<uint8_t>(data, size) % 6);  // 4, 5: unknown ids
+  // Two ids past the last codec stand for unknown ones.
+  h.codec = static_cast<CodecType>(Take<uint8_t>(data, size) % (kNumCodecTypes + 2));
   h.num_elems = Take<uint16_t>(data, size);
   h.scale = Take<float>(data, size);
   h.scale2 = Take<float>(data, size);
@@ -61,12 +66,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     for (float v : acc) Check(std::isfinite(v), "accepted chunk produced a non-finite value");
   }
+  // The block decoder (the optimizer's path) accepts exactly what DecodeAdd
+  // accepts and decodes the same values.
+  const absl::StatusOr<ChunkDecoder> chunk = ChunkDecoder::Create(h, payload, n, weight);
+  Check(chunk.ok() == s.ok(), "block decoder and DecodeAdd disagree on validity");
+  if (chunk.ok()) {
+    std::vector<float> scratch(256);
+    for (uint32_t base = 0; base < n; base += 256) {
+      const uint32_t m = std::min<uint32_t>(256, static_cast<uint32_t>(n) - base);
+      const float* u = chunk->Block(base, m, scratch.data());
+      for (uint32_t i = 0; i < m; ++i) {
+        const float got = before[base + i] + chunk->block_scale() * u[i];
+        Check(std::isfinite(chunk->block_scale() * u[i]), "block value overflows");
+        Check(got == acc[base + i], "block decode differs from DecodeAdd");
+      }
+    }
+  }
 
   // Encode the payload bytes reinterpreted as floats with every codec.
   std::vector<float> grad(size / 4);
   if (!grad.empty()) std::memcpy(grad.data(), data, grad.size() * 4);
-  for (const char* name : {"none", "twobit", "ternary", "onebit"}) {
-    auto enc = MakeChunkEncoder(name, {}, /*error_feedback=*/false, grad.size());
+  for (int type = 0; type < kNumCodecTypes; ++type) {
+    auto enc = MakeChunkEncoder(CodecTypeName(static_cast<CodecType>(type)), {},
+                                /*error_feedback=*/false, grad.size());
     Check(enc.ok(), "built-in codec missing");
     std::vector<float> residual(grad.size(), 0.0f);
     ChunkHeader eh;

@@ -7,7 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/codec/decoder.h"
 #include "common/codec/error_feedback.h"
+#include "common/codec/internal/codec_table.h"
 #include "common/codec/internal/kernels.h"
 #include "common/codec/registry.h"
 #include "common/philox.h"
@@ -198,17 +200,31 @@ TEST(OneBitCodec, ExactZerosTakeTheValueNearerToZero) {
 
 // ------------------------------------------------------ MXNet semantics --
 
+double Norm(const std::vector<float>& r) {
+  double s = 0;
+  for (float x : r) s += static_cast<double>(x) * x;
+  return std::sqrt(s);
+}
+
 TEST(TwoBitCodec, ResidualFollowsMxnetSemanticsExactly) {
   // r += g; if r >= t: +1, r -= t; elif r <= -t: -1, r += t; else 0.
+  // The bare codec with an explicit residual shows the rule; the
+  // ErrorFeedback decorator must send the same bytes and keep the same
+  // residual (its norm is all it exposes).
   const float t = 0.5f;
   auto enc = MakeChunkEncoder("twobit", {.twobit_threshold = t}, true, 9);
   ASSERT_TRUE(enc.ok());
+  auto* ef = dynamic_cast<ErrorFeedback*>(enc->get());
+  ASSERT_NE(ef, nullptr);
+  auto bare = Make("twobit", {.twobit_threshold = t});
+  std::vector<float> kept(9, 0.0f);
   std::vector<float> g = {0.6f, -0.7f, 0.1f, 0.5f, -0.5f, 0.49f, 1.2f, -0.2f, 0.3f};
   std::vector<float> r(9, 0.0f);
   for (int step = 0; step < 4; ++step) {
-    ChunkHeader h;
-    std::string p;
+    ChunkHeader h, hb;
+    std::string p, pb;
     ASSERT_TRUE((*enc)->Encode(g, {}, &h, &p).ok());
+    ASSERT_TRUE(bare->EncodeWithResidual(g, absl::MakeSpan(kept), {}, &hb, &pb).ok());
     std::vector<float> want(9, 0.0f);
     for (int i = 0; i < 9; ++i) {
       r[i] += g[i];
@@ -221,9 +237,9 @@ TEST(TwoBitCodec, ResidualFollowsMxnetSemanticsExactly) {
       }
     }
     EXPECT_EQ(Decode(h, p), want) << "step " << step;
-    auto* ef = dynamic_cast<ErrorFeedback*>(enc->get());
-    ASSERT_NE(ef, nullptr);
-    for (int i = 0; i < 9; ++i) EXPECT_EQ(ef->residual()[i], r[i]) << "step " << step << " i " << i;
+    EXPECT_EQ(pb, p) << "step " << step;
+    for (int i = 0; i < 9; ++i) EXPECT_EQ(kept[i], r[i]) << "step " << step << " i " << i;
+    EXPECT_EQ(ef->ResidualNorm(), Norm(r)) << "step " << step;
   }
 }
 
@@ -250,17 +266,27 @@ TEST_P(EveryCodec, ErrorFeedbackKeepsWhatWasNotSent) {
   auto enc = MakeChunkEncoder(GetParam(), {}, /*error_feedback=*/true, n);
   ASSERT_TRUE(enc.ok());
   auto* ef = dynamic_cast<ErrorFeedback*>(enc->get());
+  ASSERT_NE(ef, nullptr);
+  // The same codec with the residual in our hands: the decorator must send
+  // the same bytes, so it keeps the same residual.
+  auto bare = Make(GetParam());
+  std::vector<float> kept(n, 0.0f);
   for (uint32_t step = 0; step < 5; ++step) {
     const std::vector<float> g = RandomGrad(n, 100 + step);
-    const std::vector<float> r_old(ef->residual().begin(), ef->residual().end());
-    ChunkHeader h;
-    std::string p;
-    ASSERT_TRUE((*enc)->Encode(g, {.seed = 1, .clock = step}, &h, &p).ok());
+    const std::vector<float> r_old = kept;
+    ChunkHeader h, hb;
+    std::string p, pb;
+    const EncodeKey key{.seed = 1, .clock = step};
+    ASSERT_TRUE((*enc)->Encode(g, key, &h, &p).ok());
+    ASSERT_TRUE(bare->EncodeWithResidual(g, absl::MakeSpan(kept), key, &hb, &pb).ok());
+    EXPECT_EQ(pb, p) << GetParam() << " step " << step;
+    EXPECT_EQ(hb.scale, h.scale);
     const std::vector<float> dec = Decode(h, p);
     for (uint32_t i = 0; i < n; ++i) {
-      const float lhs = g[i] + r_old[i], rhs = dec[i] + ef->residual()[i];
+      const float lhs = g[i] + r_old[i], rhs = dec[i] + kept[i];
       EXPECT_NEAR(lhs, rhs, 1e-6f * (1.0f + std::fabs(lhs))) << GetParam() << " i=" << i;
     }
+    EXPECT_EQ(ef->ResidualNorm(), Norm(kept)) << GetParam() << " step " << step;
   }
   if (absl::string_view(GetParam()) == "none") {
     EXPECT_EQ(ef->ResidualNorm(), 0.0) << "fp32 sends everything";
@@ -301,8 +327,67 @@ TEST_P(EveryCodec, NanGradientIsRejected) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, EveryCodec,
-                         ::testing::Values("none", "twobit", "ternary", "onebit"));
+// Every row of the codec table, so a new codec is covered without editing this.
+std::vector<const char*> AllCodecNames() {
+  std::vector<const char*> names;
+  for (const internal::CodecRow& row : internal::CodecRows()) names.push_back(row.name);
+  return names;
+}
+
+TEST_P(EveryCodec, BlockDecodeMatchesDecodeAddBitForBit) {
+  const uint32_t n = 2 * 1024 + 77;
+  const auto g = RandomGrad(n, 21);
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(Make(GetParam())->Encode(g, {.seed = 9}, &h, &p).ok());
+  for (bool misaligned : {false, true}) {
+    const std::string buffer = (misaligned ? std::string(1, 'x') : std::string()) + p;
+    const absl::string_view view = absl::string_view(buffer).substr(misaligned ? 1 : 0);
+    const float weight = 0.3f;
+    const std::vector<float> acc0 = RandomGrad(n, 22);
+    std::vector<float> fused = acc0, blocks = acc0;
+    ASSERT_TRUE(DecodeAdd(h, view, absl::MakeSpan(fused), weight).ok());
+    absl::StatusOr<ChunkDecoder> chunk = ChunkDecoder::Create(h, view, n, weight);
+    ASSERT_TRUE(chunk.ok()) << chunk.status();
+    EXPECT_EQ(chunk->num_elems(), n);
+    std::vector<float> scratch(1024);
+    for (uint32_t base = 0; base < n; base += 1024) {
+      const uint32_t m = std::min<uint32_t>(1024, n - base);
+      const float* u = chunk->Block(base, m, scratch.data());
+      for (uint32_t i = 0; i < m; ++i) blocks[base + i] += chunk->block_scale() * u[i];
+    }
+    EXPECT_EQ(fused, blocks) << GetParam() << (misaligned ? " misaligned" : "");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, EveryCodec, ::testing::ValuesIn(AllCodecNames()));
+
+// ---------------------------------------------------------- codec table --
+
+TEST(CodecTable, OneRowPerTypeInOrderWithMatchingNames) {
+  ASSERT_EQ(internal::CodecRows().size(), static_cast<size_t>(kNumCodecTypes));
+  for (int i = 0; i < kNumCodecTypes; ++i) {
+    const auto type = static_cast<CodecType>(i);
+    const internal::CodecRow* row = internal::FindCodec(type);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->type, type);
+    EXPECT_EQ(CodecTypeName(type), row->name);
+    EXPECT_EQ(*CodecTypeFromName(row->name), type);
+    EXPECT_EQ(row->new_encoder({})->type(), type);
+  }
+  EXPECT_EQ(internal::FindCodec(static_cast<CodecType>(kNumCodecTypes)), nullptr);
+  EXPECT_EQ(CodecTypeName(static_cast<CodecType>(200)), "unknown");
+}
+
+TEST(CodecTable, PayloadBytesFollowBitsPerElement) {
+  EXPECT_EQ(PayloadBytes(CodecType::kNone, 3), 12u);
+  EXPECT_EQ(PayloadBytes(CodecType::kTwoBit, 9), 3u);
+  EXPECT_EQ(PayloadBytes(CodecType::kTernary, 8), 2u);
+  EXPECT_EQ(PayloadBytes(CodecType::kOneBit, 9), 2u);
+  EXPECT_EQ(PayloadBytes(CodecType::kOneBit, 0), 0u);
+  EXPECT_EQ(PayloadBytes(CodecType::kNone, 0xFFFFFFFFu), 4 * size_t{0xFFFFFFFFu});
+  EXPECT_EQ(PayloadBytes(static_cast<CodecType>(9), 10), 0u);
+}
 
 // ------------------------------------------------------------- TernGrad --
 
@@ -396,6 +481,19 @@ class Malformed : public ::testing::Test {
   ChunkHeader h_;
   std::string p_;
 };
+
+TEST_F(Malformed, WeightTimesValueOverflowIsRejected) {
+  std::vector<float> acc(10, 1.5f);
+  ChunkHeader h = h_;
+  h.scale = 1e30f;
+  EXPECT_EQ(DecodeAdd(h, p_, absl::MakeSpan(acc), 1e10f).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ChunkDecoder::Create(h, p_, 10, 1e10f).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(acc, std::vector<float>(10, 1.5f));
+  EXPECT_EQ(DecodeAdd(h_, p_, absl::MakeSpan(acc), NAN).code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 TEST_F(Malformed, EveryClassIsInvalidArgumentAndLeavesAccUntouched) {
   ExpectRejected(h_, p_.substr(0, 2), 10, "truncated payload");
@@ -551,6 +649,18 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
     ref.decode_add_f32(reinterpret_cast<const uint8_t*>(g.data()), n, 0.25f, acc_a.data());
     avx->decode_add_f32(reinterpret_cast<const uint8_t*>(g.data()), n, 0.25f, acc_b.data());
     EXPECT_EQ(acc_a, acc_b);
+    // block decoders
+    std::vector<float> out_a(n, 9.0f), out_b(n, 9.0f);
+    ref.decode_2bit(codes.data(), n, out_a.data());
+    avx->decode_2bit(codes.data(), n, out_b.data());
+    EXPECT_EQ(out_a, out_b);
+    for (uint32_t i = 0; i < n; ++i) {
+      const int code = (codes[i / 4] >> (2 * (i % 4))) & 3;
+      ASSERT_EQ(out_a[i], code == 1 ? 1.0f : code == 2 ? -1.0f : 0.0f) << i;
+    }
+    ref.decode_1bit(codes.data(), n, 0.3f, -0.2f, out_a.data());
+    avx->decode_1bit(codes.data(), n, 0.3f, -0.2f, out_b.data());
+    EXPECT_EQ(out_a, out_b);
     // an invalid code anywhere is found by both
     codes[codes.size() / 2] |= 0x03;
     EXPECT_FALSE(ref.valid_2bit(codes.data(), n));

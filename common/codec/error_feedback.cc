@@ -1,6 +1,5 @@
 #include "common/codec/error_feedback.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -27,7 +26,5 @@ double ErrorFeedback::ResidualNorm() const {
   for (float r : residual_) s += static_cast<double>(r) * r;
   return std::sqrt(s);
 }
-
-void ErrorFeedback::ResetResidual() { std::fill(residual_.begin(), residual_.end(), 0.0f); }
 
 }  // namespace gradstream

@@ -30,10 +30,8 @@ class ErrorFeedback final : public Codec {
                                                 ChunkHeader* header,
                                                 std::string* payload) override;
 
-  absl::Span<const float> residual() const { return residual_; }
   // L2 norm of the residual (exported as a metric by workers).
   double ResidualNorm() const;
-  void ResetResidual();
 
  private:
   const std::unique_ptr<Codec> inner_;

@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/codec/error_feedback.h"
-#include "common/codec/internal/builtin.h"
+#include "common/codec/internal/codec_table.h"
 #include "common/status.h"
 
 namespace gradstream {
@@ -60,12 +60,9 @@ std::vector<std::string> CodecRegistry::Names() const {
 }
 
 void RegisterBuiltinCodecs(CodecRegistry& registry) {
-  for (CodecType t :
-       {CodecType::kNone, CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit}) {
+  for (const internal::CodecRow& row : internal::CodecRows()) {
     // AlreadyExists on a second call is the idempotent case.
-    (void)registry.Register(CodecTypeName(t), [t](const CodecOptions& options) {
-      return internal::NewBuiltinCodec(t, options);
-    });
+    (void)registry.Register(row.name, row.new_encoder);
   }
 }
 

@@ -8,10 +8,10 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/codec/codec.h"
 
 namespace gradstream {
@@ -38,7 +38,8 @@ class CodecRegistry {
   Impl& impl() const;
 };
 
-// Registers none/twobit/ternary/onebit. Idempotent.
+// Registers every codec of the codec table (none/twobit/ternary/onebit).
+// Idempotent.
 void RegisterBuiltinCodecs(CodecRegistry& registry);
 
 // Per-chunk encoder as a job's policy asks for it: the named codec, wrapped in

@@ -57,6 +57,9 @@ void BM_FusedApply(benchmark::State& state) {
     payload.assign(n * sizeof(float), 0);
     std::vector<float> g(n, 0.25f);
     std::memcpy(payload.data(), g.data(), payload.size());
+  } else if (kCodec == CodecType::kOneBit) {
+    h.scale2 = -0.5f;
+    payload = RandomTwoBitPayload(n).substr(0, (n + 7) / 8);  // any bits are valid
   } else {
     payload = RandomTwoBitPayload(n);
   }
@@ -125,6 +128,10 @@ BENCHMARK_TEMPLATE(BM_FusedApply, OptimizerType::kAdaGrad, CodecType::kTernary)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_TEMPLATE(BM_FusedApply, OptimizerType::kAdaGrad, CodecType::kNone)
+    ->Arg(kElems)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_FusedApply, OptimizerType::kAdaGrad, CodecType::kOneBit)
     ->Arg(kElems)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -1,9 +1,10 @@
 #include "common/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/codec/decoder.h"
 #include "common/optim/internal/kernels.h"
 #include "common/status.h"
 
@@ -100,6 +101,9 @@ optim_internal::StepParams MakeStep(const OptimizerOptions& o, OptimizerState* s
   return sp;
 }
 
+// 4 KiB of decoded gradient per block: stays in L1.
+constexpr uint32_t kDecodeBlock = 1024;
+
 float* Slot(OptimizerState* s, size_t i) {
   return i < s->slots.size() ? s->slots[i].data() : nullptr;
 }
@@ -114,40 +118,31 @@ absl::Status Optimizer::Apply(absl::Span<float> params, absl::Span<const float> 
   }
   GS_RETURN_IF_ERROR(CheckState(params.size(), *state));
   const optim_internal::StepParams sp = MakeStep(options_, state);
-  optim_internal::Dispatch().apply_dense(sp, params.data(), Slot(state, 0), Slot(state, 1),
-                                         grad.data(), grad_scale, params.size());
+  optim_internal::Dispatch().apply(sp, params.data(), Slot(state, 0), Slot(state, 1),
+                                   grad.data(), grad_scale, params.size());
   return absl::OkStatus();
 }
 
 absl::Status Optimizer::ApplyEncoded(const ChunkHeader& header, absl::string_view payload,
                                      float weight, absl::Span<float> params,
                                      OptimizerState* state) const {
-  GS_RETURN_IF_ERROR(ValidateChunk(header, payload, params.size()));
+  GS_ASSIGN_OR_RETURN(const ChunkDecoder chunk,
+                      ChunkDecoder::Create(header, payload, params.size(), weight));
   GS_RETURN_IF_ERROR(CheckState(params.size(), *state));
-  if (!std::isfinite(weight)) return absl::InvalidArgumentError("non-finite weight");
+  const optim_internal::StepParams sp = MakeStep(options_, state);
   const auto& k = optim_internal::Dispatch();
-  switch (header.codec) {
-    case CodecType::kNone: {
-      const optim_internal::StepParams sp = MakeStep(options_, state);
-      k.apply_dense(sp, params.data(), Slot(state, 0), Slot(state, 1), payload.data(), weight,
-                    params.size());
-      return absl::OkStatus();
-    }
-    case CodecType::kTwoBit:
-    case CodecType::kTernary: {
-      const optim_internal::StepParams sp = MakeStep(options_, state);
-      k.apply_twobit(sp, params.data(), Slot(state, 0), Slot(state, 1),
-                     reinterpret_cast<const uint8_t*>(payload.data()), weight * header.scale,
-                     params.size());
-      return absl::OkStatus();
-    }
-    default: {
-      // onebit (two reconstruction values): decode into a dense buffer first.
-      std::vector<float> dense(params.size(), 0.0f);
-      GS_RETURN_IF_ERROR(DecodeAdd(header, payload, absl::MakeSpan(dense), 1.0f));
-      return Apply(params, dense, weight, state);
-    }
+  float* const s0 = Slot(state, 0);
+  float* const s1 = Slot(state, 1);
+  // Decode a block into an L1-resident buffer, then run the vectorized update
+  // on it: the server never materializes a dense per-push gradient.
+  alignas(64) float scratch[kDecodeBlock];
+  const uint32_t n = chunk.num_elems();
+  for (uint32_t base = 0; base < n; base += kDecodeBlock) {
+    const uint32_t m = std::min(kDecodeBlock, n - base);
+    k.apply(sp, params.data() + base, s0 ? s0 + base : nullptr, s1 ? s1 + base : nullptr,
+            chunk.Block(base, m, scratch), chunk.block_scale(), m);
   }
+  return absl::OkStatus();
 }
 
 }  // namespace gradstream

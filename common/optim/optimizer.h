@@ -21,8 +21,9 @@
 // gradient at the server, which is where these run.
 //
 // ApplyEncoded() fuses decoding of a compressed chunk with the update so the
-// server never materializes a dense per-push gradient (twobit/ternary decode
-// block-wise into an L1-resident buffer, then the update runs vectorized).
+// server never materializes a dense per-push gradient: the codec's
+// ChunkDecoder (common/codec/decoder.h) decodes block-wise into an
+// L1-resident buffer, then the update runs vectorized.
 #ifndef GRADSTREAM_COMMON_OPTIM_OPTIMIZER_H_
 #define GRADSTREAM_COMMON_OPTIM_OPTIMIZER_H_
 
@@ -95,8 +96,9 @@ class Optimizer {
                                    float grad_scale, OptimizerState* state) const;
 
   // Decode + apply fused: the gradient is weight * decoded(header, payload).
-  // Validates the chunk completely first (common/codec ValidateChunk), so on
-  // InvalidArgument neither params nor state changed.
+  // Validates the chunk completely first, by the same rules as DecodeAdd
+  // (see [chunk validation] in common/codec/decoder.h), and the state's
+  // shape; on InvalidArgument neither params nor state changed.
   [[nodiscard]] absl::Status ApplyEncoded(const ChunkHeader& header, absl::string_view payload,
                                           float weight, absl::Span<float> params,
                                           OptimizerState* state) const;

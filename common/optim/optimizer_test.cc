@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/codec/registry.h"
 #include "common/optim/internal/kernels.h"
 #include "gtest/gtest.h"
 
@@ -153,6 +154,77 @@ TEST(OptimizerFused, MatchesDecodeThenApply) {
   }
 }
 
+// Every codec's chunk through the fused path equals DecodeAdd + Apply to the
+// bit (weight 0.5 scales exactly), including a misaligned raw payload.
+TEST(OptimizerFused, EveryCodecMatchesDecodeThenApply) {
+  const uint32_t n = 3001;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> g(n), init(n);
+  for (auto& v : g) v = dist(rng);
+  for (auto& v : init) v = dist(rng);
+  for (const char* name : {"none", "twobit", "ternary", "onebit"}) {
+    auto enc = MakeChunkEncoder(name, {}, /*error_feedback=*/false, n);
+    ASSERT_TRUE(enc.ok());
+    ChunkHeader h;
+    std::string payload;
+    ASSERT_TRUE((*enc)->Encode(g, {.seed = 3}, &h, &payload).ok());
+    for (bool misaligned : {false, true}) {
+      const std::string buffer = (misaligned ? std::string(1, 'x') : std::string()) + payload;
+      const absl::string_view view = absl::string_view(buffer).substr(misaligned ? 1 : 0);
+      Optimizer opt = Make(OptimizerType::kAdam, 0.05f, 0.01f);
+      std::vector<float> a = init, b = init;
+      OptimizerState sa = opt.NewState(n), sb = opt.NewState(n);
+      for (int step = 0; step < 2; ++step) {
+        ASSERT_TRUE(opt.ApplyEncoded(h, view, 0.5f, absl::MakeSpan(a), &sa).ok());
+        std::vector<float> dense(n, 0.0f);
+        ASSERT_TRUE(DecodeAdd(h, view, absl::MakeSpan(dense), 1.0f).ok());
+        ASSERT_TRUE(opt.Apply(absl::MakeSpan(b), dense, 0.5f, &sb).ok());
+      }
+      EXPECT_EQ(a, b) << name << (misaligned ? " misaligned" : "");
+      EXPECT_EQ(sa.slots, sb.slots) << name;
+    }
+  }
+}
+
+// The fused path validates exactly as DecodeAdd does (one ChunkDecoder),
+// including the weight-overflow rule it once lacked.
+TEST(OptimizerFused, RejectsWhatDecodeAddRejects) {
+  Optimizer opt = Make(OptimizerType::kMomentum, 0.1f);
+  struct BadChunk {
+    const char* what;
+    ChunkHeader h;
+    std::string payload;
+    float weight;
+  };
+  const float nan_value[2] = {1.0f, std::nanf("")};
+  const BadChunk cases[] = {
+      {"weight overflow", {CodecType::kTwoBit, 4, 1e30f, 0}, std::string(1, '\x01'), 1e10f},
+      {"onebit weight overflow", {CodecType::kOneBit, 8, 1.0f, -3e38f}, std::string(1, '\x01'),
+       4.0f},
+      {"NaN in fp32", {CodecType::kNone, 2, 0, 0},
+       std::string(reinterpret_cast<const char*>(nan_value), 8), 1.0f},
+      {"onebit padding", {CodecType::kOneBit, 3, 1.0f, -1.0f}, std::string(1, '\x81'), 1.0f},
+      {"unknown codec", {static_cast<CodecType>(9), 4, 1.0f, 0}, std::string(1, 0), 1.0f},
+      {"short payload", {CodecType::kTernary, 8, 1.0f, 0}, std::string(1, 0), 1.0f},
+      {"NaN weight", {CodecType::kTwoBit, 4, 1.0f, 0}, std::string(1, 0), std::nanf("")},
+  };
+  for (const BadChunk& c : cases) {
+    const uint32_t n = c.h.num_elems;
+    std::vector<float> p(n, 1.0f), acc(n, 1.0f);
+    OptimizerState s = opt.NewState(n);
+    EXPECT_EQ(DecodeAdd(c.h, c.payload, absl::MakeSpan(acc), c.weight).code(),
+              absl::StatusCode::kInvalidArgument)
+        << c.what;
+    EXPECT_EQ(opt.ApplyEncoded(c.h, c.payload, c.weight, absl::MakeSpan(p), &s).code(),
+              absl::StatusCode::kInvalidArgument)
+        << c.what;
+    EXPECT_EQ(p, std::vector<float>(n, 1.0f)) << c.what;
+    EXPECT_EQ(s.slots[0], std::vector<float>(n, 0.0f)) << c.what;
+    EXPECT_EQ(s.step, 0u) << c.what;
+  }
+}
+
 TEST(OptimizerKernels, PortableAndDispatchedAgree) {
   const size_t n = 3001;
   std::vector<float> g(n), p0(n);
@@ -171,9 +243,9 @@ TEST(OptimizerKernels, PortableAndDispatchedAgree) {
     sp.inv_bc1 = 10.0f;
     sp.inv_bc2 = 1000.0f;
     std::vector<float> pa = p0, pb = p0, a0(n, 0.1f), a1(n, 0.1f), b0(n, 0.1f), b1(n, 0.1f);
-    optim_internal::PortableKernels().apply_dense(sp, pa.data(), a0.data(), a1.data(), g.data(),
-                                                  1.0f, n);
-    optim_internal::Dispatch().apply_dense(sp, pb.data(), b0.data(), b1.data(), g.data(), 1.0f, n);
+    optim_internal::PortableKernels().apply(sp, pa.data(), a0.data(), a1.data(), g.data(), 1.0f,
+                                            n);
+    optim_internal::Dispatch().apply(sp, pb.data(), b0.data(), b1.data(), g.data(), 1.0f, n);
     for (size_t i = 0; i < n; ++i) ASSERT_NEAR(pa[i], pb[i], 1e-6f) << t;
   }
 }

@@ -47,6 +47,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec/codec.h"
 #include "common/codec/registry.h"
+#include "common/codec/wire.h"
 #include "common/env/testing/mem_env.h"
 #include "glog/logging.h"
 #include "ps.pb.h"
@@ -138,7 +139,7 @@ Input ParseInput(const uint8_t* data, size_t size) {
 // The largest |decoded value| a push can contribute (what fp32 overflow
 // depends on), or of an InitChunk's values.
 float Magnitude(const pb::EncodedChunk& c) {
-  if (c.codec() == pb::CODEC_NONE) {
+  if (c.codec() == CodecToWire(CodecType::kNone)) {
     float m = 0;
     for (size_t i = 0; i + 4 <= c.payload().size(); i += 4) {
       float v;
@@ -482,7 +483,7 @@ void AddRecord(std::string* out, uint8_t target, const std::string& bytes) {
 
 std::string Msg(const pb::WorkerMessage& m) { return m.SerializeAsString(); }
 
-std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, const char* codec) {
+std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view codec) {
   std::string s = {static_cast<char>(mode), static_cast<char>(opt), 1, static_cast<char>(flags)};
   for (uint64_t w = 1; w <= 2; ++w) {
     pb::WorkerMessage m;
@@ -517,11 +518,7 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, const char* codec) {
         p->set_seq(seq++);
         p->set_chunk_id(c.chunk_id);
         p->set_clock(clock);
-        p->mutable_chunk()->set_codec(static_cast<pb::Codec>(h.codec));
-        p->mutable_chunk()->set_num_elems(h.num_elems);
-        p->mutable_chunk()->set_scale(h.scale);
-        p->mutable_chunk()->set_scale2(h.scale2);
-        p->mutable_chunk()->set_payload(payload);
+        ChunkToWire(h, std::move(payload), p->mutable_chunk());
         AddRecord(&s, w - 1, Msg(m));
       }
       pb::WorkerMessage adv;
@@ -546,8 +543,9 @@ void WriteSeeds(const char* dir) {
   int n = 0;
   for (uint8_t mode = 0; mode < 3; ++mode) {
     for (uint8_t opt = 0; opt < 5; ++opt) {
-      for (const char* codec : {"none", "twobit", "ternary", "onebit"}) {
-        const std::string seed = Seed(mode, opt, /*flags=*/(opt & 1) ? 1 : 0, codec);
+      for (int codec = 0; codec < kNumCodecTypes; ++codec) {  // every codec
+        const std::string seed = Seed(mode, opt, /*flags=*/(opt & 1) ? 1 : 0,
+                                      CodecTypeName(static_cast<CodecType>(codec)));
         const std::string path = absl::StrCat(dir, "/seed-", n++);
         FILE* f = std::fopen(path.c_str(), "wb");
         CHECK(f != nullptr) << path;

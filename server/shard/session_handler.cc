@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/codec/wire.h"
 #include "glog/logging.h"
 
 namespace gradstream::shard {
@@ -90,21 +91,19 @@ void SessionHandler::HandleHello(const pb::Hello& hello) {
 }
 
 void SessionHandler::HandlePush(pb::Push& push) {
-  const pb::EncodedChunk& chunk = push.chunk();
-  if (chunk.codec() < pb::CODEC_NONE || chunk.codec() > pb::CODEC_ONEBIT) {
+  // Payload and scales are checked where they are decoded (see [chunk
+  // validation] in common/codec/decoder.h).
+  absl::StatusOr<ChunkHeader> header = ChunkHeaderFromWire(push.chunk());
+  if (!header.ok()) {
     job_->CountRejected();
-    return SendAck(push.seq(), absl::InvalidArgumentError(absl::StrCat(
-                                   "unknown codec ", static_cast<int>(chunk.codec()))));
+    return SendAck(push.seq(), header.status());
   }
   PushArgs args;
   args.worker = worker_;
   args.chunk_id = push.chunk_id();
   args.clock = push.clock();
-  args.header.codec = static_cast<CodecType>(chunk.codec());
-  args.header.num_elems = chunk.num_elems();
-  args.header.scale = chunk.scale();
-  args.header.scale2 = chunk.scale2();
-  args.payload = chunk.payload();
+  args.header = *header;
+  args.payload = push.chunk().payload();
   SendAck(push.seq(), job_->Push(args));
 }
 

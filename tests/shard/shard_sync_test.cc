@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/codec/codec.h"
 #include "common/codec/registry.h"
+#include "common/codec/wire.h"
 #include "gtest/gtest.h"
 #include "tests/shard/shard_testing.h"
 
@@ -91,11 +92,7 @@ class Encoders {
     absl::Status s = enc_[{w, c.id}]->Encode(part, key, &h, &payload);
     EXPECT_TRUE(s.ok()) << s;
     pb::EncodedChunk out;
-    out.set_codec(static_cast<pb::Codec>(h.codec));
-    out.set_num_elems(h.num_elems);
-    out.set_scale(h.scale);
-    out.set_scale2(h.scale2);
-    out.set_payload(std::move(payload));
+    ChunkToWire(h, std::move(payload), &out);
     return out;
   }
 
@@ -117,13 +114,10 @@ std::vector<float> Reference(const Config& cfg) {
       const std::vector<float> g = Grad(w, p);
       for (const ChunkDef& c : kChunks) {
         pb::EncodedChunk e = enc.Encode(w, c, clock, g);
-        ChunkHeader h;
-        h.codec = static_cast<CodecType>(e.codec());
-        h.num_elems = e.num_elems();
-        h.scale = e.scale();
-        h.scale2 = e.scale2();
+        absl::StatusOr<ChunkHeader> h = ChunkHeaderFromWire(e);
+        EXPECT_TRUE(h.ok()) << h.status();
         EXPECT_TRUE(
-            DecodeAdd(h, e.payload(), absl::MakeSpan(sum.data() + c.offset, c.num_elems), 1.0f)
+            DecodeAdd(*h, e.payload(), absl::MakeSpan(sum.data() + c.offset, c.num_elems), 1.0f)
                 .ok());
       }
     }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/codec/codec.h"
+#include "common/codec/wire.h"
 #include "common/status.h"
 #include "ps.pb.h"
 #include "worker/client/internal/encode_pool.h"
@@ -95,10 +96,7 @@ class PsClientImpl final : public PsClient {
                                                        c.chunk_id, ": ", s.message())));
         return;
       }
-      chunk->set_codec(static_cast<v1::Codec>(header.codec));
-      chunk->set_num_elems(header.num_elems);
-      chunk->set_scale(header.scale);
-      chunk->set_scale2(header.scale2);
+      ChunkToWire(header, chunk);
       chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
       bytes_pushed_.fetch_add(chunk->payload().size(), std::memory_order_relaxed);
       fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float),

@@ -50,9 +50,25 @@ struct OneBitParams {
 // The bit of an exact zero (see [onebit zeros]); host and device code.
 GS_HOST_DEVICE bool OneBitZeroBit(float pos, float neg) { return pos <= -neg; }
 
-struct CodecKernels {
-  const char* isa;
+// NOTE: [2-bit signs] The one 2-bit decode table: kTwoBitSigns.v[b][j] is
+// the sign (0, +1, -1) of code j of payload byte b (element 4k+j of byte k).
+// Code 11 never reaches a decoder (validation rejects it) and maps to 0.
+// Every 2-bit decoder (decode-add and block decode, portable and AVX2) reads
+// this table, so a twobit or ternary value is sign * scale everywhere.
+struct TwoBitSignTable {
+  alignas(16) float v[256][4];
+  constexpr TwoBitSignTable() : v() {
+    for (int b = 0; b < 256; ++b) {
+      for (int j = 0; j < 4; ++j) {
+        const int code = (b >> (2 * j)) & 3;
+        v[b][j] = code == 1 ? 1.0f : code == 2 ? -1.0f : 0.0f;
+      }
+    }
+  }
+};
+inline constexpr TwoBitSignTable kTwoBitSigns;
 
+struct CodecKernels {
   // ---- statistics (fp64, [lane reduction]) ----
   // max |x| over the chunk (NaN if any x is NaN), and sum / sum of squares.
   void (*moments)(const float* grad, const float* residual, uint32_t n, float* max_abs,
@@ -83,13 +99,17 @@ struct CodecKernels {
   // none is NaN). One pass gives both the finiteness check and the bound a
   // decoder needs to prove weight * value cannot overflow.
   float (*max_abs_f32)(const uint8_t* payload, uint32_t n);
-  // acc[i] += code_i * ws (ws = weight * scale).
+  // acc[i] += sign_i * ws (ws = weight * scale; see [2-bit signs]).
   void (*decode_add_2bit)(const uint8_t* payload, uint32_t n, float ws, float* acc);
   // acc[i] += bit_i ? wpos : wneg.
   void (*decode_add_1bit)(const uint8_t* payload, uint32_t n, float wpos, float wneg,
                           float* acc);
   // acc[i] += weight * value_i.
   void (*decode_add_f32)(const uint8_t* payload, uint32_t n, float weight, float* acc);
+  // Block decoders for ChunkDecoder::Block, `payload` at the block's first
+  // byte: out[i] = sign_i, and out[i] = bit_i ? pos : neg.
+  void (*decode_2bit)(const uint8_t* payload, uint32_t n, float* out);
+  void (*decode_1bit)(const uint8_t* payload, uint32_t n, float pos, float neg, float* out);
 };
 
 const CodecKernels& PortableKernels();

@@ -29,19 +29,6 @@ struct SpreadTable {
 };
 constexpr SpreadTable kSpread;
 
-// kSigns[b] holds the four decoded signs (0, +1, -1) of byte b; code 11 never
-// reaches decode (validated first) and maps to 0.
-struct SignTable {
-  alignas(16) float v[256][4];
-  constexpr SignTable() : v() {
-    for (int b = 0; b < 256; ++b)
-      for (int j = 0; j < 4; ++j) {
-        const int c = (b >> (2 * j)) & 3;
-        v[b][j] = c == 1 ? 1.0f : c == 2 ? -1.0f : 0.0f;
-      }
-  }
-};
-constexpr SignTable kSigns;
 
 inline __m256 LoadX(const float* grad, const float* residual, uint32_t i) {
   __m256 x = _mm256_loadu_ps(grad + i);
@@ -349,8 +336,8 @@ void DecodeAdd2Bit(const uint8_t* payload, uint32_t n, float ws, float* acc) {
   const uint32_t n8 = n & ~7u;
   for (uint32_t i = 0; i < n8; i += 8) {
     const uint8_t b0 = payload[i / 4], b1 = payload[i / 4 + 1];
-    const __m256 sign = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_load_ps(kSigns.v[b0])),
-                                             _mm_load_ps(kSigns.v[b1]), 1);
+    const __m256 sign = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_load_ps(kTwoBitSigns.v[b0])),
+                                             _mm_load_ps(kTwoBitSigns.v[b1]), 1);
     _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(sign, w)));
   }
   if (n8 < n) PortableKernels().decode_add_2bit(payload + n8 / 4, n - n8, ws, acc + n8);
@@ -378,6 +365,29 @@ void DecodeAddF32(const uint8_t* payload, uint32_t n, float weight, float* acc) 
   }
   if (n8 < n) PortableKernels().decode_add_f32(payload + 4 * static_cast<size_t>(n8), n - n8,
                                                weight, acc + n8);
+}
+
+void Decode2Bit(const uint8_t* payload, uint32_t n, float* out) {
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const uint8_t b0 = payload[i / 4], b1 = payload[i / 4 + 1];
+    _mm256_storeu_ps(out + i, _mm256_insertf128_ps(
+                                  _mm256_castps128_ps256(_mm_load_ps(kTwoBitSigns.v[b0])),
+                                  _mm_load_ps(kTwoBitSigns.v[b1]), 1));
+  }
+  if (n8 < n) PortableKernels().decode_2bit(payload + n8 / 4, n - n8, out + n8);
+}
+
+void Decode1Bit(const uint8_t* payload, uint32_t n, float pos, float neg, float* out) {
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 vpos = _mm256_set1_ps(pos), vneg = _mm256_set1_ps(neg);
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256i b = _mm256_and_si256(_mm256_set1_epi32(payload[i / 8]), bit);
+    const __m256 set = _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, bit));
+    _mm256_storeu_ps(out + i, _mm256_blendv_ps(vneg, vpos, set));
+  }
+  if (n8 < n) PortableKernels().decode_1bit(payload + n8 / 8, n - n8, pos, neg, out + n8);
 }
 
 float MaxAbsF32(const uint8_t* payload, uint32_t n) {
@@ -419,10 +429,10 @@ bool Valid2Bit(const uint8_t* payload, uint32_t n) {
 }  // namespace
 
 const CodecKernels* Avx2Kernels() {
-  static const CodecKernels k = {"avx2",       Moments,       SumAbs,       SignSums,
-                                 EncodeF32,    EncodeTwoBit,  EncodeTernary, EncodeOneBit,
-                                 Valid2Bit,    MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit,
-                                 DecodeAddF32};
+  static const CodecKernels k = {Moments,       SumAbs,        SignSums,      EncodeF32,
+                                 EncodeTwoBit,  EncodeTernary, EncodeOneBit,  Valid2Bit,
+                                 MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit, DecodeAddF32,
+                                 Decode2Bit,    Decode1Bit};
   return &k;
 }
 

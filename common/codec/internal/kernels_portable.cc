@@ -147,8 +147,7 @@ float MaxAbsF32(const uint8_t* payload, uint32_t n) {
 }
 
 void DecodeAdd2Bit(const uint8_t* payload, uint32_t n, float ws, float* acc) {
-  const float value[4] = {0.0f, ws, -ws, 0.0f};
-  for (uint32_t i = 0; i < n; ++i) acc[i] += value[(payload[i / 4] >> (2 * (i % 4))) & 3];
+  for (uint32_t i = 0; i < n; ++i) acc[i] += kTwoBitSigns.v[payload[i / 4]][i % 4] * ws;
 }
 
 void DecodeAdd1Bit(const uint8_t* payload, uint32_t n, float wpos, float wneg, float* acc) {
@@ -161,6 +160,14 @@ void DecodeAddF32(const uint8_t* payload, uint32_t n, float weight, float* acc) 
     std::memcpy(&v, payload + 4 * static_cast<size_t>(i), 4);
     acc[i] += weight * v;
   }
+}
+
+void Decode2Bit(const uint8_t* payload, uint32_t n, float* out) {
+  for (uint32_t i = 0; i < n; ++i) out[i] = kTwoBitSigns.v[payload[i / 4]][i % 4];
+}
+
+void Decode1Bit(const uint8_t* payload, uint32_t n, float pos, float neg, float* out) {
+  for (uint32_t i = 0; i < n; ++i) out[i] = ((payload[i / 8] >> (i % 8)) & 1) ? pos : neg;
 }
 
 }  // namespace
@@ -195,10 +202,10 @@ void EncodeTernaryRange(const float* grad, float* residual, uint32_t begin, uint
 }
 
 const CodecKernels& PortableKernels() {
-  static const CodecKernels k = {"portable",   Moments,       SumAbs,       SignSums,
-                                 EncodeF32,    EncodeTwoBit,  EncodeTernary, EncodeOneBit,
-                                 Valid2Bit,    MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit,
-                                 DecodeAddF32};
+  static const CodecKernels k = {Moments,       SumAbs,        SignSums,      EncodeF32,
+                                 EncodeTwoBit,  EncodeTernary, EncodeOneBit,  Valid2Bit,
+                                 MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit, DecodeAddF32,
+                                 Decode2Bit,    Decode1Bit};
   return k;
 }
 

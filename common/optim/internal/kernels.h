@@ -16,12 +16,11 @@ struct StepParams {
 };
 
 struct KernelTable {
-  // g[i] = gscale * grad[i] (grad may be unaligned: read with memcpy semantics).
-  void (*apply_dense)(const StepParams& sp, float* p, float* s0, float* s1, const void* grad,
-                      float gscale, size_t n);
-  // 2-bit codes (00=0, 01=+1, 10=-1; already validated): g[i] = gscale * code[i].
-  void (*apply_twobit)(const StepParams& sp, float* p, float* s0, float* s1, const uint8_t* codes,
-                       float gscale, size_t n);
+  // The update with g[i] = gscale * grad[i] (see optimizer.h). Encoded
+  // chunks arrive here block by block from ChunkDecoder::Block, so decoding
+  // stays the codec's (common/codec/decoder.h).
+  void (*apply)(const StepParams& sp, float* p, float* s0, float* s1, const float* grad,
+                float gscale, size_t n);
 };
 
 const KernelTable& PortableKernels();

@@ -30,7 +30,6 @@ class TensorEncoder {
 
   size_t num_chunks() const { return chunks_.size(); }
   const ChunkInfo& chunk(size_t i) const { return chunks_[i]; }
-  const std::string& codec_name() const { return codec_name_; }
 
   // Encodes chunk `i` of `grad` (the whole tensor). The stochastic-rounding key
   // is (seed, worker, clock, tensor index, global chunk id).
@@ -43,7 +42,6 @@ class TensorEncoder {
 
  private:
   TensorEncoder() = default;
-  std::string codec_name_;
   std::vector<ChunkInfo> chunks_;
   std::vector<std::unique_ptr<Codec>> encoders_;
 };
