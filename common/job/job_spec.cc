@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/codec/codec.h"
 #include "common/job/shard_map.h"
 
 namespace gradstream {
@@ -145,12 +146,16 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   }
 
   const auto& codec = spec.codec();
-  auto valid_codec = [](const std::string& c) {
-    return OneOf(c, {"none", "twobit", "ternary", "onebit"});
-  };
+  // The codec table knows the names (common/codec/README.md, adding a codec).
+  auto valid_codec = [](const std::string& c) { return CodecTypeFromName(c).ok(); };
+  std::vector<std::string> codec_names;
+  for (int t = 0; t < kNumCodecTypes; ++t) {
+    codec_names.emplace_back(CodecTypeName(static_cast<CodecType>(t)));
+  }
+  const std::string want_codec = absl::StrCat(" (want ", absl::StrJoin(codec_names, "|"), ")");
   if (!valid_codec(codec.default_codec())) {
     bad("codec.default_codec: unknown '", codec.default_codec(),
-        "' (want none|twobit|ternary|onebit)");
+        "'", want_codec);
   }
   if (!Finite(codec.twobit_threshold())) bad("codec.twobit_threshold: must be finite");
   if (!Finite(codec.ternary_clip())) bad("codec.ternary_clip: must be finite");
@@ -169,7 +174,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   for (const auto& [tensor, c] : codec.overrides()) {
     if (!valid_codec(c)) {
       bad("codec.overrides[", tensor, "]: unknown codec '", c,
-          "' (want none|twobit|ternary|onebit)");
+          "'", want_codec);
     }
     if (tensors.ok() && names.count(tensor) == 0) {
       bad("codec.overrides[", tensor, "]: the model has no such tensor (it has ",

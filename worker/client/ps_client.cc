@@ -150,10 +150,7 @@ class PsClientImpl final : public PsClient {
       v1::EncodedChunk* chunk = push->mutable_chunk();
       *chunk->mutable_payload() = buffers_.Take(chunks[i].payload.size());
       chunk->mutable_payload()->assign(chunks[i].payload.data(), chunks[i].payload.size());
-      chunk->set_codec(static_cast<v1::Codec>(h.codec));
-      chunk->set_num_elems(h.num_elems);
-      chunk->set_scale(h.scale);
-      chunk->set_scale2(h.scale2);
+      ChunkToWire(h, chunk);
       chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
       bytes_pushed_.fetch_add(chunk->payload().size(), std::memory_order_relaxed);
       fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float),
