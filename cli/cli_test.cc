@@ -190,6 +190,8 @@ TEST(Plot, GnuplotDrawsAPng) {
   EXPECT_EQ(magic, std::string("\x89PNG\r\n\x1a\n", 8));
   std::remove(png.c_str());
   ::rmdir(dir);
+}
+
 TEST(Render, MembersShowWhereTheyEncode) {
   gradstream::v1::JobStatus j;
   auto* gpu = j.add_members();
@@ -197,7 +199,7 @@ TEST(Render, MembersShowWhereTheyEncode) {
   gpu->set_encode_path("device");
   gpu->set_encode_share(0.031f);
   j.add_members()->set_worker_id(8);  // no report yet
-  const std::string out = RenderJob(j);
+  const std::string out = RenderJob(j, 0);
   EXPECT_TRUE(absl::StrContains(out, "ENCODE")) << out;
   EXPECT_TRUE(absl::StrContains(out, "device 3.1%")) << out;
 }
