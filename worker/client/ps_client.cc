@@ -125,8 +125,7 @@ class PsClientImpl final : public PsClient {
       return fail(absl::InvalidArgumentError(absl::StrCat(
           "PushEncoded: tensor '", name, "' has ", enc.num_chunks(), " chunks, got ", chunks.size())));
     }
-    // Checked when the encoders were created.
-    const CodecType codec = *CodecTypeFromName(enc.codec_name());
+    const CodecType codec = enc.codec();
     // Every chunk is checked before any is sent: a bad call sends nothing.
     for (size_t i = 0; i < chunks.size(); ++i) {
       const ChunkHeader& h = chunks[i].header;
@@ -136,7 +135,7 @@ class PsClientImpl final : public PsClient {
         return fail(absl::InvalidArgumentError(absl::StrCat(
             "PushEncoded: tensor '", name, "' chunk ", i, " is ", CodecTypeName(h.codec), " with ",
             h.num_elems, " elements and ", chunks[i].payload.size(), " bytes, the map wants ",
-            enc.codec_name(), " with ", n, " elements and ", PayloadBytes(codec, n), " bytes")));
+            CodecTypeName(codec), " with ", n, " elements and ", PayloadBytes(codec, n), " bytes")));
       }
     }
     auto done = std::make_shared<Completion>(static_cast<int>(chunks.size()));

@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<TensorEncoder>> TensorEncoder::Create(
   options.twobit_threshold = policy.twobit_threshold;
   options.ternary_clip = policy.ternary_clip;
   std::unique_ptr<TensorEncoder> enc(new TensorEncoder());
+  enc->codec_ = type;
   for (const ChunkInfo& c : map.chunks) {
     if (c.tensor != tensor) continue;
     GS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec,

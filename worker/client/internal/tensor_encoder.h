@@ -28,6 +28,9 @@ class TensorEncoder {
                                                                const std::string& codec_name,
                                                                const CodecPolicy& policy);
 
+  // The codec every chunk of the tensor travels with (PushEncoded checks
+  // device-encoded chunks against it).
+  CodecType codec() const { return codec_; }
   size_t num_chunks() const { return chunks_.size(); }
   const ChunkInfo& chunk(size_t i) const { return chunks_[i]; }
 
@@ -42,6 +45,7 @@ class TensorEncoder {
 
  private:
   TensorEncoder() = default;
+  CodecType codec_ = CodecType::kNone;
   std::vector<ChunkInfo> chunks_;
   std::vector<std::unique_ptr<Codec>> encoders_;
 };
