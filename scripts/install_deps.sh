@@ -11,7 +11,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libeigen3-dev libssl-dev openssl zlib1g-dev
   dataset-fashion-mnist  # real data: worker_data_test and the convergence test use it
-  clang llvm iproute2 python3 procps
+  clang llvm iproute2 python3 procps gnuplot-nox
 )
 missing=()
 for p in "${PKGS[@]}"; do
