@@ -29,6 +29,7 @@
 #include "cli/render.h"
 #include "cli/spec_input.h"
 #include "common/job/job_spec.h"
+#include "common/job_state.h"
 #include "common/rpc/rpc.h"
 #include "coordinator.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -214,10 +215,6 @@ int CmdStatus(const Context& ctx, const Args& args) {
   return kOk;
 }
 
-bool Terminal(v1::JobState s) {
-  return s == v1::COMPLETED || s == v1::FAILED || s == v1::CANCELLED;
-}
-
 int CmdWatch(const Context& ctx, const Args& args) {
   if (args.positional().size() != 2) return Usage("usage: gradstream watch JOB [--interval=1s]");
   auto interval = args.GetDuration("interval");
@@ -258,7 +255,7 @@ int CmdWatch(const Context& ctx, const Args& args) {
       }
       last_line = line;
     }
-    if (Terminal(job->state())) {
+    if (IsTerminal(job->state())) {
       if (tty) std::cout << "\n";
       if (!ctx.json && !job->message().empty()) std::cout << job->message() << "\n";
       return job->state() == v1::COMPLETED ? kOk : kJobFailed;
