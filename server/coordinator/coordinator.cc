@@ -1,13 +1,14 @@
-// The coordinator's state machine; see coordinator.h and [membership epochs].
+// The coordinator's RPCs and membership changes; see coordinator.h and
+// [membership epochs]. Tick() and the shard calls are in
+// coordinator_shards.cc, the status views in coordinator_views.cc.
 #include "server/coordinator/coordinator.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/job/job_spec.h"
 #include "common/job/shard_map_proto.h"
+#include "common/job_state.h"
 #include "common/rpc/rpc.h"
 #include "common/status.h"
 #include "glog/logging.h"
@@ -20,22 +21,28 @@ namespace {
 
 int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
-bool Terminal(v1::JobState s) {
-  return s == v1::COMPLETED || s == v1::FAILED || s == v1::CANCELLED;
+// Removes worker `id` from `job`'s members, keeping what it pushed in the
+// job's retired counters and its accuracy if it is the newest.
+void FoldOut(JobRecord& job, uint64_t id, const v1::WorkerProgress& progress) {
+  auto* members = job.status.mutable_members();
+  for (int i = 0; i < members->size(); ++i) {
+    if (members->Get(i).worker_id() != id) continue;
+    job.retired.set_bytes_pushed(job.retired.bytes_pushed() + progress.bytes_pushed());
+    job.retired.set_fp32_bytes_pushed(job.retired.fp32_bytes_pushed() +
+                                      progress.fp32_bytes_pushed());
+    job.retired.set_max_staleness(std::max(job.retired.max_staleness(), progress.max_staleness()));
+    members->DeleteSubrange(i, 1);
+    break;
+  }
+  if (progress.accuracy_clock() > job.status.progress().accuracy_clock()) {
+    job.status.mutable_progress()->set_accuracy(progress.accuracy());
+    job.status.mutable_progress()->set_accuracy_clock(progress.accuracy_clock());
+  }
 }
 
-v1::JobMember* FindMember(v1::JobStatus& job, uint64_t worker_id) {
-  for (auto& m : *job.mutable_members()) {
-    if (m.worker_id() == worker_id) return &m;
-  }
-  return nullptr;
-}
-
-const v1::JobMember* FindMember(const v1::JobStatus& job, uint64_t worker_id) {
-  for (const auto& m : job.members()) {
-    if (m.worker_id() == worker_id) return &m;
-  }
-  return nullptr;
+absl::Status JobNotFound(const std::string& id) {
+  return absl::NotFoundError(
+      absl::StrCat("no job '", id, "' (see `gradstream list` for the known jobs)"));
 }
 
 }  // namespace
@@ -43,12 +50,18 @@ const v1::JobMember* FindMember(const v1::JobStatus& job, uint64_t worker_id) {
 Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards)
     : options_(std::move(options)),
       shards_client_(shards),
-      metrics_(options_.metrics ? options_.metrics : metrics::Registry::Default()) {
-  if (!options_.state_file.empty()) {
-    store_ = std::make_unique<StateStore>(options_.state_file,
-                                          options_.env ? options_.env : Env::Default());
-  }
-}
+      metrics_(options_.metrics ? options_.metrics : metrics::Registry::Default()),
+      store_(options_.state_file.empty() ? nullptr
+                                         : std::make_unique<StateStore>(
+                                               options_.state_file,
+                                               options_.env ? options_.env : Env::Default())),
+      jobs_(store_.get(),
+            [this](v1::CoordinatorState& state) {
+              mu_.AssertHeld();  // JobLog writes only under mu_
+              WriteRestLocked(state);
+            },
+            &metrics_),
+      workers_(options_.heartbeat_timeout) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions options,
                                                                ShardClient* shards) {
@@ -74,6 +87,13 @@ uint32_t Coordinator::heartbeat_interval_ms() const {
   return static_cast<uint32_t>(std::clamp<int64_t>(ms, 50, 2000));
 }
 
+absl::Duration Coordinator::LeadTime() const {
+  // The epoch goes to the shards on the next tick and a worker polls once
+  // per heartbeat (see [membership plan]).
+  return 2 * absl::Milliseconds(heartbeat_interval_ms()) + 2 * options_.tick_interval +
+         absl::Milliseconds(500);
+}
+
 // ---------------------------------------------------------------- persistence
 
 absl::Status Coordinator::LoadLocked() {
@@ -81,70 +101,47 @@ absl::Status Coordinator::LoadLocked() {
   absl::StatusOr<v1::CoordinatorState> state = store_->Load();
   if (absl::IsNotFound(state.status())) return absl::OkStatus();
   if (!state.ok()) return state.status();
-  const absl::Time now = Now();
-  next_job_ = std::max<uint64_t>(1, state->next_job());
-  next_worker_id_ = std::max<uint64_t>(1, state->next_worker_id());
   for (const auto& s : state->shards()) {
     Shard shard;
     shard.status = s;
     shard.status.set_healthy(false);  // until it answers a probe
     shards_.push_back(std::move(shard));
   }
-  for (const auto& w : state->workers()) {
-    Worker worker;
-    worker.status = w;
-    worker.dead = !w.healthy();
-    // A restart is not the workers' fault: give them a full timeout to
-    // reach the new process before declaring them dead.
-    worker.last_heartbeat = now;
-    workers_[w.worker_id()] = std::move(worker);
+  workers_.Restore(*state, Now());
+  jobs_.Restore(*state);
+  for (const auto& [id, job] : jobs_.records()) {
+    JobShards& js = job_shards_[id];
+    const size_t n = job.status.shard_map().shards_size();
+    js.created.assign(n, false);
+    js.acked.assign(n, 0);
+    js.dropped = IsTerminal(job.status.state());
   }
-  for (const auto& j : state->jobs()) {
-    Job job;
-    job.status = j;
-    const size_t n = j.shard_map().shards_size();
-    job.shard_created.assign(n, false);
-    job.shard_acked.assign(n, 0);
-    auto it = state->retired().find(j.job_id());
-    if (it != state->retired().end()) job.retired = it->second;
-    auto token = state->job_tokens().find(j.job_id());
-    if (token != state->job_tokens().end()) job.token = token->second;
-    if (Terminal(j.state())) job.dropped = true;
-    jobs_[j.job_id()] = std::move(job);
+  // A crash between the write that took a worker out of its job and the one
+  // that released it leaves the worker pointing at a job that no longer
+  // lists it (see [write durably, then apply]): release it.
+  for (const auto& [id, w] : workers_.workers()) {
+    const JobRecord* job = w.status.job_id().empty() ? nullptr : jobs_.Find(w.status.job_id());
+    if (!w.status.job_id().empty() && (job == nullptr || FindMember(job->status, id) == nullptr)) {
+      WorkerPool::Release(*workers_.Find(id));
+    }
   }
-  LOG(INFO) << "coordinator: restored " << jobs_.size() << " jobs, " << workers_.size()
-            << " workers, " << shards_.size() << " shards from " << store_->path();
+  LOG(INFO) << "coordinator: restored " << jobs_.records().size() << " jobs, "
+            << workers_.workers().size() << " workers, " << shards_.size() << " shards from "
+            << store_->path();
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::SaveLocked() {
-  dirty_ = false;
-  if (!store_) return absl::OkStatus();
-  v1::CoordinatorState state;
-  state.set_next_job(next_job_);
-  state.set_next_worker_id(next_worker_id_);
+void Coordinator::WriteRestLocked(v1::CoordinatorState& state) const {
   for (const auto& s : shards_) *state.add_shards() = s.status;
-  for (const auto& [id, w] : workers_) {
-    v1::WorkerStatus* ws = state.add_workers();
-    *ws = w.status;
-    ws->set_healthy(!w.dead);
-  }
-  for (auto& [id, job] : jobs_) {
-    *job.status.mutable_progress() = ProgressLocked(job);
-    *state.add_jobs() = job.status;
-    (*state.mutable_retired())[id] = job.retired;
-    if (!job.token.empty()) (*state.mutable_job_tokens())[id] = job.token;
-  }
-  const absl::Time start = absl::Now();
-  absl::Status s = store_->Save(state);
-  metrics_
-      ->GetHistogram("gs_coordinator_state_save_seconds", "Time to persist the job table.",
-                     metrics::ExponentialBuckets(0.0001, 4, 10))
-      ->Observe(absl::ToDoubleSeconds(absl::Now() - start));
-  if (!s.ok()) {
-    LOG(ERROR) << "coordinator: cannot save state: " << s;
-    dirty_ = true;
-  }
+  workers_.WriteTo(state);
+}
+
+absl::Status Coordinator::SaveLocked() {
+  absl::Status s = jobs_.Checkpoint([this](const JobRecord& job) {
+    mu_.AssertHeld();  // called from within Checkpoint, under mu_
+    return ProgressLocked(job);
+  });
+  dirty_ = !s.ok();
   return s;
 }
 
@@ -171,9 +168,10 @@ absl::StatusOr<uint32_t> Coordinator::AddShardLocked(const std::string& address,
     shard->status.clear_message();
     // A shard registering again may have restarted and lost its jobs:
     // install them again (it answers AlreadyExists if it still has them).
-    for (auto& [id, job] : jobs_) {
+    for (const auto& [id, job] : jobs_.records()) {
+      JobShards& js = job_shards_[id];
       for (int i = 0; i < job.status.shard_map().shards_size(); ++i) {
-        if (job.status.shard_map().shards(i) == address) job.shard_created[i] = false;
+        if (job.status.shard_map().shards(i) == address) js.created[i] = false;
       }
     }
   }
@@ -203,57 +201,28 @@ absl::Status Coordinator::AddConfiguredShards(const std::vector<std::string>& ad
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
   absl::MutexLock lock(&mu_);
-  const absl::Time now = Now();
-  uint64_t id = request.worker_id();
-  Worker* worker = nullptr;
-  if (id != 0) {
-    auto it = workers_.find(id);
-    if (it != workers_.end()) worker = &it->second;
-  }
-  if (worker != nullptr && !worker->dead && worker->status.incarnation() == request.incarnation()) {
-    // The same process again (the coordinator restarted): keep everything.
-  } else if (worker != nullptr) {
-    // A new process, or one we declared dead: a new incarnation.
-    if (!worker->status.job_id().empty()) {
-      if (Job* job = FindJobLocked(worker->status.job_id())) {
-        Worker copy = *worker;
-        DetachLocked(*job, *worker);
-        if (!Terminal(job->status.state())) {
-          const v1::MembershipEpoch* last =
-              job->status.epochs().empty() ? nullptr : &job->status.epochs().rbegin()[0];
-          bool in_last = false;
-          if (last) {
-            for (uint64_t w : last->worker_ids()) in_last |= (w == id);
-          }
-          if (in_last) {
-            AddEpochLocked(*job, std::max(copy.progress.clock(), job->shard_min_clock),
-                           absl::StrCat("worker ", id, " restarted"));
-          }
-        }
+  const uint64_t known_id = request.worker_id();
+  WorkerRecord* known = known_id == 0 ? nullptr : workers_.Find(known_id);
+  if (known != nullptr && !WorkerPool::SameProcess(*known, request) &&
+      !known->status.job_id().empty()) {
+    // A new process: the old one's place in its job ends where it stopped.
+    const std::string job_id = known->status.job_id();
+    if (const JobRecord* job = jobs_.Find(job_id)) {
+      bool in_last = false;
+      if (!job->status.epochs().empty()) {
+        for (uint64_t w : job->status.epochs().rbegin()->worker_ids()) in_last |= (w == known_id);
       }
+      const uint64_t at =
+          DepartureClock(known->progress.clock(), job_shards_[job_id].clocks.min_clock);
+      GS_RETURN_IF_ERROR(DetachLocked(job_id, *known, at,
+                                      in_last ? absl::StrCat("worker ", known_id, " restarted")
+                                              : std::string()));
     }
-    worker->status.set_incarnation(std::max(worker->status.incarnation(), request.incarnation()) +
-                                   1);
-    worker->dead = false;
-    worker->progress.Clear();
-    worker->status.set_state(v1::IDLE);
-    worker->status.set_job_id("");
-  } else {
-    if (id == 0) id = next_worker_id_++;
-    next_worker_id_ = std::max(next_worker_id_, id + 1);
-    worker = &workers_[id];
-    worker->status.set_worker_id(id);
-    worker->status.set_incarnation(request.worker_id() == 0 ? 1 : request.incarnation() + 1);
-    worker->status.set_state(v1::IDLE);
-    LOG(INFO) << "coordinator: worker " << id << " (" << request.name() << ") registered";
   }
-  worker->status.set_name(request.name());
-  worker->status.set_has_gpu(request.has_gpu());
-  worker->last_heartbeat = now;
-  worker->status.set_last_heartbeat_unix_ms(UnixMs(now));
+  WorkerRecord& worker = workers_.Register(request, Now());
   v1::RegisterWorkerResponse response;
-  response.set_worker_id(id);
-  response.set_incarnation(worker->status.incarnation());
+  response.set_worker_id(worker.status.worker_id());
+  response.set_incarnation(worker.status.incarnation());
   response.set_heartbeat_interval_ms(heartbeat_interval_ms());
   response.set_heartbeat_timeout_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_timeout)));
@@ -263,74 +232,40 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& request) {
   absl::MutexLock lock(&mu_);
-  auto it = workers_.find(request.worker_id());
-  if (it == workers_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown worker ", request.worker_id(), ": call RegisterWorker"));
-  }
-  Worker& worker = it->second;
-  if (worker.dead) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", request.worker_id(), " was removed after missing heartbeats: register again"));
-  }
-  if (worker.status.incarnation() != request.incarnation()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", request.worker_id(), " incarnation ", request.incarnation(),
-                     " is stale (current ", worker.status.incarnation(), "): register again"));
-  }
   const absl::Time now = Now();
-  worker.last_heartbeat = now;
-  worker.status.set_last_heartbeat_unix_ms(UnixMs(now));
-  // A state reported for another job (the one it just finished, before it
-  // heard of its new assignment) says nothing about the current one: a DONE
-  // left over from job A must not complete job B.
-  worker.status.set_state(request.job_id() == worker.status.job_id() ? request.state()
-                                                                     : v1::IDLE);
-  Job* job = worker.status.job_id().empty() ? nullptr : FindJobLocked(worker.status.job_id());
-  if (job != nullptr && request.job_id() == worker.status.job_id()) {
-    const uint64_t clock = request.progress().clock();
-    if (worker.rate_time != absl::Time() && clock >= worker.rate_clock) {
-      const double dt = absl::ToDoubleSeconds(now - worker.rate_time);
-      if (dt > 0.05) {
-        const double rate = static_cast<double>(clock - worker.rate_clock) / dt;
-        worker.clock_rate = worker.clock_rate == 0 ? rate : 0.5 * worker.clock_rate + 0.5 * rate;
-        worker.rate_time = now;
-        worker.rate_clock = clock;
-      }
-    } else {
-      worker.rate_time = now;
-      worker.rate_clock = clock;
-    }
-    worker.progress = request.progress();
-    worker.status.set_clock(clock);
-    v1::JobMember* member = FindMember(job->status, worker.status.worker_id());
+  GS_ASSIGN_OR_RETURN(WorkerRecord * worker, workers_.Beat(request, now));
+  const uint64_t id = worker->status.worker_id();
+  const std::string job_id = worker->status.job_id();
+  const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id);
+  if (job != nullptr && request.job_id() == job_id) {
+    WorkerPool::Report(*worker, request.progress(), now);
     if (request.state() == v1::LEFT || request.state() == v1::ERROR) {
+      const v1::JobMember* member = FindMember(job->status, id);
       const bool leaving = member != nullptr && member->leaving();
-      const uint64_t at = std::max(clock, job->shard_min_clock);
-      if (request.state() == v1::ERROR) {
-        job->status.set_worker_errors(job->status.worker_errors() + 1);
-        job->status.set_message(
-            absl::StrCat("worker ", worker.status.worker_id(), " failed: ", request.message()));
-        LOG(WARNING) << "coordinator: " << job->status.message();
-      }
-      DetachLocked(*job, worker);
-      if (!leaving && !Terminal(job->status.state())) {
-        AddEpochLocked(*job, at,
-                       absl::StrCat("worker ", request.worker_id(),
-                                    request.state() == v1::LEFT ? " left" : " failed"));
-      }
-      dirty_ = true;
+      const bool failed = request.state() == v1::ERROR;
+      const std::string failure = absl::StrCat("worker ", id, " failed: ", request.message());
+      const uint64_t at =
+          DepartureClock(request.progress().clock(), job_shards_[job_id].clocks.min_clock);
+      GS_RETURN_IF_ERROR(DetachLocked(
+          job_id, *worker, at,
+          leaving ? std::string()
+                  : absl::StrCat("worker ", request.worker_id(), failed ? " failed" : " left"),
+          [&](JobRecord& j) {
+            if (!failed) return;
+            j.status.set_worker_errors(j.status.worker_errors() + 1);
+            j.status.set_message(failure);
+          }));
+      if (failed) LOG(WARNING) << "coordinator: " << failure;
     }
   }
   v1::HeartbeatResponse response;
-  *response.mutable_assignment() = AssignmentLocked(worker);
-  if (job != nullptr && Terminal(job->status.state()) &&
-      worker.status.job_id() == job->status.job_id()) {
-    DetachLocked(*job, worker);  // the worker has now been told
-    dirty_ = true;
+  *response.mutable_assignment() = AssignmentLocked(*worker);
+  if (job != nullptr && IsTerminal(job->status.state()) && worker->status.job_id() == job_id) {
+    // The worker has now been told. If the write fails it stays attached
+    // and the next heartbeat tries again.
+    (void)DetachLocked(job_id, *worker, 0, "");
   }
-  metrics_->GetCounter("gs_coordinator_heartbeats_total", "Worker heartbeats received.")
-      ->Increment();
+  metrics_.HeartbeatReceived();
   return response;
 }
 
@@ -341,20 +276,15 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::SubmitJob(const v1::SubmitJob
   // Dry-run the split so chunking errors surface now, not when shards exist.
   GS_RETURN_IF_ERROR(BuildShardMap(spec, {"dry-run:0"}).status());
   absl::MutexLock lock(&mu_);
-  const std::string id = absl::StrFormat("job-%06d", next_job_++);
-  Job& job = jobs_[id];
-  job.status.set_job_id(id);
-  *job.status.mutable_spec() = spec;
-  job.status.set_state(v1::PENDING);
-  job.status.set_desired_workers(spec.workers());
-  job.status.set_submitted_unix_ms(UnixMs(Now()));
-  job.status.set_message("waiting for shards and workers");
-  job.token = rpc::NewToken();
-  absl::Status saved = SaveLocked();
-  if (!saved.ok()) {
-    jobs_.erase(id);
-    return saved;
-  }
+  JobRecord record;
+  *record.status.mutable_spec() = spec;
+  record.status.set_state(v1::PENDING);
+  record.status.set_desired_workers(spec.workers());
+  record.status.set_submitted_unix_ms(UnixMs(Now()));
+  record.status.set_message("waiting for shards and workers");
+  record.token = rpc::NewToken();
+  GS_ASSIGN_OR_RETURN(const std::string id, jobs_.Create(std::move(record)));
+  job_shards_[id];
   LOG(INFO) << "coordinator: job " << id << " submitted (" << spec.name() << ")";
   v1::SubmitJobResponse response;
   response.set_job_id(id);
@@ -362,19 +292,9 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::SubmitJob(const v1::SubmitJob
   return response;
 }
 
-Coordinator::Job* Coordinator::FindJobLocked(const std::string& job_id) {
-  auto it = jobs_.find(job_id);
-  return it == jobs_.end() ? nullptr : &it->second;
-}
-
-static absl::Status JobNotFound(const std::string& id) {
-  return absl::NotFoundError(
-      absl::StrCat("no job '", id, "' (see `gradstream list` for the known jobs)"));
-}
-
 absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const v1::GetJobRequest& request) {
   absl::MutexLock lock(&mu_);
-  Job* job = FindJobLocked(request.job_id());
+  const JobRecord* job = jobs_.Find(request.job_id());
   if (job == nullptr) return JobNotFound(request.job_id());
   v1::JobStatus out = RenderJobLocked(*job, true);
   if (!request.include_shard_map()) out.clear_shard_map();
@@ -384,7 +304,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const v1::GetJobRequest& reque
 v1::ListJobsResponse Coordinator::ListJobs() {
   absl::MutexLock lock(&mu_);
   v1::ListJobsResponse response;
-  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+  for (auto it = jobs_.records().rbegin(); it != jobs_.records().rend(); ++it) {
     *response.add_jobs() = RenderJobLocked(it->second, false);
   }
   return response;
@@ -400,15 +320,15 @@ absl::StatusOr<v1::ScaleJobResponse> Coordinator::ScaleJob(const v1::ScaleJobReq
         absl::StrCat("workers: ", request.workers(), " too many (max 4096)"));
   }
   absl::MutexLock lock(&mu_);
-  Job* job = FindJobLocked(request.job_id());
+  const JobRecord* job = jobs_.Find(request.job_id());
   if (job == nullptr) return JobNotFound(request.job_id());
-  if (Terminal(job->status.state())) {
+  if (IsTerminal(job->status.state())) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", request.job_id(), " is ", v1::JobState_Name(job->status.state()),
                      ": only pending or running jobs can be scaled"));
   }
-  job->status.set_desired_workers(request.workers());
-  GS_RETURN_IF_ERROR(SaveLocked());
+  GS_RETURN_IF_ERROR(jobs_.Update(
+      request.job_id(), [&](JobRecord& j) { j.status.set_desired_workers(request.workers()); }));
   LOG(INFO) << "coordinator: job " << request.job_id() << " scaled to " << request.workers();
   v1::ScaleJobResponse response;
   *response.mutable_job() = RenderJobLocked(*job, false);
@@ -417,270 +337,166 @@ absl::StatusOr<v1::ScaleJobResponse> Coordinator::ScaleJob(const v1::ScaleJobReq
 
 absl::StatusOr<v1::CancelJobResponse> Coordinator::CancelJob(const v1::CancelJobRequest& request) {
   absl::MutexLock lock(&mu_);
-  Job* job = FindJobLocked(request.job_id());
+  const JobRecord* job = jobs_.Find(request.job_id());
   if (job == nullptr) return JobNotFound(request.job_id());
-  if (Terminal(job->status.state())) {
+  if (IsTerminal(job->status.state())) {
     return absl::FailedPreconditionError(absl::StrCat("job ", request.job_id(), " already ended (",
                                                       v1::JobState_Name(job->status.state()), ")"));
   }
-  FinishLocked(*job, v1::CANCELLED, "cancelled by user");
-  GS_RETURN_IF_ERROR(SaveLocked());
+  GS_RETURN_IF_ERROR(FinishLocked(request.job_id(), v1::CANCELLED, "cancelled by user"));
   v1::CancelJobResponse response;
   *response.mutable_job() = RenderJobLocked(*job, false);
   return response;
 }
 
-v1::ClusterStatus Coordinator::GetCluster() {
-  absl::MutexLock lock(&mu_);
-  v1::ClusterStatus out;
-  out.set_heartbeat_timeout_ms(
-      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_timeout)));
-  for (const auto& s : shards_) {
-    v1::ShardStatus* status = out.add_shards();
-    *status = s.status;
-    uint32_t jobs = 0;
-    for (const auto& [id, job] : jobs_) {
-      if (Terminal(job.status.state())) continue;
-      for (const auto& a : job.status.shard_map().shards()) jobs += (a == s.status.address());
-    }
-    status->set_jobs(jobs);
-  }
-  const absl::Time now = Now();
-  for (const auto& [id, w] : workers_) {
-    v1::WorkerStatus* status = out.add_workers();
-    *status = w.status;
-    status->set_healthy(!w.dead && now - w.last_heartbeat <= options_.heartbeat_timeout);
-    if (Job* job = FindJobLocked(w.status.job_id())) {
-      if (const v1::JobMember* m = FindMember(job->status, id)) status->set_rank(m->rank());
-    }
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------- views
-
-v1::JobProgress Coordinator::ProgressLocked(const Job& job) const {
-  const v1::JobProgress& saved = job.status.progress();
-  v1::JobProgress p;
-  uint64_t min_clock = UINT64_MAX, max_clock = 0;
-  double loss = 0;
-  int losses = 0;
-  p.set_accuracy(saved.accuracy());
-  p.set_accuracy_clock(saved.accuracy_clock());
-  uint64_t bytes = job.retired.bytes_pushed(), fp32 = job.retired.fp32_bytes_pushed();
-  uint64_t staleness = std::max(saved.max_staleness(), job.shard_max_staleness);
-  for (const auto& m : job.status.members()) {
-    auto it = workers_.find(m.worker_id());
-    if (it == workers_.end()) continue;
-    const v1::WorkerProgress& w = it->second.progress;
-    bytes += w.bytes_pushed();
-    fp32 += w.fp32_bytes_pushed();
-    staleness = std::max(staleness, w.max_staleness());
-    p.set_residual_norm(std::max(p.residual_norm(), w.residual_norm()));
-    if (w.accuracy_clock() > p.accuracy_clock()) {
-      p.set_accuracy(w.accuracy());
-      p.set_accuracy_clock(w.accuracy_clock());
-    }
-    if (m.leaving() || (w.clock() == 0 && w.loss() == 0 && w.samples_per_sec() == 0)) continue;
-    min_clock = std::min(min_clock, w.clock());
-    max_clock = std::max(max_clock, w.clock());
-    loss += w.loss();
-    ++losses;
-    p.set_samples_per_sec(p.samples_per_sec() + w.samples_per_sec());
-  }
-  if (losses > 0) {
-    p.set_clock(std::max(min_clock, Terminal(job.status.state()) ? saved.clock() : 0));
-    p.set_max_clock(max_clock);
-    p.set_loss(static_cast<float>(loss / losses));
-  } else {
-    p.set_clock(saved.clock());
-    p.set_max_clock(saved.max_clock());
-    p.set_loss(saved.loss());
-  }
-  p.set_bytes_pushed(std::max(bytes, saved.bytes_pushed()));
-  p.set_fp32_bytes_pushed(std::max(fp32, saved.fp32_bytes_pushed()));
-  if (p.bytes_pushed() > 0) {
-    p.set_compression_ratio(static_cast<double>(p.fp32_bytes_pushed()) / p.bytes_pushed());
-  }
-  p.set_max_staleness(staleness);
-  return p;
-}
-
-v1::JobStatus Coordinator::RenderJobLocked(const Job& job, bool full) const {
-  v1::JobStatus out = job.status;
-  *out.mutable_progress() = ProgressLocked(job);
-  // Leaving members still push until their leave clock: they count.
-  uint32_t active = static_cast<uint32_t>(out.members_size());
-  for (auto& m : *out.mutable_members()) {
-    auto it = workers_.find(m.worker_id());
-    if (it == workers_.end()) continue;
-    m.set_clock(it->second.progress.clock());
-    m.set_loss(it->second.progress.loss());
-    m.set_samples_per_sec(it->second.progress.samples_per_sec());
-    m.set_encode_path(it->second.progress.encode_path());
-    m.set_encode_share(it->second.progress.encode_share());
-  }
-  // Members leave a finished job as they hear of its end; report the final
-  // epoch's size instead.
-  if (Terminal(job.status.state()) && !job.status.epochs().empty()) {
-    active = job.status.epochs().rbegin()->worker_ids_size();
-  }
-  out.set_active_workers(active);
-  if (!full) {
-    out.clear_shard_map();
-    out.clear_epochs();
-  }
-  return out;
-}
-
-v1::Assignment Coordinator::AssignmentLocked(const Worker& worker) {
-  v1::Assignment a;
-  const Job* job = FindJobLocked(worker.status.job_id());
-  if (job == nullptr) return a;
-  if (Terminal(job->status.state())) {
-    a.set_job_id(job->status.job_id());
-    a.set_job_state(job->status.state());
-    return a;
-  }
-  const uint64_t committed = job->status.committed_epoch();
-  const auto& epochs = job->status.epochs();
-  const uint64_t id = worker.status.worker_id();
-  // The newest committed epoch that lists the worker.
-  for (int64_t e = static_cast<int64_t>(std::min<uint64_t>(committed, epochs.size())) - 1; e >= 0;
-       --e) {
-    const v1::MembershipEpoch& epoch = epochs[e];
-    auto pos = std::find(epoch.worker_ids().begin(), epoch.worker_ids().end(), id);
-    if (pos == epoch.worker_ids().end()) continue;
-    a.set_job_id(job->status.job_id());
-    a.set_job_state(job->status.state());
-    a.set_rank(static_cast<uint32_t>(pos - epoch.worker_ids().begin()));
-    a.set_world_size(epoch.worker_ids_size());
-    a.set_epoch(epoch.epoch());
-    a.set_epoch_clock(epoch.effective_clock());
-    if (const v1::JobMember* m = FindMember(job->status, id)) {
-      a.set_join_clock(m->join_clock());
-    }
-    if (static_cast<uint64_t>(e + 1) < committed) {
-      // A later committed epoch dropped it: leave when that epoch starts.
-      a.set_leave(true);
-      a.set_leave_clock(epochs[e + 1].effective_clock());
-    }
-    *a.mutable_spec() = job->status.spec();
-    *a.mutable_shard_map() = job->status.shard_map();
-    a.set_job_token(job->token);
-    return a;
-  }
-  return a;  // joining, but its epoch is not committed yet
-}
-
 // ---------------------------------------------------------------- membership
 
-void Coordinator::DetachLocked(Job& job, Worker& worker) {
+absl::Status Coordinator::DetachLocked(const std::string& job_id, WorkerRecord& worker,
+                                       uint64_t clock, const std::string& epoch_reason,
+                                       const std::function<void(JobRecord&)>& also) {
   const uint64_t id = worker.status.worker_id();
-  auto* members = job.status.mutable_members();
-  for (int i = 0; i < members->size(); ++i) {
-    if (members->Get(i).worker_id() != id) continue;
-    job.retired.set_bytes_pushed(job.retired.bytes_pushed() + worker.progress.bytes_pushed());
-    job.retired.set_fp32_bytes_pushed(job.retired.fp32_bytes_pushed() +
-                                      worker.progress.fp32_bytes_pushed());
-    job.retired.set_max_staleness(
-        std::max(job.retired.max_staleness(), worker.progress.max_staleness()));
-    members->DeleteSubrange(i, 1);
-    break;
-  }
-  if (worker.progress.accuracy_clock() > job.status.progress().accuracy_clock()) {
-    job.status.mutable_progress()->set_accuracy(worker.progress.accuracy());
-    job.status.mutable_progress()->set_accuracy_clock(worker.progress.accuracy_clock());
-  }
-  worker.status.set_job_id("");
-  worker.status.set_rank(0);
-  worker.status.set_state(v1::IDLE);
-  worker.progress.Clear();
-  worker.rate_time = absl::Time();
-  worker.clock_rate = 0;
+  const absl::Time now = Now();
+  GS_RETURN_IF_ERROR(jobs_.Update(job_id, [&](JobRecord& job) {
+    if (also) also(job);
+    FoldOut(job, id, worker.progress);
+    if (!epoch_reason.empty() && !IsTerminal(job.status.state())) {
+      AppendEpoch(job, clock, epoch_reason, now);
+    }
+  }));
+  WorkerPool::Release(worker);
   dirty_ = true;
+  return absl::OkStatus();
 }
 
-void Coordinator::AddEpochLocked(Job& job, uint64_t effective_clock, const std::string& reason) {
-  const auto& epochs = job.status.epochs();
-  if (!epochs.empty()) {
-    effective_clock = std::max(effective_clock, epochs.rbegin()->effective_clock());
+absl::Status Coordinator::ApplyPlanLocked(const std::string& job_id, const MembershipPlan& plan,
+                                          bool start) {
+  using Action = MembershipPlan::Action;
+  if (plan.action == Action::kNone) return absl::OkStatus();
+  if (plan.action == Action::kWait) {
+    SetMessageLocked(job_id, plan.message);
+    return absl::OkStatus();
   }
-  v1::MembershipEpoch* e = job.status.add_epochs();
-  e->set_epoch(static_cast<uint64_t>(job.status.epochs_size()));
-  e->set_effective_clock(effective_clock);
-  e->set_created_unix_ms(UnixMs(Now()));
-  e->set_reason(reason);
-  uint32_t rank = 0;
-  for (auto& m : *job.status.mutable_members()) {
-    if (m.leaving()) continue;
-    e->add_worker_ids(m.worker_id());
-    m.set_rank(rank++);
+  // Joiners are assigned before the write that lists them (see [write
+  // durably, then apply]), and given back if it fails.
+  std::vector<WorkerRecord*> joiners;
+  for (uint64_t id : plan.join) {
+    WorkerRecord* w = workers_.Find(id);
+    CHECK(w != nullptr && w->status.job_id().empty()) << "planned a busy worker " << id;
+    WorkerPool::Assign(*w, job_id);
+    joiners.push_back(w);
   }
-  dirty_ = true;
-  LOG(INFO) << "coordinator: job " << job.status.job_id() << " epoch " << e->epoch() << " at clock "
-            << effective_clock << " with " << e->worker_ids_size() << " workers (" << reason << ")";
-  metrics_->GetCounter("gs_coordinator_membership_changes_total", "Membership epochs created.")
-      ->Increment();
+  const absl::Time now = Now();
+  absl::Status s = jobs_.Update(job_id, [&](JobRecord& job) {
+    for (const WorkerRecord* w : joiners) {
+      v1::JobMember* m = job.status.add_members();
+      m->set_worker_id(w->status.worker_id());
+      m->set_incarnation(w->status.incarnation());
+      m->set_join_clock(plan.clock);
+    }
+    for (auto& m : *job.status.mutable_members()) {
+      if (std::find(plan.leave.begin(), plan.leave.end(), m.worker_id()) == plan.leave.end()) {
+        continue;
+      }
+      m.set_leaving(true);
+      m.set_leave_clock(plan.clock);
+    }
+    if (start) {
+      job.status.set_state(v1::RUNNING);
+      job.status.set_started_unix_ms(UnixMs(now));
+    }
+    job.status.clear_message();
+    AppendEpoch(job, plan.clock, plan.reason, now);
+  });
+  if (!s.ok()) {
+    for (WorkerRecord* w : joiners) WorkerPool::Assign(*w, "");
+    return s;
+  }
+  if (!joiners.empty()) dirty_ = true;
+  return absl::OkStatus();
 }
 
-uint64_t Coordinator::LeadClockLocked(const Job& job) const {
-  // Where the job is now: the shards' slowest member (fresh this tick), the
-  // fastest a bounded job lets anyone be, the sync rounds applied, and what
-  // members last reported.
-  const auto& consistency = job.status.spec().consistency();
-  uint64_t base = std::max(job.shard_min_clock, job.shard_max_version);
-  if (consistency.mode() == v1::BOUNDED) base = job.shard_min_clock + consistency.staleness() + 1;
-  base = std::max(base, job.shard_max_version);
-  double rate = job.clock_rate;
+void Coordinator::SetMessageLocked(const std::string& job_id, const std::string& message) {
+  const JobRecord* job = jobs_.Find(job_id);
+  if (job == nullptr || job->status.message() == message) return;
+  // A message that did not make it to disk shows up again on the next tick.
+  (void)jobs_.Update(job_id, [&](JobRecord& j) { j.status.set_message(message); });
+}
+
+absl::Status Coordinator::FinishLocked(const std::string& job_id, v1::JobState state,
+                                       const std::string& message) {
+  const JobRecord* job = jobs_.Find(job_id);
+  if (job == nullptr) return JobNotFound(job_id);
+  const v1::JobProgress progress = ProgressLocked(*job);
+  const absl::Time now = Now();
+  GS_RETURN_IF_ERROR(jobs_.Update(job_id, [&](JobRecord& j) {
+    *j.status.mutable_progress() = progress;
+    j.status.set_state(state);
+    j.status.set_message(message);
+    j.status.set_finished_unix_ms(UnixMs(now));
+  }));
+  job_shards_[job_id].dropped = !(state != v1::COMPLETED || options_.drop_finished_jobs);
+  LOG(INFO) << "coordinator: job " << job_id << " " << v1::JobState_Name(state)
+            << (message.empty() ? "" : ": ") << message;
+  return absl::OkStatus();
+}
+
+PlanInput Coordinator::PlanInputLocked(const JobRecord& job) const {
+  PlanInput in;
+  in.desired_workers = job.status.desired_workers();
   for (const auto& m : job.status.members()) {
-    auto it = workers_.find(m.worker_id());
-    if (it == workers_.end()) continue;
-    base = std::max(base, it->second.progress.clock());
-    rate = std::max(rate, it->second.clock_rate);
+    MemberClock mc{m.worker_id(), m.leaving()};
+    if (const WorkerRecord* w = workers_.Find(m.worker_id())) {
+      mc.clock = w->progress.clock();
+      mc.clock_rate = w->clock_rate.rate;
+    }
+    in.members.push_back(mc);
   }
-  // Members must hear of the change before they reach it: the epoch goes to
-  // the shards on the next tick and a worker polls once per heartbeat.
-  const double lead_seconds = 2 * heartbeat_interval_ms() / 1000.0 +
-                              2 * absl::ToDoubleSeconds(options_.tick_interval) + 0.5;
-  return base + 10 + static_cast<uint64_t>(std::ceil(rate * lead_seconds));
+  in.free_workers = workers_.Free();
+  if (auto it = job_shards_.find(job.status.job_id()); it != job_shards_.end()) {
+    in.shards = it->second.clocks;
+    in.job_clock_rate = it->second.clock_rate.rate;
+  }
+  const auto& consistency = job.status.spec().consistency();
+  in.bounded = consistency.mode() == v1::BOUNDED;
+  in.staleness = consistency.staleness();
+  if (!job.status.epochs().empty()) {
+    in.last_epoch_clock = job.status.epochs().rbegin()->effective_clock();
+  }
+  in.steps = job.status.spec().steps();
+  in.lead_time = LeadTime();
+  return in;
 }
 
-uint64_t Coordinator::IdleJoinClockLocked(const Job& job) const {
-  uint64_t at = std::max(job.shard_min_clock, job.shard_max_version);
-  if (!job.status.epochs().empty()) {
-    at = std::max(at, job.status.epochs().rbegin()->effective_clock());
-  }
-  return at;
-}
+// ---------------------------------------------------------------- tick phases
 
 void Coordinator::ReapDeadWorkersLocked() {
   const absl::Time now = Now();
-  for (auto& [id, worker] : workers_) {
-    if (worker.dead || now - worker.last_heartbeat <= options_.heartbeat_timeout) continue;
-    worker.dead = true;
-    worker.status.set_healthy(false);
+  for (uint64_t id : workers_.Overdue(now)) {
+    WorkerRecord& worker = *workers_.Find(id);
+    const std::string job_id = worker.status.job_id();
+    if (const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id)) {
+      const v1::JobMember* m = FindMember(job->status, id);
+      const bool was_active = m != nullptr && !m->leaving();
+      const uint64_t at =
+          DepartureClock(worker.progress.clock(), job_shards_[job_id].clocks.min_clock);
+      // Not durable: the worker stays in its job and the next tick retries.
+      if (!DetachLocked(job_id, worker, at,
+                        was_active ? absl::StrCat("worker ", id, " missed heartbeats") : "")
+               .ok()) {
+        continue;
+      }
+    }
+    WorkerPool::MarkDead(worker);
     dirty_ = true;
-    metrics_
-        ->GetCounter("gs_coordinator_workers_removed_total",
-                     "Workers removed after missing heartbeats.")
-        ->Increment();
+    metrics_.WorkerRemoved();
     LOG(WARNING) << "coordinator: worker " << id << " missed heartbeats for "
                  << options_.heartbeat_timeout;
-    Job* job = FindJobLocked(worker.status.job_id());
-    if (job == nullptr) continue;
-    const v1::JobMember* m = FindMember(job->status, id);
-    const bool was_active = m != nullptr && !m->leaving();
-    const uint64_t at = std::max(worker.progress.clock(), job->shard_min_clock);
-    DetachLocked(*job, worker);
-    if (was_active && !Terminal(job->status.state())) {
-      AddEpochLocked(*job, at, absl::StrCat("worker ", id, " missed heartbeats"));
-    }
   }
 }
 
-void Coordinator::StartPendingJobLocked(Job& job) {
-  const absl::Time now = Now();
+void Coordinator::StartPendingJobLocked(const JobRecord& job) {
+  const std::string id = job.status.job_id();  // `job` changes with every Update
+  JobShards& js = job_shards_[id];
   if (job.status.shard_map().shards_size() == 0) {
     std::vector<std::string> healthy;
     for (const auto& s : shards_) {
@@ -688,137 +504,57 @@ void Coordinator::StartPendingJobLocked(Job& job) {
     }
     const uint32_t want = job.status.spec().shards();
     if (healthy.empty() || healthy.size() < want) {
-      job.status.set_message(
-          absl::StrCat("waiting for shards: ", healthy.size(), " healthy registered, job wants ",
-                       want == 0 ? std::string("at least 1") : absl::StrCat(want)));
+      SetMessageLocked(id, absl::StrCat("waiting for shards: ", healthy.size(),
+                                        " healthy registered, job wants ",
+                                        want == 0 ? std::string("at least 1") : absl::StrCat(want)));
       return;
     }
     if (want > 0) healthy.resize(want);
     absl::StatusOr<v1::ShardMap> map = BuildShardMap(job.status.spec(), healthy);
     if (!map.ok()) {
-      FinishLocked(job, v1::FAILED, absl::StrCat("shard map: ", map.status().message()));
+      (void)FinishLocked(id, v1::FAILED, absl::StrCat("shard map: ", map.status().message()));
       return;
     }
-    *job.status.mutable_shard_map() = *std::move(map);
+    if (!jobs_.Update(id, [&](JobRecord& j) { *j.status.mutable_shard_map() = *map; }).ok()) return;
     const size_t used = job.status.shard_map().shards_size();
-    job.shard_created.assign(used, false);
-    job.shard_acked.assign(used, 0);
-    dirty_ = true;
+    js.created.assign(used, false);
+    js.acked.assign(used, 0);
   }
-  if (job.ready_since == absl::InfiniteFuture()) job.ready_since = now;
-  std::vector<Worker*> idle;
-  for (auto& [id, w] : workers_) {
-    if (!w.dead && w.status.job_id().empty()) idle.push_back(&w);
-  }
-  const uint32_t desired = job.status.desired_workers();
-  if (idle.size() < desired && (idle.empty() || now - job.ready_since < options_.start_grace)) {
-    job.status.set_message(
-        absl::StrCat("waiting for workers: ", idle.size(), " idle of ", desired, " wanted"));
-    return;
-  }
-  if (idle.size() > desired) idle.resize(desired);
-  for (Worker* w : idle) {
-    v1::JobMember* m = job.status.add_members();
-    m->set_worker_id(w->status.worker_id());
-    m->set_incarnation(w->status.incarnation());
-    w->status.set_job_id(job.status.job_id());
-  }
-  job.status.set_state(v1::RUNNING);
-  job.status.set_started_unix_ms(UnixMs(now));
-  job.status.clear_message();
-  AddEpochLocked(job, 0, "start");
+  const absl::Time now = Now();
+  if (js.ready_since == absl::InfiniteFuture()) js.ready_since = now;
+  const MembershipPlan plan = PlanStart(job.status.desired_workers(), workers_.Free(),
+                                        now - js.ready_since >= options_.start_grace);
+  (void)ApplyPlanLocked(id, plan, /*start=*/true);
 }
 
-void Coordinator::PlanMembershipLocked(Job& job) {
-  std::vector<v1::JobMember*> active;
-  for (auto& m : *job.status.mutable_members()) {
-    if (!m.leaving()) active.push_back(&m);
-  }
-  const uint32_t desired = job.status.desired_workers();
-  if (active.size() < desired) {
-    std::vector<Worker*> idle;
-    for (auto& [id, w] : workers_) {
-      if (!w.dead && w.status.job_id().empty() && idle.size() + active.size() < desired) {
-        idle.push_back(&w);
-      }
-    }
-    if (idle.empty()) {
-      job.status.set_message(absl::StrCat("waiting for workers: ", active.size(), " of ", desired,
-                                          " active, none idle"));
-      return;
-    }
-    // With members running, the change must lie ahead of all of them; with
-    // none, nothing moves, and the newcomers start where the shards stopped
-    // (see [unstaffed clocks] in server/shard/bsp_controller.cc).
-    const uint64_t at = active.empty() ? IdleJoinClockLocked(job) : LeadClockLocked(job);
-    if (EndsBeforeLocked(job, at)) return;
-    for (Worker* w : idle) {
-      v1::JobMember* m = job.status.add_members();
-      m->set_worker_id(w->status.worker_id());
-      m->set_incarnation(w->status.incarnation());
-      m->set_join_clock(at);
-      w->status.set_job_id(job.status.job_id());
-    }
-    job.status.clear_message();
-    AddEpochLocked(job, at, absl::StrCat("scale up to ", active.size() + idle.size()));
-  } else if (active.size() > desired) {
-    const uint64_t at = LeadClockLocked(job);
-    if (EndsBeforeLocked(job, at)) return;
-    // The most recently joined leave first: rank 0 (init, evaluation) stays.
-    for (size_t i = desired; i < active.size(); ++i) {
-      active[i]->set_leaving(true);
-      active[i]->set_leave_clock(at);
-    }
-    job.status.clear_message();
-    AddEpochLocked(job, at, absl::StrCat("scale down to ", desired));
-  }
+void Coordinator::PlanMembershipLocked(const JobRecord& job) {
+  const std::string id = job.status.job_id();  // `job` changes with the Update
+  (void)ApplyPlanLocked(id, PlanScaling(PlanInputLocked(job)), /*start=*/false);
 }
 
-bool Coordinator::EndsBeforeLocked(Job& job, uint64_t clock) {
-  const uint64_t steps = job.status.spec().steps();
-  if (clock < steps) return false;
-  // An epoch that would start after the last step changes nothing but the
-  // record (and would show workers that never joined).
-  job.status.set_message(absl::StrCat("the job ends at clock ", steps,
-                                      " before a membership change could take effect (clock ",
-                                      clock, ")"));
-  return true;
-}
-
-void Coordinator::CheckCompletionLocked(Job& job) {
+void Coordinator::CheckCompletionLocked(const JobRecord& job) {
   if (job.status.state() != v1::RUNNING) return;
+  const std::string id = job.status.job_id();
   const uint32_t errors = job.status.worker_errors();
   if (errors >= std::max<uint32_t>(3, job.status.desired_workers()) &&
       ProgressLocked(job).clock() == 0) {
-    FinishLocked(
-        job, v1::FAILED,
+    (void)FinishLocked(
+        id, v1::FAILED,
         absl::StrCat(errors, " worker failures before any progress; last: ", job.status.message()));
     return;
   }
   int active = 0;
   for (const auto& m : job.status.members()) {
     if (m.leaving()) continue;
-    auto it = workers_.find(m.worker_id());
-    if (it == workers_.end()) return;
-    const Worker& w = it->second;
+    const WorkerRecord* w = workers_.Find(m.worker_id());
+    if (w == nullptr) return;
     // DONE, not clock >= steps: rank 0 still pulls the final parameters and
     // evaluates after its last clock, and the job's accuracy comes from that.
-    if (w.status.state() != v1::DONE) return;
+    if (w->status.state() != v1::DONE) return;
     ++active;
   }
   if (active == 0) return;
-  FinishLocked(job, v1::COMPLETED, "");
-}
-
-void Coordinator::FinishLocked(Job& job, v1::JobState state, const std::string& message) {
-  *job.status.mutable_progress() = ProgressLocked(job);
-  job.status.set_state(state);
-  job.status.set_message(message);
-  job.status.set_finished_unix_ms(UnixMs(Now()));
-  job.dropped = !(state != v1::COMPLETED || options_.drop_finished_jobs);
-  dirty_ = true;
-  LOG(INFO) << "coordinator: job " << job.status.job_id() << " " << v1::JobState_Name(state)
-            << (message.empty() ? "" : ": ") << message;
+  (void)FinishLocked(id, v1::COMPLETED, "");
 }
 
 }  // namespace gradstream::coordinator

@@ -2,25 +2,36 @@
 // membership epochs and shard maps. The gRPC service (service.h) is a thin
 // adapter over it; tests can drive it directly and call Tick().
 //
+// The state is split by what it holds, each part in its own file:
+//   * job_log.h: the durable job records and epochs, changed only by
+//     "write durably, then apply" (see [write durably, then apply]);
+//   * worker_pool.h: registration, incarnations, heartbeats, liveness;
+//   * membership_planner.h: who joins or leaves at which clock, a pure
+//     function of its inputs (see [membership plan]);
+//   * coordinator_metrics.h: the Prometheus series;
+//   * here: the shard table and what the coordinator knows of each job's
+//     shards (which have it, which epochs they acknowledged, their clocks),
+//     which is rebuilt after a restart and never persisted.
+//
 // NOTE: [membership epochs]
 // Every change of a job's member set is a new epoch {epoch, effective_clock,
 // worker_ids}: pushes for clocks >= effective_clock count from exactly those
-// workers. An epoch is persisted, then sent to every shard of the job
-// (CreateJob for a shard that does not have the job yet, UpdateMembership in
-// epoch order otherwise); once every shard acknowledged it, it is *committed*
-// and only then do heartbeat replies reveal it to workers. So a shard always
-// knows an epoch before any worker acts on it.
+// workers. An epoch is persisted (JobLog::Update), then sent to every shard
+// of the job (CreateJob for a shard that does not have the job yet,
+// UpdateMembership in epoch order otherwise); once every shard acknowledged
+// it, it is *committed* (persisted the same way) and only then do heartbeat
+// replies reveal it to workers. So a shard always knows an epoch before any
+// worker acts on it.
 //   * submit: once healthy shards exist the job gets its shard map and is
 //     installed on them (CreateJob) with the empty epoch 0.
 //   * start: epoch 1, effective clock 0, the first workers (all `workers` of
 //     the spec, or fewer after start_grace).
 //   * scale-up: joiners start pushing at effective_clock J (their
 //     Assignment.join_clock). J is planned right after a fresh GetStats of
-//     every shard of the job: the current clock (shards' slowest member,
-//     plus the staleness bound; members' heartbeats) plus what the job's
-//     clock rate (measured from the shards' stats) covers in two heartbeat
-//     intervals plus a tick and half a second. So the shards learn J well
-//     before any round at J completes, and members hear of it before J.
+//     every shard of the job, ahead of where the job is by what its clock
+//     rate covers in two heartbeat intervals plus two ticks and half a
+//     second (see [membership plan]). So the shards learn J well before any
+//     round at J completes, and members hear of it before J.
 //   * scale-down: the most recently joined members get leave_clock L (same
 //     lead); they finish clocks < L, send Leave and report LEFT.
 //   * death (no heartbeat for heartbeat_timeout, or an ERROR report): the epoch
@@ -48,8 +59,13 @@
 #include "absl/time/time.h"
 #include "common/metrics/metrics.h"
 #include "coordinator.pb.h"
+#include "server/coordinator/clock_rate.h"
+#include "server/coordinator/coordinator_metrics.h"
+#include "server/coordinator/job_log.h"
+#include "server/coordinator/membership_planner.h"
 #include "server/coordinator/shard_client.h"
 #include "server/coordinator/state_store.h"
+#include "server/coordinator/worker_pool.h"
 
 namespace gradstream::coordinator {
 
@@ -113,32 +129,18 @@ class Coordinator {
   struct Shard {
     gradstream::v1::ShardStatus status;
   };
-  struct Worker {
-    gradstream::v1::WorkerStatus status;  // persisted part
-    gradstream::v1::WorkerProgress progress;
-    absl::Time last_heartbeat;
-    bool dead = false;
-    double clock_rate = 0;  // clocks per second, smoothed
-    absl::Time rate_time;
-    uint64_t rate_clock = 0;
-  };
-  struct Job {
-    gradstream::v1::JobStatus status;  // persisted part (spec, epochs, members, map...)
-    gradstream::v1::JobProgress retired;
-    std::string token;  // [auth tokens]: members and shards only, never in a JobStatus
+  // What the coordinator knows of a job's shards; rebuilt after a restart.
+  struct JobShards {
     // Per shard index of the map: has the job, newest acknowledged epoch.
-    std::vector<bool> shard_created;
-    std::vector<uint64_t> shard_acked;
-    bool dropped = false;
-    absl::Time ready_since = absl::InfiniteFuture();
+    std::vector<bool> created;
+    std::vector<uint64_t> acked;
+    bool dropped = false;  // a finished job's shards dropped it (or need not)
+    absl::Time ready_since = absl::InfiniteFuture();  // map built, waiting for workers
     // From the shards' GetStats, refreshed every tick while the job runs.
-    uint64_t shard_min_clock = 0;    // slowest member's clock, over shards
-    uint64_t shard_max_version = 0;  // sync: rounds applied
-    uint64_t shard_max_staleness = 0;
+    ShardClocks clocks;
+    uint64_t max_staleness = 0;
     bool stats_fresh = false;  // answered by every shard this tick
-    double clock_rate = 0;     // clocks per second, smoothed
-    absl::Time rate_time = absl::InfinitePast();
-    uint64_t rate_clock = 0;
+    ClockRate clock_rate{absl::Milliseconds(500)};  // of clocks.min_clock
   };
   // One shard RPC planned under the lock and made outside it.
   struct ShardCall;
@@ -146,36 +148,56 @@ class Coordinator {
   Coordinator(CoordinatorOptions options, ShardClient* shards);
 
   [[nodiscard]] absl::Status LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the whole state (see JobLog::Checkpoint); clears dirty_ on success.
   [[nodiscard]] absl::Status SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The shard table and the worker pool, for the state file.
+  void WriteRestLocked(gradstream::v1::CoordinatorState& state) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint32_t> AddShardLocked(const std::string& address, bool healthy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time Now() const { return options_.now(); }
+  // How long a planned membership change needs to reach every member.
+  absl::Duration LeadTime() const;
 
-  Job* FindJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  gradstream::v1::JobStatus RenderJobLocked(const Job& job, bool full) const
+  // Views (coordinator_views.cc).
+  gradstream::v1::JobStatus RenderJobLocked(const JobRecord& job, bool full) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  gradstream::v1::JobProgress ProgressLocked(const Job& job) const
+  gradstream::v1::JobProgress ProgressLocked(const JobRecord& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  gradstream::v1::Assignment AssignmentLocked(const Worker& worker)
+  gradstream::v1::Assignment AssignmentLocked(const WorkerRecord& worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DetachLocked(Job& job, Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishLocked(Job& job, gradstream::v1::JobState state, const std::string& message)
+
+  // Membership changes, each one JobLog::Update. A `job_id` argument must
+  // not refer into a record (an Update replaces the record's content).
+  // Takes `worker` out of its job: folds its counters into the job's record
+  // and, when `epoch_reason` is not empty and the job has not ended, adds an
+  // epoch at `clock` without it. Releases the worker once that is durable
+  // (see [write durably, then apply]); on a failed write nothing changed.
+  // `also`, if set, changes the record in the same write.
+  [[nodiscard]] absl::Status DetachLocked(const std::string& job_id, WorkerRecord& worker,
+                                          uint64_t clock, const std::string& epoch_reason,
+                                          const std::function<void(JobRecord&)>& also = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies a kJoin / kLeave plan as a new epoch; `start` also marks the job
+  // RUNNING. A kWait plan only sets the job's message.
+  [[nodiscard]] absl::Status ApplyPlanLocked(const std::string& job_id,
+                                             const MembershipPlan& plan, bool start)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the job's message (a write only when it changes).
+  void SetMessageLocked(const std::string& job_id, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status FinishLocked(const std::string& job_id,
+                                          gradstream::v1::JobState state,
+                                          const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The planner's view of a running job.
+  PlanInput PlanInputLocked(const JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Tick phases.
   void ReapDeadWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartPendingJobLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PlanMembershipLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CheckCompletionLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddEpochLocked(Job& job, uint64_t effective_clock, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t LeadClockLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Where workers joining a job that has no active member start: where the
-  // shards and the last epoch stopped, with no lead (nobody is running).
-  uint64_t IdleJoinClockLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // True (with a message on the job) when the job's last step comes before
-  // `clock`, so a membership change there would never take effect.
-  bool EndsBeforeLocked(Job& job, uint64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartPendingJobLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PlanMembershipLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckCompletionLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<ShardCall> PlanShardCallsLocked(bool probe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunShardCalls(std::vector<ShardCall>& calls) ABSL_LOCKS_EXCLUDED(mu_);
   void ApplyShardResultsLocked(const std::vector<ShardCall>& calls)
@@ -184,15 +206,15 @@ class Coordinator {
 
   const CoordinatorOptions options_;
   ShardClient* const shards_client_;
-  metrics::Registry* const metrics_;
-  std::unique_ptr<StateStore> store_;
+  CoordinatorMetrics metrics_;
+  const std::unique_ptr<StateStore> store_;  // nullptr: memory only
 
   mutable absl::Mutex mu_;
-  uint64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;
+  JobLog jobs_ ABSL_GUARDED_BY(mu_);
+  WorkerPool workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, JobShards> job_shards_ ABSL_GUARDED_BY(mu_);  // by job id
   std::vector<Shard> shards_ ABSL_GUARDED_BY(mu_);  // index = shard_id - 1
-  std::map<uint64_t, Worker> workers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  // The worker pool or the shard table changed since the last write.
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_probe_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_state.h"
 #include "glog/logging.h"
 #include "server/coordinator/coordinator.h"
 
@@ -11,10 +12,6 @@ namespace gradstream::coordinator {
 namespace v1 = gradstream::v1;
 
 namespace {
-
-bool Terminal(v1::JobState s) {
-  return s == v1::COMPLETED || s == v1::FAILED || s == v1::CANCELLED;
-}
 
 bool Unreachable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
@@ -40,7 +37,7 @@ void Coordinator::Tick() {
   {
     absl::MutexLock lock(&mu_);
     ReapDeadWorkersLocked();
-    for (auto& [id, job] : jobs_) {
+    for (const auto& [id, job] : jobs_.records()) {
       if (job.status.state() == v1::PENDING) StartPendingJobLocked(job);
       CheckCompletionLocked(job);
     }
@@ -49,18 +46,21 @@ void Coordinator::Tick() {
       last_probe_ = Now();
       dirty_ = true;  // progress counters: persisted about once per probe interval
     }
-    // Epochs are durable before any shard hears of them.
+    // Epochs are durable already (see [write durably, then apply]); this
+    // writes the worker pool, the shard table and the progress counters.
     if (dirty_) (void)SaveLocked();
     calls = PlanShardCallsLocked(probe);
   }
   RunShardCalls(calls);
   absl::MutexLock lock(&mu_);
   ApplyShardResultsLocked(calls);
-  for (auto& [id, job] : jobs_) {
+  for (const auto& [id, job] : jobs_.records()) {
     CheckCompletionLocked(job);
     // Scaling needs the clock the shards are at now (see [membership epochs]);
-    // the new epoch goes out with the next tick, after it is persisted.
-    if (job.status.state() == v1::RUNNING && job.stats_fresh) PlanMembershipLocked(job);
+    // the new epoch is persisted at once and goes out with the next tick.
+    if (job.status.state() == v1::RUNNING && job_shards_[id].stats_fresh) {
+      PlanMembershipLocked(job);
+    }
   }
   UpdateGaugesLocked();
   if (dirty_) (void)SaveLocked();
@@ -68,10 +68,11 @@ void Coordinator::Tick() {
 
 std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe) {
   std::vector<ShardCall> calls;
-  for (auto& [id, job] : jobs_) {
+  for (const auto& [id, job] : jobs_.records()) {
     const v1::ShardMap& map = job.status.shard_map();
-    if (Terminal(job.status.state())) {
-      if (job.dropped) continue;
+    const JobShards& js = job_shards_[id];
+    if (IsTerminal(job.status.state())) {
+      if (js.dropped) continue;
       for (int i = 0; i < map.shards_size(); ++i) {
         ShardCall call{ShardCall::kDrop};
         call.job_id = id;
@@ -87,7 +88,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
     const v1::MembershipEpoch last =
         latest == 0 ? v1::MembershipEpoch() : job.status.epochs(static_cast<int>(latest - 1));
     for (int i = 0; i < map.shards_size(); ++i) {
-      if (!job.shard_created[i]) {
+      if (!js.created[i]) {
         ShardCall call{ShardCall::kCreate};
         call.job_id = id;
         call.shard_index = i;
@@ -112,7 +113,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
       }
       // Every epoch the shard lacks, in order, so each change takes effect
       // at its own clock.
-      for (uint64_t e = job.shard_acked[i] + 1; e <= latest; ++e) {
+      for (uint64_t e = js.acked[i] + 1; e <= latest; ++e) {
         const v1::MembershipEpoch& epoch = job.status.epochs(static_cast<int>(e - 1));
         ShardCall call{ShardCall::kUpdate};
         call.job_id = id;
@@ -194,7 +195,7 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
     uint64_t min_clock = UINT64_MAX, max_version = 0, max_staleness = 0;
     size_t answers = 0;
   };
-  std::map<std::string, JobStats> stats;
+  std::map<std::string, JobStats> job_stats;
   std::map<std::string, bool> drop_ok;
   for (const ShardCall& call : calls) {
     if (absl::IsAborted(call.status)) continue;
@@ -212,19 +213,21 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
       }
     }
     if (call.job_id.empty()) continue;
-    Job* job = FindJobLocked(call.job_id);
-    if (job == nullptr || call.shard_index >= job->shard_created.size()) continue;
+    auto js = job_shards_.find(call.job_id);
+    if (js == job_shards_.end() || call.shard_index >= js->second.created.size()) continue;
+    std::vector<bool>& created = js->second.created;
+    std::vector<uint64_t>& acked = js->second.acked;
     const uint32_t i = call.shard_index;
     switch (call.kind) {
       case ShardCall::kCreate:
         if (call.status.ok()) {
-          job->shard_created[i] = true;
-          job->shard_acked[i] = std::max(job->shard_acked[i], call.epoch);
+          created[i] = true;
+          acked[i] = std::max(acked[i], call.epoch);
         } else if (absl::IsAlreadyExists(call.status)) {
           // The shard kept the job (the coordinator restarted): replay every
           // epoch; the shard ignores the ones it has.
-          job->shard_created[i] = true;
-          job->shard_acked[i] = 0;
+          created[i] = true;
+          acked[i] = 0;
         } else if (!Unreachable(call.status)) {
           LOG(WARNING) << "coordinator: CreateJob " << call.job_id << " on " << call.address << ": "
                        << call.status;
@@ -238,9 +241,9 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
                          << call.job_id << " on " << call.address << ": " << call.status
                          << " (treated as acknowledged)";
           }
-          job->shard_acked[i] = std::max(job->shard_acked[i], call.epoch);
+          acked[i] = std::max(acked[i], call.epoch);
         } else if (absl::IsNotFound(call.status)) {
-          job->shard_created[i] = false;
+          created[i] = false;
         }
         break;
       case ShardCall::kDrop: {
@@ -250,100 +253,62 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
       }
       case ShardCall::kStats:
         if (call.status.ok()) {
-          JobStats& js = stats[call.job_id];
-          js.min_clock = std::min(js.min_clock, call.stats.min_clock());
-          js.max_version = std::max(js.max_version, call.stats.max_version());
-          js.max_staleness = std::max(js.max_staleness, call.stats.max_staleness());
-          ++js.answers;
+          JobStats& stats = job_stats[call.job_id];
+          stats.min_clock = std::min(stats.min_clock, call.stats.min_clock());
+          stats.max_version = std::max(stats.max_version, call.stats.max_version());
+          stats.max_staleness = std::max(stats.max_staleness, call.stats.max_staleness());
+          ++stats.answers;
         } else if (absl::IsNotFound(call.status)) {
-          job->shard_created[i] = false;  // the shard lost the job (restart)
+          created[i] = false;  // the shard lost the job (restart)
         }
         break;
     }
   }
   for (const auto& [id, ok] : drop_ok) {
-    if (Job* job = FindJobLocked(id); job != nullptr && ok) job->dropped = true;
+    if (auto js = job_shards_.find(id); js != job_shards_.end() && ok) js->second.dropped = true;
   }
-  for (auto& [id, job] : jobs_) job.stats_fresh = false;
-  for (const auto& [id, s] : stats) {
-    Job* job = FindJobLocked(id);
-    if (job == nullptr) continue;
-    job->shard_min_clock = s.min_clock == UINT64_MAX ? 0 : s.min_clock;
-    job->shard_max_version = s.max_version;
-    job->shard_max_staleness = std::max(job->shard_max_staleness, s.max_staleness);
-    job->stats_fresh = s.answers == job->shard_created.size();
-    // The job's clock rate, from the slowest member's clock over >= 0.5 s.
-    const absl::Duration dt = now - job->rate_time;
-    if (job->rate_time == absl::InfinitePast() || job->shard_min_clock < job->rate_clock) {
-      job->rate_time = now;
-      job->rate_clock = job->shard_min_clock;
-    } else if (dt >= absl::Milliseconds(500)) {
-      const double rate = (job->shard_min_clock - job->rate_clock) / absl::ToDoubleSeconds(dt);
-      job->clock_rate = job->clock_rate == 0 ? rate : 0.5 * job->clock_rate + 0.5 * rate;
-      job->rate_time = now;
-      job->rate_clock = job->shard_min_clock;
-    }
+  for (auto& [id, js] : job_shards_) js.stats_fresh = false;
+  for (const auto& [id, stats] : job_stats) {
+    auto it = job_shards_.find(id);
+    if (it == job_shards_.end()) continue;
+    JobShards& js = it->second;
+    js.clocks.min_clock = stats.min_clock == UINT64_MAX ? 0 : stats.min_clock;
+    js.clocks.max_version = stats.max_version;
+    js.max_staleness = std::max(js.max_staleness, stats.max_staleness);
+    js.stats_fresh = stats.answers == js.created.size();
+    js.clock_rate.Observe(now, js.clocks.min_clock);
   }
-  for (auto& [id, job] : jobs_) {
-    if (job.shard_acked.empty() || Terminal(job.status.state())) continue;
+  // An epoch every shard of the job acknowledged is committed: from now on
+  // heartbeats reveal it (see [membership epochs]).
+  for (const auto& [id, job] : jobs_.records()) {
+    const JobShards& js = job_shards_[id];
+    if (js.acked.empty() || IsTerminal(job.status.state())) continue;
     bool all_created = true;
     uint64_t committed = UINT64_MAX;
-    for (size_t i = 0; i < job.shard_acked.size(); ++i) {
-      all_created = all_created && job.shard_created[i];
-      committed = std::min(committed, job.shard_acked[i]);
+    for (size_t i = 0; i < js.acked.size(); ++i) {
+      all_created = all_created && js.created[i];
+      committed = std::min(committed, js.acked[i]);
     }
     if (all_created && committed > job.status.committed_epoch() && committed != UINT64_MAX) {
-      job.status.set_committed_epoch(committed);
-      dirty_ = true;
+      // Not durable: it stays uncommitted and the next tick tries again.
+      (void)jobs_.Update(id, [&](JobRecord& j) { j.status.set_committed_epoch(committed); });
     }
   }
 }
 
 void Coordinator::UpdateGaugesLocked() {
-  std::map<v1::JobState, int> by_state;
-  for (auto& [id, job] : jobs_) {
-    ++by_state[job.status.state()];
-    const v1::JobProgress p = ProgressLocked(job);
-    const metrics::Labels l = {{"job", id}};
-    auto gauge = [&](const char* name, const char* help, double v) {
-      metrics_->GetGauge(name, help, l)->Set(v);
-    };
-    const uint32_t active = static_cast<uint32_t>(job.status.members_size());
-    gauge("gs_job_clock", "Slowest active worker's clock.", p.clock());
-    gauge("gs_job_clock_lag", "Fastest minus slowest active worker's clock.",
-          p.max_clock() >= p.clock() ? p.max_clock() - p.clock() : 0);
-    gauge("gs_job_active_workers", "Workers pushing for the job (leaving ones included).", active);
-    gauge("gs_job_desired_workers", "Desired workers of the job.", job.status.desired_workers());
-    gauge("gs_job_epoch", "Newest membership epoch.", job.status.epochs_size());
-    gauge("gs_job_loss", "Mean training loss of the active workers.", p.loss());
-    gauge("gs_job_accuracy", "Latest test accuracy.", p.accuracy());
-    gauge("gs_job_samples_per_second", "Training throughput over all workers.",
-          p.samples_per_sec());
-    gauge("gs_job_bytes_pushed", "Encoded gradient bytes pushed.", p.bytes_pushed());
-    gauge("gs_job_compression_ratio", "fp32 bytes / encoded bytes pushed.", p.compression_ratio());
-    gauge("gs_job_max_staleness", "Largest staleness observed.", p.max_staleness());
-    gauge("gs_job_residual_norm", "Largest error-feedback residual norm.", p.residual_norm());
+  ClusterCounts counts;
+  for (const auto& [id, job] : jobs_.records()) {
+    ++counts.jobs_by_state[job.status.state()];
+    metrics_.ExportJob(id, ProgressLocked(job), static_cast<uint32_t>(job.status.members_size()),
+                       job.status.desired_workers(), job.status.epochs_size());
   }
-  for (v1::JobState s : {v1::PENDING, v1::RUNNING, v1::COMPLETED, v1::FAILED, v1::CANCELLED}) {
-    metrics_->GetGauge("gs_coordinator_jobs", "Jobs by state.", {{"state", v1::JobState_Name(s)}})
-        ->Set(by_state[s]);
+  for (const auto& [id, w] : workers_.workers()) {
+    w.dead ? ++counts.workers_dead : ++counts.workers_healthy;
+    if (!w.dead && w.status.job_id().empty()) ++counts.workers_idle;
   }
-  int healthy = 0, dead = 0, idle = 0;
-  for (const auto& [id, w] : workers_) {
-    w.dead ? ++dead : ++healthy;
-    if (!w.dead && w.status.job_id().empty()) ++idle;
-  }
-  metrics_->GetGauge("gs_coordinator_workers", "Registered workers.", {{"health", "healthy"}})
-      ->Set(healthy);
-  metrics_->GetGauge("gs_coordinator_workers", "Registered workers.", {{"health", "dead"}})
-      ->Set(dead);
-  metrics_->GetGauge("gs_coordinator_idle_workers", "Healthy workers without a job.")->Set(idle);
-  int shards_up = 0;
-  for (const auto& s : shards_) shards_up += s.status.healthy();
-  metrics_->GetGauge("gs_coordinator_shards", "Registered shards.", {{"health", "healthy"}})
-      ->Set(shards_up);
-  metrics_->GetGauge("gs_coordinator_shards", "Registered shards.", {{"health", "unhealthy"}})
-      ->Set(static_cast<double>(shards_.size()) - shards_up);
+  for (const auto& s : shards_) s.status.healthy() ? ++counts.shards_healthy : ++counts.shards_unhealthy;
+  metrics_.ExportCluster(counts);
 }
 
 }  // namespace gradstream::coordinator

@@ -1,0 +1,157 @@
+// What the coordinator shows: job status and progress, a worker's
+// assignment, the cluster. Read-only views over the job log, the worker pool
+// and the shard table; see coordinator.h.
+#include <algorithm>
+
+#include "common/job_state.h"
+#include "server/coordinator/coordinator.h"
+
+namespace gradstream::coordinator {
+
+namespace v1 = gradstream::v1;
+
+v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
+  const v1::JobProgress& saved = job.status.progress();
+  v1::JobProgress p;
+  uint64_t min_clock = UINT64_MAX, max_clock = 0;
+  double loss = 0;
+  int losses = 0;
+  p.set_accuracy(saved.accuracy());
+  p.set_accuracy_clock(saved.accuracy_clock());
+  uint64_t bytes = job.retired.bytes_pushed(), fp32 = job.retired.fp32_bytes_pushed();
+  uint64_t staleness = saved.max_staleness();
+  if (auto it = job_shards_.find(job.status.job_id()); it != job_shards_.end()) {
+    staleness = std::max(staleness, it->second.max_staleness);
+  }
+  for (const auto& m : job.status.members()) {
+    const WorkerRecord* worker = workers_.Find(m.worker_id());
+    if (worker == nullptr) continue;
+    const v1::WorkerProgress& w = worker->progress;
+    bytes += w.bytes_pushed();
+    fp32 += w.fp32_bytes_pushed();
+    staleness = std::max(staleness, w.max_staleness());
+    p.set_residual_norm(std::max(p.residual_norm(), w.residual_norm()));
+    if (w.accuracy_clock() > p.accuracy_clock()) {
+      p.set_accuracy(w.accuracy());
+      p.set_accuracy_clock(w.accuracy_clock());
+    }
+    if (m.leaving() || (w.clock() == 0 && w.loss() == 0 && w.samples_per_sec() == 0)) continue;
+    min_clock = std::min(min_clock, w.clock());
+    max_clock = std::max(max_clock, w.clock());
+    loss += w.loss();
+    ++losses;
+    p.set_samples_per_sec(p.samples_per_sec() + w.samples_per_sec());
+  }
+  if (losses > 0) {
+    p.set_clock(std::max(min_clock, IsTerminal(job.status.state()) ? saved.clock() : 0));
+    p.set_max_clock(max_clock);
+    p.set_loss(static_cast<float>(loss / losses));
+  } else {
+    p.set_clock(saved.clock());
+    p.set_max_clock(saved.max_clock());
+    p.set_loss(saved.loss());
+  }
+  p.set_bytes_pushed(std::max(bytes, saved.bytes_pushed()));
+  p.set_fp32_bytes_pushed(std::max(fp32, saved.fp32_bytes_pushed()));
+  if (p.bytes_pushed() > 0) {
+    p.set_compression_ratio(static_cast<double>(p.fp32_bytes_pushed()) / p.bytes_pushed());
+  }
+  p.set_max_staleness(staleness);
+  return p;
+}
+
+v1::JobStatus Coordinator::RenderJobLocked(const JobRecord& job, bool full) const {
+  v1::JobStatus out = job.status;
+  *out.mutable_progress() = ProgressLocked(job);
+  // Leaving members still push until their leave clock: they count.
+  uint32_t active = static_cast<uint32_t>(out.members_size());
+  for (auto& m : *out.mutable_members()) {
+    const WorkerRecord* w = workers_.Find(m.worker_id());
+    if (w == nullptr) continue;
+    m.set_clock(w->progress.clock());
+    m.set_loss(w->progress.loss());
+    m.set_samples_per_sec(w->progress.samples_per_sec());
+    m.set_encode_path(w->progress.encode_path());
+    m.set_encode_share(w->progress.encode_share());
+  }
+  // Members leave a finished job as they hear of its end; report the final
+  // epoch's size instead.
+  if (IsTerminal(job.status.state()) && !job.status.epochs().empty()) {
+    active = job.status.epochs().rbegin()->worker_ids_size();
+  }
+  out.set_active_workers(active);
+  if (!full) {
+    out.clear_shard_map();
+    out.clear_epochs();
+  }
+  return out;
+}
+
+v1::Assignment Coordinator::AssignmentLocked(const WorkerRecord& worker) const {
+  v1::Assignment a;
+  const JobRecord* job = jobs_.Find(worker.status.job_id());
+  if (job == nullptr) return a;
+  if (IsTerminal(job->status.state())) {
+    a.set_job_id(job->status.job_id());
+    a.set_job_state(job->status.state());
+    return a;
+  }
+  const uint64_t committed = job->status.committed_epoch();
+  const auto& epochs = job->status.epochs();
+  const uint64_t id = worker.status.worker_id();
+  // The newest committed epoch that lists the worker.
+  for (int64_t e = static_cast<int64_t>(std::min<uint64_t>(committed, epochs.size())) - 1; e >= 0;
+       --e) {
+    const v1::MembershipEpoch& epoch = epochs[e];
+    auto pos = std::find(epoch.worker_ids().begin(), epoch.worker_ids().end(), id);
+    if (pos == epoch.worker_ids().end()) continue;
+    a.set_job_id(job->status.job_id());
+    a.set_job_state(job->status.state());
+    a.set_rank(static_cast<uint32_t>(pos - epoch.worker_ids().begin()));
+    a.set_world_size(epoch.worker_ids_size());
+    a.set_epoch(epoch.epoch());
+    a.set_epoch_clock(epoch.effective_clock());
+    if (const v1::JobMember* m = FindMember(job->status, id)) {
+      a.set_join_clock(m->join_clock());
+    }
+    if (static_cast<uint64_t>(e + 1) < committed) {
+      // A later committed epoch dropped it: leave when that epoch starts.
+      a.set_leave(true);
+      a.set_leave_clock(epochs[e + 1].effective_clock());
+    }
+    *a.mutable_spec() = job->status.spec();
+    *a.mutable_shard_map() = job->status.shard_map();
+    a.set_job_token(job->token);
+    return a;
+  }
+  return a;  // joining, but its epoch is not committed yet
+}
+
+v1::ClusterStatus Coordinator::GetCluster() {
+  absl::MutexLock lock(&mu_);
+  v1::ClusterStatus out;
+  out.set_heartbeat_timeout_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_timeout)));
+  for (const auto& s : shards_) {
+    v1::ShardStatus* status = out.add_shards();
+    *status = s.status;
+    uint32_t jobs = 0;
+    for (const auto& [id, job] : jobs_.records()) {
+      if (IsTerminal(job.status.state())) continue;
+      for (const auto& a : job.status.shard_map().shards()) jobs += (a == s.status.address());
+    }
+    status->set_jobs(jobs);
+  }
+  const absl::Time now = Now();
+  for (const auto& [id, w] : workers_.workers()) {
+    v1::WorkerStatus* status = out.add_workers();
+    *status = w.status;
+    status->set_healthy(workers_.Healthy(w, now));
+    if (const JobRecord* job = jobs_.Find(w.status.job_id())) {
+      if (const v1::JobMember* m = FindMember(job->status, id)) status->set_rank(m->rank());
+    }
+  }
+  return out;
+}
+
+}  // namespace gradstream::coordinator

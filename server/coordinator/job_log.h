@@ -1,0 +1,117 @@
+// The coordinator's durable job table: every job's record (spec, state,
+// members, membership epochs, shard map, committed epoch, progress) and the
+// next job id. Modelled on LevelDB's VersionSet::LogAndApply: a change is
+// written to the state file first and applied in memory only once the write
+// succeeded.
+//
+// NOTE: [write durably, then apply]
+// Create(), Update() and Checkpoint() are the only ways a job record changes.
+// Each builds the changed record on a copy, writes the whole coordinator
+// state (the table with the copy, plus what `write_rest` adds: shards and
+// workers) through the StateStore, and installs the copy only when the write
+// succeeded. So an epoch, a committed epoch or a finished state that a shard
+// or worker can hear of is always on disk, and a failed write leaves memory
+// as it was (the caller retries on its next tick or RPC).
+//
+// The state file also holds the worker pool, whose changes are saved lazily.
+// To keep the file consistent across a crash between two writes, the
+// Coordinator assigns workers to a job *before* the Update that lists them,
+// and releases them only *after* the Update that removed them; a restored
+// worker whose job does not list it is released on load.
+#ifndef GRADSTREAM_SERVER_COORDINATOR_JOB_LOG_H_
+#define GRADSTREAM_SERVER_COORDINATOR_JOB_LOG_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator.pb.h"
+#include "server/coordinator/coordinator_metrics.h"
+#include "server/coordinator/state_store.h"
+
+namespace gradstream::coordinator {
+
+// The durable part of one job.
+struct JobRecord {
+  gradstream::v1::JobStatus status;     // spec, state, members, epochs, map, progress...
+  gradstream::v1::JobProgress retired;  // counters of the workers that left it
+  std::string token;                    // [auth tokens]: members and shards only
+};
+
+// Appends membership epoch {epochs+1, clock, the non-leaving members} to
+// `job` and renumbers the members' ranks in epoch order. The effective clock
+// never goes back: it is raised to the previous epoch's. Call it only inside
+// a JobLog edit.
+void AppendEpoch(JobRecord& job, uint64_t effective_clock, const std::string& reason,
+                 absl::Time now);
+
+// The member `worker_id` of `job`, or nullptr.
+const gradstream::v1::JobMember* FindMember(const gradstream::v1::JobStatus& job,
+                                            uint64_t worker_id);
+
+// Not thread-safe: the Coordinator calls it under its mutex (as LevelDB's
+// DBImpl calls its VersionSet).
+class JobLog {
+ public:
+  // Adds the parts of the state file the log does not own (shards, workers,
+  // next worker id) to the state about to be written.
+  using WriteRest = std::function<void(gradstream::v1::CoordinatorState&)>;
+  using Edit = absl::FunctionRef<void(JobRecord&)>;
+
+  // `store` == nullptr keeps the state in memory only (every write
+  // succeeds). `store` and `metrics` must outlive the log.
+  JobLog(StateStore* store, WriteRest write_rest, CoordinatorMetrics* metrics);
+  JobLog(const JobLog&) = delete;
+  JobLog& operator=(const JobLog&) = delete;
+
+  // Replaces the table with the one in `state` (at open, before any write).
+  void Restore(const gradstream::v1::CoordinatorState& state);
+
+  // A new job "job-NNNNNN" from `record` (its job_id is set here). Returns
+  // the id; on a failed write (Internal / Unavailable) nothing changed and
+  // the id is not used up.
+  [[nodiscard]] absl::StatusOr<std::string> Create(JobRecord record);
+
+  // Applies `edit` to job `id`'s record, see [write durably, then apply].
+  // NotFound for an unknown job; the StateStore's error on a failed write,
+  // and then the record is unchanged. `edit` must not change the job id.
+  [[nodiscard]] absl::Status Update(const std::string& id, Edit edit);
+
+  // Sets every job's progress to `progress(record)` (the live counters of
+  // its workers, folded into the record) and writes the whole state, e.g.
+  // after the worker pool or the shard table changed. On a failed write
+  // nothing changed.
+  [[nodiscard]] absl::Status Checkpoint(
+      absl::FunctionRef<gradstream::v1::JobProgress(const JobRecord&)> progress);
+
+  // nullptr for an unknown job. The pointer stays valid (the record's
+  // content may change with Update) for the log's lifetime: jobs are never
+  // removed.
+  const JobRecord* Find(const std::string& id) const;
+  // Every job by id, oldest first.
+  const std::map<std::string, JobRecord>& records() const { return records_; }
+  uint64_t next_job() const { return next_job_; }
+
+ private:
+  // Writes the table with next job id `next_job`, with `replace` (if not
+  // nullptr) standing in for (or added as) the record of `replace_id`, and
+  // with the jobs' progress from `progress` (if not nullptr).
+  [[nodiscard]] absl::Status Write(const std::map<std::string, gradstream::v1::JobProgress>* progress,
+                                   const std::string& replace_id, const JobRecord* replace,
+                                   uint64_t next_job);
+
+  StateStore* const store_;
+  const WriteRest write_rest_;
+  CoordinatorMetrics* const metrics_;
+  uint64_t next_job_ = 1;
+  std::map<std::string, JobRecord> records_;
+};
+
+}  // namespace gradstream::coordinator
+
+#endif  // GRADSTREAM_SERVER_COORDINATOR_JOB_LOG_H_

@@ -1,0 +1,107 @@
+// Which workers join or leave a job, and at which clock. Pure functions of
+// their inputs: no clock, no threads, no RPCs, no coordinator state; the
+// Coordinator gathers the inputs under its lock and applies the plan through
+// its JobLog (see [membership epochs] in coordinator.h).
+//
+// NOTE: [membership plan]
+// A change takes effect at a clock boundary that every party hears of before
+// anyone reaches it:
+//   * the job's *current clock* is the largest of the shards' slowest member
+//     (fresh GetStats; in BOUNDED mode plus staleness + 1, as fast as any
+//     member may run ahead), the sync rounds applied, and every member's last
+//     heartbeat clock;
+//   * the *lead* is what the fastest rate (the job's, measured from the
+//     shards, or any member's, from heartbeats) covers in `lead_time` (the
+//     epoch reaches the shards on the next tick and members poll once per
+//     heartbeat), rounded up, plus 10 clocks of margin:
+//         clock = current + 10 + ceil(rate * lead_time)
+//   * with no active member nothing moves, so joiners start where the shards
+//     and the last epoch stopped, with no lead (see [unstaffed clocks] in
+//     server/shard/bsp_controller.cc);
+//   * a departure (death, error, restart, Leave) takes effect at the clock
+//     the worker never completed: its last reported clock, raised to the
+//     shards' slowest member;
+//   * a boundary at or past the job's last step would change nothing but the
+//     record, so no epoch is planned there.
+#ifndef GRADSTREAM_SERVER_COORDINATOR_MEMBERSHIP_PLANNER_H_
+#define GRADSTREAM_SERVER_COORDINATOR_MEMBERSHIP_PLANNER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace gradstream::coordinator {
+
+// One member of the job as the planner sees it.
+struct MemberClock {
+  uint64_t worker_id = 0;
+  bool leaving = false;   // has a leave clock already; not counted as active
+  uint64_t clock = 0;     // last heartbeat's clock (0 when unknown)
+  double clock_rate = 0;  // clocks per second from its heartbeats
+};
+
+// Where the job's shards are, from one round of GetStats.
+struct ShardClocks {
+  uint64_t min_clock = 0;    // slowest member's clock, over the job's shards
+  uint64_t max_version = 0;  // sync rounds applied
+};
+
+// Everything a plan depends on.
+struct PlanInput {
+  uint32_t desired_workers = 0;
+  std::vector<MemberClock> members;   // the job's members, oldest first
+  std::vector<uint64_t> free_workers;  // healthy workers without a job, preferred first
+  ShardClocks shards;
+  bool bounded = false;         // BOUNDED consistency ...
+  uint64_t staleness = 0;       // ... with this bound
+  double job_clock_rate = 0;    // clocks per second, from the shards
+  uint64_t last_epoch_clock = 0;  // newest epoch's effective clock (0: none)
+  uint64_t steps = 0;           // the job's last step
+  absl::Duration lead_time;     // how long members need to hear of a change
+};
+
+// What to do with the job's members.
+struct MembershipPlan {
+  enum class Action {
+    kNone,   // nothing to change; leave the job's message as it is
+    kWait,   // a change is wanted but cannot be made now: show `message`
+    kJoin,   // `join` start pushing at `clock`
+    kLeave,  // `leave` finish the clocks before `clock`, then leave
+  };
+  Action action = Action::kNone;
+  std::vector<uint64_t> join;
+  std::vector<uint64_t> leave;
+  uint64_t clock = 0;
+  std::string reason;   // for kJoin / kLeave: the new epoch's reason
+  std::string message;  // for kWait: why nothing changes
+};
+
+// The first members of a pending job: the first `desired` free workers, once
+// there are that many, or once `grace_over` with at least one. The plan joins
+// them at clock 0 (reason "start") or waits.
+MembershipPlan PlanStart(uint32_t desired, const std::vector<uint64_t>& free_workers,
+                         bool grace_over);
+
+// Scaling a running job towards `desired_workers` (see [membership plan]):
+// free workers join at the lead clock (or where the idle job stopped), or
+// the most recently joined active members leave at the lead clock, so rank 0
+// (initialization, evaluation) stays.
+MembershipPlan PlanScaling(const PlanInput& in);
+
+// The clock a change planned now must take effect at, while members run.
+uint64_t LeadClock(const PlanInput& in);
+
+// Where joiners start when no member is active: no lead.
+uint64_t IdleJoinClock(const PlanInput& in);
+
+// The clock a departed worker's epoch takes effect at: the one it never
+// completed.
+inline uint64_t DepartureClock(uint64_t last_clock, uint64_t shard_min_clock) {
+  return last_clock > shard_min_clock ? last_clock : shard_min_clock;
+}
+
+}  // namespace gradstream::coordinator
+
+#endif  // GRADSTREAM_SERVER_COORDINATOR_MEMBERSHIP_PLANNER_H_
