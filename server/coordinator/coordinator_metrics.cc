@@ -27,6 +27,13 @@ void CoordinatorMetrics::WorkerRemoved() { workers_removed_->Increment(); }
 
 void CoordinatorMetrics::HeartbeatReceived() { heartbeats_->Increment(); }
 
+void CoordinatorMetrics::RpcDone(const char* method, absl::StatusCode code) {
+  registry_
+      ->GetCounter("gs_coordinator_rpcs_total", "Coordinator RPCs by method and status.",
+                   {{"method", method}, {"code", absl::StatusCodeToString(code)}})
+      ->Increment();
+}
+
 void CoordinatorMetrics::ExportJob(const std::string& job, const v1::JobProgress& p,
                                    uint32_t members, uint32_t desired_workers, uint64_t epochs) {
   const metrics::Labels l = {{"job", job}};

@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/metrics/metrics.h"
 #include "coordinator.pb.h"
@@ -39,6 +40,8 @@ class CoordinatorMetrics {
   // A worker was removed after missing heartbeats.
   void WorkerRemoved();
   void HeartbeatReceived();
+  // A coordinator RPC `method` answered with `code` (the gRPC edge).
+  void RpcDone(const char* method, absl::StatusCode code);
 
   // Job `job`'s gs_job_* gauges: its aggregated progress, how many members
   // it has (leaving ones included), how many it wants, its newest epoch.

@@ -2,6 +2,7 @@
 // and a manual clock. Multi-process tests live in tests/control/.
 #include "server/coordinator/coordinator.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -378,6 +379,70 @@ TEST_F(CoordinatorTest, StateSurvivesReopen) {
   // New ids do not collide with old ones.
   EXPECT_GT(AddWorker().first, w.first);
   EXPECT_NE(Submit(1), job_);
+}
+
+// See [write durably, then apply]: an epoch the coordinator cannot write is
+// neither kept nor sent, and a job it cannot write does not exist.
+TEST_F(CoordinatorTest, NothingThatCannotBeWrittenIsKeptOrSent) {
+  char tmpl[] = "/tmp/coordinator_test_dir.XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  state_file_ = dir + "/state";
+  Open();
+  AddShards(1);
+  job_ = Submit(1);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  Beat(w1, 10);
+  v1::ScaleJobRequest scale;
+  scale.set_job_id(job_);
+  scale.set_workers(2);
+  ASSERT_TRUE(c_->ScaleJob(scale).ok());
+  // The disk goes away before the scale-up is planned.
+  ASSERT_EQ(std::remove(state_file_.c_str()), 0);
+  ASSERT_EQ(::rmdir(dir.c_str()), 0);
+  c_->Tick();
+  c_->Tick();
+  EXPECT_EQ(Job().epochs_size(), 1);
+  EXPECT_EQ(Job().members_size(), 1);
+  EXPECT_TRUE(shards_.updates.empty());
+  EXPECT_EQ(Beat(w2, 0, v1::IDLE, "").job_id(), "");
+  v1::SubmitJobRequest submit;
+  submit.mutable_spec()->set_workers(1);
+  EXPECT_FALSE(c_->SubmitJob(submit).ok());
+  EXPECT_EQ(c_->ListJobs().jobs_size(), 1);
+  // The disk is back: the epoch is written, then sent.
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  c_->Tick();
+  c_->Tick();
+  EXPECT_EQ(Job().epochs_size(), 2);
+  EXPECT_EQ(shards_.updates.size(), 1u);
+  EXPECT_EQ(Beat(w2, 0, v1::IDLE, "").job_id(), job_);
+  std::remove(state_file_.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// A crash between the write that removed a member and the one that released
+// its worker (see [write durably, then apply]) leaves no worker stuck.
+TEST_F(CoordinatorTest, ARestoredWorkerThatItsJobDoesNotListIsFree) {
+  v1::CoordinatorState state;
+  state.set_next_job(2);
+  state.set_next_worker_id(2);
+  v1::JobStatus* job = state.add_jobs();
+  job->set_job_id("job-000001");
+  job->set_state(v1::RUNNING);
+  v1::WorkerStatus* worker = state.add_workers();
+  worker->set_worker_id(1);
+  worker->set_incarnation(1);
+  worker->set_healthy(true);
+  worker->set_job_id("job-000001");
+  ASSERT_TRUE(StateStore(state_file_).Save(state).ok());
+  Open();
+  v1::ClusterStatus cluster = c_->GetCluster();
+  ASSERT_EQ(cluster.workers_size(), 1);
+  EXPECT_EQ(cluster.workers(0).job_id(), "");
+  EXPECT_EQ(cluster.workers(0).state(), v1::IDLE);
 }
 
 TEST_F(CoordinatorTest, CancelTellsWorkersAndDropsOnShards) {

@@ -62,17 +62,14 @@ class CoordinatorService final : public v1::Coordinator::Service {
     absl::Status auth = rpc::CheckToken(auth_token_, rpc::PresentedToken(*ctx), "the coordinator");
     absl::StatusOr<T> result = auth.ok() ? fn() : absl::StatusOr<T>(auth);
     const absl::Status status = result.status();
-    metrics_
-        ->GetCounter("gs_coordinator_rpcs_total", "Coordinator RPCs by method and status.",
-                     {{"method", method}, {"code", absl::StatusCodeToString(status.code())}})
-        ->Increment();
+    metrics_.RpcDone(method, status.code());
     if (!status.ok()) return ToGrpcStatus(status);
     *out = *std::move(result);
     return grpc::Status::OK;
   }
 
   Coordinator* const c_;
-  metrics::Registry* const metrics_;
+  CoordinatorMetrics metrics_;
   const std::string auth_token_;
 };
 

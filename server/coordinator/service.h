@@ -9,6 +9,7 @@
 #include "common/metrics/metrics.h"
 #include "coordinator.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_metrics.h"
 
 namespace gradstream::coordinator {
 
