@@ -202,6 +202,10 @@ class Coordinator {
   void RunShardCalls(std::vector<ShardCall>& calls) ABSL_LOCKS_EXCLUDED(mu_);
   void ApplyShardResultsLocked(const std::vector<ShardCall>& calls)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits (durably) every job's newest epoch that all its shards
+  // acknowledged: from then on heartbeats reveal it (see [membership
+  // epochs]). A failed write leaves it uncommitted until the next tick.
+  void CommitEpochsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;

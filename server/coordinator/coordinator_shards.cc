@@ -278,8 +278,10 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
     js.stats_fresh = stats.answers == js.created.size();
     js.clock_rate.Observe(now, js.clocks.min_clock);
   }
-  // An epoch every shard of the job acknowledged is committed: from now on
-  // heartbeats reveal it (see [membership epochs]).
+  CommitEpochsLocked();
+}
+
+void Coordinator::CommitEpochsLocked() {
   for (const auto& [id, job] : jobs_.records()) {
     const JobShards& js = job_shards_[id];
     if (js.acked.empty() || IsTerminal(job.status.state())) continue;
