@@ -84,7 +84,12 @@ struct CoordinatorOptions {
 };
 
 // Thread-safe. RPC handlers may run concurrently with the background ticker;
-// shard RPCs are never made while holding the lock.
+// one mutex guards the parts (job log, worker pool, shard table), which are
+// not thread-safe themselves, and shard RPCs are never made while holding it.
+//
+// Every call that changes durable state writes it before it answers; when
+// the write fails (Internal / Unavailable from the StateStore) a job record
+// or epoch is left as it was, and the caller may retry.
 class Coordinator {
  public:
   // Loads `options.state_file` when it exists (DataLoss if it is damaged).
@@ -104,7 +109,9 @@ class Coordinator {
   [[nodiscard]] absl::Status AddConfiguredShards(const std::vector<std::string>& addresses);
   absl::StatusOr<gradstream::v1::RegisterWorkerResponse> RegisterWorker(
       const gradstream::v1::RegisterWorkerRequest& request);
-  // NotFound: unknown worker; FailedPrecondition: stale incarnation or removed.
+  // NotFound: unknown worker; FailedPrecondition: stale incarnation or
+  // removed. A LEFT or ERROR report whose epoch cannot be written is an
+  // error too; the worker keeps reporting it until it is moved off the job.
   absl::StatusOr<gradstream::v1::HeartbeatResponse> Heartbeat(
       const gradstream::v1::HeartbeatRequest& request);
   // InvalidArgument naming the bad field(s).
