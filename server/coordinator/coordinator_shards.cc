@@ -71,15 +71,18 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
   for (const auto& [id, job] : jobs_.records()) {
     const v1::ShardMap& map = job.status.shard_map();
     const JobShards& js = job_shards_[id];
+    // A call about this job to the shard at index `i` of its map.
+    const std::string& job_id = id;  // a structured binding cannot be captured in C++17
+    auto call_to = [&](ShardCall::Kind kind, int i) {
+      ShardCall call{kind};
+      call.job_id = job_id;
+      call.shard_index = i;
+      call.address = map.shards(i);
+      return call;
+    };
     if (IsTerminal(job.status.state())) {
       if (js.dropped) continue;
-      for (int i = 0; i < map.shards_size(); ++i) {
-        ShardCall call{ShardCall::kDrop};
-        call.job_id = id;
-        call.shard_index = i;
-        call.address = map.shards(i);
-        calls.push_back(std::move(call));
-      }
+      for (int i = 0; i < map.shards_size(); ++i) calls.push_back(call_to(ShardCall::kDrop, i));
       continue;
     }
     // A job is installed on its shards as soon as it has a map, with the
@@ -89,10 +92,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
         latest == 0 ? v1::MembershipEpoch() : job.status.epochs(static_cast<int>(latest - 1));
     for (int i = 0; i < map.shards_size(); ++i) {
       if (!js.created[i]) {
-        ShardCall call{ShardCall::kCreate};
-        call.job_id = id;
-        call.shard_index = i;
-        call.address = map.shards(i);
+        ShardCall call = call_to(ShardCall::kCreate, i);
         call.epoch = latest;
         v1::CreateJobRequest& req = call.create;
         req.set_job_id(id);
@@ -115,10 +115,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
       // at its own clock.
       for (uint64_t e = js.acked[i] + 1; e <= latest; ++e) {
         const v1::MembershipEpoch& epoch = job.status.epochs(static_cast<int>(e - 1));
-        ShardCall call{ShardCall::kUpdate};
-        call.job_id = id;
-        call.shard_index = i;
-        call.address = map.shards(i);
+        ShardCall call = call_to(ShardCall::kUpdate, i);
         call.epoch = e;
         call.update.set_job_id(id);
         v1::Membership* m = call.update.mutable_membership();
@@ -128,11 +125,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
         calls.push_back(std::move(call));
       }
       if (probe || job.status.state() == v1::RUNNING) {
-        ShardCall call{ShardCall::kStats};
-        call.job_id = id;
-        call.shard_index = i;
-        call.address = map.shards(i);
-        calls.push_back(std::move(call));
+        calls.push_back(call_to(ShardCall::kStats, i));
       }
     }
   }
