@@ -29,7 +29,7 @@
 #include "cli/render.h"
 #include "cli/spec_input.h"
 #include "common/job/job_spec.h"
-#include "common/job_state.h"
+#include "common/job/job_state.h"
 #include "common/rpc/rpc.h"
 #include "coordinator.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job/job_spec.h"
+#include "common/job/job_state.h"
 #include "common/job/shard_map_proto.h"
-#include "common/job_state.h"
 #include "common/rpc/rpc.h"
 #include "common/status.h"
 #include "glog/logging.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/job_state.h"
+#include "common/job/job_state.h"
 #include "glog/logging.h"
 #include "server/coordinator/coordinator.h"
 

@@ -3,7 +3,7 @@
 // and the shard table; see coordinator.h.
 #include <algorithm>
 
-#include "common/job_state.h"
+#include "common/job/job_state.h"
 #include "server/coordinator/coordinator.h"
 
 namespace gradstream::coordinator {

@@ -1,8 +1,9 @@
 // Questions about a job's lifecycle state (v1::JobState) that the
 // coordinator, the CLI and the tests all ask; answered here once. Header
-// only: it needs nothing but the generated coordinator.proto types (gs_proto).
-#ifndef GRADSTREAM_COMMON_JOB_STATE_H_
-#define GRADSTREAM_COMMON_JOB_STATE_H_
+// only: it needs nothing but the generated coordinator.proto types, which
+// gs_job (and so every user of the job description) links.
+#ifndef GRADSTREAM_COMMON_JOB_JOB_STATE_H_
+#define GRADSTREAM_COMMON_JOB_JOB_STATE_H_
 
 #include "coordinator.pb.h"
 
@@ -18,4 +19,4 @@ inline bool IsTerminal(gradstream::v1::JobState state) {
 
 }  // namespace gradstream
 
-#endif  // GRADSTREAM_COMMON_JOB_STATE_H_
+#endif  // GRADSTREAM_COMMON_JOB_JOB_STATE_H_
