@@ -245,6 +245,7 @@ int CmdWatch(const Context& ctx, const Args& args) {
     if (ctx.json) {
       job->clear_epochs();
       job->clear_members();
+      job->clear_history();
       PrintJson(*job, /*one_line=*/true);
     } else {
       const std::string line = ProgressLine(*job, tty ? 30 : 0);

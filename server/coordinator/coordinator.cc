@@ -11,6 +11,7 @@
 #include "common/job/shard_map_proto.h"
 #include "common/rpc/rpc.h"
 #include "common/status.h"
+#include "server/coordinator/progress_history.h"
 #include "glog/logging.h"
 
 namespace gradstream::coordinator {
@@ -239,6 +240,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id);
   if (job != nullptr && request.job_id() == job_id) {
     WorkerPool::Report(*worker, request.progress(), now);
+    RecordProgressLocked(*job, request.progress(), now);
     if (request.state() == v1::LEFT || request.state() == v1::ERROR) {
       const v1::JobMember* member = FindMember(job->status, id);
       const bool leaving = member != nullptr && member->leaving();
@@ -267,6 +269,24 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   }
   metrics_.HeartbeatReceived();
   return response;
+}
+
+void Coordinator::RecordProgressLocked(const JobRecord& job, const v1::WorkerProgress& report,
+                                       absl::Time now) {
+  if (IsTerminal(job.status.state())) return;
+  v1::ProgressPoint point;
+  point.set_clock(report.accuracy_clock());
+  if (!IsNewProgressPoint(job.status, point)) return;
+  const v1::JobProgress p = ProgressLocked(job);
+  point.set_accuracy(report.accuracy());
+  point.set_loss(p.loss());
+  point.set_samples_per_sec(p.samples_per_sec());
+  point.set_bytes_pushed(p.bytes_pushed());
+  point.set_fp32_bytes_pushed(p.fp32_bytes_pushed());
+  point.set_unix_ms(UnixMs(now));
+  // A failed write loses this point only; the next evaluation tries again.
+  (void)jobs_.Update(job.status.job_id(),
+                     [&](JobRecord& j) { AppendProgressPoint(point, &j.status); });
 }
 
 // ---------------------------------------------------------------- jobs

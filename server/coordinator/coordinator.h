@@ -171,6 +171,10 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   gradstream::v1::JobProgress ProgressLocked(const JobRecord& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds a point to the job's history when `report` brings a newer
+  // evaluation (see [progress history]).
+  void RecordProgressLocked(const JobRecord& job, const gradstream::v1::WorkerProgress& report,
+                            absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   gradstream::v1::Assignment AssignmentLocked(const WorkerRecord& worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

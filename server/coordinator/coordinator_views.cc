@@ -50,6 +50,11 @@ v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
     p.set_clock(saved.clock());
     p.set_max_clock(saved.max_clock());
     p.set_loss(saved.loss());
+    // No live member (e.g. the job completed): its last recorded throughput,
+    // not 0 (see [progress history]).
+    const auto& history = job.status.history();
+    p.set_samples_per_sec(history.empty() ? saved.samples_per_sec()
+                                          : history[history.size() - 1].samples_per_sec());
   }
   p.set_bytes_pushed(std::max(bytes, saved.bytes_pushed()));
   p.set_fp32_bytes_pushed(std::max(fp32, saved.fp32_bytes_pushed()));
@@ -83,6 +88,7 @@ v1::JobStatus Coordinator::RenderJobLocked(const JobRecord& job, bool full) cons
   if (!full) {
     out.clear_shard_map();
     out.clear_epochs();
+    out.clear_history();
   }
   return out;
 }

@@ -311,6 +311,15 @@ TEST_F(ElasticTest, SyncJobScaledTwoFourOneFinishesEveryStep) {
   EXPECT_EQ(done.epochs(0).worker_ids_size(), 2);
   EXPECT_EQ(done.epochs(1).worker_ids_size(), 4);
   EXPECT_EQ(done.epochs(2).worker_ids_size(), 1);
+  // The progress history covers the run, through every membership change,
+  // and a finished job keeps its last throughput (see [progress history]).
+  ASSERT_GE(done.history_size(), 10) << done.DebugString();
+  for (int i = 1; i < done.history_size(); ++i) {
+    EXPECT_LT(done.history(i - 1).clock(), done.history(i).clock());
+    EXPECT_LE(done.history(i - 1).bytes_pushed(), done.history(i).bytes_pushed());
+  }
+  EXPECT_GE(done.history(done.history_size() - 1).clock(), kSteps - 100);
+  EXPECT_GT(done.progress().samples_per_sec(), 0);
   // Every chunk got exactly one update per clock.
   for (const auto& [i, s] : rounds.stats()) {
     EXPECT_EQ(s.min_version(), kSteps) << "shard " << i;

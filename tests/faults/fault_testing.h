@@ -12,6 +12,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/job/job_state.h"
 #include "coordinator.pb.h"
 #include "gtest/gtest.h"
 #include "tests/training/cluster.h"
@@ -79,10 +80,6 @@ inline void ExpectEveryShardAt(LocalCluster& cluster, int shards, const std::str
     EXPECT_EQ(stats->min_version(), steps) << "shard " << s;
     EXPECT_EQ(stats->max_version(), steps) << "shard " << s;
   }
-}
-
-inline bool Terminal(v1::JobState s) {
-  return s == v1::COMPLETED || s == v1::FAILED || s == v1::CANCELLED;
 }
 
 }  // namespace gradstream::testing

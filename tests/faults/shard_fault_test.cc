@@ -90,7 +90,7 @@ TEST(Faults, ShardKilledMidJobRestoresLastCheckpoint) {
   ASSERT_TRUE(Poll(absl::Seconds(30), [&] {
     auto s = cluster.GetJob(job);
     if (s.ok()) status = *s;
-    return s.ok() && (status.progress().clock() > kill_clock + 1 || Terminal(status.state()));
+    return s.ok() && (status.progress().clock() > kill_clock + 1 || IsTerminal(status.state()));
   })) << "the job did not move past clock " << kill_clock << ": " << status.DebugString() << "\n"
       << ReadFile(cluster.ShardLogPath(kVictim));
   const absl::Duration recovery = absl::Now() - killed;

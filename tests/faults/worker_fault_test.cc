@@ -177,7 +177,7 @@ TEST(Faults, SigstopWorkerIsRemovedAndRejoinsAsNewIncarnation) {
   // The job is one worker short, so the new incarnation joins it and trains.
   ASSERT_TRUE(Poll(absl::Seconds(60), [&] {
     if (!job_now()) return false;
-    if (Terminal(status.state())) return true;
+    if (IsTerminal(status.state())) return true;
     const v1::JobMember* m = FindMember(status, victim);
     return m != nullptr && m->incarnation() == new_incarnation &&
            m->clock() >= m->join_clock() + 10;

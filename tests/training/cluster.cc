@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
+#include "common/job/job_state.h"
 #include "common/status.h"
 #include "grpcpp/grpcpp.h"
 
@@ -20,10 +21,6 @@ constexpr absl::Duration kRpcTimeout = absl::Seconds(5);
 void SetDeadline(grpc::ClientContext* ctx, const rpc::RpcConfig& config) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
   rpc::AttachToken(ctx, config.auth_token);
-}
-
-bool Terminal(v1::JobState s) {
-  return s == v1::COMPLETED || s == v1::FAILED || s == v1::CANCELLED;
 }
 
 }  // namespace
@@ -169,7 +166,7 @@ absl::StatusOr<v1::JobStatus> LocalCluster::WaitForJob(const std::string& job,
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     absl::StatusOr<v1::JobStatus> s = GetJob(job);
-    if (s.ok() && Terminal(s->state())) return s;
+    if (s.ok() && IsTerminal(s->state())) return s;
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "job ", job, " did not finish in ", absl::FormatDuration(timeout), "; last: ",
@@ -184,7 +181,7 @@ absl::StatusOr<v1::JobStatus> LocalCluster::WaitForClock(const std::string& job,
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     absl::StatusOr<v1::JobStatus> s = GetJob(job);
-    if (s.ok() && (s->progress().clock() >= clock || Terminal(s->state()))) return s;
+    if (s.ok() && (s->progress().clock() >= clock || IsTerminal(s->state()))) return s;
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat("job ", job, " did not reach clock ", clock));
     }

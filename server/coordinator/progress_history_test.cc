@@ -1,0 +1,46 @@
+#include "server/coordinator/progress_history.h"
+
+#include "gtest/gtest.h"
+
+namespace gradstream::coordinator {
+namespace {
+
+namespace v1 = gradstream::v1;
+
+v1::ProgressPoint At(uint64_t clock) {
+  v1::ProgressPoint p;
+  p.set_clock(clock);
+  p.set_accuracy(clock / 1000.0f);
+  return p;
+}
+
+TEST(ProgressHistory, AppendsOnlyNewerEvaluations) {
+  v1::JobStatus job;
+  AppendProgressPoint(At(0), &job);  // no evaluation yet
+  EXPECT_EQ(job.history_size(), 0);
+  AppendProgressPoint(At(100), &job);
+  AppendProgressPoint(At(100), &job);  // the same evaluation reported again
+  AppendProgressPoint(At(50), &job);   // an older one (a late heartbeat)
+  AppendProgressPoint(At(200), &job);
+  ASSERT_EQ(job.history_size(), 2);
+  EXPECT_EQ(job.history(0).clock(), 100u);
+  EXPECT_EQ(job.history(1).clock(), 200u);
+}
+
+TEST(ProgressHistory, StaysBoundedAndCoversTheWholeRun) {
+  v1::JobStatus job;
+  constexpr int kMax = 16;
+  for (uint64_t c = 1; c <= 1000; ++c) {
+    AppendProgressPoint(At(c * 10), &job, kMax);
+    ASSERT_LE(job.history_size(), kMax);
+  }
+  EXPECT_EQ(job.history(0).clock(), 10u);                        // the start is kept
+  EXPECT_EQ(job.history(job.history_size() - 1).clock(), 10000u);  // and the newest
+  for (int i = 1; i < job.history_size(); ++i) {
+    EXPECT_LT(job.history(i - 1).clock(), job.history(i).clock());
+  }
+  EXPECT_GE(job.history_size(), kMax / 2);
+}
+
+}  // namespace
+}  // namespace gradstream::coordinator
