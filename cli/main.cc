@@ -28,6 +28,7 @@
 #include "cli/plot.h"
 #include "cli/render.h"
 #include "cli/spec_input.h"
+#include "common/grpc_util.h"
 #include "common/job/job_spec.h"
 #include "common/job/job_state.h"
 #include "common/rpc/rpc.h"
@@ -153,9 +154,7 @@ absl::Status Call(const Context& ctx, Method method, const Req& req, Resp* resp)
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(ctx.timeout));
   rpc::AttachToken(&c, ctx.rpc.auth_token);
-  grpc::Status s = (ctx.stub.get()->*method)(&c, req, resp);
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  return FromGrpcStatus((ctx.stub.get()->*method)(&c, req, resp));
 }
 
 void PrintJson(const google::protobuf::Message& m, bool one_line = false) {
@@ -352,12 +351,11 @@ int CmdHealth(const Context& ctx, const Args& args) {
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(ctx.timeout));
   grpc::health::v1::HealthCheckResponse resp;
-  const grpc::Status s = stub->Check(&c, grpc::health::v1::HealthCheckRequest(), &resp);
+  const absl::Status s = FromGrpcStatus(stub->Check(&c, grpc::health::v1::HealthCheckRequest(), &resp));
   if (!s.ok()) {
-    std::cerr << "gradstream: health of " << address << ": "
-              << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())) << ": "
-              << s.error_message() << "\n";
-    return ExitFor(absl::Status(static_cast<absl::StatusCode>(s.error_code()), ""));
+    std::cerr << "gradstream: health of " << address << ": " << absl::StatusCodeToString(s.code())
+              << ": " << s.message() << "\n";
+    return ExitFor(s);
   }
   const std::string status = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
   ctx.json ? (void)(std::cout << "{\"address\": \"" << address << "\", \"status\": \"" << status

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/grpc_util.h"
 #include "gtest/gtest.h"
 
 namespace gradstream::rpc {
@@ -104,6 +105,28 @@ TEST(Config, KeepaliveMustBePositive) {
   RpcSettings s;
   s.keepalive_time = absl::ZeroDuration();
   EXPECT_EQ(BuildConfig(s).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+struct WireStatus {  // the shape of Ack, PullChunk and StreamError
+  int32_t code = 0;
+  std::string message;
+  void set_code(int32_t c) { code = c; }
+  void set_message(std::string m) { message = std::move(m); }
+};
+
+TEST(WireStatus, RoundTripsEveryCanonicalCode) {
+  for (int c = 0; c <= static_cast<int>(absl::StatusCode::kUnauthenticated); ++c) {
+    const absl::Status s(static_cast<absl::StatusCode>(c), c ? "why" : "");
+    WireStatus w;
+    StatusToWire(s, &w);
+    EXPECT_EQ(StatusFromWire(w.code, w.message), s);
+  }
+}
+
+TEST(WireStatus, ACodeNoStatusNamesIsUnknown) {
+  EXPECT_EQ(StatusFromWire(1000, "odd").code(), absl::StatusCode::kUnknown);
+  EXPECT_EQ(StatusFromWire(-3, "odd").code(), absl::StatusCode::kUnknown);
+  EXPECT_EQ(StatusFromWire(-3, "odd").message(), "odd");
 }
 
 }  // namespace

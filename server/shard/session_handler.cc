@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec/wire.h"
+#include "common/grpc_util.h"
 #include "glog/logging.h"
 
 namespace gradstream::shard {
@@ -29,8 +30,7 @@ void SessionHandler::SendAck(uint64_t seq, const absl::StatusOr<bool>& r) {
   if (r.ok()) {
     ack->set_duplicate(*r);
   } else {
-    ack->set_code(static_cast<int32_t>(r.status().code()));
-    ack->set_message(std::string(r.status().message()));
+    StatusToWire(r.status(), ack);
   }
   stream_->Send(std::move(m));
 }
@@ -132,8 +132,7 @@ std::vector<pb::ServerMessage> PullResultToProto(PullResult r) {
     pb::PullChunk* pc = m.mutable_pull();
     pc->set_request_id(r.request_id);
     pc->set_last(true);
-    pc->set_code(static_cast<int32_t>(r.status.code()));
-    pc->set_message(std::string(r.status.message()));
+    StatusToWire(r.status, pc);
     pc->set_min_clock(r.min_clock);
     return out;
   }

@@ -202,8 +202,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
   // Sends a StreamError and ends the stream after it is written.
   void Fail(absl::StatusCode code, const std::string& message) override {
     pb::ServerMessage m;
-    m.mutable_error()->set_code(static_cast<int32_t>(code));
-    m.mutable_error()->set_message(message);
+    StatusToWire(absl::Status(code, message), m.mutable_error());
     absl::MutexLock l(&mu_);
     SendLocked(std::move(m));
     Transition(SessionEvent::kStreamError);

@@ -13,11 +13,6 @@
 namespace gradstream::client::internal {
 namespace {
 
-absl::Status FromWire(int32_t code, const std::string& message) {
-  if (code == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
-}
-
 absl::Status Annotate(const absl::Status& s, const std::string& prefix) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
@@ -411,7 +406,8 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
       }
       counters_->chunks_acked.fetch_add(1, std::memory_order_relaxed);
       if (ack.duplicate()) counters_->duplicate_acks.fetch_add(1, std::memory_order_relaxed);
-      entry.done->Done(Annotate(FromWire(ack.code(), ack.message()), absl::StrCat(Describe(), ": ")));
+      entry.done->Done(
+          Annotate(StatusFromWire(ack.code(), ack.message()), absl::StrCat(Describe(), ": ")));
       // Sole owner (the writer let go of its copy): recycle the payload.
       if (entry.message.use_count() == 1) {
         if (entry.message->has_push()) {
@@ -438,7 +434,8 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
         }
       }
       if (pc.code() != 0) {
-        pull->Fail(shard_, Annotate(FromWire(pc.code(), pc.message()), absl::StrCat(Describe(), ": ")));
+        pull->Fail(shard_, Annotate(StatusFromWire(pc.code(), pc.message()),
+                                    absl::StrCat(Describe(), ": ")));
         return;
       }
       // Counted before OnChunk, which may complete the handle: a caller that
@@ -452,7 +449,7 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
     }
     case v1::ServerMessage::kError: {
       absl::MutexLock lock(&mu_);
-      conn->stream_error = Annotate(FromWire(m.error().code(), m.error().message()),
+      conn->stream_error = Annotate(StatusFromWire(m.error().code(), m.error().message()),
                                     absl::StrCat(Describe(), ": "));
       if (conn->stream_error.ok()) conn->stream_error = absl::UnknownError("StreamError with code 0");
       return;
