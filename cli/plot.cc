@@ -20,8 +20,18 @@ std::string Title(const v1::JobStatus& job) {
   const v1::JobSpec& s = job.spec();
   std::string mode = v1::ConsistencyMode_Name(s.consistency().mode());
   if (s.consistency().mode() == v1::BOUNDED) absl::StrAppend(&mode, " s=", s.consistency().staleness());
-  std::string codec = s.codec().default_codec();
-  if (s.codec().disable_error_feedback()) absl::StrAppend(&codec, " no EF");
+  const v1::CodecPolicy& policy = s.codec();
+  std::string codec = policy.default_codec();
+  if (policy.default_codec() == "twobit" && policy.twobit_threshold() < 0) {
+    absl::StrAppend(&codec, " adaptive t");
+  }
+  if (policy.disable_error_feedback()) absl::StrAppend(&codec, " no EF");
+  if (policy.min_compress_elems() > 0) {
+    absl::StrAppend(&codec, ", fp32 below ", policy.min_compress_elems());
+  }
+  if (!policy.overrides().empty()) {
+    absl::StrAppend(&codec, ", ", policy.overrides_size(), " tensor overrides");
+  }
   std::string title = absl::StrCat(job.job_id(), s.name().empty() ? "" : " " + s.name(), " (",
                                    codec, ", ", mode, ")");
   return absl::StrReplaceAll(title, {{"\"", "'"}, {"\\", "/"}, {"_", "-"}});
@@ -52,7 +62,7 @@ absl::StatusOr<std::string> PlotScript(const std::vector<v1::JobStatus>& jobs,
   std::string quoted_output = absl::StrReplaceAll(output, {{"\\", "\\\\"}, {"\"", "\\\""}});
   absl::StrAppend(&script, "set terminal pngcairo size 1400,1000 noenhanced font \"sans,10\"\n",
                   "set output \"", quoted_output, "\"\n",
-                  "set grid\nset key bottom right\nset multiplot layout 2,2\n");
+                  "set grid\nset multiplot layout 2,2\n");
   struct Panel {
     const char* y;
     int column;
@@ -66,6 +76,8 @@ absl::StatusOr<std::string> PlotScript(const std::vector<v1::JobStatus>& jobs,
   for (const Panel& panel : panels) {
     absl::StrAppend(&script, "set xlabel \"", panel.x, "\"\nset ylabel \"", panel.y, "\"\n");
     absl::StrAppend(&script, panel.x_column == 2 ? "set logscale x\n" : "unset logscale x\n");
+    // Accuracy rises and loss falls: keep the key out of the curves' way.
+    absl::StrAppend(&script, panel.column == 3 ? "set key bottom right\n" : "set key top right\n");
     absl::StrAppend(&script, "plot ");
     for (size_t i = 0; i < jobs.size(); ++i) {
       absl::StrAppend(&script, i ? ", " : "", "$job", i, " using ", panel.x_column, ":",
