@@ -81,11 +81,8 @@ class PsClientImpl final : public PsClient {
     absl::MutexLock lock(tensor_mu_[tensor].get());
     auto encode_and_send = [&](size_t i) {
       const ChunkInfo& c = enc.chunk(i);
-      auto message = std::make_unique<v1::WorkerMessage>();
-      v1::Push* push = message->mutable_push();
-      push->set_chunk_id(c.chunk_id);
-      push->set_clock(clock);
-      v1::EncodedChunk* chunk = push->mutable_chunk();
+      std::unique_ptr<v1::WorkerMessage> message = NewPush(c, clock);
+      v1::EncodedChunk* chunk = message->mutable_push()->mutable_chunk();
       *chunk->mutable_payload() = buffers_.Take(size_t{c.num_elems} * sizeof(float));
       ChunkHeader header;
       absl::Status s = enc.EncodeChunk(i, grad, options_.seed, options_.worker_id, clock, &header,
@@ -96,12 +93,7 @@ class PsClientImpl final : public PsClient {
                                                        c.chunk_id, ": ", s.message())));
         return;
       }
-      ChunkToWire(header, chunk);
-      chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
-      bytes_pushed_.fetch_add(chunk->payload().size(), std::memory_order_relaxed);
-      fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float),
-                                   std::memory_order_relaxed);
-      streams_[c.shard]->SendPush(std::move(message), done);
+      SendChunk(c, header, std::move(message), done);
     };
     if (encode_pool_ != nullptr && enc.num_chunks() > 1) {
       encode_pool_->Run(enc.num_chunks(), encode_and_send);
@@ -141,20 +133,11 @@ class PsClientImpl final : public PsClient {
     auto done = std::make_shared<Completion>(static_cast<int>(chunks.size()));
     for (size_t i = 0; i < chunks.size(); ++i) {
       const ChunkInfo& c = enc.chunk(i);
-      const ChunkHeader& h = chunks[i].header;
-      auto message = std::make_unique<v1::WorkerMessage>();
-      v1::Push* push = message->mutable_push();
-      push->set_chunk_id(c.chunk_id);
-      push->set_clock(clock);
-      v1::EncodedChunk* chunk = push->mutable_chunk();
-      *chunk->mutable_payload() = buffers_.Take(chunks[i].payload.size());
-      chunk->mutable_payload()->assign(chunks[i].payload.data(), chunks[i].payload.size());
-      ChunkToWire(h, chunk);
-      chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
-      bytes_pushed_.fetch_add(chunk->payload().size(), std::memory_order_relaxed);
-      fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float),
-                                   std::memory_order_relaxed);
-      streams_[c.shard]->SendPush(std::move(message), done);
+      std::unique_ptr<v1::WorkerMessage> message = NewPush(c, clock);
+      std::string* payload = message->mutable_push()->mutable_chunk()->mutable_payload();
+      *payload = buffers_.Take(chunks[i].payload.size());
+      payload->assign(chunks[i].payload.data(), chunks[i].payload.size());
+      SendChunk(c, chunks[i].header, std::move(message), done);
     }
     return MakePush(std::move(done));
   }
@@ -261,6 +244,27 @@ class PsClientImpl final : public PsClient {
   const ShardMap& shard_map() const override { return map_; }
 
  private:
+  // A Push message for chunk `c` at `clock`, without its encoded chunk.
+  static std::unique_ptr<v1::WorkerMessage> NewPush(const ChunkInfo& c, uint64_t clock) {
+    auto message = std::make_unique<v1::WorkerMessage>();
+    message->mutable_push()->set_chunk_id(c.chunk_id);
+    message->mutable_push()->set_clock(clock);
+    return message;
+  }
+
+  // Completes `message` (its payload is in place) with `header`, counts the
+  // chunk in the stats and queues it on the owning shard's stream.
+  void SendChunk(const ChunkInfo& c, const ChunkHeader& header,
+                 std::unique_ptr<v1::WorkerMessage> message,
+                 const std::shared_ptr<Completion>& done) {
+    v1::EncodedChunk* chunk = message->mutable_push()->mutable_chunk();
+    ChunkToWire(header, chunk);
+    chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
+    bytes_pushed_.fetch_add(chunk->payload().size(), std::memory_order_relaxed);
+    fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float), std::memory_order_relaxed);
+    streams_[c.shard]->SendPush(std::move(message), done);
+  }
+
   static PushHandle MakePush(std::shared_ptr<Completion> c) { return MakePushHandle(std::move(c)); }
   static PullHandle MakePull(std::shared_ptr<PullState> s) { return MakePullHandle(std::move(s)); }
 
