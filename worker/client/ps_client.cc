@@ -232,13 +232,16 @@ class PsClientImpl final : public PsClient {
     st.bytes_pulled = counters_.bytes_pulled.load();
     st.reconnects = counters_.reconnects.load();
     st.replayed = counters_.replayed.load();
+    return st;
+  }
+
+  double ResidualNorm() const override {
     double sq = 0.0;
     for (size_t t = 0; t < encoders_.size(); ++t) {
       absl::MutexLock lock(tensor_mu_[t].get());
       sq += encoders_[t]->ResidualNormSquared();
     }
-    st.residual_norm = std::sqrt(sq);
-    return st;
+    return std::sqrt(sq);
   }
 
   const ShardMap& shard_map() const override { return map_; }

@@ -121,7 +121,6 @@ struct ClientStats {
   uint64_t bytes_pulled = 0;
   uint64_t reconnects = 0;         // connection attempts after the first
   uint64_t replayed = 0;           // messages re-sent after a reconnect
-  double residual_norm = 0.0;      // L2 norm of all error-feedback residuals
 };
 
 // One chunk that the caller encoded itself, e.g. on the GPU with
@@ -230,7 +229,12 @@ class PsClient {
   // result. DeadlineExceeded when `timeout` passes first.
   [[nodiscard]] virtual absl::Status Leave(absl::Duration timeout) = 0;
 
+  // Counters only: cheap enough to read every step.
   virtual ClientStats stats() const = 0;
+  // L2 norm of every error-feedback residual: a pass over the whole model
+  // (each tensor's lock held while its residuals are read), so a training
+  // loop reads it at a low rate (the trainer: once per rate window).
+  virtual double ResidualNorm() const = 0;
   virtual const ShardMap& shard_map() const = 0;
 
  protected:

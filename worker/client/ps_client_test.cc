@@ -165,7 +165,7 @@ class PsClientTest : public ::testing::Test {
     EXPECT_EQ(st.chunks_acked, st.chunks_pushed + map.chunks.size());  // + the inits
     EXPECT_EQ(st.bytes_pulled, 100010u * 4);
     if (codec == "twobit") {
-      EXPECT_GT(st.residual_norm, 0.0);
+      EXPECT_GT((*client)->ResidualNorm(), 0.0);
     }
     EXPECT_TRUE((*client)->Leave(kWait).ok());
   }

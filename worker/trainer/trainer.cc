@@ -172,12 +172,14 @@ void Trainer::Publish(uint64_t clock) {
   progress_.encode_path = pusher_ != nullptr ? "device" : "host";
   progress_.encode_share =
       step_seconds_ > 0 ? static_cast<float>(encode_seconds_ / step_seconds_) : 0.0f;
-  if (pusher_ == nullptr) {
-    progress_.residual_norm = cs.residual_norm;
-  } else if (new_window || clock == setup_->steps) {
-    // The residuals live on the GPU: read them once per rate window only.
-    absl::StatusOr<double> norm = pusher_->ResidualNorm();
-    if (norm.ok()) progress_.residual_norm = *norm;
+  // The norm is a pass over every residual (on the GPU for the device
+  // path): once per rate window, not per step.
+  if (new_window || clock == setup_->steps) {
+    if (pusher_ == nullptr) {
+      progress_.residual_norm = client_->ResidualNorm();
+    } else if (absl::StatusOr<double> norm = pusher_->ResidualNorm(); norm.ok()) {
+      progress_.residual_norm = *norm;
+    }
   }
   progress_.reconnects = cs.reconnects;
   board_->Set(progress_);

@@ -62,6 +62,7 @@ class CapturingClient final : public client::PsClient {
   absl::Status AdvanceClock(uint64_t) override { return absl::OkStatus(); }
   absl::Status Leave(absl::Duration) override { return absl::OkStatus(); }
   client::ClientStats stats() const override { return {}; }
+  double ResidualNorm() const override { return 0; }
   const ShardMap& shard_map() const override { return map_; }
 
   std::vector<Pushed> pushed;  // only the push thread writes, Finish() orders it
