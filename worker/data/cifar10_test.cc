@@ -2,8 +2,6 @@
 // and the archive as distributed (a gzip-compressed tar), whole or damaged.
 #include "worker/data/cifar10.h"
 
-#include <zlib.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,24 +11,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/data/testing/gzip.h"
 
 namespace gradstream {
 namespace {
 
-// `bytes` as a one-member gzip file.
-std::string Gzip(const std::string& bytes) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, 1, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&z, bytes.size()), '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
-  z.avail_in = static_cast<uInt>(bytes.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+using testing::Gzip;
 
 // A ustar archive of (name, data) regular files, ended by two zero blocks.
 std::string Tar(const std::vector<std::pair<std::string, std::string>>& files) {

@@ -3,8 +3,6 @@
 // the real Fashion-MNIST from Debian's dataset-fashion-mnist when installed.
 #include "worker/data/mnist.h"
 
-#include <zlib.h>
-
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/data/testing/gzip.h"
 
 namespace gradstream {
 namespace {
@@ -21,22 +20,7 @@ std::string BigEndian(uint32_t v) {
           static_cast<char>(v)};
 }
 
-// `bytes` as a gzip file (one member), as gzip(1) writes it.
-std::string Gzip(const std::string& bytes) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,
-                         Z_DEFAULT_STRATEGY),
-            Z_OK);
-  std::string out(deflateBound(&z, bytes.size()), '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
-  z.avail_in = static_cast<uInt>(bytes.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+using testing::Gzip;
 
 // The status is InvalidArgument and its message names `path` and `problem`.
 void ExpectInvalid(const absl::Status& s, const std::string& path, const std::string& problem) {
