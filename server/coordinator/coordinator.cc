@@ -276,14 +276,14 @@ void Coordinator::RecordProgressLocked(const JobRecord& job, const v1::WorkerPro
   if (IsTerminal(job.status.state())) return;
   v1::ProgressPoint point;
   point.set_clock(report.accuracy_clock());
-  if (!IsNewProgressPoint(job.status, point)) return;
+  point.set_unix_ms(UnixMs(now));
+  if (!ShouldRecordProgress(job.status, point)) return;
   const v1::JobProgress p = ProgressLocked(job);
   point.set_accuracy(report.accuracy());
   point.set_loss(p.loss());
   point.set_samples_per_sec(p.samples_per_sec());
   point.set_bytes_pushed(p.bytes_pushed());
   point.set_fp32_bytes_pushed(p.fp32_bytes_pushed());
-  point.set_unix_ms(UnixMs(now));
   // A failed write loses this point only; the next evaluation tries again.
   (void)jobs_.Update(job.status.job_id(),
                      [&](JobRecord& j) { AppendProgressPoint(point, &j.status); });

@@ -10,6 +10,12 @@ bool IsNewProgressPoint(const v1::JobStatus& job, const v1::ProgressPoint& point
   return point.clock() > job.history(job.history_size() - 1).clock();
 }
 
+bool ShouldRecordProgress(const v1::JobStatus& job, const v1::ProgressPoint& point) {
+  if (!IsNewProgressPoint(job, point)) return false;
+  if (job.history().empty() || point.clock() >= job.spec().steps()) return true;
+  return point.unix_ms() - job.history(job.history_size() - 1).unix_ms() >= kMinProgressIntervalMs;
+}
+
 void AppendProgressPoint(const v1::ProgressPoint& point, v1::JobStatus* job, int max_points) {
   if (!IsNewProgressPoint(*job, point)) return;
   auto* history = job->mutable_history();

@@ -42,5 +42,21 @@ TEST(ProgressHistory, StaysBoundedAndCoversTheWholeRun) {
   EXPECT_GE(job.history_size(), kMax / 2);
 }
 
+TEST(ProgressHistory, EvaluationsCloserThanTheIntervalAreThinnedButTheLastIsKept) {
+  v1::JobStatus job;
+  job.mutable_spec()->set_steps(1000);
+  auto at = [](uint64_t clock, int64_t ms) {
+    v1::ProgressPoint p = At(clock);
+    p.set_unix_ms(ms);
+    return p;
+  };
+  EXPECT_TRUE(ShouldRecordProgress(job, at(1, 0)));  // the first one
+  AppendProgressPoint(at(1, 0), &job);
+  EXPECT_FALSE(ShouldRecordProgress(job, at(2, kMinProgressIntervalMs - 1)));
+  EXPECT_TRUE(ShouldRecordProgress(job, at(3, kMinProgressIntervalMs)));
+  EXPECT_TRUE(ShouldRecordProgress(job, at(1000, 1)));  // the final evaluation
+  EXPECT_FALSE(ShouldRecordProgress(job, at(1, 10000)));  // not new
+}
+
 }  // namespace
 }  // namespace gradstream::coordinator
