@@ -204,5 +204,29 @@ TEST(Render, MembersShowWhereTheyEncode) {
   EXPECT_TRUE(absl::StrContains(out, "device 3.1%")) << out;
 }
 
+TEST(Render, StatusShowsTheCodecOfEveryTensor) {
+  gradstream::v1::JobStatus j;
+  j.mutable_spec()->mutable_codec()->set_default_codec("twobit");
+  j.mutable_spec()->mutable_codec()->set_twobit_min_elems(16384);
+  auto add = [&](const char* name, uint64_t elems, const char* codec) {
+    auto* t = j.mutable_shard_map()->add_tensors();
+    t->set_name(name);
+    t->set_num_elems(elems);
+    t->set_codec(codec);
+  };
+  add("conv1.weight", 150, "ternary");
+  add("fc1.weight", 30720, "twobit");
+  add("fc2.weight", 1200, "ternary");
+  add("fc2.bias", 10, "ternary");
+  add("conv1.bias", 6, "ternary");
+  add("conv2.bias", 16, "ternary");
+  const std::string out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "twobit (ternary below 16384 elements)")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "twobit: fc1.weight (1 tensor, 96% of elements)")) << out;
+  EXPECT_TRUE(absl::StrContains(
+      out, "ternary: conv1.weight, fc2.weight, fc2.bias, conv1.bias, +1 more (5 tensors, 4%"))
+      << out;
+}
+
 }  // namespace
 }  // namespace gradstream::cli

@@ -197,9 +197,11 @@ int CmdSubmit(const Context& ctx, const Args& args) {
   return kOk;
 }
 
-absl::StatusOr<v1::JobStatus> GetJob(const Context& ctx, const std::string& id) {
+absl::StatusOr<v1::JobStatus> GetJob(const Context& ctx, const std::string& id,
+                                     bool with_shard_map = false) {
   v1::GetJobRequest req;
   req.set_job_id(id);
+  req.set_include_shard_map(with_shard_map);
   v1::JobStatus job;
   absl::Status s = Call(ctx, &v1::Coordinator::Stub::GetJob, req, &job);
   if (!s.ok()) return s;
@@ -208,7 +210,8 @@ absl::StatusOr<v1::JobStatus> GetJob(const Context& ctx, const std::string& id) 
 
 int CmdStatus(const Context& ctx, const Args& args) {
   if (args.positional().size() != 2) return Usage("usage: gradstream status JOB");
-  auto job = GetJob(ctx, args.positional()[1]);
+  // With the map: status shows the codec each tensor travels with.
+  auto job = GetJob(ctx, args.positional()[1], /*with_shard_map=*/true);
   if (!job.ok()) return Fail(ctx, job.status());
   ctx.json ? PrintJson(*job) : (void)(std::cout << RenderJob(*job, absl::ToUnixMillis(absl::Now())));
   return kOk;

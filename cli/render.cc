@@ -2,6 +2,9 @@
 #include "cli/render.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -101,6 +104,37 @@ std::string Elapsed(const v1::JobStatus& j, int64_t now_ms) {
   return absl::StrFormat("%dh%02dm", whole / 3600, whole % 3600 / 60);
 }
 
+// The codec each tensor travels with, grouped by codec, as the coordinator
+// resolved the job's policy into the shard map ([layer-wise codec]), e.g.
+// "twobit: fc1.weight (89% of elements); ternary: conv1.weight, ... (7, 11%)".
+std::string TensorCodecs(const v1::ShardMap& map) {
+  constexpr int kNamesShown = 4;
+  struct Group {
+    std::vector<std::string> names;
+    uint64_t elems = 0;
+  };
+  std::map<std::string, Group> groups;
+  uint64_t total = 0;
+  for (const auto& t : map.tensors()) {
+    Group& g = groups[t.codec()];
+    g.names.push_back(t.name());
+    g.elems += t.num_elems();
+    total += t.num_elems();
+  }
+  std::vector<std::string> parts;
+  for (auto& [codec, g] : groups) {
+    const size_t n = g.names.size();
+    if (n > kNamesShown) {
+      g.names.resize(kNamesShown);
+      g.names.push_back(absl::StrCat("+", n - kNamesShown, " more"));
+    }
+    parts.push_back(absl::StrFormat("%s: %s (%d tensor%s, %.0f%% of elements)", codec,
+                                    absl::StrJoin(g.names, ", "), n, n == 1 ? "" : "s",
+                                    total ? 100.0 * g.elems / total : 0.0));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
 std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
   const auto& p = j.progress();
   const auto& s = j.spec();
@@ -111,9 +145,14 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
       {"training", absl::StrCat(s.steps(), " steps, batch ", s.batch_size(), ", ",
                                 s.optimizer().type(), " lr ", s.optimizer().learning_rate())},
       {"codec", absl::StrCat(s.codec().default_codec(),
+                             s.codec().default_codec() == "twobit" && s.codec().twobit_min_elems() > 1
+                                 ? absl::StrCat(" (ternary below ", s.codec().twobit_min_elems(),
+                                                " elements)")
+                                 : "",
                              s.codec().overrides().empty()
                                  ? ""
                                  : absl::StrCat(" (+", s.codec().overrides_size(), " overrides)"))},
+      {"tensors", j.shard_map().tensors().empty() ? "-" : TensorCodecs(j.shard_map())},
       {"consistency", ConsistencyText(s.consistency())},
       {"workers",
        absl::StrCat(j.active_workers(), " active / ", j.desired_workers(), " desired, epoch ",

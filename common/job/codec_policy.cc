@@ -8,6 +8,7 @@ std::string ResolveCodec(const CodecPolicy& policy, std::string_view tensor_name
   auto it = policy.overrides.find(std::string(tensor_name));
   if (it != policy.overrides.end()) return it->second;
   if (num_elems < policy.min_compress_elems) return "none";
+  if (policy.default_codec == "twobit" && num_elems < policy.twobit_min_elems) return "ternary";
   return policy.default_codec;
 }
 
@@ -19,6 +20,7 @@ CodecPolicy CodecPolicyFromProto(const v1::CodecPolicy& proto) {
   policy.twobit_threshold = proto.twobit_threshold();
   policy.ternary_clip = proto.ternary_clip();
   policy.error_feedback = !proto.disable_error_feedback();
+  policy.twobit_min_elems = proto.twobit_min_elems();
   return policy;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/codec/codec.h"
+#include "common/job/codec_policy.h"
 #include "common/job/shard_map.h"
 
 namespace gradstream {
@@ -76,6 +77,7 @@ void ApplyJobDefaults(JobSpec* spec) {
   if (codec->default_codec().empty()) codec->set_default_codec("twobit");
   if (codec->twobit_threshold() == 0) codec->set_twobit_threshold(0.5f);
   if (codec->ternary_clip() == 0) codec->set_ternary_clip(2.5f);
+  if (codec->twobit_min_elems() == 0) codec->set_twobit_min_elems(kDefaultTwobitMinElems);
 
   if (spec->workers() == 0) spec->set_workers(2);
   if (spec->seed() == 0) spec->set_seed(1);

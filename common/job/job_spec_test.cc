@@ -1,6 +1,7 @@
 #include "common/job/job_spec.h"
 
 #include "absl/strings/match.h"
+#include "common/job/codec_policy.h"
 #include "gtest/gtest.h"
 
 namespace gradstream {
@@ -21,6 +22,7 @@ TEST(JobSpec, DefaultsFillEveryZeroField) {
   EXPECT_EQ(spec.optimizer().type(), "momentum");
   EXPECT_FLOAT_EQ(spec.optimizer().momentum(), 0.9f);
   EXPECT_EQ(spec.codec().default_codec(), "twobit");
+  EXPECT_EQ(spec.codec().twobit_min_elems(), kDefaultTwobitMinElems);
   EXPECT_EQ(spec.workers(), 2u);
   EXPECT_EQ(spec.chunk_elems(), 262144u);
   EXPECT_TRUE(ValidateJobSpec(spec).ok());

@@ -98,6 +98,29 @@ TEST(SplitModel, CodecPolicyPerTensor) {
   EXPECT_EQ(map->tensors[2].codec, "onebit");
 }
 
+TEST(SplitModel, LayerWiseTwobitSendsSmallTensorsAsTernary) {
+  // See [layer-wise codec]: twobit only where a tensor is large enough; an
+  // override and min_compress_elems still win.
+  CodecPolicy policy;
+  policy.default_codec = "twobit";
+  policy.twobit_min_elems = 1000;
+  policy.min_compress_elems = 10;
+  policy.overrides["head"] = "twobit";
+  auto map = SplitModel({{"fc1.weight", 1000}, {"conv1.weight", 999}, {"head", 5}, {"b", 9}},
+                        Shards(1), 256, policy);
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->tensors[0].codec, "twobit");
+  EXPECT_EQ(map->tensors[1].codec, "ternary");
+  EXPECT_EQ(map->tensors[2].codec, "twobit");
+  EXPECT_EQ(map->tensors[3].codec, "none");
+  // The rule only rewrites twobit, and 1 turns it off.
+  policy.default_codec = "onebit";
+  EXPECT_EQ(ResolveCodec(policy, "conv1.weight", 999), "onebit");
+  policy.default_codec = "twobit";
+  policy.twobit_min_elems = 1;
+  EXPECT_EQ(ResolveCodec(policy, "conv1.weight", 999), "twobit");
+}
+
 TEST(ValidateShardMap, CatchesGapsOverlapsAndBadIndices) {
   auto good = SplitModel({{"a", 100}, {"b", 50}}, Shards(2), 40);
   ASSERT_TRUE(good.ok());

@@ -123,7 +123,8 @@ TEST_F(CoordinatorControlTest, JobIsInstalledOnShardsAndDroppedOnCancel) {
   EXPECT_EQ(job.shard_map().tensors_size(), 6);  // fc1..fc3, weight and bias
   EXPECT_EQ(job.shard_map().tensors(0).name(), "fc1.weight");
   EXPECT_EQ(job.shard_map().tensors(0).num_elems(), 20u * 64);
-  EXPECT_EQ(job.shard_map().tensors(0).codec(), "twobit");
+  // Below the layer-wise rule's size twobit travels as ternary ([layer-wise codec]).
+  EXPECT_EQ(job.shard_map().tensors(0).codec(), "ternary");
   uint64_t bytes[2] = {0, 0};
   for (const auto& c : job.shard_map().chunks()) bytes[c.shard()] += 4 * c.num_elems();
   EXPECT_GT(bytes[0], 0u);

@@ -109,6 +109,9 @@ TEST_F(Convergence, CompressedCodecsMatchFp32AndErrorFeedbackIsWhatMakesTwoBitWo
   v1::JobSpec twobit = Reference("twobit-ef");
   twobit.mutable_codec()->set_default_codec("twobit");
   twobit.mutable_codec()->set_twobit_threshold(0.5f);
+  // Twobit on every tensor: this MLP's tensors are all below the layer-wise
+  // rule's size (see [layer-wise codec]), which would send them as ternary.
+  twobit.mutable_codec()->set_twobit_min_elems(1);
   const Result tb = Run(twobit);
   EXPECT_GE(tb.accuracy, fp32.accuracy - 0.01);
   // Every tensor compressed: 2 bits instead of 32 (header bytes not counted).
@@ -125,6 +128,7 @@ TEST_F(Convergence, CompressedCodecsMatchFp32AndErrorFeedbackIsWhatMakesTwoBitWo
 TEST_F(Convergence, BoundedStalenessMatchesSync) {
   v1::JobSpec bsp = Reference("twobit-bsp");
   bsp.mutable_codec()->set_default_codec("twobit");
+  bsp.mutable_codec()->set_twobit_min_elems(1);
   const Result sync = Run(bsp);
   v1::JobSpec ssp = bsp;
   ssp.set_name("twobit-ssp-s3");
@@ -138,6 +142,7 @@ TEST_F(Convergence, BoundedStalenessMatchesSync) {
 TEST_F(Convergence, ServerAdagradConverges) {
   v1::JobSpec spec = Reference("twobit-adagrad");
   spec.mutable_codec()->set_default_codec("twobit");
+  spec.mutable_codec()->set_twobit_min_elems(1);
   spec.mutable_optimizer()->set_type("adagrad");
   spec.mutable_optimizer()->set_learning_rate(0.05f);
   const Result r = Run(spec);

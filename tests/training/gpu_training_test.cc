@@ -106,6 +106,7 @@ JobResult RunCnnJob(const std::string& label, const std::string& data_dir,
   spec.mutable_optimizer()->set_momentum(0.9f);
   spec.mutable_codec()->set_default_codec("twobit");
   spec.mutable_codec()->set_twobit_threshold(0.01f);
+  spec.mutable_codec()->set_twobit_min_elems(1);  // twobit everywhere ([layer-wise codec])
   spec.set_workers(2);
   spec.set_seed(7);
   spec.set_eval_every(kSteps);
