@@ -3,10 +3,12 @@
 // The portable and AVX2 tables produce bit-identical outputs: both follow the
 // same arithmetic (no fused multiply-add; -ffp-contract=off) and the same
 // reduction order. NOTE: [lane reduction] Sums over a chunk are accumulated
-// in fp64 in 8 lanes, element i into lane i % 8, and the lanes are added in
-// order 0..7 at the end. That is the order an 8-wide vector loop produces
-// naturally, and the scalar loop copies it, so scales and clip bounds agree
-// to the bit. The CUDA kernels reduce in another order; see cuda_codec.h.
+// in fp64 in kSumLanes = 16 lanes, element i into lane i % 16, and the lanes
+// are added in order 0..15 at the end. That is the order a vector loop over
+// 16 elements with four 4-wide fp64 accumulators produces naturally, and the
+// scalar loop copies it, so scales and clip bounds agree to the bit. Sixteen
+// lanes, not eight: with eight, the sums ran at the latency of one fp64 add
+// per 8 elements and took 40% of a ternary encode. The CUDA kernels reduce in another order; see cuda_codec.h.
 //
 // All kernels take `residual` == nullptr to mean "no error feedback": then
 // x = grad; otherwise x = grad + residual and residual is overwritten with
@@ -21,6 +23,8 @@
 
 namespace gradstream {
 namespace internal {
+
+inline constexpr int kSumLanes = 16;  // see [lane reduction]
 
 struct TernaryParams {
   float clip;   // |x| is clamped to clip; +inf when clipping is off

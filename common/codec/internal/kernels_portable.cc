@@ -18,20 +18,20 @@ inline float X(const float* grad, const float* residual, uint32_t i) {
 
 void Moments(const float* grad, const float* residual, uint32_t n, float* max_abs, double* sum,
              double* sum_sq) {
-  double s[8] = {0}, q[8] = {0};
+  double s[kSumLanes] = {0}, q[kSumLanes] = {0};
   float m = 0.0f;
   bool nan = false;
   for (uint32_t i = 0; i < n; ++i) {
     const float x = X(grad, residual, i);
     const double d = x;
-    s[i % 8] += d;
-    q[i % 8] += d * d;
+    s[i % kSumLanes] += d;
+    q[i % kSumLanes] += d * d;
     const float a = std::fabs(x);
     nan |= std::isnan(a);
     m = std::max(m, a);
   }
   double ts = 0, tq = 0;
-  for (int l = 0; l < 8; ++l) {
+  for (int l = 0; l < kSumLanes; ++l) {
     ts += s[l];
     tq += q[l];
   }
@@ -41,29 +41,29 @@ void Moments(const float* grad, const float* residual, uint32_t n, float* max_ab
 }
 
 double SumAbs(const float* grad, const float* residual, uint32_t n) {
-  double s[8] = {0};
-  for (uint32_t i = 0; i < n; ++i) s[i % 8] += std::fabs(X(grad, residual, i));
+  double s[kSumLanes] = {0};
+  for (uint32_t i = 0; i < n; ++i) s[i % kSumLanes] += std::fabs(X(grad, residual, i));
   double t = 0;
-  for (int l = 0; l < 8; ++l) t += s[l];
+  for (int l = 0; l < kSumLanes; ++l) t += s[l];
   return t;
 }
 
 void SignSums(const float* grad, const float* residual, uint32_t n, double* pos_sum,
               uint32_t* pos_count, double* neg_sum, uint32_t* neg_count) {
-  double p[8] = {0}, q[8] = {0};
+  double p[kSumLanes] = {0}, q[kSumLanes] = {0};
   uint32_t pc = 0, nc = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const float x = X(grad, residual, i);
     if (x > 0.0f) {
-      p[i % 8] += x;
+      p[i % kSumLanes] += x;
       ++pc;
     } else if (!(x == 0.0f)) {
-      q[i % 8] += x;  // NaN lands here and poisons the sum, which callers check
+      q[i % kSumLanes] += x;  // NaN lands here and poisons the sum, which callers check
       ++nc;
     }
   }
   double tp = 0, tq = 0;
-  for (int l = 0; l < 8; ++l) {
+  for (int l = 0; l < kSumLanes; ++l) {
     tp += p[l];
     tq += q[l];
   }
