@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/job/codec_policy.h"
 
 namespace gradstream::cli {
 
@@ -24,6 +25,13 @@ std::string Title(const v1::JobStatus& job) {
   std::string codec = policy.default_codec();
   if (policy.default_codec() == "twobit" && policy.twobit_threshold() < 0) {
     absl::StrAppend(&codec, " adaptive t");
+  }
+  // The default layer-wise rule goes unsaid; its absence or another size not.
+  if (policy.default_codec() == "twobit" && policy.twobit_min_elems() == 1) {
+    absl::StrAppend(&codec, " on every tensor");
+  } else if (policy.default_codec() == "twobit" && policy.twobit_min_elems() > 1 &&
+             policy.twobit_min_elems() != kDefaultTwobitMinElems) {
+    absl::StrAppend(&codec, ", ternary below ", policy.twobit_min_elems());
   }
   if (policy.disable_error_feedback()) absl::StrAppend(&codec, " no EF");
   if (policy.min_compress_elems() > 0) {
