@@ -113,7 +113,11 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
       {"codec", absl::StrCat(s.codec().default_codec(),
                              s.codec().overrides().empty()
                                  ? ""
-                                 : absl::StrCat(" (+", s.codec().overrides_size(), " overrides)"))},
+                                 : absl::StrCat(" (+", s.codec().overrides_size(), " overrides)"),
+                             s.codec().pull_codec().empty() ||
+                                     s.codec().pull_codec() == s.codec().default_codec()
+                                 ? ""
+                                 : absl::StrCat(", pull ", s.codec().pull_codec()))},
       {"consistency", ConsistencyText(s.consistency())},
       {"workers",
        absl::StrCat(j.active_workers(), " active / ", j.desired_workers(), " desired, epoch ",
