@@ -175,6 +175,8 @@ void Trainer::Publish(uint64_t clock) {
   const client::ClientStats cs = client_->stats();
   progress_.bytes_pushed = cs.bytes_pushed;
   progress_.fp32_bytes_pushed = cs.fp32_bytes_pushed;
+  progress_.bytes_pulled = cs.bytes_pulled;
+  progress_.fp32_bytes_pulled = cs.fp32_bytes_pulled;
   progress_.encode_path = pusher_ != nullptr ? "device" : "host";
   progress_.encode_share =
       step_seconds_ > 0 ? static_cast<float>(encode_seconds_ / step_seconds_) : 0.0f;
