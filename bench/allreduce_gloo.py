@@ -10,6 +10,7 @@ rank 1 beside the worker, across the shaped link):
 Rank 0 prints one line: "allreduce <floats> floats: median <ms> ms over <n> (ms: ...)".
 """
 import argparse
+import datetime
 import statistics
 import time
 
@@ -27,8 +28,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     args = ap.parse_args()
     host, port = args.master.rsplit(":", 1)
-    store = dist.TCPStore(host, int(port), args.world, args.rank == 0)
-    dist.init_process_group("gloo", store=store, rank=args.rank, world_size=args.world)
+    timeout = datetime.timedelta(seconds=120)
+    store = dist.TCPStore(host, int(port), args.world, args.rank == 0, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=args.rank, world_size=args.world,
+                            timeout=timeout)
     t = torch.randn(args.floats, generator=torch.Generator().manual_seed(args.rank))
     times = []
     for i in range(args.warmup + args.reps):
