@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Shaped-link push benchmark: one gs_shard (and ps_bench's raw sink) in one
+# Shaped-link step benchmark: one gs_shard (and ps_bench's raw sink) in one
 # network namespace, the ps_bench client in another, joined by a veth pair
 # that tc's token bucket limits to RATE (default 1 Gbit/s) in both
-# directions. Reports fp32 vs twobit vs ternary push time: on a link this
-# slow the wire dominates, so the 16x smaller codes should show most of it.
+# directions. Reports push, pull and whole-step (push + pull) time for
+# fp32 vs twobit vs ternary, each with the same pull codec as push codec
+# (paired with the fp32 baseline, see [paired baseline] in ps_bench.cc),
+# and then torch.distributed.all_reduce (gloo, 2 ranks, one per namespace)
+# of the same tensor across the same link (bench/allreduce_gloo.py; skipped
+# when PYTHON cannot import torch).
 #
 #   sudo bench/netns_shaped.sh                    # build dir: build-client
 #   sudo BUILD=build RATE=500mbit MODEL_FLOATS=4194304 bench/netns_shaped.sh
@@ -21,6 +25,8 @@ RATE=${RATE:-1gbit}
 MODEL_FLOATS=${MODEL_FLOATS:-16777216}
 REPS=${REPS:-3}
 CODECS=${CODECS:-none,twobit,ternary}
+PULL_CODECS=${PULL_CODECS:-same}
+PYTHON=${PYTHON:-/usr/bin/python3}
 
 for bin in "$PS_BENCH" "$GS_SHARD"; do
   [[ -x $bin ]] || { echo "missing $bin (build ps_bench and gs_shard first)" >&2; exit 1; }
@@ -88,15 +94,39 @@ timeout 5 ip netns exec "$NS_CLI" bash -c "exec 3<>/dev/tcp/$SRV_IP/$SHARD_PORT"
 
 ip netns exec "$NS_CLI" "$PS_BENCH" \
   --shard_addresses="$SRV_IP:$SHARD_PORT" --raw_address="$SRV_IP:$RAW_PORT" \
-  --codecs="$CODECS" --model_floats="$MODEL_FLOATS" --reps="$REPS" --warmup=1 \
+  --codecs="$CODECS" --pull_codecs="$PULL_CODECS" --model_floats="$MODEL_FLOATS" --reps="$REPS" --warmup=1 \
   --time_budget_s=120 2>"$WORK/bench.err" | tee "$WORK/bench.out"
 
-# Push time per codec, and the speedup over fp32.
+# The all-reduce of the same tensor across the same link.
+ALLREDUCE=""
+if "$PYTHON" -c "import torch.distributed" 2>/dev/null; then
+  # gloo picks its address from the hostname (loopback here) unless told the interface.
+  ip netns exec "$NS_SRV" env GLOO_SOCKET_IFNAME="$VETH_SRV" timeout 300 \
+    "$PYTHON" "$ROOT/bench/allreduce_gloo.py" --rank=0 --world=2 \
+    --master="$SRV_IP:29512" --floats="$MODEL_FLOATS" --reps="$REPS" >"$WORK/allreduce.out" 2>&1 &
+  PIDS+=($!)
+  AR0=${PIDS[-1]}
+  ip netns exec "$NS_CLI" env GLOO_SOCKET_IFNAME="$VETH_CLI" timeout 300 \
+    "$PYTHON" "$ROOT/bench/allreduce_gloo.py" --rank=1 --world=2 \
+    --master="$SRV_IP:29512" --floats="$MODEL_FLOATS" --reps="$REPS" >"$WORK/allreduce1.out" 2>&1 ||
+    { echo "allreduce rank 1 failed:" >&2; cat "$WORK/allreduce1.out" >&2; }
+  wait "$AR0" 2>/dev/null || true
+  cat "$WORK/allreduce.out"
+  ALLREDUCE=$(awk '/^allreduce/ { print $5 }' "$WORK/allreduce.out")
+else
+  echo "($PYTHON cannot import torch.distributed: all-reduce skipped; apt-get install python3-torch)"
+fi
+
+# Push, pull and step time per codec; the speedups are the paired ones above.
 echo
-echo "push time on a $RATE link (model $MODEL_FLOATS floats):"
-awk '
-  /^gradstream (none|twobit|ternary|onebit) / && $4 == "push" { ms[$2] = $6; wire[$2] = $5 }
+echo "one step's communication on a $RATE link (model $MODEL_FLOATS floats, medians):"
+awk -v ar="$ALLREDUCE" '
+  /^gradstream (none|twobit|ternary|onebit) / { ms[$2, $4] = $6; seen[$2] = 1 }
   END {
-    for (c in ms) printf "  %-8s %9.1f ms  (%7.2f MiB on the wire)%s\n", c, ms[c], wire[c],
-      ("none" in ms && c != "none") ? sprintf("  %5.1fx faster than fp32", ms["none"] / ms[c]) : ""
-  }' "$WORK/bench.out" | sort
+    printf "  %-8s %10s %10s %10s %14s\n", "codec", "push ms", "pull ms", "step ms", "vs all-reduce"
+    n = split("none twobit ternary onebit", order, " ")
+    for (i = 1; i <= n; ++i) if ((c = order[i]) in seen)
+      printf "  %-8s %10.1f %10.1f %10.1f %14s\n", c, ms[c, "push"], ms[c, "pull"], ms[c, "step"],
+        (ar != "" && ms[c, "step"] > 0) ? sprintf("%.2fx", ar / ms[c, "step"]) : "-"
+    if (ar != "") printf "  %-8s %32s %10.1f\n", "allreduce", "(gloo, 2 ranks)", ar
+  }' "$WORK/bench.out"

@@ -121,6 +121,20 @@ TEST(Render, ProgressLineHasEveryField) {
             "pushed 2.0 KiB (x15.9) | staleness 2 | workers 3/4 | RUNNING");
 }
 
+TEST(Render, ProgressLineShowsPullsOnceReported) {
+  gradstream::v1::JobStatus j;
+  j.mutable_spec()->set_steps(100);
+  j.set_state(gradstream::v1::RUNNING);
+  auto* p = j.mutable_progress();
+  p->set_bytes_pushed(2048);
+  p->set_compression_ratio(16);
+  p->set_bytes_pulled(4096);
+  p->set_fp32_bytes_pulled(40960);
+  EXPECT_NE(ProgressLine(j, 0).find("pushed 2.0 KiB (x16.0) | pulled 4.0 KiB (x10.0) | staleness"),
+            std::string::npos)
+      << ProgressLine(j, 0);
+}
+
 
 v1::JobStatus JobWithHistory(const std::string& id, const std::string& codec, int points) {
   v1::JobStatus job;

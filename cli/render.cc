@@ -151,7 +151,11 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
                                  : "",
                              s.codec().overrides().empty()
                                  ? ""
-                                 : absl::StrCat(" (+", s.codec().overrides_size(), " overrides)"))},
+                                 : absl::StrCat(" (+", s.codec().overrides_size(), " overrides)"),
+                             s.codec().pull_codec().empty() ||
+                                     s.codec().pull_codec() == s.codec().default_codec()
+                                 ? ""
+                                 : absl::StrCat(", pull ", s.codec().pull_codec()))},
       {"tensors", j.shard_map().tensors().empty() ? "-" : TensorCodecs(j.shard_map())},
       {"consistency", ConsistencyText(s.consistency())},
       {"workers",
@@ -166,6 +170,11 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
       {"elapsed", absl::StrCat(Elapsed(j, now_ms), j.finished_unix_ms() > 0 ? "" : " (running)")},
       {"pushed", absl::StrFormat("%s (fp32 %s, x%.1f)", HumanBytes(p.bytes_pushed()),
                                  HumanBytes(p.fp32_bytes_pushed()), p.compression_ratio())},
+      {"pulled", absl::StrFormat("%s (fp32 %s, x%.1f)", HumanBytes(p.bytes_pulled()),
+                                 HumanBytes(p.fp32_bytes_pulled()),
+                                 p.bytes_pulled() > 0
+                                     ? static_cast<double>(p.fp32_bytes_pulled()) / p.bytes_pulled()
+                                     : 0.0)},
       {"staleness", absl::StrCat("max ", p.max_staleness())},
   };
   std::string out;
@@ -245,7 +254,15 @@ std::string ProgressLine(const v1::JobStatus& j, int width) {
                       p.accuracy_clock() ? absl::StrFormat("%.1f%%", 100 * p.accuracy()) : "-",
                       " | ", absl::StrFormat("%.0f", p.samples_per_sec()), " samples/s | pushed ",
                       HumanBytes(p.bytes_pushed()),
-                      absl::StrFormat(" (x%.1f)", p.compression_ratio()), " | staleness ",
+                      absl::StrFormat(" (x%.1f)", p.compression_ratio()),
+                      // Shown once a worker reported pulls (older workers do not).
+                      p.bytes_pulled() > 0
+                          ? absl::StrCat(" | pulled ", HumanBytes(p.bytes_pulled()),
+                                         absl::StrFormat(" (x%.1f)",
+                                                         static_cast<double>(p.fp32_bytes_pulled()) /
+                                                             p.bytes_pulled()))
+                          : "",
+                      " | staleness ",
                       p.max_staleness(), " | workers ", j.active_workers(), "/",
                       j.desired_workers(), " | ", StateName(j.state()));
 }

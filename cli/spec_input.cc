@@ -56,6 +56,7 @@ constexpr FlagHelp kSpecFlags[] = {
     {"twobit_threshold", "2-bit threshold (negative = adaptive)"},
     {"ternary_clip", "TernGrad clip in sigmas (negative = none)"},
     {"no_error_feedback", "disable error feedback (an ablation: twobit/onebit lose accuracy)"},
+    {"pull_codec", "codec of pulled parameter changes: none|twobit|ternary|onebit (default: --codec)"},
     {"consistency", "sync|bounded|async"},
     {"staleness", "staleness bound for bounded"},
     {"workers", "desired worker count"},
@@ -208,6 +209,7 @@ absl::Status ApplySpecFlags(const Args& args, v1::JobSpec* spec) {
   if (*seed) spec->set_seed(**seed);
   if (auto v = args.Get("optimizer")) spec->mutable_optimizer()->set_type(*v);
   if (auto v = args.Get("codec")) spec->mutable_codec()->set_default_codec(*v);
+  if (auto v = args.Get("pull_codec")) spec->mutable_codec()->set_pull_codec(*v);
   if (auto v = args.Get("codec_override")) {
     for (absl::string_view kv : absl::StrSplit(*v, ',', absl::SkipEmpty())) {
       std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));

@@ -4,12 +4,15 @@
 //
 //   ps_bench                          # loopback: starts gs_shard children and a raw sink
 //   ps_bench --codecs=none,twobit --shards=1 --reps=5 --model_floats=4194304
+//   ps_bench --codecs=twobit --pull_codecs=none,twobit   # compressed vs fp32 pulls
 //   ps_bench --shard_addresses=10.77.0.1:7001 --raw_address=10.77.0.1:7000   # remote
 //   ps_bench --serve_raw --port=7000  # only the raw sink (for bench/netns_shaped.sh)
 //
-// Each case pushes the whole model as one tensor (chunks of --chunk_elems on
-// the shard map's shards) and waits for every ack; then pulls it back. Times
-// are medians over --reps after --warmup. The shards run in ASYNC mode with
+// Each case is one job with a push codec and a pull codec (--codecs,
+// --pull_codecs); one step pushes the whole model as one tensor (chunks of
+// --chunk_elems on the shard map's shards), waits for every ack, advances the
+// clock and pulls the model back. Times are medians over --reps after
+// --warmup; ratios are paired (see [paired baseline]). The shards run in ASYNC mode with
 // SGD so that nothing waits on a clock. "caller ms" is how long the Push call
 // itself took (encoding every chunk and queueing it); the rest of a push's
 // time is the wire and the shard's decode + apply before it acknowledges.
@@ -30,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
+#include "common/status.h"
 #include "raw.grpc.pb.h"
 #include "worker/client/channel_factory.h"
 #include "worker/client/ps_client.h"
@@ -37,7 +41,10 @@
 
 ABSL_FLAG(uint64_t, model_floats, uint64_t{16} << 20, "Model size in floats (default 64 MiB).");
 ABSL_FLAG(uint32_t, chunk_elems, 262144, "Elements per chunk (<= 262144, 1 MiB of fp32).");
-ABSL_FLAG(std::string, codecs, "none,twobit,ternary", "Codecs to measure.");
+ABSL_FLAG(std::string, codecs, "none,twobit,ternary", "Push codecs to measure.");
+ABSL_FLAG(std::string, pull_codecs, "same",
+          "Pull codec of each case: \"same\" (= its push codec), or a comma-separated list "
+          "(every push codec is measured with each).");
 ABSL_FLAG(std::string, shards, "1,2", "Shard counts to measure (loopback mode).");
 ABSL_FLAG(int, reps, 5, "Timed repetitions per case (median reported).");
 ABSL_FLAG(int, warmup, 1, "Untimed repetitions per case.");
@@ -64,6 +71,12 @@ using client::PsClient;
 using gradstream::ShardMap;
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+void PrintRatio(const std::string& what, double value, std::string_view target) {
+  if (value <= 0) return;
+  std::printf("  %-64s %7.2f   %s\n", what.c_str(), value, std::string(target).c_str());
+  std::fflush(stdout);
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -245,22 +258,44 @@ class Bench {
     return absl::OkStatus();
   }
 
-  absl::Status RunCase(const std::vector<std::string>& addresses, const std::string& codec,
-                       const std::vector<float>& grad, std::map<std::string, Row>* rows) {
-    const int n = static_cast<int>(addresses.size());
+  // One job and its client: a push codec and a pull codec on the same shards.
+  struct Case {
+    std::string codec, pull_codec;
+    std::string job_id;
+    std::unique_ptr<PsClient> client;
+    std::vector<float> params;
+    uint64_t clock = 0;
+    std::vector<double> push_s, pull_s, caller_s;
+    client::ClientStats before;
+    std::string name() const {
+      return absl::StrCat("gradstream ", codec, pull_codec == codec ? "" : "/pull " + pull_codec);
+    }
+  };
+
+  absl::StatusOr<std::unique_ptr<Case>> OpenCase(const std::vector<std::string>& addresses,
+                                                 const std::string& codec,
+                                                 const std::string& pull_codec, size_t floats) {
+    auto c = std::make_unique<Case>();
+    c->codec = codec;
+    c->pull_codec = pull_codec;
     CodecPolicy policy;
     policy.default_codec = codec;
-    auto map = SplitModel({{"model", static_cast<int64_t>(grad.size())}}, addresses,
-                                  absl::GetFlag(FLAGS_chunk_elems), policy);
+    auto map = SplitModel({{"model", static_cast<int64_t>(floats)}}, addresses,
+                          absl::GetFlag(FLAGS_chunk_elems), policy);
     if (!map.ok()) return map.status();
+    absl::StatusOr<CodecType> pull = CodecTypeFromName(pull_codec);
+    if (!pull.ok()) return pull.status();
     client::testing::JobSetup setup;
-    setup.job_id = absl::StrCat("ps_bench-", ::getpid(), "-", n, "-", codec, "-", job_counter_++);
+    setup.job_id = absl::StrCat("ps_bench-", ::getpid(), "-", addresses.size(), "-", codec, "-",
+                                pull_codec, "-", job_counter_++);
     setup.optimizer.set_type("sgd");
     setup.optimizer.set_learning_rate(1e-6f);
     setup.consistency.set_mode(v1::ASYNC);
     setup.workers = {1};
+    setup.pull_codec = static_cast<v1::Codec>(static_cast<int>(*pull));
     auto created = client::testing::CreateJob(*map, setup, absl::Seconds(30));
     if (!created.ok()) return created.status();
+    c->job_id = setup.job_id;
     ClientOptions options;
     options.job_id = setup.job_id;
     options.worker_id = 1;
@@ -268,111 +303,152 @@ class Bench {
     options.codec = policy;
     options.rpc_deadline = absl::Seconds(30);
     options.encode_threads = absl::GetFlag(FLAGS_encode_threads);
-    auto c = PsClient::Connect(*map, options);
-    if (!c.ok()) return c.status();
-    PsClient& client = **c;
-    std::vector<float> params(grad.size(), 0.0f);
-    std::vector<absl::Span<const float>> init = {absl::MakeConstSpan(params)};
-    if (absl::Status s = client.InitParams(init, absl::Seconds(60)); !s.ok()) return s;
-
-    uint64_t clock = 0;
-    const client::ClientStats before = client.stats();
-    uint64_t pushes = 0;
-    std::vector<double> caller;
-    // NOTE: [paired baseline] The host is shared, so its load drifts within a
-    // run; each fp32 push and each pull is preceded by one raw-stream transfer
-    // of the same bytes, and the ratios are medians of these adjacent pairs.
-    const uint32_t raw_bytes = absl::GetFlag(FLAGS_chunk_elems) * 4;
-    const uint64_t raw_count = grad.size() * 4 / raw_bytes;
-    std::vector<double> up_ratio, pull_up_ratio, pull_down_ratio;
-    auto push = [&]() -> absl::StatusOr<absl::Duration> {
-      absl::Duration raw_time;
-      if (raw_ != nullptr && codec == "none") {
-        auto r = RawUp(raw_.get(), raw_count, raw_bytes);
-        if (!r.ok()) return r.status();
-        raw_time = *r;
-      }
-      const absl::Time t0 = absl::Now();
-      client::PushHandle h = client.Push(0, grad, clock);
-      caller.push_back(Seconds(absl::Now() - t0));
-      absl::Status s = PsClient::Wait(h, absl::Seconds(60));
-      const absl::Duration d = absl::Now() - t0;
-      if (!s.ok()) return s;
-      ++pushes;
-      if (absl::Status a = client.AdvanceClock(++clock); !a.ok()) return a;
-      if (raw_time > absl::ZeroDuration()) up_ratio.push_back(Seconds(raw_time) / Seconds(d));
-      return d;
-    };
-    auto pt = Time(push);
-    if (!pt.ok()) return pt.status();
-    const client::ClientStats after = client.stats();
-    const double wire = double(after.bytes_pushed - before.bytes_pushed) / pushes;
-    const double fp32 = double(after.fp32_bytes_pushed - before.fp32_bytes_pushed) / pushes;
-    Row r{absl::StrCat("gradstream ", codec), n, "push", wire, fp32, pt->first, pt->second,
-          Median(caller)};
-    PrintRow(r);
-    (*rows)[absl::StrCat(codec, "_push_", n)] = r;
-
-    if (!absl::GetFlag(FLAGS_skip_pull) && codec == codecs_pulled_first_) {
-      auto pull = [&]() -> absl::StatusOr<absl::Duration> {
-        absl::Duration up_time, down_time;
-        if (raw_ != nullptr) {
-          auto u = RawUp(raw_.get(), raw_count, raw_bytes);
-          if (!u.ok()) return u.status();
-          auto d = RawDown(raw_.get(), raw_count, raw_bytes);
-          if (!d.ok()) return d.status();
-          up_time = *u;
-          down_time = *d;
-        }
-        const absl::Time t0 = absl::Now();
-        absl::Status s = PsClient::Wait(client.Pull(clock, {absl::MakeSpan(params)}),
-                                        absl::Seconds(60));
-        if (!s.ok()) return s;
-        const absl::Duration took = absl::Now() - t0;
-        if (raw_ != nullptr) {
-          pull_up_ratio.push_back(Seconds(up_time) / Seconds(took));
-          pull_down_ratio.push_back(Seconds(down_time) / Seconds(took));
-        }
-        return took;
-      };
-      auto lt = Time(pull);
-      if (!lt.ok()) return lt.status();
-      const double bytes = double(grad.size()) * 4;
-      r = Row{"gradstream pull (fp32)", n, "pull", bytes, bytes, lt->first, lt->second};
-      PrintRow(r);
-      (*rows)[absl::StrCat("pull_", n)] = r;
-      paired_[absl::StrCat("pull_up_", n)] = Median(pull_up_ratio);
-      paired_[absl::StrCat("pull_down_", n)] = Median(pull_down_ratio);
-    }
-    if (!up_ratio.empty()) paired_[absl::StrCat("push_up_", n)] = Median(up_ratio);
-    absl::Status status = client.Leave(absl::Seconds(30));
-    // Free the shards' copy of the model before the next case.
-    for (const std::string& a : addresses) {
-      status.Update(client::testing::DropJob(a, setup.job_id, absl::Seconds(30)));
-    }
-    return status;
+    auto client = PsClient::Connect(*map, options);
+    if (!client.ok()) return client.status();
+    c->client = *std::move(client);
+    c->params.assign(floats, 0.0f);
+    std::vector<absl::Span<const float>> init = {absl::MakeConstSpan(c->params)};
+    if (absl::Status s = c->client->InitParams(init, absl::Seconds(60)); !s.ok()) return s;
+    return c;
   }
 
-  void set_pull_codec(std::string codec) { codecs_pulled_first_ = std::move(codec); }
-  // Paired ratios (see [paired baseline]); 0 when not measured.
-  double paired(const std::string& key) const {
-    auto it = paired_.find(key);
-    return it == paired_.end() ? 0.0 : it->second;
+  // One training step's communication on `c`: push the gradient, advance the
+  // clock, pull the parameters back (so a pull codec has a change to send).
+  absl::Status Step(Case& c, const std::vector<float>& grad, bool record, bool with_raw) {
+    const uint32_t raw_bytes = absl::GetFlag(FLAGS_chunk_elems) * 4;
+    const uint64_t raw_count = grad.size() * 4 / raw_bytes;
+    absl::Duration raw_up, raw_down;
+    if (with_raw && raw_ != nullptr) {
+      auto r = RawUp(raw_.get(), raw_count, raw_bytes);
+      if (!r.ok()) return r.status();
+      raw_up = *r;
+    }
+    const absl::Time t0 = absl::Now();
+    client::PushHandle h = c.client->Push(0, grad, c.clock);
+    const double caller = Seconds(absl::Now() - t0);
+    if (absl::Status s = PsClient::Wait(h, absl::Seconds(60)); !s.ok()) return s;
+    const double push = Seconds(absl::Now() - t0);
+    if (absl::Status a = c.client->AdvanceClock(++c.clock); !a.ok()) return a;
+    double pull = 0;
+    if (!absl::GetFlag(FLAGS_skip_pull)) {
+      if (with_raw && raw_ != nullptr) {
+        auto d = RawDown(raw_.get(), raw_count, raw_bytes);
+        if (!d.ok()) return d.status();
+        raw_down = *d;
+      }
+      const absl::Time t1 = absl::Now();
+      absl::Status s = PsClient::Wait(c.client->Pull(c.clock, {absl::MakeSpan(c.params)}),
+                                      absl::Seconds(60));
+      if (!s.ok()) return s;
+      pull = Seconds(absl::Now() - t1);
+    }
+    if (!record) return absl::OkStatus();
+    c.push_s.push_back(push);
+    c.pull_s.push_back(pull);
+    c.caller_s.push_back(caller);
+    if (with_raw && raw_ != nullptr) {
+      pairs_["push_up"].push_back(Seconds(raw_up) / push);
+      if (pull > 0) pairs_["pull_down"].push_back(Seconds(raw_down) / pull);
+    }
+    return absl::OkStatus();
+  }
+
+  // NOTE: [paired baseline] The host (or the shaped link) is shared, so its
+  // load drifts within a run. Every compared case therefore runs each
+  // repetition right after a repetition of its baseline (fp32 push + fp32
+  // pull on the same shards), and every ratio printed is the median over
+  // repetitions of baseline time / case time of one such adjacent pair; the
+  // fp32 baseline's own steps are likewise preceded by one raw-stream
+  // transfer of the same bytes in each direction.
+  absl::Status RunSet(const std::vector<std::string>& addresses,
+                      const std::vector<std::pair<std::string, std::string>>& cases,
+                      const std::vector<float>& grad) {
+    const int n = static_cast<int>(addresses.size());
+    auto base = OpenCase(addresses, "none", "none", grad.size());
+    if (!base.ok()) return base.status();
+    std::vector<std::unique_ptr<Case>> open;
+    for (const auto& [codec, pull] : cases) {
+      if (codec == "none" && pull == "none") continue;
+      auto c = OpenCase(addresses, codec, pull, grad.size());
+      if (!c.ok()) return c.status();
+      open.push_back(*std::move(c));
+    }
+    for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) {
+      GS_RETURN_IF_ERROR(Step(**base, grad, false, false));
+      for (auto& c : open) GS_RETURN_IF_ERROR(Step(*c, grad, false, false));
+    }
+    (*base)->before = (*base)->client->stats();
+    for (auto& c : open) c->before = c->client->stats();
+    std::map<std::string, std::vector<double>> ratios;  // "<case>|push|pull|step"
+    for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
+      if (rep > 0 && OutOfTime()) break;
+      if (open.empty()) GS_RETURN_IF_ERROR(Step(**base, grad, true, true));
+      for (auto& c : open) {
+        GS_RETURN_IF_ERROR(Step(**base, grad, true, true));
+        GS_RETURN_IF_ERROR(Step(*c, grad, true, false));
+        const Case& b = **base;
+        const double bp = b.push_s.back(), bl = b.pull_s.back(), cp = c->push_s.back(),
+                     cl = c->pull_s.back();
+        ratios[c->name() + "|push"].push_back(bp / cp);
+        if (cl > 0) ratios[c->name() + "|pull"].push_back(bl / cl);
+        ratios[c->name() + "|step"].push_back((bp + bl) / (cp + cl));
+      }
+    }
+    auto report = [&](Case& c) {
+      const client::ClientStats after = c.client->stats();
+      const double steps = static_cast<double>(c.push_s.size());
+      if (steps == 0) return;
+      const double push_wire = double(after.bytes_pushed - c.before.bytes_pushed) / steps;
+      const double push_fp32 = double(after.fp32_bytes_pushed - c.before.fp32_bytes_pushed) / steps;
+      PrintRow(Row{c.name(), n, "push", push_wire, push_fp32, Median(c.push_s),
+                   static_cast<int>(steps), Median(c.caller_s)});
+      if (absl::GetFlag(FLAGS_skip_pull)) return;
+      const double pull_wire = double(after.bytes_pulled - c.before.bytes_pulled) / steps;
+      const double pull_fp32 = double(after.fp32_bytes_pulled - c.before.fp32_bytes_pulled) / steps;
+      PrintRow(Row{c.name(), n, "pull", pull_wire, pull_fp32, Median(c.pull_s),
+                   static_cast<int>(steps)});
+      std::vector<double> step;
+      for (size_t i = 0; i < c.push_s.size(); ++i) step.push_back(c.push_s[i] + c.pull_s[i]);
+      PrintRow(Row{c.name(), n, "step", push_wire + pull_wire, push_fp32 + pull_fp32,
+                   Median(step), static_cast<int>(steps)});
+    };
+    report(**base);
+    for (auto& c : open) report(*c);
+    const std::string tag = absl::StrCat(" [", n, " shard", n > 1 ? "s" : "", "]");
+    for (const auto& [key, v] : pairs_) {
+      PrintRatio(absl::StrCat(key == "push_up" ? "fp32 push / raw up" : "fp32 pull / raw down",
+                              ", paired", tag).c_str(),
+                 Median(v), key == "push_up" ? ">= 0.8" : "(same direction)");
+    }
+    for (auto& c : open) {
+      for (const char* op : {"push", "pull", "step"}) {
+        auto it = ratios.find(c->name() + "|" + op);
+        if (it == ratios.end()) continue;
+        PrintRatio(absl::StrCat(c->name(), " ", op, " speed-up over fp32, paired", tag).c_str(),
+                   Median(it->second), std::string_view(op) == "step" ? "(issue 12: >= 10 on 1 Gbit/s)" : "");
+      }
+    }
+    pairs_.clear();
+    absl::Status status;
+    auto close = [&](Case& c) {
+      status.Update(c.client->Leave(absl::Seconds(30)));
+      // Free the shards' copy of the model before the next set.
+      for (const std::string& a : addresses) {
+        status.Update(client::testing::DropJob(a, c.job_id, absl::Seconds(30)));
+      }
+    };
+    close(**base);
+    for (auto& c : open) close(*c);
+    return status;
   }
 
  private:
   std::unique_ptr<client::testing::ShardProcess> raw_server_;
   std::unique_ptr<RawStream::Stub> raw_;
-  std::map<std::string, double> paired_;
+  std::map<std::string, std::vector<double>> pairs_;  // raw-paired ratios of the set running
   const absl::Time start_;
   int job_counter_ = 0;
-  std::string codecs_pulled_first_;
 };
-
-void PrintRatio(const char* what, double value, const char* target) {
-  if (value <= 0) return;
-  std::printf("  %-48s %7.2f   %s\n", what, value, target);
-}
 
 int Run() {
   const uint64_t floats = absl::GetFlag(FLAGS_model_floats);
@@ -390,6 +466,8 @@ int Run() {
   std::printf("%-30s %6s  %-5s %9s %9s %9s %12s %5s %9s\n", "case", "shards", "op", "wire MiB",
               "ms/op", "GB/s", "fp32-eq GB/s", "reps", "caller ms");
   std::printf("%s\n", std::string(108, '-').c_str());
+  std::printf("(step = push + pull. Ratios follow each shard set's rows; every one is paired: see "
+              "[paired baseline])\n");
 
   Bench bench;
   std::map<std::string, Row> rows;
@@ -406,7 +484,6 @@ int Run() {
     std::normal_distribution<float> d(0.0f, 0.5f);
     for (auto& x : grad) x = d(rng);
   }
-  if (!codecs.empty()) bench.set_pull_codec(codecs.front());
 
   std::vector<int> counts;
   const std::string remote = absl::GetFlag(FLAGS_shard_addresses);
@@ -438,49 +515,23 @@ int Run() {
     }
   }
 
-  for (const auto& addresses : shard_sets) {
-    for (const std::string& codec : codecs) {
-      if (bench.OutOfTime()) {
-        std::printf("(time budget spent: skipping %s on %zu shards)\n", codec.c_str(),
-                    addresses.size());
-        continue;
-      }
-      if (absl::Status s = bench.RunCase(addresses, codec, grad, &rows); !s.ok()) {
-        std::fprintf(stderr, "%s on %zu shards failed: %s\n", codec.c_str(), addresses.size(),
-                     s.ToString().c_str());
-        return 1;
-      }
+  std::vector<std::pair<std::string, std::string>> cases;
+  const std::string pulls = absl::GetFlag(FLAGS_pull_codecs);
+  for (const std::string& codec : codecs) {
+    if (pulls == "same") {
+      cases.emplace_back(codec, codec);
+    } else {
+      for (const std::string& p : SplitList(pulls)) cases.emplace_back(codec, p);
     }
   }
-
-  std::printf("\nratios (the last column is the target; \"paired\": median over reps of raw time / our "
-              "time, each raw transfer run right before ours):\n");
-  auto get = [&](const std::string& k) { return rows.count(k) ? &rows[k] : nullptr; };
-  const Row* raw_up = get("raw_up");
-  const Row* raw_down = get("raw_down");
   for (const auto& addresses : shard_sets) {
-    const int n = static_cast<int>(addresses.size());
-    const Row* none = get(absl::StrCat("none_push_", n));
-    const Row* pull = get(absl::StrCat("pull_", n));
-    const std::string tag = absl::StrCat(" [", n, " shard", n > 1 ? "s" : "", "]");
-    if (none && raw_up) {
-      PrintRatio(("fp32 push / raw up, paired" + tag).c_str(),
-                 bench.paired(absl::StrCat("push_up_", n)), ">= 0.8");
+    if (bench.OutOfTime()) {
+      std::printf("(time budget spent: skipping %zu shards)\n", addresses.size());
+      continue;
     }
-    for (const char* codec : {"twobit", "ternary", "onebit"}) {
-      const Row* c = get(absl::StrCat(codec, "_push_", n));
-      if (c && none) {
-        PrintRatio(absl::StrCat(codec, " push fp32-eq / fp32 push", tag).c_str(),
-                   c->fp32_gbps() / none->wire_gbps(), ">= 3");
-      }
-    }
-    if (pull && raw_up) {
-      PrintRatio(("pull / raw up, paired" + tag).c_str(),
-                 bench.paired(absl::StrCat("pull_up_", n)), ">= 0.8");
-    }
-    if (pull && raw_down) {
-      PrintRatio(("pull / raw down, paired" + tag).c_str(),
-                 bench.paired(absl::StrCat("pull_down_", n)), "(same direction)");
+    if (absl::Status s = bench.RunSet(addresses, cases, grad); !s.ok()) {
+      std::fprintf(stderr, "%zu shards failed: %s\n", addresses.size(), s.ToString().c_str());
+      return 1;
     }
   }
   return 0;

@@ -25,9 +25,38 @@ const Tables& T() {
   return *tables;
 }
 
+#if defined(__x86_64__)
+// The SSE4.2 crc32 instruction computes exactly this polynomial, about 5x
+// faster than the tables: the pull codec checksums every published copy.
+__attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const uint8_t* p, size_t n,
+                                                         uint32_t c) {
+  uint64_t c64 = c;
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    c64 = __builtin_ia32_crc32di(c64, w);
+    p += 8;
+    n -= 8;
+  }
+  c = static_cast<uint32_t>(c64);
+  while (n--) c = __builtin_ia32_crc32qi(c, *p++);
+  return c;
+}
+
+bool HaveHardwareCrc() {
+  static const bool have = __builtin_cpu_supports("sse4.2");
+  return have;
+}
+#endif
+
 }  // namespace
 
 uint32_t Crc32c(std::string_view data, uint32_t crc) {
+#if defined(__x86_64__)
+  if (HaveHardwareCrc()) {
+    return ~Crc32cHardware(reinterpret_cast<const uint8_t*>(data.data()), data.size(), ~crc);
+  }
+#endif
   const Tables& tb = T();
   const auto* p = reinterpret_cast<const uint8_t*>(data.data());
   size_t n = data.size();

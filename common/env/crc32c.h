@@ -1,6 +1,6 @@
 // CRC32C (Castagnoli), the checksum of durable records (see record.h) and of
 // the shard's legacy checkpoint frame: Abseil 20220623 has no absl/crc.
-// Table-driven, slicing-by-8.
+// SSE4.2 instruction where the CPU has it, else table-driven slicing-by-8.
 #ifndef GRADSTREAM_COMMON_ENV_CRC32C_H_
 #define GRADSTREAM_COMMON_ENV_CRC32C_H_
 

@@ -78,6 +78,7 @@ void ApplyJobDefaults(JobSpec* spec) {
   if (codec->twobit_threshold() == 0) codec->set_twobit_threshold(0.5f);
   if (codec->ternary_clip() == 0) codec->set_ternary_clip(2.5f);
   if (codec->twobit_min_elems() == 0) codec->set_twobit_min_elems(kDefaultTwobitMinElems);
+  if (codec->pull_codec().empty()) codec->set_pull_codec(codec->default_codec());
 
   if (spec->workers() == 0) spec->set_workers(2);
   if (spec->seed() == 0) spec->set_seed(1);
@@ -159,6 +160,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     bad("codec.default_codec: unknown '", codec.default_codec(),
         "'", want_codec);
   }
+  if (!valid_codec(codec.pull_codec())) {
+    bad("codec.pull_codec: unknown '", codec.pull_codec(), "'", want_codec);
+  }
   if (!Finite(codec.twobit_threshold())) bad("codec.twobit_threshold: must be finite");
   if (!Finite(codec.ternary_clip())) bad("codec.ternary_clip: must be finite");
 
@@ -205,6 +209,12 @@ absl::StatusOr<JobSpec> NormalizeJobSpec(JobSpec spec) {
   ApplyJobDefaults(&spec);
   if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
   return spec;
+}
+
+v1::Codec PullCodecForJob(const JobSpec& spec) {
+  const absl::StatusOr<CodecType> type = CodecTypeFromName(spec.codec().pull_codec());
+  // CodecType and v1::Codec share their values (a static_assert in common/codec/wire.cc).
+  return type.ok() ? static_cast<v1::Codec>(static_cast<int>(*type)) : v1::CODEC_NONE;
 }
 
 void DatasetShape(const v1::DatasetSpec& dataset, InputShape* shape, int* classes) {

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "common/job/model.h"
 #include "job.pb.h"
+#include "ps.pb.h"
 
 namespace gradstream {
 
@@ -42,6 +43,10 @@ void ApplyOptimizerDefaults(v1::OptimizerSpec* optimizer);
 
 // ApplyJobDefaults + ValidateJobSpec; returns the normalized spec.
 absl::StatusOr<v1::JobSpec> NormalizeJobSpec(v1::JobSpec spec);
+
+// The pull codec of a normalized spec as CreateJobRequest.pull_codec carries
+// it (see [pull codec] in common/codec/published.h).
+v1::Codec PullCodecForJob(const v1::JobSpec& spec);
 
 // Input shape and class count of a normalized dataset spec: synthetic =
 // dims x 1 x 1, MNIST = 1 x 28 x 28, CIFAR-10 = 3 x 32 x 32 (10 classes each).

@@ -31,6 +31,9 @@ void FoldOut(JobRecord& job, uint64_t id, const v1::WorkerProgress& progress) {
     job.retired.set_bytes_pushed(job.retired.bytes_pushed() + progress.bytes_pushed());
     job.retired.set_fp32_bytes_pushed(job.retired.fp32_bytes_pushed() +
                                       progress.fp32_bytes_pushed());
+    job.retired.set_bytes_pulled(job.retired.bytes_pulled() + progress.bytes_pulled());
+    job.retired.set_fp32_bytes_pulled(job.retired.fp32_bytes_pulled() +
+                                      progress.fp32_bytes_pulled());
     job.retired.set_max_staleness(std::max(job.retired.max_staleness(), progress.max_staleness()));
     members->DeleteSubrange(i, 1);
     break;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/job/job_spec.h"
 #include "common/job/job_state.h"
 #include "glog/logging.h"
 #include "server/coordinator/coordinator.h"
@@ -108,6 +109,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
         req.set_checkpoint_every(job.status.spec().checkpoint_every());
         req.set_shard_index(i);
         req.set_job_token(job.token);
+        req.set_pull_codec(PullCodecForJob(job.status.spec()));
         calls.push_back(std::move(call));
         continue;
       }

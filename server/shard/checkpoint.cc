@@ -18,6 +18,9 @@ constexpr RecordFormat kFormat{"checkpoint", "GSSHCKPT", 1};
 // with the same body. Such files still load, so a shard upgraded in place
 // restores its jobs; the next checkpoint rewrites them in the new frame.
 constexpr std::string_view kLegacyMagic = "GSCKPT01";
+// Opens the optional published-copies section after the chunks.
+constexpr uint32_t kPublishedTag = 0x4c425550;  // "PUBL"
+
 
 absl::StatusOr<std::string_view> LegacyBody(std::string_view data) {
   constexpr size_t kHeader = kLegacyMagic.size() + 8;
@@ -179,6 +182,15 @@ std::string EncodeCheckpoint(const JobSnapshot& s) {
       w.U64s(std::vector<uint64_t>(a.above.begin(), a.above.end()));
     }
   }
+  if (!s.published.empty()) {
+    w.U32(kPublishedTag);
+    w.U64(s.published.size());
+    for (const PublishedCopy& p : s.published) {
+      w.U64(p.chunk_id);
+      w.U64(p.version);
+      w.Floats(p.copy);
+    }
+  }
   return EncodeRecord(kFormat, w.out());
 }
 
@@ -236,6 +248,15 @@ absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data) {
     if (c.params.size() != c.num_elems) return absl::DataLossError("checkpoint: params size");
     for (const auto& slot : c.opt.slots) {
       if (slot.size() != c.num_elems) return absl::DataLossError("checkpoint: state size");
+    }
+  }
+  if (r.ok() && !r.done()) {
+    if (r.U32() != kPublishedTag) return absl::DataLossError("checkpoint: body does not parse");
+    s.published.resize(r.Count(24));
+    for (PublishedCopy& p : s.published) {
+      p.chunk_id = r.U64();
+      p.version = r.U64();
+      p.copy = r.Floats();
     }
   }
   if (!r.done()) return absl::DataLossError("checkpoint: body does not parse");

@@ -4,7 +4,10 @@
 // length, CRC32C) whose payload, the body, is little-endian: job id, shard
 // index, consistency mode, optimizer type, progress clock, membership epochs,
 // worker clocks, worker incarnations, then per chunk: id, num_elems, version,
-// initialized, params, optimizer step + slots, per-worker applied clocks.
+// initialized, params, optimizer step + slots, per-worker applied clocks;
+// then, only for jobs with a pull codec, the tag "PUBL" and per chunk its
+// published copy: id, version, values (see [pull codec]; a body without the
+// section, as every file written before it, loads with none).
 // Open sync rounds are not saved: their pushes
 // were not applied, so after a restore the workers push them again (the
 // applied-clock sets make re-pushes of applied clocks duplicates). Files in
@@ -45,6 +48,7 @@ struct JobSnapshot {
   std::vector<std::pair<uint64_t, uint64_t>> worker_clocks;
   std::vector<std::pair<uint64_t, uint64_t>> incarnations;
   std::vector<ChunkSnapshot> chunks;
+  std::vector<PublishedCopy> published;  // pull codec: chunks already published
 };
 
 // The framed bytes, for Env::WriteFileAtomically().

@@ -28,6 +28,12 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
       // Without a directory nothing is written, so nothing is ever due.
       progress_(options_.consistency.mode,
                 options_.checkpoint_dir.empty() ? 0 : options_.checkpoint_every),
+      publisher_(options_.pull_codec == CodecType::kNone
+                     ? nullptr
+                     : std::make_unique<PullPublisher>(
+                           options_.pull_codec,
+                           /*once_per_clock=*/options_.consistency.mode != ConsistencyMode::kSync,
+                           options_.chunks)),
       staleness_hist_(kStalenessBuckets, 0) {
   for (const ChunkSpec& spec : options_.chunks) {
     auto chunk = std::make_unique<ChunkState>(spec.chunk_id, spec.num_elems);
@@ -54,6 +60,7 @@ absl::StatusOr<Job::Opened> Job::Open(JobOptions options, Env* env, Executor* ex
     }
   }
   if (options.max_pending_rounds == 0) options.max_pending_rounds = 1;
+  if (!IsKnownCodec(options.pull_codec)) return absl::InvalidArgumentError("unknown pull codec");
   GS_ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::Create(options.optimizer));
   std::shared_ptr<Job> job(new Job(std::move(options), std::move(optimizer), env, executor));
   Opened opened;
@@ -104,6 +111,13 @@ absl::Status Job::Restore(const JobSnapshot& snap) {
     for (const auto& [w, a] : c.applied) chunk->applied[w] = a;
     chunk->version.store(c.version);
     chunk->initialized.store(c.initialized);
+  }
+  for (const PublishedCopy& p : snap.published) {
+    // A job that since lost its pull codec serves fp32; one that gained it
+    // starts publishing at its first pull.
+    if (publisher_ != nullptr && !publisher_->Restore(p)) {
+      return mismatch(absl::StrCat("published copy of chunk ", p.chunk_id));
+    }
   }
   membership_.RestoreFrom(snap);
   progress_.Written(snap.clock);
@@ -219,19 +233,34 @@ void Job::Serve(const PullArgs& pull, const PullCallback& done) {
   result.request_id = pull.request_id;
   result.min_clock = membership_.MinClock();
   result.chunks.reserve(pull.chunk_ids.size());
+  absl::flat_hash_map<uint64_t, const HeldCopy*> held;
+  for (const HeldCopy& h : pull.held) held[h.chunk_id] = &h;
+  uint64_t bytes = 0, fp32_bytes = 0;
   for (uint64_t id : pull.chunk_ids) {
     ChunkState* c = FindChunk(id);
     PulledChunk out;
     out.chunk_id = id;
     {
       absl::MutexLock l(&c->mu);
-      out.values.assign(reinterpret_cast<const char*>(c->params.data()),
-                        size_t{c->num_elems} * sizeof(float));
-      out.version = c->version.load();
+      const uint64_t version = c->version.load();
+      if (publisher_ != nullptr) {
+        auto h = held.find(id);
+        bytes += publisher_->Serve(id, c->params, version, pull.clock,
+                                   h == held.end() ? nullptr : h->second, &out);
+      } else {
+        out.values.assign(reinterpret_cast<const char*>(c->params.data()),
+                          size_t{c->num_elems} * sizeof(float));
+        out.version = version;
+        bytes += out.values.size();
+      }
+      // Staleness of the next push counts from the version the worker got.
       c->read_version[pull.worker] = out.version;
     }
+    fp32_bytes += size_t{c->num_elems} * sizeof(float);
     result.chunks.push_back(std::move(out));
   }
+  bytes_out_.fetch_add(bytes);
+  fp32_bytes_out_.fetch_add(fp32_bytes);
   const uint64_t staleness = pull.clock > result.min_clock ? pull.clock - result.min_clock : 0;
   {
     absl::MutexLock l(&stats_mu_);
@@ -322,6 +351,8 @@ JobStats Job::Stats(bool include_rounds) const {
   s.bytes_in = bytes_in_.load();
   s.fp32_bytes_in = fp32_bytes_in_.load();
   s.pulls_served = pulls_served_.load();
+  s.bytes_out = bytes_out_.load();
+  s.fp32_bytes_out = fp32_bytes_out_.load();
   s.min_version = std::numeric_limits<uint64_t>::max();
   for (const auto& c : chunks_) {
     const uint64_t v = c->version.load();
@@ -376,6 +407,11 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
     cs.applied.assign(c->applied.begin(), c->applied.end());
     min_version = std::min(min_version, cs.version);
     snap.chunks.push_back(std::move(cs));
+    if (publisher_ != nullptr) {
+      if (std::optional<PublishedCopy> p = publisher_->Save(c->chunk_id)) {
+        snap.published.push_back(*std::move(p));
+      }
+    }
   }
   snap.clock = progress_.Clock(min_version, min_clock);
   const std::string data = EncodeCheckpoint(snap);

@@ -34,6 +34,7 @@
 #include "common/env/env.h"
 #include "server/shard/executor.h"
 #include "server/shard/membership.h"
+#include "server/shard/pull_publisher.h"
 #include "server/shard/pull_waitlist.h"
 #include "server/shard/types.h"
 
@@ -146,6 +147,8 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   Membership membership_;
   PullWaitList waiting_;
   CheckpointProgress progress_;
+  // Null without a pull codec (pulls carry the fp32 parameters).
+  const std::unique_ptr<PullPublisher> publisher_;
 
   mutable absl::Mutex stats_mu_;
   std::vector<uint64_t> staleness_hist_ ABSL_GUARDED_BY(stats_mu_);
@@ -154,6 +157,7 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::deque<RoundInfo> rounds_ ABSL_GUARDED_BY(stats_mu_);
   std::atomic<uint64_t> pushes_applied_{0}, pushes_duplicate_{0}, pushes_rejected_{0};
   std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};
+  std::atomic<uint64_t> bytes_out_{0}, fp32_bytes_out_{0};
 
   absl::Mutex checkpoint_mu_;  // one writer at a time
   std::atomic<bool> dropped_{false};

@@ -117,6 +117,9 @@ void SessionHandler::HandlePull(const pb::PullRequest& pull) {
   args.request_id = pull.request_id();
   args.chunk_ids.assign(pull.chunk_ids().begin(), pull.chunk_ids().end());
   args.clock = pull.clock();
+  for (const pb::HeldCopy& h : pull.held()) {
+    args.held.push_back(HeldCopy{h.chunk_id(), h.version(), h.checksum()});
+  }
   const absl::Duration timeout =
       pull.timeout_ms() > 0 ? absl::Milliseconds(pull.timeout_ms()) : default_pull_timeout_;
   args.deadline = env_->Now() + timeout;
@@ -144,6 +147,13 @@ std::vector<pb::ServerMessage> PullResultToProto(PullResult r) {
     pc->set_chunk_id(r.chunks[i].chunk_id);
     pc->set_version(r.chunks[i].version);
     pc->set_values(std::move(r.chunks[i].values));
+    if (r.chunks[i].published) {
+      pc->set_published(true);
+      pc->set_checksum(r.chunks[i].checksum);
+      for (EncodedDelta& d : r.chunks[i].deltas) {
+        ChunkToWire(d.header, std::move(d.payload), pc->add_deltas());
+      }
+    }
     pc->set_last(i + 1 == r.chunks.size());
     pc->set_min_clock(r.min_clock);
   }

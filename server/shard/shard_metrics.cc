@@ -12,6 +12,8 @@ constexpr const char* kPushBytes = "gs_shard_push_bytes_total";
 constexpr const char* kPushFp32Bytes = "gs_shard_push_fp32_bytes_total";
 constexpr const char* kCompression = "gs_shard_compression_ratio";
 constexpr const char* kPulls = "gs_shard_pulls_total";
+constexpr const char* kPullBytes = "gs_shard_pull_bytes_total";
+constexpr const char* kPullFp32Bytes = "gs_shard_pull_fp32_bytes_total";
 constexpr const char* kPushSeconds = "gs_shard_push_seconds";
 constexpr const char* kStaleness = "gs_shard_pull_staleness";
 constexpr const char* kMaxStaleness = "gs_shard_max_staleness";
@@ -23,7 +25,8 @@ constexpr const char* kMembers = "gs_shard_active_members";
 constexpr const char* kEpoch = "gs_shard_membership_epoch";
 constexpr const char* kJobFamilies[] = {
     kPushes,       kPushBytes,  kPushFp32Bytes, kCompression, kPulls,    kPushSeconds, kStaleness,
-    kMaxStaleness, kVersionMin, kVersionMax,    kMinClock,    kClockLag, kMembers,     kEpoch};
+    kMaxStaleness, kVersionMin, kVersionMax,    kMinClock,    kClockLag, kMembers,     kEpoch,
+    kPullBytes,    kPullFp32Bytes};
 
 // Staleness 0..kStalenessBuckets-2 has its own bucket; the Job's last bucket
 // (staleness >= kStalenessBuckets-1) is Prometheus' +Inf.
@@ -53,6 +56,9 @@ void ExportJobStats(const std::string& job, const JobStats& s,
   gauge(kCompression, "fp32 bytes / encoded bytes of applied pushes (0 before the first).",
         s.bytes_in == 0 ? 0.0 : static_cast<double>(s.fp32_bytes_in) / s.bytes_in);
   counter(kPulls, "Pulls answered with parameters.", s.pulls_served, l);
+  counter(kPullBytes, "Parameter bytes pulls carried (fp32 values, or pull-codec deltas).",
+          s.bytes_out, l);
+  counter(kPullFp32Bytes, "What the same pulls would weigh as fp32.", s.fp32_bytes_out, l);
 
   metrics::Histogram* latency = registry->GetHistogram(
       kPushSeconds, "Time to handle one push (decode + accumulate/apply + ack), seconds.",

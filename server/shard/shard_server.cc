@@ -93,6 +93,8 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   o.max_pending_rounds = server.max_pending_rounds;
   o.default_pull_timeout = server.default_pull_timeout;
   o.token = req.job_token();
+  o.pull_codec = static_cast<CodecType>(req.pull_codec());  // enums tied in common/codec/wire.cc
+  if (!IsKnownCodec(o.pull_codec)) return absl::InvalidArgumentError("unknown pull codec");
   return o;
 }
 
@@ -371,6 +373,8 @@ class ShardService final : public pb::ParameterServer::CallbackService {
       resp->set_bytes_in(s.bytes_in);
       resp->set_fp32_bytes_in(s.fp32_bytes_in);
       resp->set_pulls_served(s.pulls_served);
+      resp->set_bytes_out(s.bytes_out);
+      resp->set_fp32_bytes_out(s.fp32_bytes_out);
       resp->set_min_version(s.min_version);
       resp->set_max_version(s.max_version);
       resp->set_max_staleness(s.max_staleness);

@@ -54,6 +54,9 @@ struct JobOptions {
   // Bearer token a Session must present to join this job; "" = none beyond
   // the shard's cluster token (common/rpc/rpc.h [auth tokens]).
   std::string token;
+  // Codec of the parameter deltas pulls carry (see [pull codec] in
+  // common/codec/published.h); kNone = pulls carry the fp32 parameters.
+  CodecType pull_codec = CodecType::kNone;
 };
 
 struct PushArgs {
@@ -64,18 +67,44 @@ struct PushArgs {
   absl::string_view payload;
 };
 
+// A worker's published copy of one chunk (see [pull codec]).
+struct HeldCopy {
+  uint64_t chunk_id = 0;
+  uint64_t version = 0;
+  uint32_t checksum = 0;
+};
+
 struct PullArgs {
   uint64_t worker = 0;
   uint64_t request_id = 0;
   std::vector<uint64_t> chunk_ids;  // empty = all
   uint64_t clock = 0;
   absl::Time deadline = absl::InfiniteFuture();
+  std::vector<HeldCopy> held;  // pull codec: the copies the worker holds
+};
+
+// One encoded change of a published copy.
+struct EncodedDelta {
+  ChunkHeader header;
+  std::string payload;
+};
+
+// A chunk's published copy as a checkpoint keeps it (see [pull codec]).
+struct PublishedCopy {
+  uint64_t chunk_id = 0;
+  uint64_t version = 0;
+  std::vector<float> copy;
 };
 
 struct PulledChunk {
   uint64_t chunk_id = 0;
   uint64_t version = 0;
   std::string values;  // little-endian fp32
+  // Pull codec (see [pull codec]): `values` or `deltas` are the published
+  // copy at `version`, whose CRC32C is `checksum`.
+  bool published = false;
+  std::vector<EncodedDelta> deltas;
+  uint32_t checksum = 0;
 };
 
 // The answer to one pull: either status != OK, or every requested chunk.
@@ -114,6 +143,8 @@ struct JobStats {
   uint64_t max_clock = 0;
   uint64_t epoch = 0;
   uint32_t members = 0;  // workers in the newest epoch
+  uint64_t bytes_out = 0;       // parameter bytes pulls carried (values + deltas)
+  uint64_t fp32_bytes_out = 0;  // what the same pulls would be as fp32
 };
 
 }  // namespace gradstream::shard

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "tests/training/cluster.h"
@@ -26,6 +27,7 @@ ClusterBinaries Binaries() {
 struct Result {
   double accuracy = 0;
   uint64_t bytes = 0, fp32_bytes = 0;
+  uint64_t pulled = 0, fp32_pulled = 0;
   double seconds = 0;
 };
 
@@ -81,11 +83,14 @@ class Convergence : public ::testing::Test {
     r.accuracy = status->progress().accuracy();
     r.bytes = status->progress().bytes_pushed();
     r.fp32_bytes = status->progress().fp32_bytes_pushed();
+    r.pulled = status->progress().bytes_pulled();
+    r.fp32_pulled = status->progress().fp32_bytes_pulled();
     r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    std::printf("%-28s accuracy %.4f  pushed %10llu B  fp32 %10llu B  (%.1fx)  %.1f s\n",
+    std::printf("%-28s accuracy %.4f  pushed %10llu B  fp32 %10llu B  (%.1fx)  pulled %.1fx  %.1f s\n",
                 spec.name().c_str(), r.accuracy, static_cast<unsigned long long>(r.bytes),
                 static_cast<unsigned long long>(r.fp32_bytes),
-                r.bytes ? double(r.fp32_bytes) / r.bytes : 0.0, r.seconds);
+                r.bytes ? double(r.fp32_bytes) / r.bytes : 0.0,
+                r.pulled ? double(r.fp32_pulled) / r.pulled : 0.0, r.seconds);
     std::fflush(stdout);
     return r;
   }
@@ -137,6 +142,27 @@ TEST_F(Convergence, BoundedStalenessMatchesSync) {
   const Result bounded = Run(ssp);
   EXPECT_GE(sync.accuracy, 0.90);
   EXPECT_GE(bounded.accuracy, sync.accuracy - 0.01);
+}
+
+// Compressed pulls (see [pull codec]): the workers train on the shards'
+// published copy, which trails the parameters by one codec residual; at the
+// same number of steps they stay within 0.5 pt of fp32 pulls.
+TEST_F(Convergence, CompressedPullsMatchFp32Pulls) {
+  v1::JobSpec fp32_pull = Reference("twobit-push-fp32-pull");
+  fp32_pull.mutable_codec()->set_default_codec("twobit");
+  fp32_pull.mutable_codec()->set_pull_codec("none");
+  const Result base = Run(fp32_pull);
+  EXPECT_GE(base.accuracy, 0.90);
+  EXPECT_EQ(base.pulled, base.fp32_pulled);
+  for (const char* codec : {"twobit", "ternary"}) {
+    v1::JobSpec spec = fp32_pull;
+    spec.set_name(absl::StrCat("twobit-push-", codec, "-pull"));
+    spec.mutable_codec()->set_pull_codec(codec);
+    const Result r = Run(spec);
+    EXPECT_GE(r.accuracy, base.accuracy - 0.005) << codec;
+    // Mostly 2-bit deltas; each worker's first pull of a chunk is a snapshot.
+    EXPECT_LE(r.pulled * 8, r.fp32_pulled) << codec;
+  }
 }
 
 TEST_F(Convergence, ServerAdagradConverges) {

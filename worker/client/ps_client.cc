@@ -27,7 +27,10 @@ using internal::TensorEncoder;
 class PsClientImpl final : public PsClient {
  public:
   PsClientImpl(const ShardMap& map, const ClientOptions& options)
-      : map_(map), options_(options), buffers_(options.buffer_pool_bytes) {
+      : map_(map),
+        options_(options),
+        buffers_(options.buffer_pool_bytes),
+        published_(ChunkElems(map)) {
     if (options.encode_threads > 0) {
       encode_pool_ = std::make_unique<internal::EncodePool>(options.encode_threads);
     }
@@ -169,7 +172,7 @@ class PsClientImpl final : public PsClient {
       targets[c.chunk_id] = PullTarget{dst.data() + c.offset, c.num_elems};
       per_shard[c.shard].push_back(c.chunk_id);
     }
-    auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard));
+    auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard), &published_);
     for (uint32_t s = 0; s < streams_.size(); ++s) {
       if (!state->chunks_of(s).empty()) streams_[s]->SendPull(clock, state);
     }
@@ -230,6 +233,7 @@ class PsClientImpl final : public PsClient {
     st.pull_calls = pull_calls_.load();
     st.chunks_pulled = counters_.chunks_pulled.load();
     st.bytes_pulled = counters_.bytes_pulled.load();
+    st.fp32_bytes_pulled = counters_.fp32_bytes_pulled.load();
     st.reconnects = counters_.reconnects.load();
     st.replayed = counters_.replayed.load();
     return st;
@@ -245,6 +249,14 @@ class PsClientImpl final : public PsClient {
   }
 
   const ShardMap& shard_map() const override { return map_; }
+
+  std::vector<PublishedCopyInfo> published_copies() const override {
+    std::vector<PublishedCopyInfo> out;
+    for (const auto& [id, held] : published_.Summary()) {
+      out.push_back(PublishedCopyInfo{id, held.version, held.checksum});
+    }
+    return out;
+  }
 
  private:
   // A Push message for chunk `c` at `clock`, without its encoded chunk.
@@ -268,6 +280,12 @@ class PsClientImpl final : public PsClient {
     streams_[c.shard]->SendPush(std::move(message), done);
   }
 
+  static std::vector<uint32_t> ChunkElems(const ShardMap& map) {
+    std::vector<uint32_t> n(map.chunks.size());
+    for (const ChunkInfo& c : map.chunks) n[c.chunk_id] = c.num_elems;
+    return n;
+  }
+
   static PushHandle MakePush(std::shared_ptr<Completion> c) { return MakePushHandle(std::move(c)); }
   static PullHandle MakePull(std::shared_ptr<PullState> s) { return MakePullHandle(std::move(s)); }
 
@@ -278,6 +296,7 @@ class PsClientImpl final : public PsClient {
   std::vector<std::unique_ptr<ShardStream>> streams_;     // by shard index
   internal::StreamCounters counters_;
   internal::BufferPool buffers_;
+  internal::PublishedCopies published_;  // pull codec: the copies pulls apply to
   std::unique_ptr<internal::EncodePool> encode_pool_;  // null: encode on the caller
   std::atomic<uint64_t> push_calls_{0}, chunks_pushed_{0}, bytes_pushed_{0},
       fp32_bytes_pushed_{0}, pull_calls_{0};

@@ -118,7 +118,8 @@ struct ClientStats {
   uint64_t duplicate_acks = 0;     // replays the shard had already applied
   uint64_t pull_calls = 0;
   uint64_t chunks_pulled = 0;
-  uint64_t bytes_pulled = 0;
+  uint64_t bytes_pulled = 0;       // parameter bytes received (fp32 values or pull-codec deltas)
+  uint64_t fp32_bytes_pulled = 0;  // what the same chunks weigh as fp32
   uint64_t reconnects = 0;         // connection attempts after the first
   uint64_t replayed = 0;           // messages re-sent after a reconnect
 };
@@ -236,6 +237,16 @@ class PsClient {
   // loop reads it at a low rate (the trainer: once per rate window).
   virtual double ResidualNorm() const = 0;
   virtual const ShardMap& shard_map() const = 0;
+
+  // The published copies held (pull codec, see [pull codec] in
+  // common/codec/published.h): version and CRC32C per chunk id, for chunks
+  // whose last pull was answered with one.
+  struct PublishedCopyInfo {
+    uint64_t chunk_id = 0;
+    uint64_t version = 0;
+    uint32_t checksum = 0;
+  };
+  virtual std::vector<PublishedCopyInfo> published_copies() const { return {}; }
 
  protected:
   PsClient() = default;

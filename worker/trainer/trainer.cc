@@ -73,6 +73,12 @@ absl::Status Trainer::PullInto(uint64_t clock) {
     const client::PullHandle h = client_->Pull(clock, std::move(out));
     absl::Status s = client::PsClient::Wait(h, options_.pull_wait);
     if (s.ok()) break;
+    // A published copy that failed its checksum was dropped: asking again
+    // gets a snapshot (see [pull codec]).
+    if (absl::IsDataLoss(s) && absl::Now() <= give_up) {
+      LOG(WARNING) << "pull at clock " << clock << ": " << s << "; pulling a snapshot";
+      continue;
+    }
     // The consistency mode may hold a pull for a long time (a straggler, a
     // dead member the coordinator has not removed yet): ask again, but stop
     // when the job ends or nothing moves for stall_deadline.
@@ -169,6 +175,8 @@ void Trainer::Publish(uint64_t clock) {
   const client::ClientStats cs = client_->stats();
   progress_.bytes_pushed = cs.bytes_pushed;
   progress_.fp32_bytes_pushed = cs.fp32_bytes_pushed;
+  progress_.bytes_pulled = cs.bytes_pulled;
+  progress_.fp32_bytes_pulled = cs.fp32_bytes_pulled;
   progress_.encode_path = pusher_ != nullptr ? "device" : "host";
   progress_.encode_share =
       step_seconds_ > 0 ? static_cast<float>(encode_seconds_ / step_seconds_) : 0.0f;

@@ -61,6 +61,8 @@ struct Progress {
   float samples_per_sec = 0;
   uint64_t bytes_pushed = 0;
   uint64_t fp32_bytes_pushed = 0;
+  uint64_t bytes_pulled = 0;
+  uint64_t fp32_bytes_pulled = 0;
   double residual_norm = 0;
   uint64_t reconnects = 0;     // the client's reconnects to shards
   // "host" (gradients encoded on the CPU; a GPU model's are copied to host

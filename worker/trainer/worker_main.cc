@@ -128,6 +128,8 @@ class WorkerState {
     out->set_samples_per_sec(p.samples_per_sec);
     out->set_bytes_pushed(p.bytes_pushed);
     out->set_fp32_bytes_pushed(p.fp32_bytes_pushed);
+    out->set_bytes_pulled(p.bytes_pulled);
+    out->set_fp32_bytes_pulled(p.fp32_bytes_pulled);
     out->set_residual_norm(p.residual_norm);
     out->set_encode_path(p.encode_path);
     out->set_encode_share(p.encode_share);

@@ -43,8 +43,10 @@ bool Completion::done() const {
 }
 
 PullState::PullState(std::vector<PullTarget> targets,
-                     std::vector<std::vector<uint64_t>> shard_chunks)
-    : targets_(std::move(targets)), completion_(std::make_shared<Completion>(0)) {
+                     std::vector<std::vector<uint64_t>> shard_chunks, PublishedCopies* published)
+    : targets_(std::move(targets)),
+      published_(published),
+      completion_(std::make_shared<Completion>(0)) {
   int involved = 0;
   for (auto& chunks : shard_chunks) {
     auto part = std::make_unique<Part>();
@@ -53,6 +55,26 @@ PullState::PullState(std::vector<PullTarget> targets,
     parts_.push_back(std::move(part));
   }
   completion_->Add(involved);
+}
+
+bool PullState::Expected(Part& part, uint32_t shard, uint64_t chunk_id) {
+  if (chunk_id < targets_.size() && targets_[chunk_id].dst != nullptr) return true;
+  part.finished = true;
+  completion_->Done(absl::InternalError(
+      absl::StrCat("shard ", shard, " sent chunk ", chunk_id, " that was not asked for")));
+  return false;
+}
+
+void PullState::Finish(Part& part, uint32_t shard, bool last) {
+  if (!last) return;
+  part.finished = true;
+  if (part.received.size() != part.expected.size()) {
+    completion_->Done(absl::InternalError(absl::StrCat(
+        "shard ", shard, " answered ", part.received.size(), " of ", part.expected.size(),
+        " chunks")));
+  } else {
+    completion_->Done(absl::OkStatus());
+  }
 }
 
 size_t PullState::OnChunk(uint32_t shard, uint64_t chunk_id, std::string_view values, bool last) {
@@ -64,12 +86,7 @@ size_t PullState::OnChunk(uint32_t shard, uint64_t chunk_id, std::string_view va
   // A PullChunk marked `last` may carry no chunk (an empty answer terminator);
   // the shard then leaves values empty.
   if (!values.empty() || !last) {
-    if (chunk_id >= targets_.size() || targets_[chunk_id].dst == nullptr) {
-      part.finished = true;
-      completion_->Done(absl::InternalError(
-          absl::StrCat("shard ", shard, " sent chunk ", chunk_id, " that was not asked for")));
-      return 0;
-    }
+    if (!Expected(part, shard, chunk_id)) return 0;
     const PullTarget& t = targets_[chunk_id];
     if (values.size() != size_t{t.num_elems} * sizeof(float)) {
       part.finished = true;
@@ -82,17 +99,27 @@ size_t PullState::OnChunk(uint32_t shard, uint64_t chunk_id, std::string_view va
     part.received.insert(chunk_id);
     copied = values.size();
   }
-  if (last) {
-    part.finished = true;
-    if (part.received.size() != part.expected.size()) {
-      completion_->Done(absl::InternalError(
-          absl::StrCat("shard ", shard, " answered ", part.received.size(), " of ",
-                       part.expected.size(), " chunks")));
-    } else {
-      completion_->Done(absl::OkStatus());
-    }
-  }
+  Finish(part, shard, last);
   return copied;
+}
+
+void PullState::OnPublished(uint32_t shard, uint64_t chunk_id, const PublishedAnswer& answer,
+                            bool last) {
+  if (shard >= parts_.size()) return;
+  Part& part = *parts_[shard];
+  absl::MutexLock lock(&part.mu);
+  if (part.finished || part.abandoned) return;
+  if (!Expected(part, shard, chunk_id)) return;
+  absl::Status s = published_ == nullptr
+                       ? absl::InternalError("a published answer, but the client keeps no copies")
+                       : published_->Apply(chunk_id, answer, targets_[chunk_id].dst);
+  if (!s.ok()) {
+    part.finished = true;
+    completion_->Done(absl::Status(s.code(), absl::StrCat("shard ", shard, ": ", s.message())));
+    return;
+  }
+  part.received.insert(chunk_id);
+  Finish(part, shard, last);
 }
 
 void PullState::Fail(uint32_t shard, const absl::Status& status) {

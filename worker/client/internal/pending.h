@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "worker/client/internal/published_copies.h"
 
 namespace gradstream::client::internal {
 
@@ -52,7 +53,10 @@ class PullState {
  public:
   // `targets` is indexed by chunk id; `shard_chunks[s]` lists what shard s
   // is asked for (empty = the shard is not involved).
-  PullState(std::vector<PullTarget> targets, std::vector<std::vector<uint64_t>> shard_chunks);
+  // `published` (not owned; may be null when no shard uses a pull codec)
+  // keeps the copies published answers apply to.
+  PullState(std::vector<PullTarget> targets, std::vector<std::vector<uint64_t>> shard_chunks,
+            PublishedCopies* published = nullptr);
 
   Completion& completion() { return *completion_; }
   const std::vector<uint64_t>& chunks_of(uint32_t shard) const { return parts_[shard]->expected; }
@@ -62,6 +66,15 @@ class PullState {
   // missing). A chunk that is not part of the request, or of the wrong size,
   // fails the pull with Internal. Returns the bytes copied.
   size_t OnChunk(uint32_t shard, uint64_t chunk_id, std::string_view values, bool last);
+  // One published PullChunk (pull codec, see [pull codec]): applied to the
+  // chunk's published copy, which is then copied into place. A failed apply
+  // (checksum mismatch: DataLoss) fails the pull; as OnChunk otherwise.
+  void OnPublished(uint32_t shard, uint64_t chunk_id, const PublishedAnswer& answer, bool last);
+  PublishedCopies* published() const { return published_; }
+  // Elements of `chunk_id` as asked for (0 when not asked for).
+  uint32_t chunk_elems(uint64_t chunk_id) const {
+    return chunk_id < targets_.size() ? targets_[chunk_id].num_elems : 0;
+  }
   // The shard answered with an error or its stream failed for good.
   void Fail(uint32_t shard, const absl::Status& status);
   // Stops all writes into the caller's buffers.
@@ -76,7 +89,13 @@ class PullState {
     bool finished ABSL_GUARDED_BY(mu) = false;
     bool abandoned ABSL_GUARDED_BY(mu) = false;
   };
+  // Checks that `chunk_id` was asked of `shard`; else fails the part.
+  bool Expected(Part& part, uint32_t shard, uint64_t chunk_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);
+  // After a chunk (or the terminator) of `part`: completes it on `last`.
+  void Finish(Part& part, uint32_t shard, bool last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);
+
   const std::vector<PullTarget> targets_;
+  PublishedCopies* const published_;
   std::vector<std::unique_ptr<Part>> parts_;
   const std::shared_ptr<Completion> completion_;
 };

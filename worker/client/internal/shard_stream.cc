@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/codec/wire.h"
 #include "common/grpc_util.h"
 #include "common/rpc/rpc.h"
 #include "common/status.h"
@@ -113,6 +114,7 @@ void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
   req->set_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.pull_timeout)));
   const auto& chunks = pull->chunks_of(shard_);
   req->mutable_chunk_ids()->Add(chunks.begin(), chunks.end());
+  AddHeldCopies(*pull, req);
   request_order_[request_id] = Enqueue(Entry{Kind::kPull, std::move(message), nullptr, std::move(pull)});
 }
 
@@ -438,11 +440,16 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
                                     absl::StrCat(Describe(), ": ")));
         return;
       }
+      if (pc.published()) {
+        OnPublished(pc, *pull);
+        return;
+      }
       // Counted before OnChunk, which may complete the handle: a caller that
       // waited must see its own bytes in stats().
       if (!pc.values().empty()) {
         counters_->chunks_pulled.fetch_add(1, std::memory_order_relaxed);
         counters_->bytes_pulled.fetch_add(pc.values().size(), std::memory_order_relaxed);
+        counters_->fp32_bytes_pulled.fetch_add(pc.values().size(), std::memory_order_relaxed);
       }
       pull->OnChunk(shard_, pc.chunk_id(), pc.values(), pc.last());
       return;
@@ -457,6 +464,41 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
     default:
       return;
   }
+}
+
+void ShardStream::AddHeldCopies(const PullState& pull, v1::PullRequest* req) {
+  if (pull.published() == nullptr) return;
+  for (uint64_t id : pull.chunks_of(shard_)) {
+    const std::optional<PublishedCopies::Held> held = pull.published()->held(id);
+    if (!held.has_value()) continue;
+    v1::HeldCopy* h = req->add_held();
+    h->set_chunk_id(id);
+    h->set_version(held->version);
+    h->set_checksum(held->checksum);
+  }
+}
+
+void ShardStream::OnPublished(const v1::PullChunk& pc, PullState& pull) {
+  PublishedAnswer answer;
+  answer.version = pc.version();
+  answer.checksum = pc.checksum();
+  answer.snapshot = pc.values();
+  uint64_t bytes = pc.values().size();
+  for (const v1::EncodedChunk& d : pc.deltas()) {
+    absl::StatusOr<ChunkHeader> header = ChunkHeaderFromWire(d);
+    if (!header.ok()) {
+      pull.Fail(shard_, Annotate(header.status(), absl::StrCat(Describe(), ": pulled delta: ")));
+      return;
+    }
+    answer.deltas.emplace_back(*header, d.payload());
+    bytes += d.payload().size();
+  }
+  // Counted before OnPublished, which may complete the handle (as OnChunk).
+  counters_->chunks_pulled.fetch_add(1, std::memory_order_relaxed);
+  counters_->bytes_pulled.fetch_add(bytes, std::memory_order_relaxed);
+  const uint32_t n = pull.chunk_elems(pc.chunk_id());
+  counters_->fp32_bytes_pulled.fetch_add(uint64_t{n} * sizeof(float), std::memory_order_relaxed);
+  pull.OnPublished(shard_, pc.chunk_id(), answer, pc.last());
 }
 
 }  // namespace gradstream::client::internal

@@ -35,6 +35,7 @@ struct StreamCounters {
   std::atomic<uint64_t> duplicate_acks{0};
   std::atomic<uint64_t> chunks_pulled{0};
   std::atomic<uint64_t> bytes_pulled{0};
+  std::atomic<uint64_t> fp32_bytes_pulled{0};
   std::atomic<uint64_t> reconnects{0};
   std::atomic<uint64_t> replayed{0};
 };
@@ -97,6 +98,10 @@ class ShardStream {
   void ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::ServerMessage>* stream,
                   Connection* conn);
   void Dispatch(const v1::ServerMessage& m, Connection* conn);
+  // Pull codec (see [pull codec]): names the copies held in a request, and
+  // hands a published answer to its pull.
+  void AddHeldCopies(const PullState& pull, v1::PullRequest* req);
+  void OnPublished(const v1::PullChunk& pc, PullState& pull);
   void Transition(StreamEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Transition(Connection* conn, ConnectionEvent event) {
     conn->phase = NextConnectionPhase(conn->phase, event);

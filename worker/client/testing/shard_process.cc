@@ -153,6 +153,7 @@ absl::StatusOr<v1::CreateJobResponse> CreateJobOn(const ShardMap& map, uint32_t 
   for (uint64_t w : setup.workers) m->add_worker_ids(w);
   req.set_checkpoint_every(setup.checkpoint_every);
   req.set_shard_index(shard);
+  req.set_pull_codec(setup.pull_codec);
   grpc::ClientContext ctx;
   SetDeadline(&ctx, deadline);
   v1::CreateJobResponse resp;

@@ -66,6 +66,7 @@ struct JobSetup {
   std::vector<uint64_t> workers = {1};
   uint64_t epoch = 1;
   uint32_t checkpoint_every = 0;
+  v1::Codec pull_codec = v1::CODEC_NONE;  // see [pull codec]
 };
 
 // CreateJob on every shard of `map` with the chunks the map gives it.

@@ -1,0 +1,133 @@
+// PullPublisher. See pull_publisher.h and [pull codec].
+#include "server/shard/pull_publisher.h"
+
+#include <cstring>
+
+#include "common/codec/published.h"
+#include "common/codec/registry.h"
+#include "glog/logging.h"
+
+namespace gradstream::shard {
+namespace {
+
+// What a delta's header weighs on the wire, roughly (codec, count, scales).
+constexpr size_t kDeltaHeaderBytes = 16;
+// Keys the pull codec's stochastic rounding apart from any worker's pushes.
+constexpr uint64_t kPullSeed = 0x70756c6c636f6465;  // "pullcode"
+constexpr uint32_t kPullWorker = 0xffffffff;
+
+}  // namespace
+
+PullPublisher::PullPublisher(CodecType codec, bool once_per_clock,
+                             const std::vector<ChunkSpec>& chunks)
+    : codec_(codec), once_per_clock_(once_per_clock) {
+  CHECK(codec != CodecType::kNone) << "a pull publisher needs a compressing codec";
+  for (const ChunkSpec& spec : chunks) {
+    auto c = std::make_unique<Chunk>(spec.num_elems);
+    absl::MutexLock l(&c->mu);
+    // No error feedback decorator: the residual is params - copy (see [pull codec]).
+    c->encoder = *MakeChunkEncoder(CodecTypeName(codec), PullCodecOptions(),
+                                   /*error_feedback=*/false, spec.num_elems);
+    chunks_[spec.chunk_id] = std::move(c);
+  }
+}
+
+void PullPublisher::Reset(Chunk& c, absl::Span<const float> params, uint64_t version) {
+  c.copy.assign(params.begin(), params.end());
+  c.has = true;
+  c.version = version;
+  c.checksum = PublishedChecksum(c.copy);
+  c.history.clear();
+  c.history_bytes = 0;
+}
+
+void PullPublisher::Publish(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
+                            uint64_t version) {
+  c.scratch.resize(c.num_elems);
+  for (uint32_t i = 0; i < c.num_elems; ++i) c.scratch[i] = params[i] - c.copy[i];
+  Delta d;
+  d.from_version = c.version;
+  d.from_checksum = c.checksum;
+  EncodeKey key;
+  key.seed = kPullSeed;
+  key.worker = kPullWorker;
+  key.clock = static_cast<uint32_t>(version);
+  key.chunk = static_cast<uint32_t>(chunk_id);
+  absl::Status s = c.encoder->Encode(c.scratch, key, &d.delta.header, &d.delta.payload);
+  if (s.ok()) s = ApplyPublishedDelta(d.delta.header, d.delta.payload, absl::MakeSpan(c.copy));
+  if (!s.ok()) {
+    // Non-finite parameters: nothing to encode them with; workers get them whole.
+    LOG(WARNING) << "chunk " << chunk_id << ": pull codec cannot encode version " << version
+                 << " (" << s << "); publishing a snapshot";
+    Reset(c, params, version);
+    return;
+  }
+  c.version = version;
+  c.checksum = PublishedChecksum(c.copy);
+  c.history_bytes += d.delta.payload.size() + kDeltaHeaderBytes;
+  c.history.push_back(std::move(d));
+  // A chain heavier than a snapshot is never sent, so it is not kept.
+  const size_t snapshot_bytes = size_t{c.num_elems} * sizeof(float);
+  while (c.history_bytes > snapshot_bytes) {
+    c.history_bytes -= c.history.front().delta.payload.size() + kDeltaHeaderBytes;
+    c.history.pop_front();
+  }
+}
+
+size_t PullPublisher::Serve(uint64_t chunk_id, absl::Span<const float> params, uint64_t version,
+                            uint64_t reader_clock, const HeldCopy* held, PulledChunk* out) {
+  auto it = chunks_.find(chunk_id);
+  CHECK(it != chunks_.end()) << "chunk " << chunk_id << " has no published copy";
+  Chunk& c = *it->second;
+  absl::MutexLock l(&c.mu);
+  if (!c.has) {
+    Reset(c, params, version);
+    c.published_clock = reader_clock;
+  } else if (version != c.version && (!once_per_clock_ || reader_clock > c.published_clock)) {
+    Publish(chunk_id, c, params, version);
+    c.published_clock = reader_clock;
+  }
+  out->published = true;
+  out->version = c.version;
+  out->checksum = c.checksum;
+  out->values.clear();
+  out->deltas.clear();
+  if (held != nullptr && held->version == c.version && held->checksum == c.checksum) {
+    return 0;  // already current
+  }
+  if (held != nullptr) {
+    for (size_t i = 0; i < c.history.size(); ++i) {
+      const Delta& d = c.history[i];
+      if (d.from_version != held->version || d.from_checksum != held->checksum) continue;
+      size_t bytes = 0;
+      for (size_t j = i; j < c.history.size(); ++j) {
+        out->deltas.push_back(c.history[j].delta);
+        bytes += c.history[j].delta.payload.size();
+      }
+      return bytes;
+    }
+  }
+  out->values.assign(reinterpret_cast<const char*>(c.copy.data()), c.copy.size() * sizeof(float));
+  return out->values.size();
+}
+
+std::optional<PublishedCopy> PullPublisher::Save(uint64_t chunk_id) const {
+  auto it = chunks_.find(chunk_id);
+  if (it == chunks_.end()) return std::nullopt;
+  const Chunk& c = *it->second;
+  absl::MutexLock l(&c.mu);
+  if (!c.has) return std::nullopt;
+  return PublishedCopy{chunk_id, c.version, c.copy};
+}
+
+bool PullPublisher::Restore(const PublishedCopy& saved) {
+  auto it = chunks_.find(saved.chunk_id);
+  if (it == chunks_.end() || saved.copy.size() != it->second->num_elems) return false;
+  Chunk& c = *it->second;
+  absl::MutexLock l(&c.mu);
+  Reset(c, saved.copy, saved.version);
+  c.published_clock = 0;
+  return true;
+}
+
+}  // namespace gradstream::shard

@@ -1,0 +1,87 @@
+// The shard's side of a pull codec: per chunk, the published copy, the
+// recent encoded deltas, and what a pull gets (see [pull codec] in
+// common/codec/published.h).
+#ifndef GRADSTREAM_SERVER_SHARD_PULL_PUBLISHER_H_
+#define GRADSTREAM_SERVER_SHARD_PULL_PUBLISHER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/codec/codec.h"
+#include "server/shard/types.h"
+
+namespace gradstream::shard {
+
+// Thread-safe (one lock per chunk). Memory per chunk: the published copy,
+// a scratch buffer, and deltas weighing at most one fp32 snapshot (16 twobit
+// or ternary deltas, 32 onebit ones): the history is bounded by the codec,
+// not by the job's length. Sync mode needs one delta per clock; SSP with s
+// publishes at most once per reader clock, so a worker at the bound is about
+// s + 1 deltas behind; farther behind, a snapshot is the cheaper answer anyway.
+class PullPublisher {
+ public:
+  // `codec` must not be kNone. `once_per_clock`: publish at most once per
+  // reader clock (SSP, async: a copy published for the fastest reader
+  // satisfies every slower one) instead of at every version change (sync).
+  PullPublisher(CodecType codec, bool once_per_clock, const std::vector<ChunkSpec>& chunks);
+
+  // Answers one pull of chunk `chunk_id` by a reader at `reader_clock` that
+  // holds `held` (null: nothing): first publishes `params` (the true
+  // parameters at `version`) when they moved since the last publication and
+  // the publication rule allows, then fills `out` (published, version,
+  // checksum and either the deltas from `held` on, or a snapshot, or nothing
+  // when `held` is current). Returns the bytes the answer carries. The caller
+  // serializes calls per chunk with the parameters' lock.
+  size_t Serve(uint64_t chunk_id, absl::Span<const float> params, uint64_t version,
+               uint64_t reader_clock, const HeldCopy* held, PulledChunk* out);
+
+  // What a checkpoint keeps of a chunk; nullopt before its first pull.
+  std::optional<PublishedCopy> Save(uint64_t chunk_id) const;
+  // Restores a saved copy (the history starts empty: workers holding an
+  // older copy get a snapshot). False when the chunk or its size is unknown.
+  bool Restore(const PublishedCopy& saved);
+
+ private:
+  struct Delta {
+    uint64_t from_version = 0;
+    uint32_t from_checksum = 0;
+    EncodedDelta delta;
+  };
+  struct Chunk {
+    explicit Chunk(uint32_t n) : num_elems(n) {}
+    const uint32_t num_elems;
+    mutable absl::Mutex mu;
+    bool has ABSL_GUARDED_BY(mu) = false;  // a copy was published
+    uint64_t version ABSL_GUARDED_BY(mu) = 0;
+    uint32_t checksum ABSL_GUARDED_BY(mu) = 0;
+    uint64_t published_clock ABSL_GUARDED_BY(mu) = 0;  // reader clock of the last publication
+    std::vector<float> copy ABSL_GUARDED_BY(mu);
+    std::vector<float> scratch ABSL_GUARDED_BY(mu);  // params - copy
+    std::deque<Delta> history ABSL_GUARDED_BY(mu);   // oldest first
+    size_t history_bytes ABSL_GUARDED_BY(mu) = 0;
+    std::unique_ptr<Codec> encoder ABSL_GUARDED_BY(mu);
+  };
+
+  // Takes the copy to `params` at `version`: a delta, or the params whole
+  // the first time (and should encoding fail).
+  void Publish(uint64_t chunk_id, Chunk& c, absl::Span<const float> params, uint64_t version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  static void Reset(Chunk& c, absl::Span<const float> params, uint64_t version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+
+  const CodecType codec_;
+  const bool once_per_clock_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Chunk>> chunks_;  // fixed after construction
+};
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_PULL_PUBLISHER_H_

@@ -1,0 +1,160 @@
+// PullPublisher on its own: what a pull gets (deltas, snapshot, nothing),
+// that the published copy trails the parameters by a bounded residual, that
+// the history stays within a snapshot's weight, and the checkpoint section.
+#include "server/shard/pull_publisher.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "common/codec/published.h"
+#include "gtest/gtest.h"
+#include "server/shard/checkpoint.h"
+
+namespace gradstream::shard {
+namespace {
+
+constexpr uint32_t kElems = 4096;
+
+std::vector<float> Step(std::vector<float> p, std::mt19937& rng, float size) {
+  std::normal_distribution<float> d(0.0f, size);
+  for (float& x : p) x += d(rng);
+  return p;
+}
+
+// The worker's side: what PublishedCopies does, without the network.
+struct Worker {
+  std::vector<float> copy;
+  HeldCopy held;
+  bool has = false;
+  void Take(const PulledChunk& out) {
+    ASSERT_TRUE(out.published);
+    if (!out.values.empty()) {
+      copy.resize(out.values.size() / sizeof(float));
+      std::memcpy(copy.data(), out.values.data(), out.values.size());
+    }
+    for (const EncodedDelta& d : out.deltas) {
+      ASSERT_TRUE(ApplyPublishedDelta(d.header, d.payload, absl::MakeSpan(copy)).ok());
+    }
+    ASSERT_EQ(PublishedChecksum(copy), out.checksum) << "worker drifted at " << out.version;
+    held = HeldCopy{out.chunk_id, out.version, out.checksum};
+    has = true;
+  }
+  const HeldCopy* held_or_null() const { return has ? &held : nullptr; }
+};
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - b[i]));
+  return m;
+}
+
+TEST(PullPublisher, WorkersFollowByDeltasAndNeverDrift) {
+  for (CodecType codec : {CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit}) {
+    SCOPED_TRACE(CodecTypeName(codec));
+    PullPublisher pub(codec, /*once_per_clock=*/false, {{7, kElems}});
+    std::mt19937 rng(1);
+    std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+    Worker fast, slow;
+    PulledChunk out;
+    out.chunk_id = 7;
+    // First pull: the parameters whole, exactly.
+    EXPECT_EQ(pub.Serve(7, params, 0, 0, nullptr, &out), kElems * sizeof(float));
+    fast.Take(out);
+    EXPECT_EQ(fast.copy, params);
+    slow = fast;
+    size_t delta_bytes = 0;
+    for (uint64_t v = 1; v <= 40; ++v) {
+      params = Step(params, rng, 0.01f);
+      delta_bytes += pub.Serve(7, params, v, v, fast.held_or_null(), &out);
+      EXPECT_TRUE(out.values.empty());
+      ASSERT_EQ(out.deltas.size(), 1u);
+      fast.Take(out);
+      // Error feedback keeps the published copy near the parameters.
+      EXPECT_LT(MaxAbsDiff(fast.copy, params), 0.2) << "version " << v;
+      if (v % 3 == 0) {  // a slower worker catches up with a chain of 3
+        pub.Serve(7, params, v, v, slow.held_or_null(), &out);
+        EXPECT_EQ(out.deltas.size(), 3u);
+        slow.Take(out);
+        EXPECT_EQ(slow.copy, fast.copy);
+      }
+    }
+    EXPECT_LT(delta_bytes * 8, 40 * kElems * sizeof(float)) << "deltas must be compressed";
+    // Asking again at the same version: nothing to send.
+    EXPECT_EQ(pub.Serve(7, params, 40, 40, fast.held_or_null(), &out), 0u);
+    EXPECT_TRUE(out.values.empty() && out.deltas.empty());
+  }
+}
+
+TEST(PullPublisher, SnapshotForUnknownCopiesAndTooLongChains) {
+  PullPublisher pub(CodecType::kTwoBit, false, {{0, kElems}});
+  std::mt19937 rng(2);
+  std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+  Worker w;
+  PulledChunk out;
+  pub.Serve(0, params, 0, 0, nullptr, &out);
+  w.Take(out);
+  const HeldCopy old = w.held;
+  // 20 twobit deltas weigh more than a snapshot (16): the oldest are gone.
+  for (uint64_t v = 1; v <= 20; ++v) {
+    params = Step(params, rng, 0.01f);
+    pub.Serve(0, params, v, v, nullptr, &out);
+  }
+  pub.Serve(0, params, 20, 20, &old, &out);
+  EXPECT_EQ(out.values.size(), kElems * sizeof(float)) << "too far behind: snapshot";
+  w.Take(out);
+  // A copy with the right version but other bits (a restarted shard's) is
+  // not taken forward either.
+  HeldCopy forged = w.held;
+  forged.checksum ^= 1;
+  pub.Serve(0, params, 20, 20, &forged, &out);
+  EXPECT_FALSE(out.values.empty());
+}
+
+TEST(PullPublisher, OncePerClockPublishesForTheFastestReaderOnly) {
+  PullPublisher pub(CodecType::kTwoBit, /*once_per_clock=*/true, {{0, kElems}});
+  std::mt19937 rng(3);
+  std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+  PulledChunk out;
+  pub.Serve(0, params, 0, /*reader_clock=*/5, nullptr, &out);
+  params = Step(params, rng, 0.01f);
+  pub.Serve(0, params, 1, /*reader_clock=*/4, nullptr, &out);  // slower reader
+  EXPECT_EQ(out.version, 0u);
+  pub.Serve(0, params, 1, /*reader_clock=*/6, nullptr, &out);
+  EXPECT_EQ(out.version, 1u);
+}
+
+TEST(PullPublisher, CheckpointKeepsThePublishedCopy) {
+  PullPublisher pub(CodecType::kTernary, false, {{3, kElems}});
+  std::mt19937 rng(4);
+  std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+  PulledChunk out;
+  pub.Serve(3, params, 0, 0, nullptr, &out);
+  params = Step(params, rng, 0.01f);
+  pub.Serve(3, params, 1, 1, nullptr, &out);
+  JobSnapshot snap;
+  snap.job_id = "j";
+  snap.published.push_back(*pub.Save(3));
+  absl::StatusOr<JobSnapshot> back = DecodeCheckpoint(EncodeCheckpoint(snap));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->published.size(), 1u);
+  PullPublisher restored(CodecType::kTernary, false, {{3, kElems}});
+  ASSERT_TRUE(restored.Restore(back->published[0]));
+  // A worker holding the checkpointed copy goes on from it with no snapshot.
+  Worker held;
+  pub.Serve(3, params, 1, 1, nullptr, &out);
+  held.Take(out);
+  params = Step(params, rng, 0.01f);
+  restored.Serve(3, params, 2, 2, held.held_or_null(), &out);
+  EXPECT_TRUE(out.values.empty());
+  EXPECT_EQ(out.deltas.size(), 1u);
+  held.Take(out);
+  // A checkpoint without the section (every older file) still loads.
+  snap.published.clear();
+  back = DecodeCheckpoint(EncodeCheckpoint(snap));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->published.empty());
+}
+
+}  // namespace
+}  // namespace gradstream::shard

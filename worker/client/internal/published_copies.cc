@@ -1,0 +1,81 @@
+// PublishedCopies. See published_copies.h and [pull codec].
+#include "worker/client/internal/published_copies.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/codec/published.h"
+
+namespace gradstream::client::internal {
+
+PublishedCopies::PublishedCopies(const std::vector<uint32_t>& chunk_elems) {
+  copies_.reserve(chunk_elems.size());
+  for (uint32_t n : chunk_elems) {
+    auto c = std::make_unique<Copy>();
+    absl::MutexLock l(&c->mu);
+    c->values.resize(n);
+    copies_.push_back(std::move(c));
+  }
+}
+
+std::optional<PublishedCopies::Held> PublishedCopies::held(uint64_t chunk_id) const {
+  if (chunk_id >= copies_.size()) return std::nullopt;
+  const Copy& c = *copies_[chunk_id];
+  absl::MutexLock l(&c.mu);
+  if (!c.has) return std::nullopt;
+  return c.held;
+}
+
+absl::Status PublishedCopies::Apply(uint64_t chunk_id, const PublishedAnswer& answer, float* dst) {
+  if (chunk_id >= copies_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("published answer for unknown chunk ", chunk_id));
+  }
+  Copy& c = *copies_[chunk_id];
+  absl::MutexLock l(&c.mu);
+  const size_t bytes = c.values.size() * sizeof(float);
+  absl::Status s;
+  if (!answer.snapshot.empty()) {
+    if (answer.snapshot.size() != bytes) {
+      s = absl::InvalidArgumentError(absl::StrCat("published snapshot of chunk ", chunk_id, " has ",
+                                                  answer.snapshot.size(), " bytes, want ", bytes));
+    } else {
+      std::memcpy(c.values.data(), answer.snapshot.data(), bytes);  // little-endian hosts only
+    }
+  } else if (!c.has) {
+    s = absl::InvalidArgumentError(
+        absl::StrCat("chunk ", chunk_id, ": the shard sent deltas, but no copy is held"));
+  } else {
+    for (const auto& [header, payload] : answer.deltas) {
+      s = ApplyPublishedDelta(header, absl::string_view(payload.data(), payload.size()),
+                              absl::MakeSpan(c.values));
+      if (!s.ok()) break;
+    }
+  }
+  if (s.ok()) {
+    const uint32_t mine = PublishedChecksum(c.values);
+    if (mine != answer.checksum) {
+      s = absl::DataLossError(absl::StrCat(
+          "chunk ", chunk_id, ": published copy at version ", answer.version, " has checksum ",
+          mine, ", the shard's has ", answer.checksum, " (the next pull asks for a snapshot)"));
+    }
+  }
+  if (!s.ok()) {
+    c.has = false;
+    return s;
+  }
+  c.has = true;
+  c.held = Held{answer.version, answer.checksum};
+  std::memcpy(dst, c.values.data(), bytes);
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<uint64_t, PublishedCopies::Held>> PublishedCopies::Summary() const {
+  std::vector<std::pair<uint64_t, Held>> out;
+  for (uint64_t id = 0; id < copies_.size(); ++id) {
+    absl::MutexLock l(&copies_[id]->mu);
+    if (copies_[id]->has) out.emplace_back(id, copies_[id]->held);
+  }
+  return out;
+}
+
+}  // namespace gradstream::client::internal
