@@ -300,7 +300,32 @@ void Job::AdvanceClock(uint64_t worker, uint64_t clock) {
 }
 
 absl::StatusOr<uint64_t> Job::UpdateMembership(MembershipEpoch epoch) {
-  GS_ASSIGN_OR_RETURN(const uint64_t newest, membership_.Update(std::move(epoch)));
+  const uint64_t effective = epoch.effective_clock;
+  const bool sync = options_.consistency.mode == ConsistencyMode::kSync;
+  uint64_t passed = 0;
+  if (sync) {
+    for (const auto& c : chunks_) passed = std::max(passed, c->version.load());
+  }
+  Membership::Joined joined;
+  GS_ASSIGN_OR_RETURN(const uint64_t newest,
+                      membership_.Update(std::move(epoch), passed, &joined));
+  // NOTE: [late join] Joiners start at joined.start (see [rejoin clock]).
+  // When that lies past the epoch's clock, this shard had already closed the
+  // rounds in between without them (the coordinator planned too short a
+  // lead, or this shard heard of the epoch late): their pushes for those
+  // clocks are settled (acknowledged as duplicates and dropped) instead of
+  // refused, so the joiner is not failed for a round it could not join.
+  if (sync && !joined.workers.empty()) {
+    for (const auto& c : chunks_) {
+      absl::MutexLock l(&c->mu);
+      for (uint64_t w : joined.workers) c->applied[w].SettleBelow(joined.start);
+    }
+  }
+  if (joined.start > effective && !joined.workers.empty()) {
+    LOG(WARNING) << "job " << id() << ": epoch " << newest << " adds " << joined.workers.size()
+                 << " worker(s) at clock " << effective << ", which this shard already passed;"
+                 << " they start at clock " << joined.start << " here (see [late join])";
+  }
   // Rounds waiting on a removed member may be complete now.
   const bool moved = AdvanceChunks();
   Wake();

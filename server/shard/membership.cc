@@ -58,6 +58,12 @@ uint64_t Membership::WorkerClock(uint64_t worker) const {
 }
 
 absl::StatusOr<uint64_t> Membership::Update(MembershipEpoch epoch) {
+  Joined joined;
+  return Update(std::move(epoch), 0, &joined);
+}
+
+absl::StatusOr<uint64_t> Membership::Update(MembershipEpoch epoch, uint64_t passed,
+                                            Joined* joined) {
   absl::MutexLock l(&mu_);
   const MembershipEpoch& last = epochs_.back();
   if (epoch.epoch <= last.epoch) return last.epoch;
@@ -65,6 +71,14 @@ absl::StatusOr<uint64_t> Membership::Update(MembershipEpoch epoch) {
     return absl::InvalidArgumentError(
         absl::StrCat("epoch ", epoch.epoch, " takes effect at clock ", epoch.effective_clock,
                      ", before epoch ", last.epoch, " (clock ", last.effective_clock, ")"));
+  }
+  // See [rejoin clock].
+  joined->start = std::max(epoch.effective_clock, passed);
+  joined->workers.clear();
+  for (uint64_t w : epoch.workers) {
+    if (Contains(last.workers, w)) continue;
+    joined->workers.push_back(w);
+    clocks_[w] = joined->start;
   }
   epochs_.push_back(std::move(epoch));
   return epochs_.back().epoch;

@@ -11,6 +11,21 @@
 // added at clock 7 does not hold back a bounded pull at clock 9 as if it
 // were at 0. The slowest member (MinClock) is taken over the newest epoch
 // only: a removed worker holds nothing back.
+//
+// NOTE: [rejoin clock]
+// A worker that an epoch adds (a joiner, or a worker that left and comes
+// back, in any mode) starts afresh: whatever clock it had before is
+// forgotten, and its clock becomes the epoch's *start clock*
+//     start = max(effective clock, passed)
+// where `passed` is what the caller knows this shard already passed (sync:
+// the newest chunk version). So a rejoiner's old clock never pulls MinClock
+// back (SSP pulls would wait for a clock nobody will finish, status would show
+// a staleness of thousands), and a sync join the shard learns of after it
+// already closed the rounds from the effective clock on (see [late join] in
+// job.cc) starts where the shard is. In SSP/async a joiner planned behind the
+// slowest member (the coordinator plans ahead of every member, see [membership
+// plan]) holds MinClock at its start only until it catches up: its pulls there
+// are answerable at once.
 #ifndef GRADSTREAM_SERVER_SHARD_MEMBERSHIP_H_
 #define GRADSTREAM_SERVER_SHARD_MEMBERSHIP_H_
 
@@ -54,6 +69,16 @@ class Membership {
   // effective clock goes backwards; an epoch not newer than the newest is a
   // no-op.
   [[nodiscard]] absl::StatusOr<uint64_t> Update(MembershipEpoch epoch);
+  // The workers an Update added and the clock they start at (see [rejoin
+  // clock]).
+  struct Joined {
+    std::vector<uint64_t> workers;
+    uint64_t start = 0;
+  };
+  // As Update(epoch); the workers it adds start at max(effective clock,
+  // `passed`), and are listed in `joined` (not null).
+  [[nodiscard]] absl::StatusOr<uint64_t> Update(MembershipEpoch epoch, uint64_t passed,
+                                                Joined* joined);
 
   // As JobContext::MembersAt / NextStaffedClock (consistency.h).
   std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const;

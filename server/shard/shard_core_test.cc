@@ -251,6 +251,28 @@ TEST(SyncJob, RoundsEveryMemberFinishedElsewhereAreClosed) {
   EXPECT_EQ(t.Params(), (std::vector<float>{-2, -2}));
 }
 
+// The shard applied rounds 0-2 before it heard of worker 20's join at
+// clock 1: 20's pushes for 1 and 2 are settled, not refused, and round 3
+// waits for it (see [late join]).
+TEST(SyncJob, ALateJoinerIsSettledNotFailed) {
+  SyncJob t;
+  for (uint64_t c = 0; c < 3; ++c) {
+    for (uint64_t w : {10, 11, 12}) {
+      EXPECT_FALSE(*t.Push(w, c, {3, 3}));
+      t.job->AdvanceClock(w, c + 1);
+    }
+  }
+  ASSERT_EQ(t.job->Stats(false).min_version, 3u);
+  ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{2, 1, {10, 11, 12, 20}}).ok());
+  EXPECT_TRUE(*t.Push(20, 1, {100, 100}));
+  EXPECT_TRUE(*t.Push(20, 2, {100, 100}));
+  EXPECT_EQ(t.Params(), (std::vector<float>{-9, -9}));
+  for (uint64_t w : {10, 11, 12}) EXPECT_FALSE(*t.Push(w, 3, {4, 4}));
+  EXPECT_EQ(t.job->Stats(false).min_version, 3u);  // waits for 20
+  EXPECT_FALSE(*t.Push(20, 3, {0, 0}));
+  EXPECT_EQ(t.Params(), (std::vector<float>{-12, -12}));  // mean (3, 3) of 4
+}
+
 TEST(SyncJob, BadChunkLeavesStateUnchanged) {
   SyncJob t;
   EXPECT_EQ(t.Push(10, 0, {1, 2, 3}).status().code(), absl::StatusCode::kInvalidArgument);
