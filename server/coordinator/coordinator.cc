@@ -467,16 +467,18 @@ PlanInput Coordinator::PlanInputLocked(const JobRecord& job) const {
     MemberClock mc{m.worker_id(), m.leaving()};
     if (const WorkerRecord* w = workers_.Find(m.worker_id())) {
       mc.clock = w->progress.clock();
-      mc.clock_rate = w->clock_rate.rate;
+      mc.clock_rate = w->clock_rate.PlanningRate();
     }
     in.members.push_back(mc);
   }
   in.free_workers = workers_.Free();
   if (auto it = job_shards_.find(job.status.job_id()); it != job_shards_.end()) {
     in.shards = it->second.clocks;
-    in.job_clock_rate = it->second.clock_rate.rate;
+    in.job_clock_rate = it->second.clock_rate.PlanningRate();
   }
   const auto& consistency = job.status.spec().consistency();
+  // Outside SYNC a chunk version counts pushes, not clocks (see [membership plan]).
+  if (consistency.mode() != v1::SYNC) in.shards.max_version = 0;
   in.bounded = consistency.mode() == v1::BOUNDED;
   in.staleness = consistency.staleness();
   if (!job.status.epochs().empty()) {

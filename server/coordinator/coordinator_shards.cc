@@ -185,7 +185,7 @@ void Coordinator::RunShardCalls(std::vector<ShardCall>& calls) {
 void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
   const absl::Time now = Now();
   struct JobStats {
-    uint64_t min_clock = UINT64_MAX, max_version = 0, max_staleness = 0;
+    uint64_t min_clock = UINT64_MAX, max_version = 0, max_clock = 0, max_staleness = 0;
     size_t answers = 0;
   };
   std::map<std::string, JobStats> job_stats;
@@ -249,6 +249,7 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
           JobStats& stats = job_stats[call.job_id];
           stats.min_clock = std::min(stats.min_clock, call.stats.min_clock());
           stats.max_version = std::max(stats.max_version, call.stats.max_version());
+          stats.max_clock = std::max(stats.max_clock, call.stats.max_clock());
           stats.max_staleness = std::max(stats.max_staleness, call.stats.max_staleness());
           ++stats.answers;
         } else if (absl::IsNotFound(call.status)) {
@@ -267,6 +268,7 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
     JobShards& js = it->second;
     js.clocks.min_clock = stats.min_clock == UINT64_MAX ? 0 : stats.min_clock;
     js.clocks.max_version = stats.max_version;
+    js.clocks.max_clock = stats.max_clock;
     js.max_staleness = std::max(js.max_staleness, stats.max_staleness);
     js.stats_fresh = stats.answers == js.created.size();
     js.clock_rate.Observe(now, js.clocks.min_clock);

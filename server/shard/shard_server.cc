@@ -384,6 +384,7 @@ class ShardService final : public pb::ParameterServer::CallbackService {
       }
       resp->set_min_clock(s.min_clock);
       resp->set_epoch(s.epoch);
+      resp->set_max_clock(s.max_clock);
       return absl::OkStatus();
     });
   }
