@@ -108,6 +108,20 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
         req.set_checkpoint_every(job.status.spec().checkpoint_every());
         req.set_shard_index(i);
         req.set_job_token(job.token);
+        // A running job lost by a shard: its epochs replace a restored
+        // checkpoint's, and without one the shard takes a live worker's
+        // parameters from the slowest clock seen, below which no member
+        // pushes any more (see [re-initialization] in server/shard/job.h).
+        for (const auto& e : job.status.epochs()) {
+          v1::Membership* pe = req.add_epochs();
+          pe->set_epoch(e.epoch());
+          pe->set_effective_clock(e.effective_clock());
+          *pe->mutable_worker_ids() = e.worker_ids();
+        }
+        if (job.status.state() == v1::RUNNING) {
+          req.set_resume(true);
+          req.set_resume_clock(js.clocks.min_clock);
+        }
         calls.push_back(std::move(call));
         continue;
       }

@@ -58,18 +58,25 @@ absl::StatusOr<Job::Opened> Job::Open(JobOptions options, Env* env, Executor* ex
   std::shared_ptr<Job> job(new Job(std::move(options), std::move(optimizer), env, executor));
   Opened opened;
   opened.job = job;
-  if (job->options_.checkpoint_dir.empty()) return opened;
+  if (job->options_.checkpoint_dir.empty()) {
+    GS_RETURN_IF_ERROR(job->Reconcile(false));
+    return opened;
+  }
 
   const std::string path =
       CheckpointPath(job->options_.checkpoint_dir, job->id(), job->options_.shard_index);
   absl::StatusOr<std::string> data = env->ReadFile(path);
-  if (absl::IsNotFound(data.status())) return opened;
+  if (absl::IsNotFound(data.status())) {
+    GS_RETURN_IF_ERROR(job->Reconcile(false));
+    return opened;
+  }
   if (!data.ok()) return data.status();
   absl::StatusOr<JobSnapshot> snap = DecodeCheckpoint(*data);
   if (!snap.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": ", snap.status().message()));
   }
   GS_RETURN_IF_ERROR(job->Restore(*snap));
+  GS_RETURN_IF_ERROR(job->Reconcile(true));
   opened.restored = true;
   opened.restored_clock = snap->clock;
   LOG(INFO) << "job " << job->id() << " restored from " << path << " at clock " << snap->clock;
@@ -110,6 +117,29 @@ absl::Status Job::Restore(const JobSnapshot& snap) {
   return absl::OkStatus();
 }
 
+absl::Status Job::Reconcile(bool restored) {
+  if (!options_.epochs.empty()) {
+    absl::Status s = membership_.ReplaceEpochs(options_.epochs);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("epochs: ", s.message()));
+  }
+  if (!options_.resume) return absl::OkStatus();
+  const bool sync = options_.consistency.mode == ConsistencyMode::kSync;
+  int waiting = 0;
+  for (const auto& c : chunks_) {
+    absl::MutexLock l(&c->mu);
+    if (c->initialized.load()) continue;
+    if (!restored && sync) c->version.store(options_.resume_clock);
+    ++waiting;
+  }
+  if (waiting == 0) return absl::OkStatus();
+  awaiting_init_.store(true);
+  LOG(WARNING) << "job " << id() << " resumes " << (restored ? "from a checkpoint" : "without a checkpoint")
+               << ": " << waiting << " chunk(s) have no parameters; the first worker to pull sends"
+               << " its own (see [re-initialization]); sync rounds from clock "
+               << options_.resume_clock;
+  return absl::OkStatus();
+}
+
 ChunkState* Job::FindChunk(uint64_t id) const {
   auto it = chunk_by_id_.find(id);
   return it == chunk_by_id_.end() ? nullptr : it->second;
@@ -132,6 +162,11 @@ absl::StatusOr<bool> Job::Push(const PushArgs& push) {
     pushes_rejected_.fetch_add(1);
     return absl::NotFoundError(
         absl::StrCat("chunk ", push.chunk_id, " is not on this shard for job ", id()));
+  }
+  if (awaiting_init_.load() && !chunk->initialized.load() &&
+      options_.consistency.mode != ConsistencyMode::kSync) {
+    pushes_duplicate_.fetch_add(1);  // nothing to apply it to: see [re-initialization]
+    return true;
   }
   absl::StatusOr<bool> dup;
   uint64_t before = 0, after = 0;
@@ -176,7 +211,10 @@ absl::StatusOr<bool> Job::Init(uint64_t chunk_id, std::string_view values) {
   }
   {
     absl::MutexLock l(&chunk->mu);
-    if (chunk->initialized.load() || chunk->version.load() > 0) return true;
+    if (chunk->initialized.load()) return true;
+    // A resumed chunk takes the first worker's parameters at whatever
+    // version it is (see [re-initialization]).
+    if (chunk->version.load() > 0 && !awaiting_init_.load()) return true;
     chunk->params = std::move(v);
     chunk->initialized.store(true);
     controller_->Advance(*chunk, *this);
@@ -248,11 +286,20 @@ void Job::Pull(PullArgs pull, PullCallback done) {
     for (const auto& c : chunks_) pull.chunk_ids.push_back(c->chunk_id);
   }
   for (uint64_t id : pull.chunk_ids) {
-    if (FindChunk(id) == nullptr) {
+    const ChunkState* c = FindChunk(id);
+    if (c == nullptr) {
       return PullWaitList::Fail(
           pull, done,
           absl::NotFoundError(
               absl::StrCat("chunk ", id, " is not on this shard for job ", this->id())));
+    }
+    if (awaiting_init_.load() && !c->initialized.load()) {
+      return PullWaitList::Fail(
+          pull, done,
+          absl::DataLossError(absl::StrCat(
+              "chunk ", id, " of job ", this->id(),
+              " lost its parameters (the shard restarted without a checkpoint): send InitChunk"
+              " with yours (see [re-initialization])")));
     }
   }
   std::optional<PendingPull> now = waiting_.ParkUnlessReady(

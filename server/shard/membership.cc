@@ -164,6 +164,29 @@ uint64_t Membership::SaveTo(JobSnapshot* snap) const {
   return MinClockLocked();
 }
 
+absl::Status Membership::ReplaceEpochs(std::vector<MembershipEpoch> epochs) {
+  if (epochs.empty()) return absl::InvalidArgumentError("no epochs");
+  for (size_t i = 1; i < epochs.size(); ++i) {
+    if (epochs[i].epoch <= epochs[i - 1].epoch ||
+        epochs[i].effective_clock < epochs[i - 1].effective_clock) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("epoch ", epochs[i].epoch, " is out of order"));
+    }
+  }
+  absl::MutexLock l(&mu_);
+  epochs_ = std::move(epochs);
+  for (uint64_t w : epochs_.back().workers) {
+    uint64_t start = epochs_.back().effective_clock;
+    for (size_t i = epochs_.size(); i-- > 0;) {
+      if (!Contains(epochs_[i].workers, w)) break;
+      start = epochs_[i].effective_clock;
+    }
+    auto it = clocks_.find(w);
+    if (it != clocks_.end() && it->second < start) it->second = start;
+  }
+  return absl::OkStatus();
+}
+
 void Membership::RestoreFrom(const JobSnapshot& snap) {
   absl::MutexLock l(&mu_);
   if (!snap.epochs.empty()) {

@@ -102,6 +102,11 @@ class Membership {
   // Replaces the state with a checkpoint's. The current newest epoch (the
   // CreateJob one) is kept on top when it is newer than the checkpoint's.
   void RestoreFrom(const JobSnapshot& snap);
+  // Replaces the epochs with `epochs` (the coordinator's, oldest first) and
+  // raises every member's clock to at least the start of its run in them
+  // (see [rejoin clock]). InvalidArgument, changing nothing, when they are
+  // empty or not ordered by epoch and effective clock.
+  [[nodiscard]] absl::Status ReplaceEpochs(std::vector<MembershipEpoch> epochs);
 
  private:
   // The epoch in effect at `clock` (nullptr before the first one).

@@ -77,6 +77,25 @@ TEST(Membership, ALateJoinerStartsWhereTheShardIs) {
   EXPECT_EQ(joined.start, 40u);  // on time: the epoch's clock
 }
 
+// A checkpoint from before worker 11 left and came back: the coordinator's
+// epochs replace the restored ones, and 11's old clock counts from its
+// current run on.
+TEST(Membership, TheCoordinatorsEpochsReplaceARestoredCheckpoints) {
+  Membership m(MembershipEpoch{1, 0, {10, 11}});
+  EXPECT_TRUE(m.AdvanceClock(10, 50));
+  EXPECT_TRUE(m.AdvanceClock(11, 12));
+  EXPECT_EQ(m.ReplaceEpochs({MembershipEpoch{2, 5, {}}, MembershipEpoch{1, 9, {}}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m.ReplaceEpochs({MembershipEpoch{1, 0, {10, 11}}, MembershipEpoch{2, 12, {10}},
+                               MembershipEpoch{3, 45, {10, 11}}})
+                  .ok());
+  EXPECT_EQ(m.WorkerClock(11), 45u);
+  EXPECT_EQ(m.MinClock(), 45u);
+  uint64_t epoch = 0;
+  EXPECT_EQ(m.MembersAt(20, &epoch), (std::vector<uint64_t>{10}));
+  EXPECT_EQ(epoch, 2u);
+}
+
 TEST(Membership, EpochsApplyFromTheirEffectiveClock) {
   Membership m(MembershipEpoch{1, 0, {10, 11}});
   EXPECT_EQ(*m.Update(MembershipEpoch{2, 4, {}}), 2u);

@@ -273,6 +273,55 @@ TEST(SyncJob, ALateJoinerIsSettledNotFailed) {
   EXPECT_EQ(t.Params(), (std::vector<float>{-12, -12}));  // mean (3, 3) of 4
 }
 
+// A shard restarted without a checkpoint of a job whose members are at
+// clock 40 (see [re-initialization]): pulls say DATA_LOSS until a worker
+// sends its parameters, then the job goes on from there.
+TEST(ResumedJob, TakesAWorkersParametersAndGoesOn) {
+  Executor executor(1);
+  JobOptions o;
+  o.job_id = "r";
+  o.optimizer.type = OptimizerType::kSgd;
+  o.optimizer.learning_rate = 1.0f;
+  o.chunks = {ChunkSpec{0, 2}};
+  o.membership = MembershipEpoch{3, 30, {10, 11}};
+  o.epochs = {MembershipEpoch{1, 0, {10, 11, 12}}, MembershipEpoch{2, 20, {10, 11}},
+              o.membership};
+  o.resume = true;
+  o.resume_clock = 38;
+  auto opened = Job::Open(o, Env::Default(), &executor);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Job& job = *opened->job;
+  EXPECT_EQ(job.Stats(false).min_version, 38u);
+  absl::Status status;
+  PullArgs pull;
+  pull.worker = 10;
+  pull.clock = 40;
+  job.Pull(pull, [&](PullResult r) { status = r.status; });
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  for (uint64_t w : {10, 11}) job.AdvanceClock(w, 40);  // replayed on reconnect
+  EXPECT_FALSE(*job.Init(0, Floats({5, 5})));
+  EXPECT_TRUE(*job.Init(0, Floats({7, 7})));  // the first one wins
+  std::vector<float> got;
+  job.Pull(pull, [&](PullResult r) {
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    got.resize(2);
+    std::memcpy(got.data(), r.chunks[0].values.data(), 8);
+  });
+  EXPECT_EQ(got, (std::vector<float>{5, 5}));  // rounds 38 and 39 passed over as lost
+  std::string payload = Floats({2, 4});
+  PushArgs p;
+  p.chunk_id = 0;
+  p.clock = 40;
+  p.header.codec = CodecType::kNone;
+  p.header.num_elems = 2;
+  p.payload = payload;
+  for (uint64_t w : {10, 11}) {
+    p.worker = w;
+    EXPECT_FALSE(*job.Push(p));
+  }
+  EXPECT_EQ(job.Stats(false).min_version, 41u);
+}
+
 TEST(SyncJob, BadChunkLeavesStateUnchanged) {
   SyncJob t;
   EXPECT_EQ(t.Push(10, 0, {1, 2, 3}).status().code(), absl::StatusCode::kInvalidArgument);

@@ -88,6 +88,12 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   o.membership.effective_clock = req.membership().effective_clock();
   o.membership.workers.assign(req.membership().worker_ids().begin(),
                               req.membership().worker_ids().end());
+  for (const pb::Membership& m : req.epochs()) {
+    o.epochs.push_back(MembershipEpoch{m.epoch(), m.effective_clock(),
+                                       {m.worker_ids().begin(), m.worker_ids().end()}});
+  }
+  o.resume = req.resume();
+  o.resume_clock = req.resume_clock();
   o.checkpoint_every = req.checkpoint_every();
   o.checkpoint_dir = server.checkpoint_dir;
   o.max_pending_rounds = server.max_pending_rounds;

@@ -44,6 +44,14 @@ struct JobOptions {
   ConsistencyOptions consistency;
   std::vector<ChunkSpec> chunks;
   MembershipEpoch membership;
+  // Every epoch of the job, oldest first, when the coordinator sent them
+  // (empty: only `membership` is known). They replace a restored
+  // checkpoint's (see [re-initialization] in job.h).
+  std::vector<MembershipEpoch> epochs;
+  // The job already ran before this shard got it (the shard restarted or
+  // lost it): see [re-initialization] in job.h.
+  bool resume = false;
+  uint64_t resume_clock = 0;
   uint32_t checkpoint_every = 0;  // clocks; 0 = only on request
   std::string checkpoint_dir;     // "" = checkpoints disabled
   // Sync rounds a chunk may hold open at once (pushes for clocks >= version +
