@@ -200,6 +200,7 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
   const absl::Time now = Now();
   struct JobStats {
     uint64_t min_clock = UINT64_MAX, max_version = 0, max_clock = 0, max_staleness = 0;
+    uint64_t min_version = UINT64_MAX;
     size_t answers = 0;
   };
   std::map<std::string, JobStats> job_stats;
@@ -264,6 +265,11 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
           stats.min_clock = std::min(stats.min_clock, call.stats.min_clock());
           stats.max_version = std::max(stats.max_version, call.stats.max_version());
           stats.max_clock = std::max(stats.max_clock, call.stats.max_clock());
+          stats.min_version = std::min(stats.min_version, call.stats.min_version());
+          js->second.checkpoint_failures.resize(created.size());
+          js->second.checkpoint_errors.resize(created.size());
+          js->second.checkpoint_failures[i] = call.stats.checkpoint_failures();
+          js->second.checkpoint_errors[i] = call.stats.checkpoint_error();
           stats.max_staleness = std::max(stats.max_staleness, call.stats.max_staleness());
           ++stats.answers;
         } else if (absl::IsNotFound(call.status)) {
@@ -283,6 +289,16 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
     js.clocks.min_clock = stats.min_clock == UINT64_MAX ? 0 : stats.min_clock;
     js.clocks.max_version = stats.max_version;
     js.clocks.max_clock = stats.max_clock;
+    js.min_version = stats.min_version == UINT64_MAX ? 0 : stats.min_version;
+    // See [shard progress].
+    const JobRecord* job = jobs_.Find(id);
+    const bool sync = job == nullptr || job->status.spec().consistency().mode() == v1::SYNC;
+    const uint64_t clock = sync ? js.min_version : js.clocks.min_clock;
+    js.progress_known = js.progress_known || stats.max_version > 0 || stats.max_clock > 0;
+    if (clock != js.progress_clock || js.progress_since == absl::InfiniteFuture()) {
+      js.progress_clock = clock;
+      js.progress_since = now;
+    }
     js.max_staleness = std::max(js.max_staleness, stats.max_staleness);
     js.stats_fresh = stats.answers == js.created.size();
     js.clock_rate.Observe(now, js.clocks.min_clock);

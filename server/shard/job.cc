@@ -15,6 +15,8 @@ namespace gradstream::shard {
 namespace {
 
 constexpr size_t kMaxRoundRecords = 4096;
+// See [checkpoint failures].
+constexpr absl::Duration kCheckpointRetry = absl::Seconds(1);
 
 }  // namespace
 
@@ -405,7 +407,9 @@ JobStats Job::Stats(bool include_rounds) const {
   s.max_clock = m.max_clock;
   s.epoch = m.epoch;
   s.members = m.members;
+  s.checkpoint_failures = checkpoint_failures_.load();
   absl::MutexLock l(&stats_mu_);
+  s.checkpoint_error = checkpoint_error_;
   s.max_staleness = max_staleness_;
   s.staleness_histogram = staleness_hist_;
   s.staleness_sum = staleness_sum_;
@@ -415,11 +419,27 @@ JobStats Job::Stats(bool include_rounds) const {
 
 void Job::MaybeCheckpoint() {
   if (!progress_.periodic()) return;
+  if (absl::ToUnixNanos(env_->Now()) < checkpoint_retry_unix_ns_.load()) return;
   if (!progress_.TrySchedule(ProgressClock())) return;
   std::shared_ptr<Job> self = shared_from_this();
   executor_->Submit([self] {
     absl::StatusOr<CheckpointInfo> info = self->Checkpoint();
-    if (!info.ok()) LOG(ERROR) << "periodic checkpoint of " << self->id() << ": " << info.status();
+    if (info.ok()) {
+      absl::MutexLock l(&self->stats_mu_);
+      self->checkpoint_error_.clear();
+    } else {
+      // See [checkpoint failures].
+      self->checkpoint_failures_.fetch_add(1);
+      self->checkpoint_retry_unix_ns_.store(
+          absl::ToUnixNanos(self->env_->Now() + kCheckpointRetry));
+      {
+        absl::MutexLock l(&self->stats_mu_);
+        self->checkpoint_error_ = info.status().ToString();
+      }
+      LOG_EVERY_T(ERROR, 10) << "periodic checkpoint of " << self->id() << ": " << info.status()
+                             << " (" << self->checkpoint_failures_.load()
+                             << " failed so far; logged at most every 10 s)";
+    }
     self->progress_.EndScheduled();
   });
 }

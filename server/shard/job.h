@@ -181,6 +181,16 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::atomic<uint64_t> pushes_applied_{0}, pushes_duplicate_{0}, pushes_rejected_{0};
   std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};
 
+  // NOTE: [checkpoint failures] A periodic checkpoint that cannot be written
+  // (disk full, permission denied) is counted, kept as the job's checkpoint
+  // error (GetStats, gs_shard_checkpoint_failures_total, `gradstream
+  // status`), logged at most once per 10 s, and tried again no sooner than
+  // kCheckpointRetry later: not once per push, which would fill the log and
+  // the disk's queue while training goes on without checkpoints.
+  std::atomic<uint64_t> checkpoint_failures_{0};
+  std::string checkpoint_error_ ABSL_GUARDED_BY(stats_mu_);
+  std::atomic<int64_t> checkpoint_retry_unix_ns_{0};
+
   absl::Mutex checkpoint_mu_;  // one writer at a time
   std::atomic<bool> dropped_{false};
   // Some chunk waits for a worker's parameters (see [re-initialization]).

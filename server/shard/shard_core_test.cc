@@ -432,5 +432,51 @@ TEST(JobCheckpoint, RestoresThroughEnvAndRefusesCorruptFiles) {
   EXPECT_EQ(Job::Open(o, &env, &executor).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A disk that is full: the periodic checkpoints fail, are counted and
+// retried at most once a second, not once per push (see [checkpoint
+// failures]); the next one that is written clears the error.
+TEST(JobCheckpoint, PeriodicFailuresAreCountedAndRateLimited) {
+  testing::MemEnv files;
+  testing::FaultInjectionEnv env(&files);
+  Executor executor(1);
+  JobOptions o;
+  o.job_id = "full";
+  o.optimizer.type = OptimizerType::kSgd;
+  o.chunks = {ChunkSpec{3, 2}};
+  o.membership = MembershipEpoch{1, 0, {1}};
+  o.checkpoint_dir = "/ckpt";
+  o.checkpoint_every = 1;
+  auto opened = Job::Open(o, &env, &executor);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<Job> job = opened->job;
+  ASSERT_FALSE(*job->Init(3, Floats({1, 2})));
+  env.SetFreeBytes(0);
+  const std::string g = Floats({1, -1});
+  PushArgs p;
+  p.worker = 1;
+  p.chunk_id = 3;
+  p.header.num_elems = 2;
+  p.payload = g;
+  for (uint64_t c = 0; c < 200; ++c) {
+    p.clock = c;
+    ASSERT_FALSE(*job->Push(p));
+    absl::SleepFor(absl::Microseconds(200));  // the executor writes meanwhile
+  }
+  JobStats s = job->Stats(false);
+  EXPECT_GE(s.checkpoint_failures, 1u);
+  EXPECT_LE(s.checkpoint_failures, 2u);  // 200 pushes in well under 2 s
+  EXPECT_NE(s.checkpoint_error.find("RESOURCE_EXHAUSTED"), std::string::npos)
+      << s.checkpoint_error;
+  env.SetFreeBytes(std::nullopt);
+  ASSERT_TRUE(job->Checkpoint().ok());  // an explicit one is not rate-limited
+  absl::SleepFor(absl::Seconds(1.1));
+  p.clock = 200;
+  ASSERT_FALSE(*job->Push(p));  // a periodic one succeeds again
+  for (int i = 0; i < 100 && !job->Stats(false).checkpoint_error.empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(job->Stats(false).checkpoint_error, "");
+}
+
 }  // namespace
 }  // namespace gradstream::shard

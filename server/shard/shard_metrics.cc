@@ -21,9 +21,11 @@ constexpr const char* kMinClock = "gs_shard_min_clock";
 constexpr const char* kClockLag = "gs_shard_clock_lag";
 constexpr const char* kMembers = "gs_shard_active_members";
 constexpr const char* kEpoch = "gs_shard_membership_epoch";
+constexpr const char* kCheckpointFailures = "gs_shard_checkpoint_failures_total";
 constexpr const char* kJobFamilies[] = {
     kPushes,       kPushBytes,  kPushFp32Bytes, kCompression, kPulls,    kPushSeconds, kStaleness,
-    kMaxStaleness, kVersionMin, kVersionMax,    kMinClock,    kClockLag, kMembers,     kEpoch};
+    kMaxStaleness, kVersionMin, kVersionMax,    kMinClock,    kClockLag, kMembers,     kEpoch,
+    kCheckpointFailures};
 
 // Staleness 0..kStalenessBuckets-2 has its own bucket; the Job's last bucket
 // (staleness >= kStalenessBuckets-1) is Prometheus' +Inf.
@@ -53,6 +55,8 @@ void ExportJobStats(const std::string& job, const JobStats& s,
   gauge(kCompression, "fp32 bytes / encoded bytes of applied pushes (0 before the first).",
         s.bytes_in == 0 ? 0.0 : static_cast<double>(s.fp32_bytes_in) / s.bytes_in);
   counter(kPulls, "Pulls answered with parameters.", s.pulls_served, l);
+  counter(kCheckpointFailures, "Periodic checkpoints that could not be written.",
+          s.checkpoint_failures, l);
 
   metrics::Histogram* latency = registry->GetHistogram(
       kPushSeconds, "Time to handle one push (decode + accumulate/apply + ack), seconds.",

@@ -391,6 +391,8 @@ class ShardService final : public pb::ParameterServer::CallbackService {
       resp->set_min_clock(s.min_clock);
       resp->set_epoch(s.epoch);
       resp->set_max_clock(s.max_clock);
+      resp->set_checkpoint_failures(s.checkpoint_failures);
+      resp->set_checkpoint_error(s.checkpoint_error);
       return absl::OkStatus();
     });
   }

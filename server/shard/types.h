@@ -122,6 +122,10 @@ struct JobStats {
   uint64_t max_clock = 0;
   uint64_t epoch = 0;
   uint32_t members = 0;  // workers in the newest epoch
+  // Periodic checkpoints that could not be written, and the newest one's
+  // error ("" once a later one was written): see [checkpoint failures].
+  uint64_t checkpoint_failures = 0;
+  std::string checkpoint_error;
 };
 
 }  // namespace gradstream::shard
