@@ -250,7 +250,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
           DepartureClock(request.progress().clock(), job_shards_[job_id].clocks.min_clock);
       GS_RETURN_IF_ERROR(DetachLocked(
           job_id, *worker, at,
-          leaving ? std::string()
+          leaving && !failed ? std::string()
                   : absl::StrCat("worker ", request.worker_id(), failed ? " failed" : " left"),
           [&](JobRecord& j) {
             if (!failed) return;
@@ -381,6 +381,9 @@ absl::Status Coordinator::DetachLocked(const std::string& job_id, WorkerRecord& 
     FoldOut(job, id, worker.progress);
     if (!epoch_reason.empty() && !IsTerminal(job.status.state())) {
       AppendEpoch(job, clock, epoch_reason, now);
+      // Gone for good: no round waits for it, even one before a later
+      // planned epoch's clock this one was pushed to (see [departed]).
+      job.status.mutable_epochs()->rbegin()->add_departed(id);
     }
   }));
   WorkerPool::Release(worker);
@@ -498,15 +501,16 @@ void Coordinator::ReapDeadWorkersLocked() {
     const std::string job_id = worker.status.job_id();
     if (const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id)) {
       const v1::JobMember* m = FindMember(job->status, id);
-      const bool was_active = m != nullptr && !m->leaving();
+      // A leaving member that dies before its leave clock still holds up the
+      // rounds before it: it departs too (see [departed]).
+      const std::string reason =
+          m == nullptr ? std::string()
+                       : absl::StrCat("worker ", id,
+                                      m->leaving() ? " died while leaving" : " missed heartbeats");
       const uint64_t at =
           DepartureClock(worker.progress.clock(), job_shards_[job_id].clocks.min_clock);
       // Not durable: the worker stays in its job and the next tick retries.
-      if (!DetachLocked(job_id, worker, at,
-                        was_active ? absl::StrCat("worker ", id, " missed heartbeats") : "")
-               .ok()) {
-        continue;
-      }
+      if (!DetachLocked(job_id, worker, at, reason).ok()) continue;
     }
     WorkerPool::MarkDead(worker);
     dirty_ = true;

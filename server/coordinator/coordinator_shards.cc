@@ -117,6 +117,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
           pe->set_epoch(e.epoch());
           pe->set_effective_clock(e.effective_clock());
           *pe->mutable_worker_ids() = e.worker_ids();
+          *pe->mutable_departed() = e.departed();
         }
         if (job.status.state() == v1::RUNNING) {
           req.set_resume(true);
@@ -136,6 +137,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
         m->set_epoch(epoch.epoch());
         m->set_effective_clock(epoch.effective_clock());
         *m->mutable_worker_ids() = epoch.worker_ids();
+        *m->mutable_departed() = epoch.departed();
         calls.push_back(std::move(call));
       }
       if (probe || job.status.state() == v1::RUNNING) {

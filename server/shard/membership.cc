@@ -53,6 +53,7 @@ bool Membership::AdvanceClock(uint64_t worker, uint64_t clock) {
 
 uint64_t Membership::WorkerClock(uint64_t worker) const {
   absl::ReaderMutexLock l(&mu_);
+  if (departed_.contains(worker)) return std::numeric_limits<uint64_t>::max();
   auto it = clocks_.find(worker);
   return it == clocks_.end() ? 0 : it->second;
 }
@@ -79,6 +80,10 @@ absl::StatusOr<uint64_t> Membership::Update(MembershipEpoch epoch, uint64_t pass
     if (Contains(last.workers, w)) continue;
     joined->workers.push_back(w);
     clocks_[w] = joined->start;
+    departed_.erase(w);
+  }
+  for (uint64_t w : epoch.departed) {
+    if (!Contains(epoch.workers, w)) departed_.insert(w);
   }
   epochs_.push_back(std::move(epoch));
   return epochs_.back().epoch;
@@ -174,6 +179,15 @@ absl::Status Membership::ReplaceEpochs(std::vector<MembershipEpoch> epochs) {
     }
   }
   absl::MutexLock l(&mu_);
+  departed_.clear();
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    for (uint64_t w : epochs[i].workers) {
+      if (i > 0 && !Contains(epochs[i - 1].workers, w)) departed_.erase(w);
+    }
+    for (uint64_t w : epochs[i].departed) {
+      if (!Contains(epochs[i].workers, w)) departed_.insert(w);
+    }
+  }
   epochs_ = std::move(epochs);
   for (uint64_t w : epochs_.back().workers) {
     uint64_t start = epochs_.back().effective_clock;

@@ -26,6 +26,16 @@
 // slowest member (the coordinator plans ahead of every member, see [membership
 // plan]) holds MinClock at its start only until it catches up: its pulls there
 // are answerable at once.
+//
+// NOTE: [departed] A worker that died (or failed, restarted, left on a
+// signal) pushes nothing more. Its removal takes effect at the clock it never
+// completed, unless a planned change (a scale-up joining at J) already holds
+// a later clock: epochs only move forward, so the removal is then at J, and
+// the rounds in between would wait for the dead worker forever. So an epoch
+// also names the workers it lets go for good, and WorkerClock() of such a
+// worker is "finished everything": every round that waits on it completes
+// with the others ([lost rounds] in bsp_controller.cc), whatever its clock.
+// A later epoch that adds the worker again (a new incarnation) clears it.
 #ifndef GRADSTREAM_SERVER_SHARD_MEMBERSHIP_H_
 #define GRADSTREAM_SERVER_SHARD_MEMBERSHIP_H_
 
@@ -35,6 +45,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -62,7 +73,8 @@ class Membership {
   // The worker finished clock-1. Returns false when that is not news (an
   // older or repeated advance, e.g. replayed after a reconnect).
   bool AdvanceClock(uint64_t worker, uint64_t clock);
-  // `worker`'s latest advance; 0 when it never advanced.
+  // `worker`'s latest advance; 0 when it never advanced; UINT64_MAX once it
+  // departed (see [departed]).
   uint64_t WorkerClock(uint64_t worker) const;
 
   // Adds an epoch; returns the newest epoch. InvalidArgument when the
@@ -120,6 +132,7 @@ class Membership {
   std::vector<MembershipEpoch> epochs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint64_t> clocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> departed_ ABSL_GUARDED_BY(mu_);  // see [departed]
 };
 
 }  // namespace gradstream::shard

@@ -322,6 +322,21 @@ TEST(ResumedJob, TakesAWorkersParametersAndGoesOn) {
   EXPECT_EQ(job.Stats(false).min_version, 41u);
 }
 
+// Worker 12 dies at clock 1 while a scale-up planned for clock 5 is known:
+// its removal can only take effect at 5, but it departed, so rounds 1-4 do
+// not wait for it (see [departed]).
+TEST(SyncJob, ADepartedWorkerHoldsUpNoRoundBeforeItsRemoval) {
+  SyncJob t;
+  for (uint64_t w : {10, 11, 12}) EXPECT_FALSE(*t.Push(w, 0, {3, 3}));
+  ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{2, 5, {10, 11, 12, 20}}).ok());
+  EXPECT_FALSE(*t.Push(10, 1, {2, 2}));
+  EXPECT_FALSE(*t.Push(11, 1, {2, 2}));
+  EXPECT_EQ(t.job->Stats(false).min_version, 1u);  // waits for 12
+  ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{3, 5, {10, 11, 20}, {12}}).ok());
+  EXPECT_EQ(t.job->Stats(false).min_version, 2u);  // round 1 closed with 10 and 11
+  EXPECT_EQ(t.Params(), (std::vector<float>{-5, -5}));
+}
+
 TEST(SyncJob, BadChunkLeavesStateUnchanged) {
   SyncJob t;
   EXPECT_EQ(t.Push(10, 0, {1, 2, 3}).status().code(), absl::StatusCode::kInvalidArgument);

@@ -89,8 +89,10 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   o.membership.workers.assign(req.membership().worker_ids().begin(),
                               req.membership().worker_ids().end());
   for (const pb::Membership& m : req.epochs()) {
-    o.epochs.push_back(MembershipEpoch{m.epoch(), m.effective_clock(),
-                                       {m.worker_ids().begin(), m.worker_ids().end()}});
+    o.epochs.push_back(MembershipEpoch{m.epoch(),
+                                       m.effective_clock(),
+                                       {m.worker_ids().begin(), m.worker_ids().end()},
+                                       {m.departed().begin(), m.departed().end()}});
   }
   o.resume = req.resume();
   o.resume_clock = req.resume_clock();
@@ -326,6 +328,7 @@ class ShardService final : public pb::ParameterServer::CallbackService {
       e.effective_clock = req->membership().effective_clock();
       e.workers.assign(req->membership().worker_ids().begin(),
                        req->membership().worker_ids().end());
+      e.departed.assign(req->membership().departed().begin(), req->membership().departed().end());
       absl::StatusOr<uint64_t> epoch = job->UpdateMembership(std::move(e));
       if (!epoch.ok()) return epoch.status();
       resp->set_epoch(*epoch);

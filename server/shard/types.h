@@ -34,6 +34,9 @@ struct MembershipEpoch {
   uint64_t epoch = 0;
   uint64_t effective_clock = 0;
   std::vector<uint64_t> workers;
+  // Gone for good: see [departed] in membership.h. Not in checkpoints (the
+  // coordinator sends every epoch again with CreateJob).
+  std::vector<uint64_t> departed;
 };
 
 // Everything a job needs, filled once at CreateJob.
