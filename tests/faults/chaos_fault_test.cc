@@ -31,7 +31,7 @@ constexpr uint32_t kSteps = 2500;
 constexpr absl::Duration kStallFrom = absl::Milliseconds(700);
 // What one event may cost: detection (heartbeat timeout), a process start
 // (~1 s under load), the lost rounds of a restore, slack.
-constexpr absl::Duration kPerEventBound = kHeartbeatTimeout + absl::Seconds(6);
+const absl::Duration kPerEventBound = kHeartbeatTimeout + absl::Seconds(6);
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 

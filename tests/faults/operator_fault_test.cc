@@ -173,7 +173,9 @@ TEST(Operator, BoundedScaleUpDownUpWithARejoiningWorker) {
   ASSERT_TRUE(started.ok()) << started.status();
   LocalCluster& cluster = **started;
   SCOPED_TRACE("cluster logs in " + cluster.dir());
-  constexpr uint32_t kSteps = 3000;
+  // Each change is planned about two heartbeats ahead (~2 s here, over a
+  // thousand clocks at full speed), and the last must land before the end.
+  constexpr uint32_t kSteps = 8000;
   constexpr uint32_t kStaleness = 3;
   v1::JobSpec spec = SmallSyncJob("bounded-scale", 1, kSteps);
   spec.mutable_consistency()->set_mode(v1::BOUNDED);
