@@ -25,7 +25,7 @@ namespace {
 
 constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(2);
 constexpr int kEvents = 5;
-constexpr uint32_t kSteps = 2500;
+constexpr uint32_t kSteps = 6000;  // long enough for every event at full speed
 // A clock standing still this long counts as a stall (a tick is 100 ms, and
 // a loaded 2-core machine pauses processes for a few hundred ms).
 constexpr absl::Duration kStallFrom = absl::Milliseconds(700);
