@@ -242,5 +242,20 @@ TEST(Render, StatusShowsTheCodecOfEveryTensor) {
       << out;
 }
 
+// Issue 15: a stall and failed checkpoints are visible in status and watch.
+TEST(Render, AStallAndFailedCheckpointsShow) {
+  gradstream::v1::JobStatus j;
+  j.set_state(gradstream::v1::RUNNING);
+  j.mutable_progress()->set_stalled_seconds(61.2);
+  j.mutable_progress()->set_checkpoint_failures(3);
+  j.mutable_progress()->set_checkpoint_error("RESOURCE_EXHAUSTED: disk full");
+  const std::string out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "stalled:      stalled for 61 s")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "3 failed; last: RESOURCE_EXHAUSTED: disk full")) << out;
+  EXPECT_TRUE(absl::StrContains(ProgressLine(j, 0), "| stalled for 61 s"));
+  j.mutable_progress()->set_stalled_seconds(0.3);  // a tick between two clocks
+  EXPECT_FALSE(absl::StrContains(RenderJob(j, 0), "stalled"));
+}
+
 }  // namespace
 }  // namespace gradstream::cli

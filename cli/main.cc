@@ -285,7 +285,8 @@ int CmdScale(const Context& ctx, const Args& args) {
   } else {
     std::cout << resp.job().job_id() << ": desired workers " << resp.job().desired_workers()
               << " (now " << resp.job().active_workers()
-              << " active; the change takes effect at the next clock boundary)\n";
+              << " active; the change takes effect at a clock about two heartbeats ahead,"
+                 " listed under EPOCH in `gradstream status`)\n";
   }
   return kOk;
 }

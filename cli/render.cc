@@ -16,6 +16,10 @@ namespace v1 = gradstream::v1;
 
 namespace {
 
+// A running job's shard clock standing still this long is shown as a stall
+// (the coordinator's [shard progress]).
+constexpr double kStallShownSeconds = 2;
+
 std::string Age(int64_t then_ms, int64_t now_ms) {
   if (then_ms <= 0) return "never";
   const double s = std::max<int64_t>(0, now_ms - then_ms) / 1000.0;
@@ -177,6 +181,19 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
                                      : 0.0)},
       {"staleness", absl::StrCat("max ", p.max_staleness())},
   };
+  // What the shards say (issue 15): a job whose clock stands still, and
+  // checkpoints that cannot be written.
+  if (j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds) {
+    head.push_back({"stalled", absl::StrFormat("stalled for %.0f s (the shards' clock has not moved)",
+                                               p.stalled_seconds())});
+  }
+  if (p.checkpoint_failures() > 0) {
+    head.push_back({"checkpoints",
+                    absl::StrCat(p.checkpoint_failures(), " failed",
+                                 p.checkpoint_error().empty()
+                                     ? " (the latest was written)"
+                                     : absl::StrCat("; last: ", p.checkpoint_error()))});
+  }
   std::string out;
   for (auto& row : head) row[0] += ":";
   out += Table(head);
@@ -264,7 +281,10 @@ std::string ProgressLine(const v1::JobStatus& j, int width) {
                           : "",
                       " | staleness ",
                       p.max_staleness(), " | workers ", j.active_workers(), "/",
-                      j.desired_workers(), " | ", StateName(j.state()));
+                      j.desired_workers(), " | ", StateName(j.state()),
+                      j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds
+                          ? absl::StrFormat(" | stalled for %.0f s", p.stalled_seconds())
+                          : "");
 }
 
 }  // namespace gradstream::cli

@@ -42,5 +42,21 @@ TEST(ClockRate, AClockGoingBackStartsOverAndKeepsTheRate) {
   EXPECT_EQ(rate.min_interval, absl::Milliseconds(50));
 }
 
+// A sync job stalled for a dead member: `rate` falls to nothing, the rate
+// to plan with stays what the job runs at (see [planning rate]).
+TEST(ClockRate, ThePlanningRateOutlivesAStall) {
+  ClockRate rate(absl::Milliseconds(500));
+  rate.Observe(kT0, 0);
+  rate.Observe(kT0 + absl::Seconds(1), 300);
+  ASSERT_DOUBLE_EQ(rate.PlanningRate(), 300);
+  for (int i = 2; i < 12; ++i) rate.Observe(kT0 + absl::Seconds(i), 300);  // stalled 10 s
+  EXPECT_LT(rate.rate, 1);
+  EXPECT_DOUBLE_EQ(rate.PlanningRate(), 300);
+  rate.Observe(kT0 + absl::Seconds(12), 400);  // moving again at 100/s
+  EXPECT_DOUBLE_EQ(rate.PlanningRate(), 270);  // decays only while it moves
+  rate.Reset();
+  EXPECT_EQ(rate.PlanningRate(), 0);
+}
+
 }  // namespace
 }  // namespace gradstream::coordinator

@@ -253,7 +253,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
           DepartureClock(request.progress().clock(), job_shards_[job_id].clocks.min_clock);
       GS_RETURN_IF_ERROR(DetachLocked(
           job_id, *worker, at,
-          leaving ? std::string()
+          leaving && !failed ? std::string()
                   : absl::StrCat("worker ", request.worker_id(), failed ? " failed" : " left"),
           [&](JobRecord& j) {
             if (!failed) return;
@@ -384,6 +384,9 @@ absl::Status Coordinator::DetachLocked(const std::string& job_id, WorkerRecord& 
     FoldOut(job, id, worker.progress);
     if (!epoch_reason.empty() && !IsTerminal(job.status.state())) {
       AppendEpoch(job, clock, epoch_reason, now);
+      // Gone for good: no round waits for it, even one before a later
+      // planned epoch's clock this one was pushed to (see [departed]).
+      job.status.mutable_epochs()->rbegin()->add_departed(id);
     }
   }));
   WorkerPool::Release(worker);
@@ -470,16 +473,18 @@ PlanInput Coordinator::PlanInputLocked(const JobRecord& job) const {
     MemberClock mc{m.worker_id(), m.leaving()};
     if (const WorkerRecord* w = workers_.Find(m.worker_id())) {
       mc.clock = w->progress.clock();
-      mc.clock_rate = w->clock_rate.rate;
+      mc.clock_rate = w->clock_rate.PlanningRate();
     }
     in.members.push_back(mc);
   }
   in.free_workers = workers_.Free();
   if (auto it = job_shards_.find(job.status.job_id()); it != job_shards_.end()) {
     in.shards = it->second.clocks;
-    in.job_clock_rate = it->second.clock_rate.rate;
+    in.job_clock_rate = it->second.clock_rate.PlanningRate();
   }
   const auto& consistency = job.status.spec().consistency();
+  // Outside SYNC a chunk version counts pushes, not clocks (see [membership plan]).
+  if (consistency.mode() != v1::SYNC) in.shards.max_version = 0;
   in.bounded = consistency.mode() == v1::BOUNDED;
   in.staleness = consistency.staleness();
   if (!job.status.epochs().empty()) {
@@ -499,15 +504,16 @@ void Coordinator::ReapDeadWorkersLocked() {
     const std::string job_id = worker.status.job_id();
     if (const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id)) {
       const v1::JobMember* m = FindMember(job->status, id);
-      const bool was_active = m != nullptr && !m->leaving();
+      // A leaving member that dies before its leave clock still holds up the
+      // rounds before it: it departs too (see [departed]).
+      const std::string reason =
+          m == nullptr ? std::string()
+                       : absl::StrCat("worker ", id,
+                                      m->leaving() ? " died while leaving" : " missed heartbeats");
       const uint64_t at =
           DepartureClock(worker.progress.clock(), job_shards_[job_id].clocks.min_clock);
       // Not durable: the worker stays in its job and the next tick retries.
-      if (!DetachLocked(job_id, worker, at,
-                        was_active ? absl::StrCat("worker ", id, " missed heartbeats") : "")
-               .ok()) {
-        continue;
-      }
+      if (!DetachLocked(job_id, worker, at, reason).ok()) continue;
     }
     WorkerPool::MarkDead(worker);
     dirty_ = true;

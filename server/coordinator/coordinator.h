@@ -148,6 +148,20 @@ class Coordinator {
     uint64_t max_staleness = 0;
     bool stats_fresh = false;  // answered by every shard this tick
     ClockRate clock_rate{absl::Milliseconds(500)};  // of clocks.min_clock
+    // NOTE: [shard progress] What status shows as the job's clock while it
+    // runs, once the shards report progress: the slowest shard's applied
+    // sync rounds (SYNC) or the slowest member's clock (otherwise), not the
+    // members' heartbeats (a joiner reports its join clock before it does
+    // anything). `progress_since` is when that clock last moved: a running
+    // job whose clock stands still for a few seconds is shown as stalled.
+    uint64_t min_version = 0;       // rounds applied on every answering shard
+    bool progress_known = false;    // some shard reported a clock or version
+    uint64_t progress_clock = 0;
+    absl::Time progress_since = absl::InfiniteFuture();
+    // Per shard index, from its last answer (see [checkpoint failures] in
+    // server/shard/job.h).
+    std::vector<uint64_t> checkpoint_failures;
+    std::vector<std::string> checkpoint_errors;
   };
   // One shard RPC planned under the lock and made outside it.
   struct ShardCall;

@@ -110,6 +110,21 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
         req.set_shard_index(i);
         req.set_job_token(job.token);
         req.set_pull_codec(PullCodecForJob(job.status.spec()));
+        // A running job lost by a shard: its epochs replace a restored
+        // checkpoint's, and without one the shard takes a live worker's
+        // parameters from the slowest clock seen, below which no member
+        // pushes any more (see [re-initialization] in server/shard/job.h).
+        for (const auto& e : job.status.epochs()) {
+          v1::Membership* pe = req.add_epochs();
+          pe->set_epoch(e.epoch());
+          pe->set_effective_clock(e.effective_clock());
+          *pe->mutable_worker_ids() = e.worker_ids();
+          *pe->mutable_departed() = e.departed();
+        }
+        if (job.status.state() == v1::RUNNING) {
+          req.set_resume(true);
+          req.set_resume_clock(js.clocks.min_clock);
+        }
         calls.push_back(std::move(call));
         continue;
       }
@@ -124,6 +139,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
         m->set_epoch(epoch.epoch());
         m->set_effective_clock(epoch.effective_clock());
         *m->mutable_worker_ids() = epoch.worker_ids();
+        *m->mutable_departed() = epoch.departed();
         calls.push_back(std::move(call));
       }
       if (probe || job.status.state() == v1::RUNNING) {
@@ -187,7 +203,8 @@ void Coordinator::RunShardCalls(std::vector<ShardCall>& calls) {
 void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
   const absl::Time now = Now();
   struct JobStats {
-    uint64_t min_clock = UINT64_MAX, max_version = 0, max_staleness = 0;
+    uint64_t min_clock = UINT64_MAX, max_version = 0, max_clock = 0, max_staleness = 0;
+    uint64_t min_version = UINT64_MAX;
     size_t answers = 0;
   };
   std::map<std::string, JobStats> job_stats;
@@ -251,6 +268,12 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
           JobStats& stats = job_stats[call.job_id];
           stats.min_clock = std::min(stats.min_clock, call.stats.min_clock());
           stats.max_version = std::max(stats.max_version, call.stats.max_version());
+          stats.max_clock = std::max(stats.max_clock, call.stats.max_clock());
+          stats.min_version = std::min(stats.min_version, call.stats.min_version());
+          js->second.checkpoint_failures.resize(created.size());
+          js->second.checkpoint_errors.resize(created.size());
+          js->second.checkpoint_failures[i] = call.stats.checkpoint_failures();
+          js->second.checkpoint_errors[i] = call.stats.checkpoint_error();
           stats.max_staleness = std::max(stats.max_staleness, call.stats.max_staleness());
           ++stats.answers;
         } else if (absl::IsNotFound(call.status)) {
@@ -269,6 +292,17 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
     JobShards& js = it->second;
     js.clocks.min_clock = stats.min_clock == UINT64_MAX ? 0 : stats.min_clock;
     js.clocks.max_version = stats.max_version;
+    js.clocks.max_clock = stats.max_clock;
+    js.min_version = stats.min_version == UINT64_MAX ? 0 : stats.min_version;
+    // See [shard progress].
+    const JobRecord* job = jobs_.Find(id);
+    const bool sync = job == nullptr || job->status.spec().consistency().mode() == v1::SYNC;
+    const uint64_t clock = sync ? js.min_version : js.clocks.min_clock;
+    js.progress_known = js.progress_known || stats.max_version > 0 || stats.max_clock > 0;
+    if (clock != js.progress_clock || js.progress_since == absl::InfiniteFuture()) {
+      js.progress_clock = clock;
+      js.progress_since = now;
+    }
     js.max_staleness = std::max(js.max_staleness, stats.max_staleness);
     js.stats_fresh = stats.answers == js.created.size();
     js.clock_rate.Observe(now, js.clocks.min_clock);

@@ -10,12 +10,21 @@ namespace gradstream::coordinator {
 
 namespace v1 = gradstream::v1;
 
+namespace {
+
+// A running job whose shard clock stood still this long shows no
+// throughput (see [shard progress]); the CLI prints "stalled" from there on.
+constexpr absl::Duration kStallShown = absl::Seconds(2);
+
+}  // namespace
+
 v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
   const v1::JobProgress& saved = job.status.progress();
   v1::JobProgress p;
   uint64_t min_clock = UINT64_MAX, max_clock = 0;
   double loss = 0;
   int losses = 0;
+  bool all_done = true;  // every active member finished its last step
   p.set_accuracy(saved.accuracy());
   p.set_accuracy_clock(saved.accuracy_clock());
   uint64_t bytes = job.retired.bytes_pushed(), fp32 = job.retired.fp32_bytes_pushed();
@@ -38,6 +47,7 @@ v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
       p.set_accuracy(w.accuracy());
       p.set_accuracy_clock(w.accuracy_clock());
     }
+    if (!m.leaving() && worker->status.state() != v1::DONE) all_done = false;
     if (m.leaving() || (w.clock() == 0 && w.loss() == 0 && w.samples_per_sec() == 0)) continue;
     min_clock = std::min(min_clock, w.clock());
     max_clock = std::max(max_clock, w.clock());
@@ -45,7 +55,31 @@ v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
     ++losses;
     p.set_samples_per_sec(p.samples_per_sec() + w.samples_per_sec());
   }
-  if (losses > 0) {
+  const auto js = job_shards_.find(job.status.job_id());
+  const bool running = job.status.state() == v1::RUNNING;
+  if (js != job_shards_.end()) {
+    // See [checkpoint failures] in server/shard/job.h.
+    uint64_t failures = 0;
+    for (uint64_t f : js->second.checkpoint_failures) failures += f;
+    p.set_checkpoint_failures(failures);
+    for (const std::string& e : js->second.checkpoint_errors) {
+      if (!e.empty()) p.set_checkpoint_error(e);
+    }
+  }
+  if (running && js != job_shards_.end() && js->second.progress_known) {
+    // The shards' clock, not the members' (see [shard progress]); once every
+    // member is done the shards are too, whenever they were last asked.
+    p.set_clock(all_done && losses > 0 ? std::max(min_clock, js->second.progress_clock)
+                                       : js->second.progress_clock);
+    p.set_max_clock(std::max(max_clock, js->second.clocks.max_clock));
+    p.set_loss(losses > 0 ? static_cast<float>(loss / losses) : saved.loss());
+    const absl::Duration still = Now() - js->second.progress_since;
+    if (!all_done && still > absl::ZeroDuration()) {
+      p.set_stalled_seconds(absl::ToDoubleSeconds(still));
+      // The members' last rates are from before the stall.
+      if (still >= kStallShown) p.set_samples_per_sec(0);
+    }
+  } else if (losses > 0) {
     p.set_clock(std::max(min_clock, IsTerminal(job.status.state()) ? saved.clock() : 0));
     p.set_max_clock(max_clock);
     p.set_loss(static_cast<float>(loss / losses));

@@ -41,7 +41,7 @@ MembershipPlan PlanStart(uint32_t desired, const std::vector<uint64_t>& free_wor
 uint64_t LeadClock(const PlanInput& in) {
   uint64_t base = std::max(in.shards.min_clock, in.shards.max_version);
   if (in.bounded) base = in.shards.min_clock + in.staleness + 1;
-  base = std::max(base, in.shards.max_version);
+  base = std::max({base, in.shards.max_version, in.shards.max_clock});
   double rate = in.job_clock_rate;
   for (const MemberClock& m : in.members) {
     base = std::max(base, m.clock);
@@ -51,7 +51,8 @@ uint64_t LeadClock(const PlanInput& in) {
 }
 
 uint64_t IdleJoinClock(const PlanInput& in) {
-  return std::max({in.shards.min_clock, in.shards.max_version, in.last_epoch_clock});
+  return std::max(
+      {in.shards.min_clock, in.shards.max_version, in.shards.max_clock, in.last_epoch_clock});
 }
 
 MembershipPlan PlanScaling(const PlanInput& in) {

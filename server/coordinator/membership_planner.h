@@ -6,15 +6,23 @@
 // NOTE: [membership plan]
 // A change takes effect at a clock boundary that every party hears of before
 // anyone reaches it:
+//   * everything is in worker clocks, never chunk versions (in BOUNDED and
+//     ASYNC mode a version counts pushes, about members x clocks);
 //   * the job's *current clock* is the largest of the shards' slowest member
 //     (fresh GetStats; in BOUNDED mode plus staleness + 1, as fast as any
-//     member may run ahead), the sync rounds applied, and every member's last
-//     heartbeat clock;
+//     member may run ahead), the shards' fastest member, the sync rounds
+//     applied (SYNC only), and every member's last heartbeat clock;
 //   * the *lead* is what the fastest rate (the job's, measured from the
-//     shards, or any member's, from heartbeats) covers in `lead_time` (the
-//     epoch reaches the shards on the next tick and members poll once per
+//     shards, or any member's, from heartbeats; each the rate it runs at
+//     when it runs, so a stall just before does not shrink it, see
+//     [planning rate] in clock_rate.h) covers in `lead_time` (the epoch
+//     reaches the shards on the next tick and members poll once per
 //     heartbeat), rounded up, plus 10 clocks of margin:
 //         clock = current + 10 + ceil(rate * lead_time)
+//     so a change takes effect about lead_time after it is asked for, in
+//     every mode. Should a shard still hear of a join after passing its
+//     clock, the joiner starts where that shard is (see [late join] in
+//     server/shard/job.cc) rather than failing;
 //   * with no active member nothing moves, so joiners start where the shards
 //     and the last epoch stopped, with no lead (see [unstaffed clocks] in
 //     server/shard/bsp_controller.cc);
@@ -39,13 +47,14 @@ struct MemberClock {
   uint64_t worker_id = 0;
   bool leaving = false;   // has a leave clock already; not counted as active
   uint64_t clock = 0;     // last heartbeat's clock (0 when unknown)
-  double clock_rate = 0;  // clocks per second from its heartbeats
+  double clock_rate = 0;  // clocks per second from its heartbeats ([planning rate])
 };
 
 // Where the job's shards are, from one round of GetStats.
 struct ShardClocks {
   uint64_t min_clock = 0;    // slowest member's clock, over the job's shards
-  uint64_t max_version = 0;  // sync rounds applied
+  uint64_t max_version = 0;  // sync rounds applied (0 in other modes: versions count pushes)
+  uint64_t max_clock = 0;    // fastest member's clock, over the job's shards
 };
 
 // Everything a plan depends on.
@@ -56,7 +65,7 @@ struct PlanInput {
   ShardClocks shards;
   bool bounded = false;         // BOUNDED consistency ...
   uint64_t staleness = 0;       // ... with this bound
-  double job_clock_rate = 0;    // clocks per second, from the shards
+  double job_clock_rate = 0;    // clocks per second, from the shards ([planning rate])
   uint64_t last_epoch_clock = 0;  // newest epoch's effective clock (0: none)
   uint64_t steps = 0;           // the job's last step
   absl::Duration lead_time;     // how long members need to hear of a change

@@ -77,6 +77,23 @@ TEST(PlanScaling, BoundedJobsLeadFromTheFastestAMemberMayBe) {
   EXPECT_EQ(LeadClock(in), 110u);
 }
 
+// In BOUNDED and ASYNC mode the chunk versions count pushes: the coordinator
+// gives the planner no max_version there, and the fastest member's clock
+// from the shards counts (issue 15: a scale planned ~6000 clocks ahead).
+TEST(PlanScaling, AsyncJobsLeadFromTheFastestMembersClock) {
+  PlanInput in = Running();
+  in.members = {{1, false, 900, 0}, {2, false, 950, 0}};
+  in.shards = {890, 0, 1000};
+  in.job_clock_rate = 100;
+  in.lead_time = absl::Seconds(1);
+  EXPECT_EQ(LeadClock(in), 1000u + 10 + 100);
+  in.desired_workers = 1;
+  in.steps = 5000;
+  const MembershipPlan plan = PlanScaling(in);
+  EXPECT_EQ(plan.action, Action::kLeave);
+  EXPECT_EQ(plan.clock, 1110u);
+}
+
 TEST(PlanScaling, AnIdleJobTakesJoinersWhereItStoppedWithoutLead) {
   PlanInput in = Running();
   in.members = {{1, true, 40, 0}};  // leaving: not active

@@ -37,6 +37,18 @@ struct AppliedClocks {
   bool started = false;  // `below` is meaningful once a first clock was added
 
   bool Contains(uint64_t c) const { return (started && c < below) || above.count(c) > 0; }
+  // Takes every clock below `c` as settled: a worker that (re)joins at `c`
+  // pushes nothing below it (see [late join] in job.cc).
+  void SettleBelow(uint64_t c) {
+    started = true;
+    if (c <= below) return;
+    below = c;
+    above.erase(above.begin(), above.lower_bound(c));
+    while (!above.empty() && *above.begin() == below) {
+      above.erase(above.begin());
+      ++below;
+    }
+  }
   void Add(uint64_t c) {
     if (!started) {
       // A worker's first applied clock: earlier clocks were never its to push

@@ -15,6 +15,8 @@ namespace gradstream::shard {
 namespace {
 
 constexpr size_t kMaxRoundRecords = 4096;
+// See [checkpoint failures].
+constexpr absl::Duration kCheckpointRetry = absl::Seconds(1);
 
 }  // namespace
 
@@ -65,18 +67,25 @@ absl::StatusOr<Job::Opened> Job::Open(JobOptions options, Env* env, Executor* ex
   std::shared_ptr<Job> job(new Job(std::move(options), std::move(optimizer), env, executor));
   Opened opened;
   opened.job = job;
-  if (job->options_.checkpoint_dir.empty()) return opened;
+  if (job->options_.checkpoint_dir.empty()) {
+    GS_RETURN_IF_ERROR(job->Reconcile(false));
+    return opened;
+  }
 
   const std::string path =
       CheckpointPath(job->options_.checkpoint_dir, job->id(), job->options_.shard_index);
   absl::StatusOr<std::string> data = env->ReadFile(path);
-  if (absl::IsNotFound(data.status())) return opened;
+  if (absl::IsNotFound(data.status())) {
+    GS_RETURN_IF_ERROR(job->Reconcile(false));
+    return opened;
+  }
   if (!data.ok()) return data.status();
   absl::StatusOr<JobSnapshot> snap = DecodeCheckpoint(*data);
   if (!snap.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": ", snap.status().message()));
   }
   GS_RETURN_IF_ERROR(job->Restore(*snap));
+  GS_RETURN_IF_ERROR(job->Reconcile(true));
   opened.restored = true;
   opened.restored_clock = snap->clock;
   LOG(INFO) << "job " << job->id() << " restored from " << path << " at clock " << snap->clock;
@@ -124,6 +133,29 @@ absl::Status Job::Restore(const JobSnapshot& snap) {
   return absl::OkStatus();
 }
 
+absl::Status Job::Reconcile(bool restored) {
+  if (!options_.epochs.empty()) {
+    absl::Status s = membership_.ReplaceEpochs(options_.epochs);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("epochs: ", s.message()));
+  }
+  if (!options_.resume) return absl::OkStatus();
+  const bool sync = options_.consistency.mode == ConsistencyMode::kSync;
+  int waiting = 0;
+  for (const auto& c : chunks_) {
+    absl::MutexLock l(&c->mu);
+    if (c->initialized.load()) continue;
+    if (!restored && sync) c->version.store(options_.resume_clock);
+    ++waiting;
+  }
+  if (waiting == 0) return absl::OkStatus();
+  awaiting_init_.store(true);
+  LOG(WARNING) << "job " << id() << " resumes " << (restored ? "from a checkpoint" : "without a checkpoint")
+               << ": " << waiting << " chunk(s) have no parameters; the first worker to pull sends"
+               << " its own (see [re-initialization]); sync rounds from clock "
+               << options_.resume_clock;
+  return absl::OkStatus();
+}
+
 ChunkState* Job::FindChunk(uint64_t id) const {
   auto it = chunk_by_id_.find(id);
   return it == chunk_by_id_.end() ? nullptr : it->second;
@@ -146,6 +178,11 @@ absl::StatusOr<bool> Job::Push(const PushArgs& push) {
     pushes_rejected_.fetch_add(1);
     return absl::NotFoundError(
         absl::StrCat("chunk ", push.chunk_id, " is not on this shard for job ", id()));
+  }
+  if (awaiting_init_.load() && !chunk->initialized.load() &&
+      options_.consistency.mode != ConsistencyMode::kSync) {
+    pushes_duplicate_.fetch_add(1);  // nothing to apply it to: see [re-initialization]
+    return true;
   }
   absl::StatusOr<bool> dup;
   uint64_t before = 0, after = 0;
@@ -190,7 +227,10 @@ absl::StatusOr<bool> Job::Init(uint64_t chunk_id, std::string_view values) {
   }
   {
     absl::MutexLock l(&chunk->mu);
-    if (chunk->initialized.load() || chunk->version.load() > 0) return true;
+    if (chunk->initialized.load()) return true;
+    // A resumed chunk takes the first worker's parameters at whatever
+    // version it is (see [re-initialization]).
+    if (chunk->version.load() > 0 && !awaiting_init_.load()) return true;
     chunk->params = std::move(v);
     chunk->initialized.store(true);
     controller_->Advance(*chunk, *this);
@@ -277,11 +317,20 @@ void Job::Pull(PullArgs pull, PullCallback done) {
     for (const auto& c : chunks_) pull.chunk_ids.push_back(c->chunk_id);
   }
   for (uint64_t id : pull.chunk_ids) {
-    if (FindChunk(id) == nullptr) {
+    const ChunkState* c = FindChunk(id);
+    if (c == nullptr) {
       return PullWaitList::Fail(
           pull, done,
           absl::NotFoundError(
               absl::StrCat("chunk ", id, " is not on this shard for job ", this->id())));
+    }
+    if (awaiting_init_.load() && !c->initialized.load()) {
+      return PullWaitList::Fail(
+          pull, done,
+          absl::DataLossError(absl::StrCat(
+              "chunk ", id, " of job ", this->id(),
+              " lost its parameters (the shard restarted without a checkpoint): send InitChunk"
+              " with yours (see [re-initialization])")));
     }
   }
   std::optional<PendingPull> now = waiting_.ParkUnlessReady(
@@ -329,7 +378,32 @@ void Job::AdvanceClock(uint64_t worker, uint64_t clock) {
 }
 
 absl::StatusOr<uint64_t> Job::UpdateMembership(MembershipEpoch epoch) {
-  GS_ASSIGN_OR_RETURN(const uint64_t newest, membership_.Update(std::move(epoch)));
+  const uint64_t effective = epoch.effective_clock;
+  const bool sync = options_.consistency.mode == ConsistencyMode::kSync;
+  uint64_t passed = 0;
+  if (sync) {
+    for (const auto& c : chunks_) passed = std::max(passed, c->version.load());
+  }
+  Membership::Joined joined;
+  GS_ASSIGN_OR_RETURN(const uint64_t newest,
+                      membership_.Update(std::move(epoch), passed, &joined));
+  // NOTE: [late join] Joiners start at joined.start (see [rejoin clock]).
+  // When that lies past the epoch's clock, this shard had already closed the
+  // rounds in between without them (the coordinator planned too short a
+  // lead, or this shard heard of the epoch late): their pushes for those
+  // clocks are settled (acknowledged as duplicates and dropped) instead of
+  // refused, so the joiner is not failed for a round it could not join.
+  if (sync && !joined.workers.empty()) {
+    for (const auto& c : chunks_) {
+      absl::MutexLock l(&c->mu);
+      for (uint64_t w : joined.workers) c->applied[w].SettleBelow(joined.start);
+    }
+  }
+  if (joined.start > effective && !joined.workers.empty()) {
+    LOG(WARNING) << "job " << id() << ": epoch " << newest << " adds " << joined.workers.size()
+                 << " worker(s) at clock " << effective << ", which this shard already passed;"
+                 << " they start at clock " << joined.start << " here (see [late join])";
+  }
   // Rounds waiting on a removed member may be complete now.
   const bool moved = AdvanceChunks();
   Wake();
@@ -364,7 +438,9 @@ JobStats Job::Stats(bool include_rounds) const {
   s.max_clock = m.max_clock;
   s.epoch = m.epoch;
   s.members = m.members;
+  s.checkpoint_failures = checkpoint_failures_.load();
   absl::MutexLock l(&stats_mu_);
+  s.checkpoint_error = checkpoint_error_;
   s.max_staleness = max_staleness_;
   s.staleness_histogram = staleness_hist_;
   s.staleness_sum = staleness_sum_;
@@ -374,11 +450,27 @@ JobStats Job::Stats(bool include_rounds) const {
 
 void Job::MaybeCheckpoint() {
   if (!progress_.periodic()) return;
+  if (absl::ToUnixNanos(env_->Now()) < checkpoint_retry_unix_ns_.load()) return;
   if (!progress_.TrySchedule(ProgressClock())) return;
   std::shared_ptr<Job> self = shared_from_this();
   executor_->Submit([self] {
     absl::StatusOr<CheckpointInfo> info = self->Checkpoint();
-    if (!info.ok()) LOG(ERROR) << "periodic checkpoint of " << self->id() << ": " << info.status();
+    if (info.ok()) {
+      absl::MutexLock l(&self->stats_mu_);
+      self->checkpoint_error_.clear();
+    } else {
+      // See [checkpoint failures].
+      self->checkpoint_failures_.fetch_add(1);
+      self->checkpoint_retry_unix_ns_.store(
+          absl::ToUnixNanos(self->env_->Now() + kCheckpointRetry));
+      {
+        absl::MutexLock l(&self->stats_mu_);
+        self->checkpoint_error_ = info.status().ToString();
+      }
+      LOG_EVERY_T(ERROR, 10) << "periodic checkpoint of " << self->id() << ": " << info.status()
+                             << " (" << self->checkpoint_failures_.load()
+                             << " failed so far; logged at most every 10 s)";
+    }
     self->progress_.EndScheduled();
   });
 }

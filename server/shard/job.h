@@ -9,6 +9,29 @@
 // call to the pieces and wakes parked pulls after every change that may make
 // them ready.
 //
+// NOTE: [re-initialization]
+// A shard that restarted without a checkpoint of a running job (killed
+// before its first one, or run without --checkpoint_dir) gets the job again
+// from the coordinator with `resume` set. Its chunks have no parameters, and
+// the InitChunk rank 0 sent at clock 0 went to the run that died. So:
+//   * sync chunks start at version `resume_clock`, the slowest member's clock
+//     the coordinator last saw (no member pushes below it any more); the
+//     rounds between it and where the members are get passed over as lost
+//     (see [lost rounds] in bsp_controller.cc);
+//   * a pull of a chunk still without parameters is answered DATA_LOSS at
+//     once (not parked), and the worker answers with an InitChunk holding
+//     its *current* parameters (the values it pulled last, at most a clock
+//     or two old; see Trainer::PullInto), then pulls again. The first such
+//     Init wins, whatever the chunk's version; the optimizer state restarts
+//     from zero. Initial values (rank 0's seed) would throw away every
+//     update made so far, a live worker's copy loses about one clock;
+//   * until then, SSP/async pushes to such a chunk are dropped (acknowledged
+//     as duplicates: there is nothing to apply them to), sync pushes wait in
+//     their rounds as usual.
+// When the request carries the job's epochs, they replace whatever a
+// restored checkpoint held: a checkpoint older than membership changes
+// would otherwise wait for members the coordinator removed since.
+//
 // Lock order: checkpoint_mu_ -> ChunkState::mu -> Membership, stats_mu_;
 // PullWaitList -> Membership. No lock is held while a pull callback runs
 // (see [parked pulls]).
@@ -122,6 +145,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
  private:
   Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor);
   [[nodiscard]] absl::Status Restore(const JobSnapshot& snap);
+  // Takes the coordinator's epochs and, for a resumed job, prepares its
+  // chunks for re-initialization (see [re-initialization]).
+  [[nodiscard]] absl::Status Reconcile(bool restored);
 
   ChunkState* FindChunk(uint64_t id) const;
   uint64_t MinChunkVersion() const;
@@ -159,8 +185,20 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};
   std::atomic<uint64_t> bytes_out_{0}, fp32_bytes_out_{0};
 
+  // NOTE: [checkpoint failures] A periodic checkpoint that cannot be written
+  // (disk full, permission denied) is counted, kept as the job's checkpoint
+  // error (GetStats, gs_shard_checkpoint_failures_total, `gradstream
+  // status`), logged at most once per 10 s, and tried again no sooner than
+  // kCheckpointRetry later: not once per push, which would fill the log and
+  // the disk's queue while training goes on without checkpoints.
+  std::atomic<uint64_t> checkpoint_failures_{0};
+  std::string checkpoint_error_ ABSL_GUARDED_BY(stats_mu_);
+  std::atomic<int64_t> checkpoint_retry_unix_ns_{0};
+
   absl::Mutex checkpoint_mu_;  // one writer at a time
   std::atomic<bool> dropped_{false};
+  // Some chunk waits for a worker's parameters (see [re-initialization]).
+  std::atomic<bool> awaiting_init_{false};
 };
 
 }  // namespace gradstream::shard

@@ -53,11 +53,18 @@ bool Membership::AdvanceClock(uint64_t worker, uint64_t clock) {
 
 uint64_t Membership::WorkerClock(uint64_t worker) const {
   absl::ReaderMutexLock l(&mu_);
+  if (departed_.contains(worker)) return std::numeric_limits<uint64_t>::max();
   auto it = clocks_.find(worker);
   return it == clocks_.end() ? 0 : it->second;
 }
 
 absl::StatusOr<uint64_t> Membership::Update(MembershipEpoch epoch) {
+  Joined joined;
+  return Update(std::move(epoch), 0, &joined);
+}
+
+absl::StatusOr<uint64_t> Membership::Update(MembershipEpoch epoch, uint64_t passed,
+                                            Joined* joined) {
   absl::MutexLock l(&mu_);
   const MembershipEpoch& last = epochs_.back();
   if (epoch.epoch <= last.epoch) return last.epoch;
@@ -65,6 +72,18 @@ absl::StatusOr<uint64_t> Membership::Update(MembershipEpoch epoch) {
     return absl::InvalidArgumentError(
         absl::StrCat("epoch ", epoch.epoch, " takes effect at clock ", epoch.effective_clock,
                      ", before epoch ", last.epoch, " (clock ", last.effective_clock, ")"));
+  }
+  // See [rejoin clock].
+  joined->start = std::max(epoch.effective_clock, passed);
+  joined->workers.clear();
+  for (uint64_t w : epoch.workers) {
+    if (Contains(last.workers, w)) continue;
+    joined->workers.push_back(w);
+    clocks_[w] = joined->start;
+    departed_.erase(w);
+  }
+  for (uint64_t w : epoch.departed) {
+    if (!Contains(epoch.workers, w)) departed_.insert(w);
   }
   epochs_.push_back(std::move(epoch));
   return epochs_.back().epoch;
@@ -148,6 +167,38 @@ uint64_t Membership::SaveTo(JobSnapshot* snap) const {
   snap->worker_clocks.assign(clocks_.begin(), clocks_.end());
   snap->incarnations.assign(incarnations_.begin(), incarnations_.end());
   return MinClockLocked();
+}
+
+absl::Status Membership::ReplaceEpochs(std::vector<MembershipEpoch> epochs) {
+  if (epochs.empty()) return absl::InvalidArgumentError("no epochs");
+  for (size_t i = 1; i < epochs.size(); ++i) {
+    if (epochs[i].epoch <= epochs[i - 1].epoch ||
+        epochs[i].effective_clock < epochs[i - 1].effective_clock) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("epoch ", epochs[i].epoch, " is out of order"));
+    }
+  }
+  absl::MutexLock l(&mu_);
+  departed_.clear();
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    for (uint64_t w : epochs[i].workers) {
+      if (i > 0 && !Contains(epochs[i - 1].workers, w)) departed_.erase(w);
+    }
+    for (uint64_t w : epochs[i].departed) {
+      if (!Contains(epochs[i].workers, w)) departed_.insert(w);
+    }
+  }
+  epochs_ = std::move(epochs);
+  for (uint64_t w : epochs_.back().workers) {
+    uint64_t start = epochs_.back().effective_clock;
+    for (size_t i = epochs_.size(); i-- > 0;) {
+      if (!Contains(epochs_[i].workers, w)) break;
+      start = epochs_[i].effective_clock;
+    }
+    auto it = clocks_.find(w);
+    if (it != clocks_.end() && it->second < start) it->second = start;
+  }
+  return absl::OkStatus();
 }
 
 void Membership::RestoreFrom(const JobSnapshot& snap) {

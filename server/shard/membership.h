@@ -11,6 +11,31 @@
 // added at clock 7 does not hold back a bounded pull at clock 9 as if it
 // were at 0. The slowest member (MinClock) is taken over the newest epoch
 // only: a removed worker holds nothing back.
+//
+// NOTE: [rejoin clock]
+// A worker that an epoch adds (a joiner, or a worker that left and comes
+// back, in any mode) starts afresh: whatever clock it had before is
+// forgotten, and its clock becomes the epoch's *start clock*
+//     start = max(effective clock, passed)
+// where `passed` is what the caller knows this shard already passed (sync:
+// the newest chunk version). So a rejoiner's old clock never pulls MinClock
+// back (SSP pulls would wait for a clock nobody will finish, status would show
+// a staleness of thousands), and a sync join the shard learns of after it
+// already closed the rounds from the effective clock on (see [late join] in
+// job.cc) starts where the shard is. In SSP/async a joiner planned behind the
+// slowest member (the coordinator plans ahead of every member, see [membership
+// plan]) holds MinClock at its start only until it catches up: its pulls there
+// are answerable at once.
+//
+// NOTE: [departed] A worker that died (or failed, restarted, left on a
+// signal) pushes nothing more. Its removal takes effect at the clock it never
+// completed, unless a planned change (a scale-up joining at J) already holds
+// a later clock: epochs only move forward, so the removal is then at J, and
+// the rounds in between would wait for the dead worker forever. So an epoch
+// also names the workers it lets go for good, and WorkerClock() of such a
+// worker is "finished everything": every round that waits on it completes
+// with the others ([lost rounds] in bsp_controller.cc), whatever its clock.
+// A later epoch that adds the worker again (a new incarnation) clears it.
 #ifndef GRADSTREAM_SERVER_SHARD_MEMBERSHIP_H_
 #define GRADSTREAM_SERVER_SHARD_MEMBERSHIP_H_
 
@@ -20,6 +45,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -47,13 +73,24 @@ class Membership {
   // The worker finished clock-1. Returns false when that is not news (an
   // older or repeated advance, e.g. replayed after a reconnect).
   bool AdvanceClock(uint64_t worker, uint64_t clock);
-  // `worker`'s latest advance; 0 when it never advanced.
+  // `worker`'s latest advance; 0 when it never advanced; UINT64_MAX once it
+  // departed (see [departed]).
   uint64_t WorkerClock(uint64_t worker) const;
 
   // Adds an epoch; returns the newest epoch. InvalidArgument when the
   // effective clock goes backwards; an epoch not newer than the newest is a
   // no-op.
   [[nodiscard]] absl::StatusOr<uint64_t> Update(MembershipEpoch epoch);
+  // The workers an Update added and the clock they start at (see [rejoin
+  // clock]).
+  struct Joined {
+    std::vector<uint64_t> workers;
+    uint64_t start = 0;
+  };
+  // As Update(epoch); the workers it adds start at max(effective clock,
+  // `passed`), and are listed in `joined` (not null).
+  [[nodiscard]] absl::StatusOr<uint64_t> Update(MembershipEpoch epoch, uint64_t passed,
+                                                Joined* joined);
 
   // As JobContext::MembersAt / NextStaffedClock (consistency.h).
   std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const;
@@ -77,6 +114,11 @@ class Membership {
   // Replaces the state with a checkpoint's. The current newest epoch (the
   // CreateJob one) is kept on top when it is newer than the checkpoint's.
   void RestoreFrom(const JobSnapshot& snap);
+  // Replaces the epochs with `epochs` (the coordinator's, oldest first) and
+  // raises every member's clock to at least the start of its run in them
+  // (see [rejoin clock]). InvalidArgument, changing nothing, when they are
+  // empty or not ordered by epoch and effective clock.
+  [[nodiscard]] absl::Status ReplaceEpochs(std::vector<MembershipEpoch> epochs);
 
  private:
   // The epoch in effect at `clock` (nullptr before the first one).
@@ -90,6 +132,7 @@ class Membership {
   std::vector<MembershipEpoch> epochs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint64_t> clocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> departed_ ABSL_GUARDED_BY(mu_);  // see [departed]
 };
 
 }  // namespace gradstream::shard

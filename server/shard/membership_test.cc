@@ -43,6 +43,59 @@ TEST(Membership, AJoinerStartsAtTheClockItJoinedAt) {
   EXPECT_EQ(m.MinClock(), 9u);  // a removed worker holds nothing back
 }
 
+// Bounded staleness, scale 1 -> 2 -> 1 -> 2 with the same worker: its clock
+// from before it left must not pull MinClock back when it rejoins (see
+// [rejoin clock]).
+TEST(Membership, ARejoinerForgetsItsOldClock) {
+  Membership m(MembershipEpoch{1, 0, {10}});
+  ASSERT_TRUE(m.Update(MembershipEpoch{2, 20, {10, 11}}).ok());
+  EXPECT_TRUE(m.AdvanceClock(10, 40));
+  EXPECT_TRUE(m.AdvanceClock(11, 40));
+  ASSERT_TRUE(m.Update(MembershipEpoch{3, 40, {10}}).ok());  // 11 leaves at 40
+  EXPECT_TRUE(m.AdvanceClock(10, 5000));
+  EXPECT_EQ(m.MinClock(), 5000u);
+  ASSERT_TRUE(m.Update(MembershipEpoch{4, 5010, {10, 11}}).ok());  // 11 comes back
+  EXPECT_EQ(m.WorkerClock(11), 5010u);
+  EXPECT_EQ(m.MinClock(), 5000u);  // 10, not 11's old 40
+  EXPECT_TRUE(m.AdvanceClock(10, 5020));
+  EXPECT_EQ(m.MinClock(), 5010u);
+}
+
+// A join this shard hears of after it applied rounds past the join clock
+// starts where the shard is.
+TEST(Membership, ALateJoinerStartsWhereTheShardIs) {
+  Membership m(MembershipEpoch{1, 0, {10}});
+  EXPECT_TRUE(m.AdvanceClock(10, 30));
+  Membership::Joined joined;
+  ASSERT_TRUE(m.Update(MembershipEpoch{2, 20, {10, 11}}, /*passed=*/25, &joined).ok());
+  EXPECT_EQ(joined.workers, (std::vector<uint64_t>{11}));
+  EXPECT_EQ(joined.start, 25u);
+  EXPECT_EQ(m.WorkerClock(11), 25u);
+  EXPECT_EQ(m.MinClock(), 25u);
+  ASSERT_TRUE(m.Update(MembershipEpoch{3, 40, {10, 11, 12}}, 0, &joined).ok());
+  EXPECT_EQ(joined.workers, (std::vector<uint64_t>{12}));
+  EXPECT_EQ(joined.start, 40u);  // on time: the epoch's clock
+}
+
+// A checkpoint from before worker 11 left and came back: the coordinator's
+// epochs replace the restored ones, and 11's old clock counts from its
+// current run on.
+TEST(Membership, TheCoordinatorsEpochsReplaceARestoredCheckpoints) {
+  Membership m(MembershipEpoch{1, 0, {10, 11}});
+  EXPECT_TRUE(m.AdvanceClock(10, 50));
+  EXPECT_TRUE(m.AdvanceClock(11, 12));
+  EXPECT_EQ(m.ReplaceEpochs({MembershipEpoch{2, 5, {}}, MembershipEpoch{1, 9, {}}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m.ReplaceEpochs({MembershipEpoch{1, 0, {10, 11}}, MembershipEpoch{2, 12, {10}},
+                               MembershipEpoch{3, 45, {10, 11}}})
+                  .ok());
+  EXPECT_EQ(m.WorkerClock(11), 45u);
+  EXPECT_EQ(m.MinClock(), 45u);
+  uint64_t epoch = 0;
+  EXPECT_EQ(m.MembersAt(20, &epoch), (std::vector<uint64_t>{10}));
+  EXPECT_EQ(epoch, 2u);
+}
+
 TEST(Membership, EpochsApplyFromTheirEffectiveClock) {
   Membership m(MembershipEpoch{1, 0, {10, 11}});
   EXPECT_EQ(*m.Update(MembershipEpoch{2, 4, {}}), 2u);

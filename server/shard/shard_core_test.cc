@@ -251,6 +251,92 @@ TEST(SyncJob, RoundsEveryMemberFinishedElsewhereAreClosed) {
   EXPECT_EQ(t.Params(), (std::vector<float>{-2, -2}));
 }
 
+// The shard applied rounds 0-2 before it heard of worker 20's join at
+// clock 1: 20's pushes for 1 and 2 are settled, not refused, and round 3
+// waits for it (see [late join]).
+TEST(SyncJob, ALateJoinerIsSettledNotFailed) {
+  SyncJob t;
+  for (uint64_t c = 0; c < 3; ++c) {
+    for (uint64_t w : {10, 11, 12}) {
+      EXPECT_FALSE(*t.Push(w, c, {3, 3}));
+      t.job->AdvanceClock(w, c + 1);
+    }
+  }
+  ASSERT_EQ(t.job->Stats(false).min_version, 3u);
+  ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{2, 1, {10, 11, 12, 20}}).ok());
+  EXPECT_TRUE(*t.Push(20, 1, {100, 100}));
+  EXPECT_TRUE(*t.Push(20, 2, {100, 100}));
+  EXPECT_EQ(t.Params(), (std::vector<float>{-9, -9}));
+  for (uint64_t w : {10, 11, 12}) EXPECT_FALSE(*t.Push(w, 3, {4, 4}));
+  EXPECT_EQ(t.job->Stats(false).min_version, 3u);  // waits for 20
+  EXPECT_FALSE(*t.Push(20, 3, {0, 0}));
+  EXPECT_EQ(t.Params(), (std::vector<float>{-12, -12}));  // mean (3, 3) of 4
+}
+
+// A shard restarted without a checkpoint of a job whose members are at
+// clock 40 (see [re-initialization]): pulls say DATA_LOSS until a worker
+// sends its parameters, then the job goes on from there.
+TEST(ResumedJob, TakesAWorkersParametersAndGoesOn) {
+  Executor executor(1);
+  JobOptions o;
+  o.job_id = "r";
+  o.optimizer.type = OptimizerType::kSgd;
+  o.optimizer.learning_rate = 1.0f;
+  o.chunks = {ChunkSpec{0, 2}};
+  o.membership = MembershipEpoch{3, 30, {10, 11}};
+  o.epochs = {MembershipEpoch{1, 0, {10, 11, 12}}, MembershipEpoch{2, 20, {10, 11}},
+              o.membership};
+  o.resume = true;
+  o.resume_clock = 38;
+  auto opened = Job::Open(o, Env::Default(), &executor);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Job& job = *opened->job;
+  EXPECT_EQ(job.Stats(false).min_version, 38u);
+  absl::Status status;
+  PullArgs pull;
+  pull.worker = 10;
+  pull.clock = 40;
+  job.Pull(pull, [&](PullResult r) { status = r.status; });
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  for (uint64_t w : {10, 11}) job.AdvanceClock(w, 40);  // replayed on reconnect
+  EXPECT_FALSE(*job.Init(0, Floats({5, 5})));
+  EXPECT_TRUE(*job.Init(0, Floats({7, 7})));  // the first one wins
+  std::vector<float> got;
+  job.Pull(pull, [&](PullResult r) {
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    got.resize(2);
+    std::memcpy(got.data(), r.chunks[0].values.data(), 8);
+  });
+  EXPECT_EQ(got, (std::vector<float>{5, 5}));  // rounds 38 and 39 passed over as lost
+  std::string payload = Floats({2, 4});
+  PushArgs p;
+  p.chunk_id = 0;
+  p.clock = 40;
+  p.header.codec = CodecType::kNone;
+  p.header.num_elems = 2;
+  p.payload = payload;
+  for (uint64_t w : {10, 11}) {
+    p.worker = w;
+    EXPECT_FALSE(*job.Push(p));
+  }
+  EXPECT_EQ(job.Stats(false).min_version, 41u);
+}
+
+// Worker 12 dies at clock 1 while a scale-up planned for clock 5 is known:
+// its removal can only take effect at 5, but it departed, so rounds 1-4 do
+// not wait for it (see [departed]).
+TEST(SyncJob, ADepartedWorkerHoldsUpNoRoundBeforeItsRemoval) {
+  SyncJob t;
+  for (uint64_t w : {10, 11, 12}) EXPECT_FALSE(*t.Push(w, 0, {3, 3}));
+  ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{2, 5, {10, 11, 12, 20}}).ok());
+  EXPECT_FALSE(*t.Push(10, 1, {2, 2}));
+  EXPECT_FALSE(*t.Push(11, 1, {2, 2}));
+  EXPECT_EQ(t.job->Stats(false).min_version, 1u);  // waits for 12
+  ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{3, 5, {10, 11, 20}, {12}}).ok());
+  EXPECT_EQ(t.job->Stats(false).min_version, 2u);  // round 1 closed with 10 and 11
+  EXPECT_EQ(t.Params(), (std::vector<float>{-5, -5}));
+}
+
 TEST(SyncJob, BadChunkLeavesStateUnchanged) {
   SyncJob t;
   EXPECT_EQ(t.Push(10, 0, {1, 2, 3}).status().code(), absl::StatusCode::kInvalidArgument);
@@ -359,6 +445,52 @@ TEST(JobCheckpoint, RestoresThroughEnvAndRefusesCorruptFiles) {
   o.chunks = {ChunkSpec{3, 5}};
   files.PutFile(info->path, saved);
   EXPECT_EQ(Job::Open(o, &env, &executor).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A disk that is full: the periodic checkpoints fail, are counted and
+// retried at most once a second, not once per push (see [checkpoint
+// failures]); the next one that is written clears the error.
+TEST(JobCheckpoint, PeriodicFailuresAreCountedAndRateLimited) {
+  testing::MemEnv files;
+  testing::FaultInjectionEnv env(&files);
+  Executor executor(1);
+  JobOptions o;
+  o.job_id = "full";
+  o.optimizer.type = OptimizerType::kSgd;
+  o.chunks = {ChunkSpec{3, 2}};
+  o.membership = MembershipEpoch{1, 0, {1}};
+  o.checkpoint_dir = "/ckpt";
+  o.checkpoint_every = 1;
+  auto opened = Job::Open(o, &env, &executor);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<Job> job = opened->job;
+  ASSERT_FALSE(*job->Init(3, Floats({1, 2})));
+  env.SetFreeBytes(0);
+  const std::string g = Floats({1, -1});
+  PushArgs p;
+  p.worker = 1;
+  p.chunk_id = 3;
+  p.header.num_elems = 2;
+  p.payload = g;
+  for (uint64_t c = 0; c < 200; ++c) {
+    p.clock = c;
+    ASSERT_FALSE(*job->Push(p));
+    absl::SleepFor(absl::Microseconds(200));  // the executor writes meanwhile
+  }
+  JobStats s = job->Stats(false);
+  EXPECT_GE(s.checkpoint_failures, 1u);
+  EXPECT_LE(s.checkpoint_failures, 2u);  // 200 pushes in well under 2 s
+  EXPECT_NE(s.checkpoint_error.find("RESOURCE_EXHAUSTED"), std::string::npos)
+      << s.checkpoint_error;
+  env.SetFreeBytes(std::nullopt);
+  ASSERT_TRUE(job->Checkpoint().ok());  // an explicit one is not rate-limited
+  absl::SleepFor(absl::Seconds(1.1));
+  p.clock = 200;
+  ASSERT_FALSE(*job->Push(p));  // a periodic one succeeds again
+  for (int i = 0; i < 100 && !job->Stats(false).checkpoint_error.empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(job->Stats(false).checkpoint_error, "");
 }
 
 }  // namespace

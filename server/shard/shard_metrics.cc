@@ -23,10 +23,11 @@ constexpr const char* kMinClock = "gs_shard_min_clock";
 constexpr const char* kClockLag = "gs_shard_clock_lag";
 constexpr const char* kMembers = "gs_shard_active_members";
 constexpr const char* kEpoch = "gs_shard_membership_epoch";
+constexpr const char* kCheckpointFailures = "gs_shard_checkpoint_failures_total";
 constexpr const char* kJobFamilies[] = {
     kPushes,       kPushBytes,  kPushFp32Bytes, kCompression, kPulls,    kPushSeconds, kStaleness,
     kMaxStaleness, kVersionMin, kVersionMax,    kMinClock,    kClockLag, kMembers,     kEpoch,
-    kPullBytes,    kPullFp32Bytes};
+    kPullBytes,    kPullFp32Bytes, kCheckpointFailures};
 
 // Staleness 0..kStalenessBuckets-2 has its own bucket; the Job's last bucket
 // (staleness >= kStalenessBuckets-1) is Prometheus' +Inf.
@@ -59,6 +60,8 @@ void ExportJobStats(const std::string& job, const JobStats& s,
   counter(kPullBytes, "Parameter bytes pulls carried (fp32 values, or pull-codec deltas).",
           s.bytes_out, l);
   counter(kPullFp32Bytes, "What the same pulls would weigh as fp32.", s.fp32_bytes_out, l);
+  counter(kCheckpointFailures, "Periodic checkpoints that could not be written.",
+          s.checkpoint_failures, l);
 
   metrics::Histogram* latency = registry->GetHistogram(
       kPushSeconds, "Time to handle one push (decode + accumulate/apply + ack), seconds.",

@@ -88,6 +88,14 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   o.membership.effective_clock = req.membership().effective_clock();
   o.membership.workers.assign(req.membership().worker_ids().begin(),
                               req.membership().worker_ids().end());
+  for (const pb::Membership& m : req.epochs()) {
+    o.epochs.push_back(MembershipEpoch{m.epoch(),
+                                       m.effective_clock(),
+                                       {m.worker_ids().begin(), m.worker_ids().end()},
+                                       {m.departed().begin(), m.departed().end()}});
+  }
+  o.resume = req.resume();
+  o.resume_clock = req.resume_clock();
   o.checkpoint_every = req.checkpoint_every();
   o.checkpoint_dir = server.checkpoint_dir;
   o.max_pending_rounds = server.max_pending_rounds;
@@ -322,6 +330,7 @@ class ShardService final : public pb::ParameterServer::CallbackService {
       e.effective_clock = req->membership().effective_clock();
       e.workers.assign(req->membership().worker_ids().begin(),
                        req->membership().worker_ids().end());
+      e.departed.assign(req->membership().departed().begin(), req->membership().departed().end());
       absl::StatusOr<uint64_t> epoch = job->UpdateMembership(std::move(e));
       if (!epoch.ok()) return epoch.status();
       resp->set_epoch(*epoch);
@@ -388,6 +397,9 @@ class ShardService final : public pb::ParameterServer::CallbackService {
       }
       resp->set_min_clock(s.min_clock);
       resp->set_epoch(s.epoch);
+      resp->set_max_clock(s.max_clock);
+      resp->set_checkpoint_failures(s.checkpoint_failures);
+      resp->set_checkpoint_error(s.checkpoint_error);
       return absl::OkStatus();
     });
   }

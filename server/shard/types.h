@@ -34,6 +34,9 @@ struct MembershipEpoch {
   uint64_t epoch = 0;
   uint64_t effective_clock = 0;
   std::vector<uint64_t> workers;
+  // Gone for good: see [departed] in membership.h. Not in checkpoints (the
+  // coordinator sends every epoch again with CreateJob).
+  std::vector<uint64_t> departed;
 };
 
 // Everything a job needs, filled once at CreateJob.
@@ -44,6 +47,14 @@ struct JobOptions {
   ConsistencyOptions consistency;
   std::vector<ChunkSpec> chunks;
   MembershipEpoch membership;
+  // Every epoch of the job, oldest first, when the coordinator sent them
+  // (empty: only `membership` is known). They replace a restored
+  // checkpoint's (see [re-initialization] in job.h).
+  std::vector<MembershipEpoch> epochs;
+  // The job already ran before this shard got it (the shard restarted or
+  // lost it): see [re-initialization] in job.h.
+  bool resume = false;
+  uint64_t resume_clock = 0;
   uint32_t checkpoint_every = 0;  // clocks; 0 = only on request
   std::string checkpoint_dir;     // "" = checkpoints disabled
   // Sync rounds a chunk may hold open at once (pushes for clocks >= version +
@@ -145,6 +156,10 @@ struct JobStats {
   uint32_t members = 0;  // workers in the newest epoch
   uint64_t bytes_out = 0;       // parameter bytes pulls carried (values + deltas)
   uint64_t fp32_bytes_out = 0;  // what the same pulls would be as fp32
+  // Periodic checkpoints that could not be written, and the newest one's
+  // error ("" once a later one was written): see [checkpoint failures].
+  uint64_t checkpoint_failures = 0;
+  std::string checkpoint_error;
 };
 
 }  // namespace gradstream::shard

@@ -60,8 +60,23 @@ absl::Status Trainer::Reshard(uint32_t rank, uint32_t world_size) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::SendParams() {
+  std::vector<std::vector<float>> values(model_->num_tensors());
+  std::vector<absl::Span<const float>> spans;
+  for (int i = 0; i < model_->num_tensors(); ++i) {
+    values[i].resize(model_->params()[i].num_elems);
+    GS_RETURN_IF_ERROR(model_->GetParam(i, std::span<float>(values[i])));
+    spans.emplace_back(values[i]);
+  }
+  return client_->InitParams(spans, options_.push_wait);
+}
+
 absl::Status Trainer::PullInto(uint64_t clock) {
   const absl::Time give_up = absl::Now() + options_.stall_deadline;
+  // Re-initializations of a restarted shard answered per pull (each is one
+  // InitChunk per chunk; the first one takes): more means it keeps losing them.
+  constexpr int kMaxReinits = 3;
+  int reinits = 0;
   for (;;) {
     std::vector<absl::Span<float>> out;
     for (int i = 0; i < model_->num_tensors(); ++i) {
@@ -73,12 +88,19 @@ absl::Status Trainer::PullInto(uint64_t clock) {
     const client::PullHandle h = client_->Pull(clock, std::move(out));
     absl::Status s = client::PsClient::Wait(h, options_.pull_wait);
     if (s.ok()) break;
-    // A published copy that failed its checksum was dropped: asking again
-    // gets a snapshot (see [pull codec]).
-    if (absl::IsDataLoss(s) && absl::Now() <= give_up) {
-      LOG(WARNING) << "pull at clock " << clock << ": " << s << "; pulling a snapshot";
+    if (absl::IsDataLoss(s) && reinits++ < kMaxReinits) {
+      // Two things end a pull with DATA_LOSS and one answer serves both. A
+      // shard that restarted without a checkpoint asks for parameters: give
+      // it ours (the last pulled, see [re-initialization] in
+      // server/shard/job.h); a chunk that has parameters ignores them (the
+      // first InitChunk wins). A published copy that failed its checksum was
+      // dropped (see [pull codec]): the next pull gets a snapshot.
+      LOG(WARNING) << "job " << job_id_ << " clock " << clock << ": " << s.message()
+                   << "; sending this worker's parameters and pulling again";
+      GS_RETURN_IF_ERROR(SendParams());
       continue;
     }
+    if (Stopping()) return absl::CancelledError("stopping (signal)");
     // The consistency mode may hold a pull for a long time (a straggler, a
     // dead member the coordinator has not removed yet): ask again, but stop
     // when the job ends or nothing moves for stall_deadline.
@@ -207,14 +229,7 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
     // Every worker builds the same initial parameters from the job seed; the
     // shards keep the first InitChunk of each chunk and ignore the rest, so
     // whoever gets there first initializes the job.
-    std::vector<std::vector<float>> init(model_->num_tensors());
-    std::vector<absl::Span<const float>> spans;
-    for (int i = 0; i < model_->num_tensors(); ++i) {
-      init[i].resize(model_->params()[i].num_elems);
-      GS_RETURN_IF_ERROR(model_->GetParam(i, std::span<float>(init[i])));
-      spans.emplace_back(init[i]);
-    }
-    GS_RETURN_IF_ERROR(client_->InitParams(spans, options_.push_wait));
+    GS_RETURN_IF_ERROR(SendParams());
   }
   uint64_t clock = start_clock;
   Publish(clock);
@@ -222,6 +237,12 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
     const Assignment a = feed_->Get();
     if (!Active(a)) return TrainOutcome::kStopped;
     if (clock >= setup_->steps) break;
+    if (Stopping()) {
+      // See [graceful stop] in trainer.h.
+      GS_RETURN_IF_ERROR(client_->Leave(options_.push_wait));
+      LOG(INFO) << "job " << job_id_ << ": stopping on a signal, left after clock " << clock;
+      return TrainOutcome::kLeft;
+    }
     if (a.leave && clock >= a.leave_clock) {
       GS_RETURN_IF_ERROR(client_->Leave(options_.push_wait));
       LOG(INFO) << "job " << job_id_ << ": left after clock " << clock;
@@ -235,6 +256,7 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
     }
     const absl::Time step_start = absl::Now();
     absl::Status s = PullInto(clock);
+    if (absl::IsCancelled(s) && Stopping()) continue;  // leaves at the top of the loop
     if (absl::IsCancelled(s)) return TrainOutcome::kStopped;
     GS_RETURN_IF_ERROR(s);
     GS_RETURN_IF_ERROR(Step(clock));

@@ -9,6 +9,7 @@
 #ifndef GRADSTREAM_WORKER_TRAINER_TRAINER_H_
 #define GRADSTREAM_WORKER_TRAINER_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -101,6 +102,12 @@ struct TrainerOptions {
   // Run() fails with FailedPrecondition when that is unavailable.
   bool device_encode = false;
   uint64_t worker_id = 0;  // the client's ClientOptions::worker_id (the encode key)
+  // NOTE: [graceful stop] Set (by a SIGTERM/SIGINT handler) to leave the job:
+  // the trainer finishes the clock it is in (a pull that waits is given up
+  // within pull_wait), sends Leave to every shard and returns kLeft; the
+  // caller reports LEFT to the coordinator, which removes the worker at the
+  // clock it did not do. Not owned; nullptr = never.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 enum class TrainOutcome {
@@ -127,6 +134,10 @@ class Trainer {
   // Pulls every tensor at reader clock `clock` into the model. Returns
   // kStopped-worthy Cancelled when the assignment ends while waiting.
   absl::Status PullInto(uint64_t clock);
+  // Sends the model's current parameters as every chunk's InitChunk (only
+  // chunks without parameters take them).
+  absl::Status SendParams();
+  bool Stopping() const { return options_.stop != nullptr && options_.stop->load(); }
   absl::Status Evaluate(uint64_t clock);
   absl::Status Step(uint64_t clock);
   void Publish(uint64_t clock);

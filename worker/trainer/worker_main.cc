@@ -5,6 +5,16 @@
 //             [--device_encode]
 //
 // One thread heartbeats (progress out, assignment in); the main thread trains.
+//
+// NOTE: [worker stop] SIGTERM or SIGINT (how docker and Kubernetes stop a
+// container) is a graceful leave: the trainer finishes the clock it is in,
+// sends Leave to every shard (see [graceful stop] in trainer.h), the worker
+// reports LEFT in one last heartbeat, so the coordinator removes it at once
+// at the clock it did not do, and exits 0. That takes one step plus two RPCs;
+// if it has not happened within --stop_grace_s (a wedged shard), the worker
+// exits 1 anyway, and a second signal exits at once. The deployments give
+// it more than that: docker-compose stop_grace_period 30s, Kubernetes
+// terminationGracePeriodSeconds 30.
 #include <unistd.h>
 
 #include <atomic>
@@ -43,13 +53,18 @@ ABSL_FLAG(int, rpc_timeout_ms, 5000, "deadline of each coordinator RPC");
 ABSL_FLAG(int, register_timeout_s, 120, "give up when the coordinator is unreachable this long");
 ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics HTTP port; 0 = any free, -1 = off");
 ABSL_FLAG(std::string, metrics_port_file, "", "if set, the bound metrics port is written here");
+ABSL_FLAG(int, stop_grace_s, 20,
+          "after SIGTERM/SIGINT, leave the job gracefully within this many seconds or exit 1 "
+          "(see [worker stop])");
 
 namespace gradstream {
 namespace {
 
 std::atomic<bool> g_stop{false};
 
-void OnSignal(int) { g_stop = true; }
+void OnSignal(int sig) {
+  if (g_stop.exchange(true)) _exit(128 + sig);  // the second signal: now
+}
 
 std::string CoordinatorAddress() {
   std::string a = absl::GetFlag(FLAGS_coordinator);
@@ -208,28 +223,33 @@ class Worker {
   // Heartbeats until stopped; re-registers when the coordinator forgot us.
   void HeartbeatLoop() {
     while (!g_stop && !done_) {
-      v1::HeartbeatRequest req;
-      state_.Fill(&req, board_);
-      v1::HeartbeatResponse resp;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() +
-                                          absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms))));
-      rpc::AttachToken(&ctx, rpc_.auth_token);
-      const grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
-      if (s.ok()) {
-        state_.SetLatest(resp.assignment());
-        feed_.Set(FromProto(resp.assignment()));
-      } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
-                 s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-        // Removed (e.g. missed heartbeats) or unknown: the old incarnation is
-        // dead to the shards, so drop the job and join again.
-        LOG(WARNING) << "coordinator: " << s.error_message() << "; registering again";
-        feed_.Set(Assignment{});
-        if (!Register().ok()) LOG(ERROR) << "re-register failed";
-      } else {
-        LOG(WARNING) << "heartbeat: " << s.error_message();
-      }
+      HeartbeatOnce();
       absl::SleepFor(interval_);
+    }
+  }
+
+  // One heartbeat: reports the state, takes the assignment.
+  void HeartbeatOnce() {
+    v1::HeartbeatRequest req;
+    state_.Fill(&req, board_);
+    v1::HeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() +
+                                        absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms))));
+    rpc::AttachToken(&ctx, rpc_.auth_token);
+    const grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+    if (s.ok()) {
+      state_.SetLatest(resp.assignment());
+      feed_.Set(FromProto(resp.assignment()));
+    } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
+               s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      // Removed (e.g. missed heartbeats) or unknown: the old incarnation is
+      // dead to the shards, so drop the job and join again.
+      LOG(WARNING) << "coordinator: " << s.error_message() << "; registering again";
+      feed_.Set(Assignment{});
+      if (!Register().ok()) LOG(ERROR) << "re-register failed";
+    } else {
+      LOG(WARNING) << "heartbeat: " << s.error_message();
     }
   }
 
@@ -247,6 +267,11 @@ class Worker {
       state_.SetJob(incarnation, job, v1::DONE);
     } else if (*outcome == TrainOutcome::kLeft) {
       state_.SetJob(incarnation, job, v1::LEFT);
+      if (g_stop) {
+        // See [worker stop]: tell the coordinator now, not a heartbeat later.
+        HeartbeatOnce();
+        return;
+      }
     } else {
       state_.SetJob(incarnation, "", v1::IDLE);
     }
@@ -314,6 +339,7 @@ class Worker {
     TrainerOptions topt;
     topt.device_encode = absl::GetFlag(FLAGS_device_encode);
     topt.worker_id = opt.worker_id;
+    topt.stop = &g_stop;
     if (a.spec().consistency().mode() == v1::BOUNDED) {
       topt.final_pull_slack = a.spec().consistency().staleness();
     }
@@ -388,6 +414,16 @@ int main(int argc, char** argv) {
     LOG(ERROR) << s;
     return 1;
   }
+  // See [worker stop]: the grace period is enforced, not hoped for.
+  std::thread watchdog([] {
+    while (!gradstream::g_stop) absl::SleepFor(absl::Milliseconds(50));
+    absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
+    LOG(ERROR) << "did not stop within --stop_grace_s=" << absl::GetFlag(FLAGS_stop_grace_s)
+               << "s of the signal; exiting";
+    _exit(1);
+  });
+  watchdog.detach();
   worker.Run();
+  LOG(INFO) << "gs_worker: stopped";
   return 0;
 }

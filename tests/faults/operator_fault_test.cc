@@ -1,0 +1,293 @@
+// Operator sequences of issue 15 (items 7-12) through the real binaries:
+//   * a shard killed before its first checkpoint comes back without one, takes
+//     a live worker's parameters and the job completes (item 7);
+//   * a worker removed, then a shard restored from a checkpoint older than the
+//     removal: the coordinator's epochs replace the restored ones (item 8);
+//   * bounded staleness scaled 1 -> 2 -> 1 -> 2 with the same worker, and an
+//     async scale-down: each change takes effect within a few seconds, the
+//     rejoiner never pulls the shards' slowest clock back (items 9, 10);
+//   * SIGTERM makes a worker leave at once and exit 0; a worker killed after a
+//     coordinator restart is removed within one heartbeat timeout (item 12).
+// Item 11 (a replacement's join clock after a stall) is in chaos_fault_test.
+// Each test prints its figures on stdout (see the README's failure table).
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "ps.grpc.pb.h"
+#include "tests/faults/fault_testing.h"
+
+namespace gradstream::testing {
+namespace {
+
+constexpr float kMinAccuracy = 0.75f;  // the small job reaches ~0.85 without faults
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// The newest epoch whose reason contains `what`, or nullptr.
+const v1::MembershipEpoch* FindEpoch(const v1::JobStatus& job, const std::string& what) {
+  const v1::MembershipEpoch* found = nullptr;
+  for (const auto& e : job.epochs()) {
+    if (absl::StrContains(e.reason(), what)) found = &e;
+  }
+  return found;
+}
+
+// Polls until the job has an epoch whose reason contains `what` and its
+// clock reached that epoch's effective clock; returns the epoch.
+absl::StatusOr<v1::MembershipEpoch> WaitForEpochInEffect(LocalCluster& cluster,
+                                                         const std::string& job,
+                                                         const std::string& what,
+                                                         absl::Duration timeout) {
+  v1::MembershipEpoch epoch;
+  bool found = false;
+  const bool ok = Poll(timeout, [&] {
+    auto s = cluster.GetJob(job);
+    if (!s.ok()) return false;
+    const v1::MembershipEpoch* e = FindEpoch(*s, what);
+    if (e == nullptr) return false;
+    epoch = *e;
+    found = true;
+    return s->progress().clock() >= e->effective_clock() || IsTerminal(s->state());
+  });
+  if (!ok) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no epoch '", what, "' in effect", found ? " (planned, not reached)" : ""));
+  }
+  return epoch;
+}
+
+void ExpectCompleted(LocalCluster& cluster, const std::string& job, uint32_t steps,
+                     v1::JobStatus* out = nullptr) {
+  auto done = cluster.WaitForJob(job, absl::Seconds(120));
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->state(), v1::COMPLETED) << done->DebugString();
+  EXPECT_EQ(done->progress().clock(), steps);
+  EXPECT_GE(done->progress().accuracy(), kMinAccuracy) << done->DebugString();
+  EXPECT_EQ(done->worker_errors(), 0u) << done->DebugString();
+  if (out != nullptr) *out = *done;
+}
+
+// Item 7.
+TEST(Operator, ShardKilledBeforeItsFirstCheckpointIsReinitialized) {
+  ClusterOptions options;
+  auto started = LocalCluster::Start(FaultBinaries(), options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  LocalCluster& cluster = **started;
+  SCOPED_TRACE("cluster logs in " + cluster.dir());
+  constexpr uint32_t kSteps = 600;
+  auto id = cluster.Submit(SmallSyncJob("no-checkpoint", 2, kSteps));  // checkpoint_every 0
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto at = cluster.WaitForClock(*id, 150, absl::Seconds(60));
+  ASSERT_TRUE(at.ok()) << at.status();
+  const absl::Time killed = absl::Now();
+  cluster.KillShard(0);
+  ASSERT_TRUE(cluster.RestartShard(0).ok());
+  const uint64_t kill_clock = at->progress().clock();
+  auto past = cluster.WaitForClock(*id, kill_clock + 50, absl::Seconds(60));
+  ASSERT_TRUE(past.ok()) << past.status() << "\n" << ReadFile(cluster.ShardLogPath(0));
+  const absl::Duration recovery = absl::Now() - killed;
+  EXPECT_TRUE(absl::StrContains(ReadFile(cluster.ShardLogPath(0)), "resumes without a checkpoint"));
+  v1::JobStatus done;
+  ExpectCompleted(cluster, *id, kSteps, &done);
+  std::printf("shard killed before any checkpoint at clock %llu: job 50 clocks past it %.2f s"
+              " after the kill; final accuracy %.3f\n",
+              static_cast<unsigned long long>(kill_clock), Seconds(recovery),
+              done.progress().accuracy());
+  std::fflush(stdout);
+  StopAndClean(*std::move(started));
+}
+
+// Item 8.
+TEST(Operator, RestoreOlderThanAWorkerRemovalIsReconciled) {
+  ClusterOptions options;
+  options.workers = 3;
+  auto started = LocalCluster::Start(FaultBinaries(), options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  LocalCluster& cluster = **started;
+  SCOPED_TRACE("cluster logs in " + cluster.dir());
+  constexpr uint32_t kSteps = 900;
+  auto id = cluster.Submit(SmallSyncJob("old-restore", 3, kSteps));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(cluster.WaitForClock(*id, 100, absl::Seconds(60)).ok());
+  // A checkpoint now, before the removal below.
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(cluster.shard_addresses()[0], grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::CheckpointRequest req;
+  req.set_job_id(*id);
+  v1::CheckpointResponse ckpt;
+  ASSERT_TRUE(stub->Checkpoint(&ctx, req, &ckpt).ok());
+  cluster.worker(2).Kill();
+  auto removal = WaitForEpochInEffect(cluster, *id, "missed heartbeats", absl::Seconds(30));
+  ASSERT_TRUE(removal.ok()) << removal.status();
+  ASSERT_TRUE(cluster.WaitForClock(*id, removal->effective_clock() + 20, absl::Seconds(30)).ok());
+  const absl::Time killed = absl::Now();
+  cluster.KillShard(0);
+  ASSERT_TRUE(cluster.RestartShard(0).ok());
+  auto past = cluster.WaitForClock(*id, removal->effective_clock() + 100, absl::Seconds(60));
+  ASSERT_TRUE(past.ok()) << past.status() << "\n" << ReadFile(cluster.ShardLogPath(0));
+  const absl::Duration recovery = absl::Now() - killed;
+  v1::JobStatus done;
+  ExpectCompleted(cluster, *id, kSteps, &done);
+  std::printf("shard restored the checkpoint of clock %llu, older than the removal at clock %llu:"
+              " job 100 clocks past the removal %.2f s after the shard kill; accuracy %.3f\n",
+              static_cast<unsigned long long>(ckpt.clock()),
+              static_cast<unsigned long long>(removal->effective_clock()), Seconds(recovery),
+              done.progress().accuracy());
+  std::fflush(stdout);
+  StopAndClean(*std::move(started));
+}
+
+// Scales `job` to `workers` and returns how long until the epoch with
+// `reason` was in effect (the job's clock reached it).
+absl::StatusOr<absl::Duration> ScaleAndWait(LocalCluster& cluster, const std::string& job,
+                                            uint32_t workers, const std::string& reason) {
+  const absl::Time t0 = absl::Now();
+  auto before = cluster.GetJob(job);
+  const size_t epochs_before = before.ok() ? before->epochs_size() : 0;
+  if (absl::Status s = cluster.Scale(job, workers); !s.ok()) return s;
+  absl::StatusOr<v1::MembershipEpoch> e;
+  const bool ok = Poll(absl::Seconds(30), [&] {
+    auto s = cluster.GetJob(job);
+    if (!s.ok() || static_cast<size_t>(s->epochs_size()) <= epochs_before) return false;
+    const v1::MembershipEpoch& last = *s->epochs().rbegin();
+    return absl::StrContains(last.reason(), reason) &&
+           (s->progress().clock() >= last.effective_clock() || IsTerminal(s->state()));
+  });
+  if (!ok) return absl::DeadlineExceededError(absl::StrCat("'", reason, "' not in effect"));
+  return absl::Now() - t0;
+}
+
+// Items 9 and 10.
+TEST(Operator, BoundedScaleUpDownUpWithARejoiningWorker) {
+  ClusterOptions options;
+  auto started = LocalCluster::Start(FaultBinaries(), options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  LocalCluster& cluster = **started;
+  SCOPED_TRACE("cluster logs in " + cluster.dir());
+  // Each change is planned about two heartbeats ahead (~2 s here, over a
+  // thousand clocks at full speed), and the last must land before the end.
+  constexpr uint32_t kSteps = 8000;
+  constexpr uint32_t kStaleness = 3;
+  v1::JobSpec spec = SmallSyncJob("bounded-scale", 1, kSteps);
+  spec.mutable_consistency()->set_mode(v1::BOUNDED);
+  spec.mutable_consistency()->set_staleness(kStaleness);
+  auto id = cluster.Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(cluster.WaitForClock(*id, 200, absl::Seconds(60)).ok());
+  absl::Duration worst;
+  for (const auto& [n, reason] : std::vector<std::pair<uint32_t, std::string>>{
+           {2, "scale up to 2"}, {1, "scale down to 1"}, {2, "scale up to 2"}}) {
+    auto took = ScaleAndWait(cluster, *id, n, reason);
+    ASSERT_TRUE(took.ok()) << took.status();
+    worst = std::max(worst, *took);
+    ASSERT_TRUE(cluster.WaitForClock(*id, cluster.GetJob(*id)->progress().clock() + 100,
+                                     absl::Seconds(30))
+                    .ok());
+  }
+  v1::JobStatus done;
+  ExpectCompleted(cluster, *id, kSteps, &done);
+  EXPECT_LE(done.progress().max_staleness(), kStaleness);  // not thousands after the rejoin
+  EXPECT_LE(worst, absl::Seconds(6)) << "a scale took too long to take effect";
+  std::printf("bounded (s=%u) scale 1->2->1->2, worker rejoining: slowest change in effect %.2f s"
+              " after `scale`; max staleness %llu; accuracy %.3f\n",
+              kStaleness, Seconds(worst),
+              static_cast<unsigned long long>(done.progress().max_staleness()),
+              done.progress().accuracy());
+  std::fflush(stdout);
+  StopAndClean(*std::move(started));
+}
+
+// Item 10: in async mode a scale-down near the middle takes effect at once,
+// not at a clock planned from push counts near the end.
+TEST(Operator, AsyncScaleDownTakesEffectWithinSeconds) {
+  ClusterOptions options;
+  auto started = LocalCluster::Start(FaultBinaries(), options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  LocalCluster& cluster = **started;
+  SCOPED_TRACE("cluster logs in " + cluster.dir());
+  constexpr uint32_t kSteps = 3000;
+  v1::JobSpec spec = SmallSyncJob("async-scale", 2, kSteps);
+  spec.mutable_consistency()->set_mode(v1::ASYNC);
+  auto id = cluster.Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(cluster.WaitForClock(*id, 300, absl::Seconds(60)).ok());
+  const uint64_t asked_at = cluster.GetJob(*id)->progress().clock();
+  auto took = ScaleAndWait(cluster, *id, 1, "scale down to 1");
+  ASSERT_TRUE(took.ok()) << took.status();
+  auto status = cluster.GetJob(*id);
+  ASSERT_TRUE(status.ok());
+  const uint64_t at = status->epochs().rbegin()->effective_clock();
+  EXPECT_LE(*took, absl::Seconds(6));
+  EXPECT_LT(at, kSteps / 2 + asked_at) << "planned from push counts, not clocks";
+  ExpectCompleted(cluster, *id, kSteps);
+  std::printf("async scale-down asked at clock %llu: planned for clock %llu, in effect %.2f s"
+              " later\n",
+              static_cast<unsigned long long>(asked_at), static_cast<unsigned long long>(at),
+              Seconds(*took));
+  std::fflush(stdout);
+  StopAndClean(*std::move(started));
+}
+
+// Item 12.
+TEST(Operator, SigtermLeavesAtOnceAndACoordinatorRestartKeepsTheTimeout) {
+  ClusterOptions options;
+  options.workers = 3;
+  options.heartbeat_timeout = absl::Seconds(4);
+  auto started = LocalCluster::Start(FaultBinaries(), options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  LocalCluster& cluster = **started;
+  SCOPED_TRACE("cluster logs in " + cluster.dir());
+  constexpr uint32_t kSteps = 2000;
+  auto id = cluster.Submit(SmallSyncJob("sigterm", 3, kSteps));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(cluster.WaitForClock(*id, 100, absl::Seconds(60)).ok());
+
+  // SIGTERM: the worker finishes its clock, leaves and exits 0; the job goes
+  // on with the others well before a heartbeat timeout.
+  const absl::Time term = absl::Now();
+  ASSERT_EQ(::kill(cluster.worker(2).pid(), SIGTERM), 0);
+  auto code = cluster.worker(2).Wait(absl::Seconds(20));
+  const absl::Duration exited = absl::Now() - term;
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << cluster.worker(2).Log();
+  auto left = WaitForEpochInEffect(cluster, *id, "left", absl::Seconds(20));
+  ASSERT_TRUE(left.ok()) << left.status();
+  const absl::Duration removed = absl::Now() - term;
+  EXPECT_LT(removed, options.heartbeat_timeout);
+
+  // A coordinator restart, then a worker killed: removed within one
+  // heartbeat timeout of the kill (plus ticks and our polling).
+  ASSERT_TRUE(cluster.RestartCoordinator().ok());
+  auto moving = cluster.GetJob(*id);
+  ASSERT_TRUE(moving.ok());
+  ASSERT_TRUE(
+      cluster.WaitForClock(*id, moving->progress().clock() + 50, absl::Seconds(30)).ok());
+  const absl::Time kill = absl::Now();
+  cluster.worker(1).Kill();
+  auto reaped = WaitForEpochInEffect(cluster, *id, "missed heartbeats", absl::Seconds(30));
+  ASSERT_TRUE(reaped.ok()) << reaped.status();
+  const absl::Duration stall = absl::Now() - kill;
+  EXPECT_LE(stall, options.heartbeat_timeout + absl::Seconds(2));
+
+  // The killed worker's place is empty now; the job completes with one.
+  ExpectCompleted(cluster, *id, kSteps);
+  std::printf("SIGTERM: worker exited 0 after %.2f s, removed from the job %.2f s after the signal"
+              " (heartbeat timeout %.0f s); after a coordinator restart a kill -9 stalled the job"
+              " %.2f s\n",
+              Seconds(exited), Seconds(removed), Seconds(options.heartbeat_timeout),
+              Seconds(stall));
+  std::fflush(stdout);
+  StopAndClean(*std::move(started));
+}
+
+}  // namespace
+}  // namespace gradstream::testing
