@@ -64,7 +64,7 @@ void BM_FusedApply(benchmark::State& state) {
     payload = RandomTwoBitPayload(n);
   }
   for (auto _ : state) {
-    absl::Status s = opt.ApplyEncoded(h, payload, 1.0f / 3.0f, absl::MakeSpan(params), &st);
+    absl::Status s = opt.ApplyEncoded(h, payload, 1.0f / 3.0f, &params, &st);
     if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
     benchmark::DoNotOptimize(params.data());
     benchmark::ClobberMemory();

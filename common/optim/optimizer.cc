@@ -104,45 +104,103 @@ optim_internal::StepParams MakeStep(const OptimizerOptions& o, OptimizerState* s
 // 4 KiB of decoded gradient per block: stays in L1.
 constexpr uint32_t kDecodeBlock = 1024;
 
-float* Slot(OptimizerState* s, size_t i) {
+const float* Slot(const OptimizerState* s, size_t i) {
   return i < s->slots.size() ? s->slots[i].data() : nullptr;
 }
 
 }  // namespace
 
-absl::Status Optimizer::Apply(absl::Span<float> params, absl::Span<const float> grad,
-                              float grad_scale, OptimizerState* state) const {
-  if (grad.size() != params.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gradient has ", grad.size(), " elements, params ", params.size()));
+namespace {
+
+// Where an update is written before it is known to be finite (see [finite
+// apply]): per thread, so each executor thread keeps one chunk's worth and
+// reuses it (after a commit it holds the chunk's previous buffers).
+struct UpdateScratch {
+  std::vector<float> params;
+  std::vector<float> slots[2];
+};
+
+UpdateScratch& ThreadScratch() {
+  thread_local UpdateScratch scratch;
+  return scratch;
+}
+
+// Runs `block(base, m, in, out)` over the chunk in blocks of kDecodeBlock
+// elements, writing into the thread's scratch, and swaps the scratch in when
+// every block stayed finite. On false (a non-finite value) params and state
+// are as they were, step included.
+template <typename Block>
+bool UpdateOutOfPlace(const OptimizerOptions& o, std::vector<float>* params,
+                      OptimizerState* state, Block block) {
+  const size_t n = params->size();
+  UpdateScratch& out = ThreadScratch();
+  out.params.resize(n);
+  const size_t slots = state->slots.size();
+  for (size_t i = 0; i < slots; ++i) out.slots[i].resize(n);
+  const uint64_t step = state->step;
+  const optim_internal::StepParams sp = MakeStep(o, state);
+  const auto& k = optim_internal::Dispatch();
+  const float* s0 = Slot(state, 0);
+  const float* s1 = Slot(state, 1);
+  float* const s0o = slots > 0 ? out.slots[0].data() : nullptr;
+  float* const s1o = slots > 1 ? out.slots[1].data() : nullptr;
+  bool finite = true;
+  for (size_t base = 0; base < n; base += kDecodeBlock) {
+    const size_t m = std::min<size_t>(kDecodeBlock, n - base);
+    float gscale = 1.0f;
+    const float* g = block(base, m, &gscale);
+    finite &= k.apply(sp, params->data() + base, s0 ? s0 + base : nullptr,
+                      s1 ? s1 + base : nullptr, g, gscale, out.params.data() + base,
+                      s0o ? s0o + base : nullptr, s1o ? s1o + base : nullptr, m);
   }
-  GS_RETURN_IF_ERROR(CheckState(params.size(), *state));
-  const optim_internal::StepParams sp = MakeStep(options_, state);
-  optim_internal::Dispatch().apply(sp, params.data(), Slot(state, 0), Slot(state, 1),
-                                   grad.data(), grad_scale, params.size());
-  return absl::OkStatus();
+  if (!finite) {
+    state->step = step;
+    return false;
+  }
+  params->swap(out.params);
+  for (size_t i = 0; i < slots; ++i) state->slots[i].swap(out.slots[i]);
+  return true;
+}
+
+absl::Status NonFiniteError() {
+  return absl::InvalidArgumentError(
+      "the update would make parameters or optimizer state non-finite (NaN or Inf): refused, "
+      "parameters and optimizer state unchanged");
+}
+
+}  // namespace
+
+absl::Status Optimizer::Apply(std::vector<float>* params, absl::Span<const float> grad,
+                              float grad_scale, OptimizerState* state) const {
+  if (grad.size() != params->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient has ", grad.size(), " elements, params ", params->size()));
+  }
+  GS_RETURN_IF_ERROR(CheckState(params->size(), *state));
+  const bool finite = UpdateOutOfPlace(options_, params, state,
+                                       [&](size_t base, size_t, float* gscale) {
+                                         *gscale = grad_scale;
+                                         return grad.data() + base;
+                                       });
+  return finite ? absl::OkStatus() : NonFiniteError();
 }
 
 absl::Status Optimizer::ApplyEncoded(const ChunkHeader& header, absl::string_view payload,
-                                     float weight, absl::Span<float> params,
+                                     float weight, std::vector<float>* params,
                                      OptimizerState* state) const {
   GS_ASSIGN_OR_RETURN(const ChunkDecoder chunk,
-                      ChunkDecoder::Create(header, payload, params.size(), weight));
-  GS_RETURN_IF_ERROR(CheckState(params.size(), *state));
-  const optim_internal::StepParams sp = MakeStep(options_, state);
-  const auto& k = optim_internal::Dispatch();
-  float* const s0 = Slot(state, 0);
-  float* const s1 = Slot(state, 1);
+                      ChunkDecoder::Create(header, payload, params->size(), weight));
+  GS_RETURN_IF_ERROR(CheckState(params->size(), *state));
   // Decode a block into an L1-resident buffer, then run the vectorized update
   // on it: the server never materializes a dense per-push gradient.
   alignas(64) float scratch[kDecodeBlock];
-  const uint32_t n = chunk.num_elems();
-  for (uint32_t base = 0; base < n; base += kDecodeBlock) {
-    const uint32_t m = std::min(kDecodeBlock, n - base);
-    k.apply(sp, params.data() + base, s0 ? s0 + base : nullptr, s1 ? s1 + base : nullptr,
-            chunk.Block(base, m, scratch), chunk.block_scale(), m);
-  }
-  return absl::OkStatus();
+  const bool finite = UpdateOutOfPlace(options_, params, state,
+                                       [&](size_t base, size_t m, float* gscale) {
+                                         *gscale = chunk.block_scale();
+                                         return chunk.Block(static_cast<uint32_t>(base),
+                                                            static_cast<uint32_t>(m), scratch);
+                                       });
+  return finite ? absl::OkStatus() : NonFiniteError();
 }
 
 }  // namespace gradstream

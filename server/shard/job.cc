@@ -24,6 +24,7 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
       env_(env),
       executor_(executor),
       controller_(NewController(options_.consistency)),
+      clock_window_(ClockWindow(options_.consistency, options_.max_pending_rounds)),
       membership_(options_.membership),
       // Without a directory nothing is written, so nothing is ever due.
       progress_(options_.consistency.mode,
@@ -106,6 +107,7 @@ absl::Status Job::Restore(const JobSnapshot& snap) {
     chunk->initialized.store(c.initialized);
   }
   membership_.RestoreFrom(snap);
+  membership_.AllowCatchUp();  // the members went on while this shard was down
   progress_.Written(snap.clock);
   return absl::OkStatus();
 }
@@ -132,6 +134,15 @@ absl::StatusOr<bool> Job::Push(const PushArgs& push) {
     pushes_rejected_.fetch_add(1);
     return absl::NotFoundError(
         absl::StrCat("chunk ", push.chunk_id, " is not on this shard for job ", id()));
+  }
+  if (options_.consistency.mode != ConsistencyMode::kSync) {
+    // Sync pushes are held to the chunk's open rounds instead (see [clock
+    // windows]).
+    if (absl::Status s = membership_.CheckClock(push.worker, push.clock, clock_window_, "push");
+        !s.ok()) {
+      pushes_rejected_.fetch_add(1);
+      return s;
+    }
   }
   absl::StatusOr<bool> dup;
   uint64_t before = 0, after = 0;
@@ -247,6 +258,16 @@ void Job::Pull(PullArgs pull, PullCallback done) {
   if (pull.chunk_ids.empty()) {
     for (const auto& c : chunks_) pull.chunk_ids.push_back(c->chunk_id);
   }
+  // Members only: a worker the coordinator is adding may ask before this
+  // shard heard of its epoch. What others can park is bounded per stream
+  // (SessionHandler::kMaxPullsPerStream, the clamped timeout) and ends with
+  // the stream.
+  if (membership_.IsCurrentMember(pull.worker)) {
+    if (absl::Status s = membership_.CheckClock(pull.worker, pull.clock, clock_window_, "pull");
+        !s.ok()) {
+      return PullWaitList::Fail(pull, done, std::move(s));
+    }
+  }
   for (uint64_t id : pull.chunk_ids) {
     if (FindChunk(id) == nullptr) {
       return PullWaitList::Fail(
@@ -278,25 +299,31 @@ void Job::ExpirePulls(absl::Time now) {
 
 void Job::CancelPulls(const absl::Status& why) { waiting_.Close(why); }
 
-void Job::AdvanceClock(uint64_t worker, uint64_t clock) {
-  if (!membership_.AdvanceClock(worker, clock)) return;
+void Job::CancelStreamPulls(uint64_t stream, const absl::Status& why) {
+  waiting_.CancelStream(stream, why);
+}
+
+absl::Status Job::AdvanceClock(uint64_t worker, uint64_t clock) {
+  GS_RETURN_IF_ERROR(membership_.CheckClock(worker, clock, clock_window_, "ClockAdvance"));
+  if (!membership_.AdvanceClock(worker, clock)) return absl::OkStatus();
   Wake();
   if (options_.consistency.mode != ConsistencyMode::kSync) {
     MaybeCheckpoint();
-    return;
+    return absl::OkStatus();
   }
   // Every member is past a round this shard has not closed: only after a
   // restore from a checkpoint older than what the members finished (see
   // [lost rounds]). Cheap to test, so a live shard pays nothing for it.
   const uint64_t from = ProgressClock();
-  if (membership_.MinClock() <= from) return;
-  if (!AdvanceChunks()) return;
+  if (membership_.MinClock() <= from) return absl::OkStatus();
+  if (!AdvanceChunks()) return absl::OkStatus();
   LOG(WARNING) << "job " << id() << ": every member finished clocks from " << from
                << " on without their pushes reaching this shard (lost with an earlier run of it;"
                << " restored from an older checkpoint): rounds closed with what arrived, now at "
                << ProgressClock();
   Wake();
   MaybeCheckpoint();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> Job::UpdateMembership(MembershipEpoch epoch) {
