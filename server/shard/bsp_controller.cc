@@ -265,6 +265,10 @@ uint64_t ClockWindow(const ConsistencyOptions& o, uint32_t max_pending_rounds) {
   return rounds;
 }
 
+uint64_t PullWindow(const ConsistencyOptions& o, uint32_t max_pending_rounds) {
+  return std::max(ClockWindow(o, max_pending_rounds), kAsyncClockWindow);
+}
+
 std::unique_ptr<ConsistencyController> NewController(const ConsistencyOptions& o) {
   switch (o.mode) {
     case ConsistencyMode::kSync:

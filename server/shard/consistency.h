@@ -15,14 +15,17 @@
 // NOTE: [clock windows]
 // Every clock a member sends is checked against the clock the shard knows
 // for it (its latest ClockAdvance, or its join clock; JobContext::MemberClock)
-// before anything changes: a ClockAdvance, a pull, and an SSP/async push may
-// name at most ClockWindow() clocks beyond it, or are refused with
-// OUT_OF_RANGE naming the clock and the window. ClockWindow is what an
+// before anything changes: a ClockAdvance and an SSP/async push may name at
+// most ClockWindow() clocks beyond it, a pull at most PullWindow(), or they
+// are refused with OUT_OF_RANGE naming the clock and the window. ClockWindow is what an
 // honest worker can be ahead of what this shard heard from it: sync,
 // --max_pending_rounds (it advances one clock at a time and cannot pass a
 // clock before this shard answered its pull); bounded, the bound plus that;
-// async, kAsyncClockWindow. A sync push is further held to the chunk's open
-// rounds (bsp_controller.cc). The one exception: after a restore the shard
+// async, kAsyncClockWindow. A pull may look further ahead (at least
+// kAsyncClockWindow in every mode): a pull that waits is bounded anyway (the
+// clamped timeout, the per-stream cap, it ends with its stream), and tests
+// and tools ask for clocks ahead to see a pull wait. A sync push is further
+// held to the chunk's open rounds (bsp_controller.cc). The one exception: after a restore the shard
 // does not know where its members are (they went on while it was down), so
 // each member's first ClockAdvance may jump, and its pushes and pulls before
 // that are not held to the window (Membership::AllowCatchUp). Work per
@@ -98,8 +101,10 @@ class ConsistencyController {
 // The async mode's window (see [clock windows]): far beyond any pipelining of
 // an honest worker, far below anything that could wrap or wedge.
 inline constexpr uint64_t kAsyncClockWindow = 64;
-// How far beyond its clock a member may name a clock (see [clock windows]).
+// How far beyond its clock a member may name a clock in a ClockAdvance or a
+// push, and in a pull (see [clock windows]).
 uint64_t ClockWindow(const ConsistencyOptions& options, uint32_t max_pending_rounds);
+uint64_t PullWindow(const ConsistencyOptions& options, uint32_t max_pending_rounds);
 
 std::unique_ptr<ConsistencyController> NewBspController();
 std::unique_ptr<ConsistencyController> NewSspController(uint32_t staleness, bool scale_stale);

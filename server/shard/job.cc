@@ -25,6 +25,7 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
       executor_(executor),
       controller_(NewController(options_.consistency)),
       clock_window_(ClockWindow(options_.consistency, options_.max_pending_rounds)),
+      pull_window_(PullWindow(options_.consistency, options_.max_pending_rounds)),
       membership_(options_.membership),
       // Without a directory nothing is written, so nothing is ever due.
       progress_(options_.consistency.mode,
@@ -263,7 +264,7 @@ void Job::Pull(PullArgs pull, PullCallback done) {
   // (SessionHandler::kMaxPullsPerStream, the clamped timeout) and ends with
   // the stream.
   if (membership_.IsCurrentMember(pull.worker)) {
-    if (absl::Status s = membership_.CheckClock(pull.worker, pull.clock, clock_window_, "pull");
+    if (absl::Status s = membership_.CheckClock(pull.worker, pull.clock, pull_window_, "pull");
         !s.ok()) {
       return PullWaitList::Fail(pull, done, std::move(s));
     }

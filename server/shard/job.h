@@ -154,6 +154,7 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   Executor* const executor_;
   const std::unique_ptr<ConsistencyController> controller_;
   const uint64_t clock_window_;  // see [clock windows]
+  const uint64_t pull_window_;
   std::vector<std::unique_ptr<ChunkState>> chunks_;         // fixed after Open
   absl::flat_hash_map<uint64_t, ChunkState*> chunk_by_id_;  // fixed after Open
 

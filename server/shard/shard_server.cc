@@ -150,7 +150,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   }
 
   // NOTE: [malformed frames] A frame that does not parse as a WorkerMessage
-  // ends the stream: StreamError{INVALID_ARGUMENT} and that status, never OK.
+  // ends the stream: StreamError{INVALID_ARGUMENT}, and the stream's status
+  // is INVALID_ARGUMENT too, never OK (other StreamErrors finish OK: the
+  // worker already has the reason).
   void OnReadDone(bool ok) override {
     bool schedule = false;
     pb::WorkerMessage msg;
@@ -158,8 +160,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
         ok && grpc::SerializationTraits<pb::WorkerMessage>::Deserialize(&read_buf_, &msg).ok();
     if (ok && !parsed) {
       read_buf_.Clear();
-      Fail(absl::StatusCode::kInvalidArgument,
-           "a Session frame is not a valid WorkerMessage (ps.proto)");
+      const std::string why = "a Session frame is not a valid WorkerMessage (ps.proto)";
+      FailWith(absl::StatusCode::kInvalidArgument, why,
+               grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why));
       return;
     }
     {
@@ -251,14 +254,17 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
     if (outbox_.size() == 1) StartWrite(&outbox_.front());
   }
   // Sends a StreamError and ends the stream after it is written.
-  // The stream then finishes with the same status (see [malformed frames]).
+  // The stream then finishes OK: the StreamError says why.
   void Fail(absl::StatusCode code, const std::string& message) override {
+    FailWith(code, message, grpc::Status::OK);
+  }
+  void FailWith(absl::StatusCode code, const std::string& message, grpc::Status finish) {
     pb::ServerMessage m;
     StatusToWire(absl::Status(code, message), m.mutable_error());
     absl::MutexLock l(&mu_);
     if (phase_ >= SessionPhase::kClosing) return;  // already ending
     SendLocked(std::move(m));
-    finish_status_ = grpc::Status(static_cast<grpc::StatusCode>(code), message);
+    finish_status_ = std::move(finish);
     Transition(SessionEvent::kStreamError);
     MaybeFinishLocked();
   }
@@ -327,7 +333,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;  // no read outstanding: the inbox is full
   int pending_pulls_ ABSL_GUARDED_BY(mu_) = 0;     // pulls handed to a job, not yet answered
   std::weak_ptr<Job> pull_job_ ABSL_GUARDED_BY(mu_);  // where they wait
-  // What Finish reports after a StreamError (its code; see [malformed frames]).
+  // What Finish reports after a StreamError (see [malformed frames]).
   grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
 };
 

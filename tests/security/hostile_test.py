@@ -192,12 +192,16 @@ class Stream:
             if r.pull.last:
                 return 0, out
 
-    def expect_stream_error(self, code, what):
+    def expect_stream_error(self, code, what, status_code=OK):
+        """A StreamError with `code`, then the stream ends with `status_code`
+        (OK: the StreamError says why; INVALID_ARGUMENT for a frame that is
+        not a WorkerMessage)."""
         r = self.recv()
         check(r is not Stream.END and r.HasField("error"), "StreamError for " + what, r)
         check(r.error.code == code, "%s: StreamError code %d" % (what, code), r.error)
         status, details = self.status()
-        check(status == code, "%s: stream status %d, got %d (%s)" % (what, code, status, details))
+        check(status == status_code,
+              "%s: stream status %d, got %d (%s)" % (what, status_code, status, details))
         return r.error.message
 
 
@@ -480,11 +484,10 @@ def case_impersonation(sh, good):
     before = job.params()
     # H (8) as G (7) with incarnation + 1000, with H's own token.
     h = Stream(sh.channel, job.wtoken(8, 1))
-    h.hello("imp", 7, 1001, expect_ok=False)
-    # The StreamError came as the Hello's answer; read the status.
-    # (hello() consumed it; the stream must end UNAUTHENTICATED.)
-    code, details = h.status()
-    check(code == UNAUTHENTICATED, "impersonating Hello refused UNAUTHENTICATED", (code, details))
+    r = h.hello("imp", 7, 1001, expect_ok=False)
+    check(r is not Stream.END and r.HasField("error") and r.error.code == UNAUTHENTICATED,
+          "impersonating Hello refused UNAUTHENTICATED", r)
+    h.status()
     # H with its token as G at G's own incarnation: refused too.
     h2 = Stream(sh.channel, job.wtoken(8, 1))
     r = h2.hello("imp", 7, 1, expect_ok=False)
@@ -532,10 +535,10 @@ def case_not_protobuf(sh, good):
     for junk in (b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x12\xff\xff\xff\xff\x0f"):
         s = job.stream(5)
         s.send(junk)
-        s.expect_stream_error(INVALID_ARGUMENT, "unparsable frame %r" % junk)
+        s.expect_stream_error(INVALID_ARGUMENT, "unparsable frame %r" % junk, INVALID_ARGUMENT)
     s = Stream(sh.channel, job.wtoken(5))  # before Hello, too
     s.send(b"\xff\xff")
-    s.expect_stream_error(INVALID_ARGUMENT, "unparsable first frame")
+    s.expect_stream_error(INVALID_ARGUMENT, "unparsable first frame", INVALID_ARGUMENT)
     check(job.params() == before, "parameters unchanged")
     good.step()
 
@@ -559,20 +562,18 @@ def case_malformed_classes(sh, good):
     s.send(m)
     s.expect_stream_error(FAILED_PRECONDITION, "second Hello")
     s = Stream(sh.channel, job.token)
-    s.hello("no-such-job", 5, 1, expect_ok=False)
-    code, _ = s.status()
-    check(code == NOT_FOUND, "unknown job: NOT_FOUND", code)
+    r = s.hello("no-such-job", 5, 1, expect_ok=False)
+    check(r.HasField("error") and r.error.code == NOT_FOUND, "unknown job: NOT_FOUND", r)
     s = Stream(sh.channel, "")
-    s.hello("frames", 5, 1, expect_ok=False)
-    code, _ = s.status()
-    check(code == UNAUTHENTICATED, "no token: UNAUTHENTICATED", code)
+    r = s.hello("frames", 5, 1, expect_ok=False)
+    check(r.HasField("error") and r.error.code == UNAUTHENTICATED, "no token: UNAUTHENTICATED", r)
     # Stale incarnation (the job token may say any incarnation).
     newer = Stream(sh.channel, job.token)
     newer.hello("frames", 6, 5)
     older = Stream(sh.channel, job.token)
-    older.hello("frames", 6, 4, expect_ok=False)
-    code, _ = older.status()
-    check(code == FAILED_PRECONDITION, "stale incarnation: FAILED_PRECONDITION", code)
+    r = older.hello("frames", 6, 4, expect_ok=False)
+    check(r.HasField("error") and r.error.code == FAILED_PRECONDITION,
+          "stale incarnation: FAILED_PRECONDITION", r)
     # Per-message: each answered with its code, the stream goes on.
     s = job.stream(5)
     cases = [
@@ -630,6 +631,80 @@ def case_sigterm(sh, good):
     print("    stopped %.2f s after SIGTERM" % (time.time() - t0))
 
 
+# ---------------------------------------------------------------- --measure
+# Figures for issue 15's wedge (item 1) and leak (item 4), without asserting:
+# run against this gs_shard and an older one (--job_token_only) to compare.
+
+
+def good_step_ms(good, timeout=5.0):
+    try:
+        t0 = time.time()
+        good.seq += 1
+        good.s.push(good.seq, 0, good.clock, [0.01] * N)
+        good.clock += 1
+        good.s.clock(good.clock)
+        good.s.pull(good.seq, good.clock, timeout=timeout)
+        return "%.1f ms" % ((time.time() - t0) * 1e3)
+    except AssertionError:
+        return "no answer in %.0f s" % timeout
+
+
+def measure_wedge(binary, work_dir):
+    sh = Shard(binary, work_dir)
+    good = GoodClient(sh)
+    job = Job(sh, "wedge", SYNC, [5])
+    streams = [job.stream(5) for _ in range(2)]
+    for st in streams:
+        st.clock(FAR)
+    time.sleep(1.0)
+    cpu0 = sh.cpu_seconds()
+    time.sleep(2.0)
+    cpu = (sh.cpu_seconds() - cpu0) / 2.0
+    step = good_step_ms(good)
+    t0 = time.time()
+    sh.proc.terminate()
+    try:
+        sh.proc.wait(timeout=15)
+        stop = "%.2f s" % (time.time() - t0)
+    except subprocess.TimeoutExpired:
+        sh.proc.kill()
+        stop = "still running after 15 s (killed)"
+    print("wedge: 2 streams ClockAdvance{2^62} on a 1-member sync job: shard CPU %.0f%% of a "
+          "core, a good client's step %s, SIGTERM -> exit %s" % (cpu * 100, step, stop))
+
+
+def measure_leak(binary, work_dir, streams_n=100, pulls_per_stream=100):
+    sh = Shard(binary, work_dir)
+    good = GoodClient(sh)
+    job = Job(sh, "leak", SYNC, [5, 6])
+    base = sorted(float(good_step_ms(good).split()[0]) for _ in range(10))[5]
+    rss0 = sh.rss_kib()
+    streams = []
+    for i in range(streams_n):
+        st = job.stream(5 + i % 2)
+        for rid in range(pulls_per_stream):
+            st.pull_request(rid, 1, timeout_ms=0xFFFFFFFF)
+        streams.append(st)
+    time.sleep(2.0)
+    rss_parked = sh.rss_kib()
+    for st in streams:
+        st.cancel()
+    time.sleep(2.0)
+    cpu0 = sh.cpu_seconds()
+    time.sleep(3.0)
+    cpu = (sh.cpu_seconds() - cpu0) / 3.0
+    steps = []
+    for _ in range(10):
+        r = good_step_ms(good)
+        steps.append(float(r.split()[0]) if r.endswith("ms") else float("inf"))
+    print("leak: %d streams x %d pulls (a clock that never gets ready, timeout 2^32-1 ms), then cancelled: RSS "
+          "%+d KiB parked, %+d KiB after cancel; idle CPU %.1f%% of a core; good step median "
+          "%.1f ms before, %.1f ms after" %
+          (streams_n, pulls_per_stream, rss_parked - rss0, sh.rss_kib() - rss0, cpu * 100, base,
+           sorted(steps)[5]))
+    sh.stop()
+
+
 CASES = [
     case_clock_advance_far_future,
     case_pull_and_push_far_future,
@@ -653,10 +728,16 @@ def main():
     ap.add_argument("--job_token_only", action="store_true",
                     help="members present the job token, as before worker tokens (to measure "
                          "an older gs_shard)")
+    ap.add_argument("--measure", action="store_true",
+                    help="print the wedge and leak figures instead of running the cases")
     args = ap.parse_args()
     global JOB_TOKEN_ONLY
     JOB_TOKEN_ONLY = args.job_token_only
     generate_stubs(args.proto_dir, os.path.join(args.work_dir, "stubs"))
+    if args.measure:
+        measure_wedge(args.shard, args.work_dir)
+        measure_leak(args.shard, args.work_dir)
+        return 0
     sh = Shard(args.shard, args.work_dir)
     failed = []
     try:
