@@ -244,14 +244,21 @@ TEST(OptimizerKernels, PortableAndDispatchedAgree) {
     sp.b2 = 0.999f;
     sp.inv_bc1 = 10.0f;
     sp.inv_bc2 = 1000.0f;
-    const std::vector<float> s0(n, 0.1f), s1(n, 0.1f);
-    std::vector<float> pa(n), pb(n), a0(n), a1(n), b0(n), b1(n);
-    ASSERT_TRUE(optim_internal::PortableKernels().apply(sp, p0.data(), s0.data(), s1.data(),
-                                                        g.data(), 1.0f, pa.data(), a0.data(),
-                                                        a1.data(), n));
-    ASSERT_TRUE(optim_internal::Dispatch().apply(sp, p0.data(), s0.data(), s1.data(), g.data(),
-                                                 1.0f, pb.data(), b0.data(), b1.data(), n));
+    std::vector<float> pa = p0, pb = p0, a0(n, 0.1f), a1(n, 0.1f), b0(n, 0.1f), b1(n, 0.1f);
+    optim_internal::PortableKernels().apply(sp, pa.data(), a0.data(), a1.data(), g.data(), 1.0f,
+                                            n);
+    optim_internal::Dispatch().apply(sp, pb.data(), b0.data(), b1.data(), g.data(), 1.0f, n);
     for (size_t i = 0; i < n; ++i) ASSERT_NEAR(pa[i], pb[i], 1e-6f) << t;
+    // The checked (out-of-place) kernels compute exactly the in-place ones.
+    const std::vector<float> s(n, 0.1f);
+    for (const auto* k : {&optim_internal::PortableKernels(), &optim_internal::Dispatch()}) {
+      std::vector<float> po(n), s0o(n), s1o(n);
+      ASSERT_TRUE(k->apply_checked(sp, p0.data(), s.data(), s.data(), g.data(), 1.0f, po.data(),
+                                   s0o.data(), s1o.data(), n));
+      std::vector<float> pi = p0, s0i = s, s1i = s;
+      k->apply(sp, pi.data(), s0i.data(), s1i.data(), g.data(), 1.0f, n);
+      ASSERT_EQ(po, pi) << t;
+    }
   }
 }
 
