@@ -24,13 +24,26 @@ bool Contains(const std::vector<uint64_t>& v, uint64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-// Adds a validated push to an open round's sum unless a sum would overflow:
-// written to a per-thread buffer, swapped in when finite, so a refused push
-// leaves the round as it was (see [finite apply] in common/optim/optimizer.h).
-absl::Status AddToRound(const PushArgs& push, std::vector<float>* acc) {
+// Bounds on a round's sum at or above this take the checked addition: far
+// below FLT_MAX, so no sum of pushes that stays under it can overflow.
+constexpr double kSafeRoundBound = 1e37;
+
+// Adds a push to an open round's sum unless a sum would overflow (see
+// [finite apply] in common/optim/optimizer.h). While the round's bound
+// stays far below FLT_MAX it adds in place; otherwise it writes the sum to
+// a per-thread buffer and swaps it in only when every value is finite, so a
+// refused push leaves the round as it was.
+absl::Status AddToRound(const PushArgs& push, SyncRound* round) {
+  std::vector<float>* acc = &round->acc;
   absl::StatusOr<ChunkDecoder> decoder =
       ChunkDecoder::Create(push.header, push.payload, acc->size(), 1.0f);
   if (!decoder.ok()) return decoder.status();
+  const double bound = round->acc_bound + decoder->max_abs();
+  if (bound < kSafeRoundBound) {
+    decoder->AddTo(acc->data());
+    round->acc_bound = bound;
+    return absl::OkStatus();
+  }
   thread_local std::vector<float> sum;
   const size_t n = acc->size();
   sum.resize(n);
@@ -57,6 +70,7 @@ absl::Status AddToRound(const PushArgs& push, std::vector<float>* acc) {
         "refused, the round is unchanged");
   }
   acc->swap(sum);
+  round->acc_bound = bound;
   return absl::OkStatus();
 }
 
@@ -107,20 +121,15 @@ class BspController final : public ConsistencyController {
       Advance(chunk, job);  // later rounds may be complete already
       return false;
     }
-    absl::Status s;
     if (fresh) {
-      // DecodeAdd validates fully before touching acc, so a rejected push
+      // AddToRound validates fully before touching acc, so a rejected push
       // leaves no trace but this empty round, which is dropped again. The
-      // accumulator reuses the buffer of the last applied round. One push's
-      // values are finite (see [chunk validation] in common/codec/decoder.h);
-      // a sum of several may not be, hence AddToRound for the others.
+      // accumulator reuses the buffer of the last applied round.
       round = chunk.rounds.emplace(push.clock, SyncRound{}).first;
       round->second.acc = std::move(chunk.spare_acc);
       round->second.acc.assign(chunk.num_elems, 0.0f);
-      s = DecodeAdd(push.header, push.payload, absl::MakeSpan(round->second.acc), 1.0f);
-    } else {
-      s = AddToRound(push, &round->second.acc);
     }
+    absl::Status s = AddToRound(push, &round->second);
     if (!s.ok()) {
       if (fresh) chunk.rounds.erase(round);
       return s;
@@ -158,7 +167,8 @@ class BspController final : public ConsistencyController {
       // for an update that would not be finite (see [finite apply]): the
       // round is then closed without an update, like a lost round, so the
       // job goes on with the chunk exactly as it was.
-      absl::Status s = job.optimizer().Apply(&chunk.params, round.acc, scale, &chunk.opt);
+      absl::Status s =
+          job.optimizer().Apply(&chunk.params, round.acc, scale, &chunk.opt, round.acc_bound);
       if (!s.ok()) {
         LOG(WARNING) << "chunk " << chunk.chunk_id << ": round " << clock
                      << " closed without its update: " << s.message();

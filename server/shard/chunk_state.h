@@ -89,6 +89,7 @@ struct AppliedClocks {
 // Pushes of one clock being summed (sync mode).
 struct SyncRound {
   std::vector<float> acc;
+  double acc_bound = 0;  // >= every |acc[i]|: the sum of its pushes' largest |value|
   std::vector<uint64_t> contributors;
   bool Has(uint64_t w) const {
     return std::find(contributors.begin(), contributors.end(), w) != contributors.end();
