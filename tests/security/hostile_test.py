@@ -652,8 +652,8 @@ def good_step_ms(good, timeout=5.0):
 def measure_wedge(binary, work_dir):
     sh = Shard(binary, work_dir)
     good = GoodClient(sh)
-    job = Job(sh, "wedge", SYNC, [5])
-    streams = [job.stream(5) for _ in range(2)]
+    # Two jobs, so that both executor threads would be taken.
+    streams = [Job(sh, "wedge%d" % i, SYNC, [5]).stream(5) for i in range(2)]
     for st in streams:
         st.clock(FAR)
     time.sleep(1.0)
@@ -669,11 +669,11 @@ def measure_wedge(binary, work_dir):
     except subprocess.TimeoutExpired:
         sh.proc.kill()
         stop = "still running after 15 s (killed)"
-    print("wedge: 2 streams ClockAdvance{2^62} on a 1-member sync job: shard CPU %.0f%% of a "
+    print("wedge: ClockAdvance{2^62} from the only member of 2 sync jobs: shard CPU %.0f%% of a "
           "core, a good client's step %s, SIGTERM -> exit %s" % (cpu * 100, step, stop))
 
 
-def measure_leak(binary, work_dir, streams_n=100, pulls_per_stream=100):
+def measure_leak(binary, work_dir, streams_n=100, pulls_per_stream=600):
     sh = Shard(binary, work_dir)
     good = GoodClient(sh)
     job = Job(sh, "leak", SYNC, [5, 6])
