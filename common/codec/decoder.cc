@@ -35,7 +35,8 @@ absl::StatusOr<ChunkDecoder> ChunkDecoder::Create(const ChunkHeader& h, absl::st
     return absl::InvalidArgumentError(absl::StrCat("decode weight ", weight, " times value ",
                                                    max_magnitude, " overflows fp32"));
   }
-  return ChunkDecoder(row, h, bytes, weight, row->block_scale(h, weight));
+  return ChunkDecoder(row, h, bytes, weight, row->block_scale(h, weight),
+                      std::fabs(weight) * max_magnitude);
 }
 
 void ChunkDecoder::AddTo(float* acc) const { row_->decode_add(header_, payload_, weight_, acc); }

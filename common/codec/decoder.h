@@ -53,17 +53,25 @@ class ChunkDecoder {
   // already holds u.
   const float* Block(uint32_t begin, uint32_t n, float* scratch) const;
   float block_scale() const { return block_scale_; }
+  // The largest |weight * value_i| (found while validating; finite).
+  float max_abs() const { return max_abs_; }
 
  private:
   ChunkDecoder(const internal::CodecRow* row, const ChunkHeader& header, const uint8_t* payload,
-               float weight, float block_scale)
-      : row_(row), header_(header), payload_(payload), weight_(weight), block_scale_(block_scale) {}
+               float weight, float block_scale, float max_abs)
+      : row_(row),
+        header_(header),
+        payload_(payload),
+        weight_(weight),
+        block_scale_(block_scale),
+        max_abs_(max_abs) {}
 
   const internal::CodecRow* row_;
   ChunkHeader header_;
   const uint8_t* payload_;
   float weight_;
   float block_scale_;
+  float max_abs_;
 };
 
 }  // namespace gradstream

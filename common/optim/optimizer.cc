@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/codec/decoder.h"
@@ -110,39 +112,178 @@ float* Slot(OptimizerState* s, size_t i) {
 
 }  // namespace
 
-absl::Status Optimizer::Apply(absl::Span<float> params, absl::Span<const float> grad,
-                              float grad_scale, OptimizerState* state) const {
-  if (grad.size() != params.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gradient has ", grad.size(), " elements, params ", params.size()));
-  }
-  GS_RETURN_IF_ERROR(CheckState(params.size(), *state));
-  const optim_internal::StepParams sp = MakeStep(options_, state);
-  optim_internal::Dispatch().apply(sp, params.data(), Slot(state, 0), Slot(state, 1),
-                                   grad.data(), grad_scale, params.size());
-  return absl::OkStatus();
+namespace {
+
+// Bounds at or above this take the checked path: far below FLT_MAX (3.4e38),
+// so the float rounding of a few operations per element cannot reach it.
+constexpr double kSafeBound = 1e37;
+
+double MaxAbs(const float* x, size_t n) {
+  const uint32_t bits = optim_internal::Dispatch().max_abs_bits(x, n);
+  if (bits > 0x7f800000u) return std::numeric_limits<double>::infinity();  // NaN
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
 }
 
-absl::Status Optimizer::ApplyEncoded(const ChunkHeader& header, absl::string_view payload,
-                                     float weight, absl::Span<float> params,
-                                     OptimizerState* state) const {
-  GS_ASSIGN_OR_RETURN(const ChunkDecoder chunk,
-                      ChunkDecoder::Create(header, payload, params.size(), weight));
-  GS_RETURN_IF_ERROR(CheckState(params.size(), *state));
-  const optim_internal::StepParams sp = MakeStep(options_, state);
+void MeasureBounds(const std::vector<float>& params, OptimizerState* state) {
+  state->params_bound = MaxAbs(params.data(), params.size());
+  state->slots_bound = 0;
+  for (const auto& slot : state->slots) {
+    state->slots_bound = std::max(state->slots_bound, MaxAbs(slot.data(), slot.size()));
+  }
+}
+
+// The bounds on |params| and |state| after one update with |grad| <= g,
+// from bounds p and s before, in exact arithmetic (double: no overflow).
+// False when they may reach kSafeBound, or the formula can divide 0 by 0:
+// then only the checked path may run the update. See [finite apply].
+bool BoundsAfter(const OptimizerOptions& o, const optim_internal::StepParams& sp, double p,
+                 double s, double g, double* p_after, double* s_after) {
+  const double gi = g + double{o.weight_decay} * p;
+  double step = gi, s2 = s, inter = gi;
+  switch (o.type) {
+    case OptimizerType::kSgd:
+      break;
+    case OptimizerType::kMomentum:
+    case OptimizerType::kNesterov: {
+      const double v = double{o.momentum} * s + gi;
+      s2 = std::max(s, v);
+      step = o.type == OptimizerType::kMomentum ? v : gi + double{o.momentum} * v;
+      break;
+    }
+    case OptimizerType::kAdaGrad: {
+      // The accumulator starts at initial_accumulator >= 0 and only grows, so
+      // a >= gi^2 and |gi| / (sqrt(a) + eps) <= 1 (2: rounding), unless both
+      // a and eps can be 0 (0 / 0).
+      if (!(o.epsilon > 0) && !(o.initial_accumulator > 0)) return false;
+      const double a = s + gi * gi;
+      s2 = std::max(s, a);
+      inter = std::max(inter, gi * gi);
+      step = 2;
+      break;
+    }
+    case OptimizerType::kAdam: {
+      if (!(o.epsilon > 0)) return false;
+      const double m = double{o.beta1} * s + (1.0 - o.beta1) * gi;
+      const double v = double{o.beta2} * s + (1.0 - o.beta2) * gi * gi;
+      s2 = std::max({s, m, v});
+      inter = std::max({inter, gi * gi, m * sp.inv_bc1, v * sp.inv_bc2});
+      step = m * sp.inv_bc1 / o.epsilon;
+      break;
+    }
+  }
+  *p_after = p + double{o.learning_rate} * step;
+  *s_after = s2;
+  return *p_after < kSafeBound && s2 < kSafeBound && inter < kSafeBound;
+}
+
+// Where the checked path writes an update before it is known to be finite:
+// per thread, so each executor thread keeps one chunk's worth and reuses it
+// (after a commit it holds the chunk's previous buffers).
+struct UpdateScratch {
+  std::vector<float> params;
+  std::vector<float> slots[2];
+};
+
+UpdateScratch& ThreadScratch() {
+  thread_local UpdateScratch scratch;
+  return scratch;
+}
+
+// Runs the update over the chunk in blocks of kDecodeBlock elements;
+// `block(base, m, &gscale)` gives each block's gradient. `step` is the state's
+// step before MakeStep. Returns false (params and state as they were) when
+// the update would not be finite.
+template <typename Block>
+bool RunUpdate(const OptimizerOptions& o, double grad_bound, std::vector<float>* params,
+               OptimizerState* state, Block block) {
+  const size_t n = params->size();
+  if (state->params_bound < 0 || state->slots_bound < 0) MeasureBounds(*params, state);
+  const uint64_t step = state->step;
+  const optim_internal::StepParams sp = MakeStep(o, state);
   const auto& k = optim_internal::Dispatch();
   float* const s0 = Slot(state, 0);
   float* const s1 = Slot(state, 1);
+  double p_after = 0, s_after = 0;
+  if (BoundsAfter(o, sp, state->params_bound, state->slots_bound, grad_bound, &p_after,
+                  &s_after)) {
+    for (size_t base = 0; base < n; base += kDecodeBlock) {
+      const size_t m = std::min<size_t>(kDecodeBlock, n - base);
+      float gscale = 1.0f;
+      const float* g = block(base, m, &gscale);
+      k.apply(sp, params->data() + base, s0 ? s0 + base : nullptr, s1 ? s1 + base : nullptr, g,
+              gscale, m);
+    }
+    state->params_bound = p_after;
+    state->slots_bound = s_after;
+    return true;
+  }
+  UpdateScratch& out = ThreadScratch();
+  out.params.resize(n);
+  const size_t slots = state->slots.size();
+  for (size_t i = 0; i < slots; ++i) out.slots[i].resize(n);
+  float* const s0o = slots > 0 ? out.slots[0].data() : nullptr;
+  float* const s1o = slots > 1 ? out.slots[1].data() : nullptr;
+  bool finite = true;
+  for (size_t base = 0; base < n; base += kDecodeBlock) {
+    const size_t m = std::min<size_t>(kDecodeBlock, n - base);
+    float gscale = 1.0f;
+    const float* g = block(base, m, &gscale);
+    finite &= k.apply_checked(sp, params->data() + base, s0 ? s0 + base : nullptr,
+                              s1 ? s1 + base : nullptr, g, gscale, out.params.data() + base,
+                              s0o ? s0o + base : nullptr, s1o ? s1o + base : nullptr, m);
+  }
+  if (!finite) {
+    state->step = step;
+    return false;
+  }
+  params->swap(out.params);
+  for (size_t i = 0; i < slots; ++i) state->slots[i].swap(out.slots[i]);
+  MeasureBounds(*params, state);
+  return true;
+}
+
+absl::Status NonFiniteError() {
+  return absl::InvalidArgumentError(
+      "the update would make parameters or optimizer state non-finite (NaN or Inf): refused, "
+      "parameters and optimizer state unchanged");
+}
+
+}  // namespace
+
+absl::Status Optimizer::Apply(std::vector<float>* params, absl::Span<const float> grad,
+                              float grad_scale, OptimizerState* state, double grad_bound) const {
+  if (grad.size() != params->size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient has ", grad.size(), " elements, params ", params->size()));
+  }
+  GS_RETURN_IF_ERROR(CheckState(params->size(), *state));
+  if (grad_bound < 0) grad_bound = MaxAbs(grad.data(), grad.size());
+  const bool finite = RunUpdate(options_, std::fabs(double{grad_scale}) * grad_bound, params,
+                                state, [&](size_t base, size_t, float* gscale) {
+                                  *gscale = grad_scale;
+                                  return grad.data() + base;
+                                });
+  return finite ? absl::OkStatus() : NonFiniteError();
+}
+
+absl::Status Optimizer::ApplyEncoded(const ChunkHeader& header, absl::string_view payload,
+                                     float weight, std::vector<float>* params,
+                                     OptimizerState* state) const {
+  GS_ASSIGN_OR_RETURN(const ChunkDecoder chunk,
+                      ChunkDecoder::Create(header, payload, params->size(), weight));
+  GS_RETURN_IF_ERROR(CheckState(params->size(), *state));
   // Decode a block into an L1-resident buffer, then run the vectorized update
   // on it: the server never materializes a dense per-push gradient.
   alignas(64) float scratch[kDecodeBlock];
-  const uint32_t n = chunk.num_elems();
-  for (uint32_t base = 0; base < n; base += kDecodeBlock) {
-    const uint32_t m = std::min(kDecodeBlock, n - base);
-    k.apply(sp, params.data() + base, s0 ? s0 + base : nullptr, s1 ? s1 + base : nullptr,
-            chunk.Block(base, m, scratch), chunk.block_scale(), m);
-  }
-  return absl::OkStatus();
+  const bool finite = RunUpdate(options_, chunk.max_abs(), params, state,
+                                [&](size_t base, size_t m, float* gscale) {
+                                  *gscale = chunk.block_scale();
+                                  return chunk.Block(static_cast<uint32_t>(base),
+                                                     static_cast<uint32_t>(m), scratch);
+                                });
+  return finite ? absl::OkStatus() : NonFiniteError();
 }
 
 }  // namespace gradstream

@@ -73,6 +73,11 @@ struct OptimizerOptions {
 struct OptimizerState {
   std::vector<std::vector<float>> slots;
   uint64_t step = 0;
+  // Upper bounds on |params| and |slot values| of the chunk (see [finite
+  // apply]); negative = not known (a fresh or restored state, params set
+  // from outside): found by a scan before the next update. Not checkpointed.
+  double params_bound = -1;
+  double slots_bound = -1;
 };
 
 // Number of state slots `type` keeps per element.
@@ -90,17 +95,40 @@ class Optimizer {
   // A fresh state for a chunk of `num_elems` elements.
   OptimizerState NewState(size_t num_elems) const;
 
+  // NOTE: [finite apply] An update never leaves a parameter or a state
+  // value NaN or Inf; one that would is refused (InvalidArgument) with
+  // params and state (step included) exactly as they were. Finite inputs can
+  // still overflow (a huge scale times many +1 codes, pushed again and
+  // again), so the result is what counts. Two paths:
+  //   - fast: the state keeps upper bounds on |params| and |state| (found by
+  //     a scan when unknown), the chunk's validation gives one on |grad|;
+  //     when the bounds after the update (computed in double from the
+  //     optimizer's formula) stay far below FLT_MAX, nothing can overflow
+  //     and the update runs in place as ever. The bounds only grow along
+  //     this path, by about lr * |grad| per update.
+  //   - checked, when they do not: the update is written to a per-thread
+  //     scratch copy, checked while it is written (an integer OR over the
+  //     exponent bits), and swapped in only when every value is finite; the
+  //     bounds are then re-measured, so the fast path resumes.
+  // Normal training stays on the fast path; a hostile or diverging push
+  // takes the checked one (optim_benchmark measures both).
+
   // params -= update(grad_scale * grad). InvalidArgument on size mismatch
-  // (params, grad and state must all have params.size() elements).
-  [[nodiscard]] absl::Status Apply(absl::Span<float> params, absl::Span<const float> grad,
-                                   float grad_scale, OptimizerState* state) const;
+  // (params, grad and state must all have params->size() elements) and for
+  // an update that would not be finite (see [finite apply]).
+  // `grad_bound`: an upper bound on |grad[i]| when the caller knows one
+  // (saves a pass over grad), negative when not.
+  [[nodiscard]] absl::Status Apply(std::vector<float>* params, absl::Span<const float> grad,
+                                   float grad_scale, OptimizerState* state,
+                                   double grad_bound = -1) const;
 
   // Decode + apply fused: the gradient is weight * decoded(header, payload).
   // Validates the chunk completely first, by the same rules as DecodeAdd
   // (see [chunk validation] in common/codec/decoder.h), and the state's
-  // shape; on InvalidArgument neither params nor state changed.
+  // shape, and the result (see [finite apply]); on InvalidArgument neither
+  // params nor state changed.
   [[nodiscard]] absl::Status ApplyEncoded(const ChunkHeader& header, absl::string_view payload,
-                                          float weight, absl::Span<float> params,
+                                          float weight, std::vector<float>* params,
                                           OptimizerState* state) const;
 
  private:

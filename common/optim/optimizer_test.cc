@@ -1,12 +1,14 @@
 #include "common/optim/optimizer.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/codec/registry.h"
 #include "common/optim/internal/kernels.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace gradstream {
@@ -46,9 +48,9 @@ TEST(Optimizer, MatchesHandComputedValues) {
     std::vector<float> p = {1.0f};
     std::vector<float> g = {0.5f};
     OptimizerState s = opt.NewState(1);
-    ASSERT_TRUE(opt.Apply(absl::MakeSpan(p), g, 1.0f, &s).ok());
+    ASSERT_TRUE(opt.Apply(&p, g, 1.0f, &s).ok());
     EXPECT_NEAR(p[0], c.after1, 1e-6) << OptimizerTypeName(c.type);
-    ASSERT_TRUE(opt.Apply(absl::MakeSpan(p), g, 1.0f, &s).ok());
+    ASSERT_TRUE(opt.Apply(&p, g, 1.0f, &s).ok());
     EXPECT_NEAR(p[0], c.after2, 1e-6) << OptimizerTypeName(c.type);
     EXPECT_EQ(s.step, 2u);
   }
@@ -66,7 +68,7 @@ TEST(Optimizer, WeightDecayAndGradScale) {
   std::vector<float> p = {1.0f};
   std::vector<float> g = {1.5f};
   OptimizerState s = opt.NewState(1);
-  ASSERT_TRUE(opt.Apply(absl::MakeSpan(p), g, 1.0f / 3.0f, &s).ok());  // g = 0.5 + 0.1
+  ASSERT_TRUE(opt.Apply(&p, g, 1.0f / 3.0f, &s).ok());  // g = 0.5 + 0.1
   EXPECT_NEAR(p[0], 0.94f, 1e-6);
 }
 
@@ -74,7 +76,7 @@ TEST(Optimizer, SizeMismatchIsInvalidArgument) {
   Optimizer opt = Make(OptimizerType::kMomentum, 0.1f);
   std::vector<float> p(4, 1.0f), g(3, 1.0f);
   OptimizerState s = opt.NewState(4);
-  EXPECT_EQ(opt.Apply(absl::MakeSpan(p), g, 1.0f, &s).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(opt.Apply(&p, g, 1.0f, &s).code(), absl::StatusCode::kInvalidArgument);
   for (float v : p) EXPECT_EQ(v, 1.0f);
 }
 
@@ -95,7 +97,7 @@ TEST(OptimizerFused, TwoBitDecodeMatchesHandValues) {
   const std::string payload(1, static_cast<char>(0x49));  // +1, -1, 0, +1
   std::vector<float> p(4, 0.0f);
   OptimizerState s = opt.NewState(4);
-  ASSERT_TRUE(opt.ApplyEncoded(h, payload, 2.0f, absl::MakeSpan(p), &s).ok());
+  ASSERT_TRUE(opt.ApplyEncoded(h, payload, 2.0f, &p, &s).ok());
   EXPECT_FLOAT_EQ(p[0], -0.1f);
   EXPECT_FLOAT_EQ(p[1], 0.1f);
   EXPECT_FLOAT_EQ(p[2], 0.0f);
@@ -111,14 +113,14 @@ TEST(OptimizerFused, InvalidCodeLeavesParamsAndStateUnchanged) {
   const std::string payload(1, static_cast<char>(0x03));  // code 11
   std::vector<float> p(4, 1.0f);
   OptimizerState s = opt.NewState(4);
-  EXPECT_EQ(opt.ApplyEncoded(h, payload, 1.0f, absl::MakeSpan(p), &s).code(),
+  EXPECT_EQ(opt.ApplyEncoded(h, payload, 1.0f, &p, &s).code(),
             absl::StatusCode::kInvalidArgument);
   for (float v : p) EXPECT_EQ(v, 1.0f);
   for (float a : s.slots[0]) EXPECT_EQ(a, 0.1f);
   EXPECT_EQ(s.step, 0u);
   h.scale = std::nanf("");
   const std::string ok_payload(1, 0);
-  EXPECT_FALSE(opt.ApplyEncoded(h, ok_payload, 1.0f, absl::MakeSpan(p), &s).ok());
+  EXPECT_FALSE(opt.ApplyEncoded(h, ok_payload, 1.0f, &p, &s).ok());
 }
 
 // The fused path (both kernel builds) equals DecodeAdd + Apply, for every type.
@@ -145,10 +147,10 @@ TEST(OptimizerFused, MatchesDecodeThenApply) {
     std::vector<float> a = init, b = init;
     OptimizerState sa = opt.NewState(n), sb = opt.NewState(n);
     for (int step = 0; step < 3; ++step) {
-      ASSERT_TRUE(opt.ApplyEncoded(h, payload, 0.5f, absl::MakeSpan(a), &sa).ok());
+      ASSERT_TRUE(opt.ApplyEncoded(h, payload, 0.5f, &a, &sa).ok());
       std::vector<float> dense(n, 0.0f);
       ASSERT_TRUE(DecodeAdd(h, payload, absl::MakeSpan(dense), 1.0f).ok());
-      ASSERT_TRUE(opt.Apply(absl::MakeSpan(b), dense, 0.5f, &sb).ok());
+      ASSERT_TRUE(opt.Apply(&b, dense, 0.5f, &sb).ok());
     }
     for (uint32_t i = 0; i < n; ++i) ASSERT_NEAR(a[i], b[i], 1e-6f * (1 + std::abs(b[i])));
   }
@@ -176,10 +178,10 @@ TEST(OptimizerFused, EveryCodecMatchesDecodeThenApply) {
       std::vector<float> a = init, b = init;
       OptimizerState sa = opt.NewState(n), sb = opt.NewState(n);
       for (int step = 0; step < 2; ++step) {
-        ASSERT_TRUE(opt.ApplyEncoded(h, view, 0.5f, absl::MakeSpan(a), &sa).ok());
+        ASSERT_TRUE(opt.ApplyEncoded(h, view, 0.5f, &a, &sa).ok());
         std::vector<float> dense(n, 0.0f);
         ASSERT_TRUE(DecodeAdd(h, view, absl::MakeSpan(dense), 1.0f).ok());
-        ASSERT_TRUE(opt.Apply(absl::MakeSpan(b), dense, 0.5f, &sb).ok());
+        ASSERT_TRUE(opt.Apply(&b, dense, 0.5f, &sb).ok());
       }
       EXPECT_EQ(a, b) << name << (misaligned ? " misaligned" : "");
       EXPECT_EQ(sa.slots, sb.slots) << name;
@@ -216,7 +218,7 @@ TEST(OptimizerFused, RejectsWhatDecodeAddRejects) {
     EXPECT_EQ(DecodeAdd(c.h, c.payload, absl::MakeSpan(acc), c.weight).code(),
               absl::StatusCode::kInvalidArgument)
         << c.what;
-    EXPECT_EQ(opt.ApplyEncoded(c.h, c.payload, c.weight, absl::MakeSpan(p), &s).code(),
+    EXPECT_EQ(opt.ApplyEncoded(c.h, c.payload, c.weight, &p, &s).code(),
               absl::StatusCode::kInvalidArgument)
         << c.what;
     EXPECT_EQ(p, std::vector<float>(n, 1.0f)) << c.what;
@@ -247,6 +249,63 @@ TEST(OptimizerKernels, PortableAndDispatchedAgree) {
                                             n);
     optim_internal::Dispatch().apply(sp, pb.data(), b0.data(), b1.data(), g.data(), 1.0f, n);
     for (size_t i = 0; i < n; ++i) ASSERT_NEAR(pa[i], pb[i], 1e-6f) << t;
+    // The checked (out-of-place) kernels compute exactly the in-place ones.
+    const std::vector<float> s(n, 0.1f);
+    for (const auto* k : {&optim_internal::PortableKernels(), &optim_internal::Dispatch()}) {
+      std::vector<float> po(n), s0o(n), s1o(n);
+      ASSERT_TRUE(k->apply_checked(sp, p0.data(), s.data(), s.data(), g.data(), 1.0f, po.data(),
+                                   s0o.data(), s1o.data(), n));
+      std::vector<float> pi = p0, s0i = s, s1i = s;
+      k->apply(sp, pi.data(), s0i.data(), s1i.data(), g.data(), 1.0f, n);
+      ASSERT_EQ(po, pi) << t;
+    }
+  }
+}
+
+// See [finite apply]: a huge scale with every code +1 is a valid chunk whose
+// updates overflow after a few pushes; the one that would is refused and
+// leaves params and state (step included) exactly as they were.
+TEST(OptimizerFinite, AnUpdateThatWouldOverflowIsRefusedAndChangesNothing) {
+  for (OptimizerType type : {OptimizerType::kSgd, OptimizerType::kMomentum,
+                             OptimizerType::kNesterov, OptimizerType::kAdaGrad,
+                             OptimizerType::kAdam}) {
+    OptimizerOptions o;
+    o.type = type;
+    o.learning_rate = 1.0f;
+    const Optimizer opt = *Optimizer::Create(o);
+    const size_t n = 2500;  // spans blocks, the last one partial
+    std::vector<float> p(n, 0.5f);
+    OptimizerState s = opt.NewState(n);
+    ChunkHeader h;
+    h.codec = CodecType::kTwoBit;
+    h.num_elems = static_cast<uint32_t>(n);
+    h.scale = std::numeric_limits<float>::max();
+    const std::string payload((n + 3) / 4, static_cast<char>(0x55));  // every code +1
+    absl::Status status;
+    int applied = 0;
+    for (; applied < 100; ++applied) {
+      const std::vector<float> p_before = p;
+      const OptimizerState s_before = s;
+      status = opt.ApplyEncoded(h, payload, 1.0f, &p, &s);
+      if (!status.ok()) {
+        EXPECT_EQ(p, p_before) << OptimizerTypeName(type);
+        EXPECT_EQ(s.slots, s_before.slots) << OptimizerTypeName(type);
+        EXPECT_EQ(s.step, s_before.step) << OptimizerTypeName(type);
+        break;
+      }
+    }
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << OptimizerTypeName(type);
+    EXPECT_TRUE(absl::StrContains(status.message(), "non-finite")) << status;
+    for (float x : p) ASSERT_TRUE(std::isfinite(x)) << OptimizerTypeName(type);
+    for (const auto& slot : s.slots) {
+      for (float x : slot) ASSERT_TRUE(std::isfinite(x)) << OptimizerTypeName(type);
+    }
+    // The dense path checks the same way.
+    const std::vector<float> huge(n, std::numeric_limits<float>::max());
+    const std::vector<float> p_before = p;
+    for (int i = 0; i < 100 && opt.Apply(&p, huge, 1.0f, &s).ok(); ++i) {
+    }
+    for (float x : p) ASSERT_TRUE(std::isfinite(x)) << OptimizerTypeName(type);
   }
 }
 

@@ -6,9 +6,12 @@
 // metadata. The *cluster token* (--auth_token_file) admits a process to the
 // control plane: every coordinator RPC and the shards' unary calls need it
 // when it is configured. The *job token* is minted by the coordinator for each
-// job, handed to the job's shards (CreateJob) and to the workers it assigns
-// (Assignment); a shard admits a Session stream for job J only with J's
-// token. So a worker of job A cannot push into or pull from job B, and
+// job and handed to the job's shards (CreateJob); each worker it assigns
+// gets a *worker token* derived from it for that worker and incarnation
+// alone (Assignment; common/rpc/worker_token.h [worker tokens]). A shard
+// admits a Session stream for job J only with J's token or the worker token
+// of the Hello's worker and incarnation. So a worker of job A cannot push
+// into or pull from job B, nor speak as another member of A, and
 // nothing needs to be configured for that isolation to hold. The checks run
 // in the handlers, once per call or stream (a Session is long-lived), not in
 // a grpc::AuthMetadataProcessor: gRPC never invokes one on insecure

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "common/job/job_state.h"
+#include "common/rpc/worker_token.h"
 #include "server/coordinator/coordinator.h"
 
 namespace gradstream::coordinator {
@@ -166,7 +167,9 @@ v1::Assignment Coordinator::AssignmentLocked(const WorkerRecord& worker) const {
     }
     *a.mutable_spec() = job->status.spec();
     *a.mutable_shard_map() = job->status.shard_map();
-    a.set_job_token(job->token);
+    // The worker's own token, never the job's: see [worker tokens].
+    a.set_job_token(rpc::WorkerToken(job->token, job->status.job_id(), id,
+                                     worker.status.incarnation()));
     return a;
   }
   return a;  // joining, but its epoch is not committed yet

@@ -5,15 +5,73 @@
 // removes a member lets a round waiting on it complete with the others
 // (re-normalized by the actual contributor count).
 #include <algorithm>
+#include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/codec/decoder.h"
+#include "glog/logging.h"
 #include "server/shard/consistency.h"
 
 namespace gradstream::shard {
 namespace {
 
+// Rounds recorded per run of lost clocks passed over at once (see [lost
+// rounds]); the rest of the run shows in the version and a log line.
+constexpr uint64_t kMaxLostRoundRecords = 64;
+
 bool Contains(const std::vector<uint64_t>& v, uint64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// Bounds on a round's sum at or above this take the checked addition: far
+// below FLT_MAX, so no sum of pushes that stays under it can overflow.
+constexpr double kSafeRoundBound = 1e37;
+
+// Adds a push to an open round's sum unless a sum would overflow (see
+// [finite apply] in common/optim/optimizer.h). While the round's bound
+// stays far below FLT_MAX it adds in place; otherwise it writes the sum to
+// a per-thread buffer and swaps it in only when every value is finite, so a
+// refused push leaves the round as it was.
+absl::Status AddToRound(const PushArgs& push, SyncRound* round) {
+  std::vector<float>* acc = &round->acc;
+  absl::StatusOr<ChunkDecoder> decoder =
+      ChunkDecoder::Create(push.header, push.payload, acc->size(), 1.0f);
+  if (!decoder.ok()) return decoder.status();
+  const double bound = round->acc_bound + decoder->max_abs();
+  if (bound < kSafeRoundBound) {
+    decoder->AddTo(acc->data());
+    round->acc_bound = bound;
+    return absl::OkStatus();
+  }
+  thread_local std::vector<float> sum;
+  const size_t n = acc->size();
+  sum.resize(n);
+  constexpr uint32_t kBlock = 1024;
+  alignas(64) float block[kBlock];
+  const float scale = decoder->block_scale();
+  uint32_t bad = 0;
+  for (size_t base = 0; base < n; base += kBlock) {
+    const uint32_t m = static_cast<uint32_t>(std::min<size_t>(kBlock, n - base));
+    const float* u = decoder->Block(static_cast<uint32_t>(base), m, block);
+    const float* a = acc->data() + base;
+    float* out = sum.data() + base;
+    for (uint32_t i = 0; i < m; ++i) {
+      const float v = a[i] + scale * u[i];
+      out[i] = v;
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+  }
+  if (bad != 0) {
+    return absl::InvalidArgumentError(
+        "adding this push to its round would make the round's sum non-finite (NaN or Inf): "
+        "refused, the round is unchanged");
+  }
+  acc->swap(sum);
+  round->acc_bound = bound;
+  return absl::OkStatus();
 }
 
 class BspController final : public ConsistencyController {
@@ -55,7 +113,7 @@ class BspController final : public ConsistencyController {
       // A round this push completes by itself (one member): decode fused into
       // the update, no accumulator. Same result as the general path.
       absl::Status s = job.optimizer().ApplyEncoded(push.header, push.payload, 1.0f,
-                                                    absl::MakeSpan(chunk.params), &chunk.opt);
+                                                    &chunk.params, &chunk.opt);
       if (!s.ok()) return s;
       chunk.applied[push.worker].Add(push.clock);
       chunk.version.store(push.clock + 1);
@@ -64,14 +122,14 @@ class BspController final : public ConsistencyController {
       return false;
     }
     if (fresh) {
-      // DecodeAdd validates fully before touching acc, so a rejected push
+      // AddToRound validates fully before touching acc, so a rejected push
       // leaves no trace but this empty round, which is dropped again. The
       // accumulator reuses the buffer of the last applied round.
       round = chunk.rounds.emplace(push.clock, SyncRound{}).first;
       round->second.acc = std::move(chunk.spare_acc);
       round->second.acc.assign(chunk.num_elems, 0.0f);
     }
-    absl::Status s = DecodeAdd(push.header, push.payload, absl::MakeSpan(round->second.acc), 1.0f);
+    absl::Status s = AddToRound(push, &round->second);
     if (!s.ok()) {
       if (fresh) chunk.rounds.erase(round);
       return s;
@@ -85,7 +143,7 @@ class BspController final : public ConsistencyController {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) override {
     bool moved = SkipUnstaffedClocks(chunk, job);
     while (chunk.initialized.load()) {
-      if (PassLostClock(chunk, job)) {
+      if (PassLostClocks(chunk, job)) {
         moved = true;
         SkipUnstaffedClocks(chunk, job);
         continue;
@@ -105,17 +163,23 @@ class BspController final : public ConsistencyController {
                       [&](uint64_t w) { return round.Has(w) || job.WorkerClock(w) > clock; });
       if (!complete) break;
       const float scale = 1.0f / static_cast<float>(round.contributors.size());
-      // Sizes were checked when the round was opened; Apply cannot fail here.
+      // Sizes were checked when the round was opened, so Apply fails only
+      // for an update that would not be finite (see [finite apply]): the
+      // round is then closed without an update, like a lost round, so the
+      // job goes on with the chunk exactly as it was.
       absl::Status s =
-          job.optimizer().Apply(absl::MakeSpan(chunk.params), round.acc, scale, &chunk.opt);
-      if (!s.ok()) break;
+          job.optimizer().Apply(&chunk.params, round.acc, scale, &chunk.opt, round.acc_bound);
+      if (!s.ok()) {
+        LOG(WARNING) << "chunk " << chunk.chunk_id << ": round " << clock
+                     << " closed without its update: " << s.message();
+      }
       for (uint64_t w : members) chunk.applied[w].Add(clock);  // settled, pushed or lost
       for (uint64_t w : round.contributors) chunk.applied[w].Add(clock);
       RoundInfo info;
       info.chunk_id = chunk.chunk_id;
       info.clock = clock;
       info.epoch = epoch;
-      info.contributors = std::move(round.contributors);
+      if (s.ok()) info.contributors = std::move(round.contributors);
       chunk.spare_acc = std::move(round.acc);
       chunk.rounds.erase(it);
       chunk.version.store(clock + 1);
@@ -139,21 +203,29 @@ class BspController final : public ConsistencyController {
   // each other forever. A shard that never restarted has every push its
   // members finished, so this never fires there.
   //
-  // Passes over the version's clock when no round is open for it and every
-  // member finished it; records the round with no contributors.
-  static bool PassLostClock(ChunkState& chunk, JobContext& job)
+  // Passes over the run of clocks from the version's on that every member
+  // finished with no round open for them: up to the slowest member's clock,
+  // the next open round or the next membership change, whichever is first,
+  // in one step whatever the run's length (a member's clock is the client's
+  // word, bounded by [clock windows] but long after a restore). Records at
+  // most kMaxLostRoundRecords of the run's rounds, with no contributors.
+  static bool PassLostClocks(ChunkState& chunk, JobContext& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) {
     const uint64_t clock = chunk.version.load();
     if (!chunk.rounds.empty() && chunk.rounds.begin()->first == clock) return false;
     uint64_t epoch = 0;
     const std::vector<uint64_t> members = job.MembersAt(clock, &epoch);
     if (members.empty()) return false;  // see [unstaffed clocks]
-    for (uint64_t w : members) {
-      if (job.WorkerClock(w) <= clock) return false;
+    uint64_t to = std::numeric_limits<uint64_t>::max();
+    for (uint64_t w : members) to = std::min(to, job.WorkerClock(w));
+    if (to <= clock) return false;
+    if (std::optional<uint64_t> next = job.NextEpochClock(clock)) to = std::min(to, *next);
+    if (!chunk.rounds.empty()) to = std::min(to, chunk.rounds.begin()->first);
+    for (uint64_t w : members) chunk.applied[w].AddRange(clock, to);
+    chunk.version.store(to);
+    for (uint64_t c = clock; c < to && c - clock < kMaxLostRoundRecords; ++c) {
+      job.RecordRound(RoundInfo{chunk.chunk_id, c, epoch, {}});
     }
-    for (uint64_t w : members) chunk.applied[w].Add(clock);
-    chunk.version.store(clock + 1);
-    job.RecordRound(RoundInfo{chunk.chunk_id, clock, epoch, {}});
     return true;
   }
 
@@ -188,6 +260,23 @@ class BspController final : public ConsistencyController {
 
 std::unique_ptr<ConsistencyController> NewBspController() {
   return std::make_unique<BspController>();
+}
+
+uint64_t ClockWindow(const ConsistencyOptions& o, uint32_t max_pending_rounds) {
+  const uint64_t rounds = std::max<uint32_t>(max_pending_rounds, 1);
+  switch (o.mode) {
+    case ConsistencyMode::kSync:
+      return rounds;
+    case ConsistencyMode::kBounded:
+      return uint64_t{o.staleness} + rounds;
+    case ConsistencyMode::kAsync:
+      return kAsyncClockWindow;
+  }
+  return rounds;
+}
+
+uint64_t PullWindow(const ConsistencyOptions& o, uint32_t max_pending_rounds) {
+  return std::max(ClockWindow(o, max_pending_rounds), kAsyncClockWindow);
 }
 
 std::unique_ptr<ConsistencyController> NewController(const ConsistencyOptions& o) {

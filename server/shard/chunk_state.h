@@ -29,6 +29,13 @@ namespace gradstream::shard {
 // clock of a rejoined worker would add an entry, in memory and in every
 // checkpoint, for the rest of the job. kMaxSparse is far above any window in
 // which a gap can still legitimately fill (max_pending_rounds, replays).
+//
+// NOTE: [applied floor] A worker's first applied clock starts the set at
+// `floor`, the worker's clock as the shard knows it (or the clock itself
+// when lower), never at a clock the worker merely claims: the window checks
+// (see [clock windows] in consistency.h) keep claimed clocks near the
+// worker's, and even one that got through would only land in `above`, so a
+// later normal push is applied, not taken for a duplicate.
 struct AppliedClocks {
   static constexpr size_t kMaxSparse = 64;
 
@@ -40,28 +47,50 @@ struct AppliedClocks {
   // Takes every clock below `c` as settled: a worker that (re)joins at `c`
   // pushes nothing below it (see [late join] in job.cc).
   void SettleBelow(uint64_t c) {
-    started = true;
+    Start(c);
     if (c <= below) return;
     below = c;
     above.erase(above.begin(), above.lower_bound(c));
-    while (!above.empty() && *above.begin() == below) {
-      above.erase(above.begin());
-      ++below;
-    }
+    Compact();
   }
-  void Add(uint64_t c) {
-    if (!started) {
-      // A worker's first applied clock: earlier clocks were never its to push
-      // (it joined later or the job started there).
-      started = true;
-      below = c;
-    }
+  // Adds `c`; a first clock starts the set at min(c, floor) (see [applied
+  // floor]): earlier clocks were never the worker's to push (it joined later
+  // or the job started there).
+  void Add(uint64_t c, uint64_t floor) {
+    Start(std::min(c, floor));
     if (c < below) return;
     above.insert(c);
     if (above.size() > kMaxSparse) below = *above.begin();
-    while (!above.empty() && *above.begin() == below) {
+    Compact();
+  }
+  void Add(uint64_t c) { Add(c, c); }
+  // Adds every clock in [lo, hi) in O(log n): a run of clocks passed over at
+  // once (see [lost rounds] in bsp_controller.cc). A gap it leaves below
+  // `lo` is taken as closed when the run alone would exceed kMaxSparse.
+  void AddRange(uint64_t lo, uint64_t hi) {
+    if (lo >= hi) return;
+    Start(lo);
+    if (lo > below && hi - lo > kMaxSparse) below = lo;  // the gap never fills: closed
+    if (lo <= below) {
+      below = std::max(below, hi);
+      above.erase(above.begin(), above.lower_bound(below));
+    } else {
+      for (uint64_t c = lo; c < hi; ++c) above.insert(c);  // at most kMaxSparse
+      if (above.size() > kMaxSparse) below = *above.begin();
+    }
+    Compact();
+  }
+
+ private:
+  void Start(uint64_t floor) {
+    if (started) return;
+    started = true;
+    below = floor;
+  }
+  void Compact() {
+    while (!above.empty() && *above.begin() <= below) {
+      if (*above.begin() == below) ++below;
       above.erase(above.begin());
-      ++below;
     }
   }
 };
@@ -69,6 +98,7 @@ struct AppliedClocks {
 // Pushes of one clock being summed (sync mode).
 struct SyncRound {
   std::vector<float> acc;
+  double acc_bound = 0;  // >= every |acc[i]|: the sum of its pushes' largest |value|
   std::vector<uint64_t> contributors;
   bool Has(uint64_t w) const {
     return std::find(contributors.begin(), contributors.end(), w) != contributors.end();

@@ -11,6 +11,25 @@
 // staleness of a served pull, c - min_clock, is recorded per job (histogram +
 // max); tests read it through GetStats. Sync mode instead waits until every
 // requested chunk reached version c (which implies all members pushed c-1).
+//
+// NOTE: [clock windows]
+// Every clock a member sends is checked against the clock the shard knows
+// for it (its latest ClockAdvance, or its join clock; JobContext::MemberClock)
+// before anything changes: a ClockAdvance and an SSP/async push may name at
+// most ClockWindow() clocks beyond it, a pull at most PullWindow(), or they
+// are refused with OUT_OF_RANGE naming the clock and the window. ClockWindow is what an
+// honest worker can be ahead of what this shard heard from it: sync,
+// --max_pending_rounds (it advances one clock at a time and cannot pass a
+// clock before this shard answered its pull); bounded, the bound plus that;
+// async, kAsyncClockWindow. A pull may look further ahead (at least
+// kAsyncClockWindow in every mode): a pull that waits is bounded anyway (the
+// clamped timeout, the per-stream cap, it ends with its stream), and tests
+// and tools ask for clocks ahead to see a pull wait. A sync push is further
+// held to the chunk's open rounds (bsp_controller.cc). The one exception: after a restore the shard
+// does not know where its members are (they went on while it was down), so
+// each member's first ClockAdvance may jump, and its pushes and pulls before
+// that are not held to the window (Membership::AllowCatchUp). Work per
+// message stays bounded either way: lost clocks are passed in one step.
 #ifndef GRADSTREAM_SERVER_SHARD_CONSISTENCY_H_
 #define GRADSTREAM_SERVER_SHARD_CONSISTENCY_H_
 
@@ -42,6 +61,12 @@ class JobContext {
   // `worker`'s clock: it has finished every clock below it (its latest
   // ClockAdvance); 0 when it never advanced. See [lost rounds].
   virtual uint64_t WorkerClock(uint64_t worker) const = 0;
+  // `worker`'s clock as the windows see it (see [clock windows]): its latest
+  // ClockAdvance, or the clock it joined at when that is later.
+  virtual uint64_t MemberClock(uint64_t worker) const = 0;
+  // The effective clock of the first epoch that starts after `clock`;
+  // nullopt when none does.
+  virtual std::optional<uint64_t> NextEpochClock(uint64_t clock) const = 0;
   // Appends to the bounded ring of round records.
   virtual void RecordRound(RoundInfo round) = 0;
 };
@@ -72,6 +97,14 @@ class ConsistencyController {
   // requested (initialized) chunks.
   virtual bool PullReady(uint64_t clock, uint64_t min_clock, uint64_t min_version) const = 0;
 };
+
+// The async mode's window (see [clock windows]): far beyond any pipelining of
+// an honest worker, far below anything that could wrap or wedge.
+inline constexpr uint64_t kAsyncClockWindow = 64;
+// How far beyond its clock a member may name a clock in a ClockAdvance or a
+// push, and in a pull (see [clock windows]).
+uint64_t ClockWindow(const ConsistencyOptions& options, uint32_t max_pending_rounds);
+uint64_t PullWindow(const ConsistencyOptions& options, uint32_t max_pending_rounds);
 
 std::unique_ptr<ConsistencyController> NewBspController();
 std::unique_ptr<ConsistencyController> NewSspController(uint32_t staleness, bool scale_stale);

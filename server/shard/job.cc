@@ -26,6 +26,8 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
       env_(env),
       executor_(executor),
       controller_(NewController(options_.consistency)),
+      clock_window_(ClockWindow(options_.consistency, options_.max_pending_rounds)),
+      pull_window_(PullWindow(options_.consistency, options_.max_pending_rounds)),
       membership_(options_.membership),
       // Without a directory nothing is written, so nothing is ever due.
       progress_(options_.consistency.mode,
@@ -129,6 +131,7 @@ absl::Status Job::Restore(const JobSnapshot& snap) {
     }
   }
   membership_.RestoreFrom(snap);
+  membership_.AllowCatchUp();  // the members went on while this shard was down
   progress_.Written(snap.clock);
   return absl::OkStatus();
 }
@@ -139,6 +142,9 @@ absl::Status Job::Reconcile(bool restored) {
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("epochs: ", s.message()));
   }
   if (!options_.resume) return absl::OkStatus();
+  // The members went on while this shard was down, with or without a
+  // checkpoint: their next ClockAdvance may jump (see [clock windows]).
+  membership_.AllowCatchUp();
   const bool sync = options_.consistency.mode == ConsistencyMode::kSync;
   int waiting = 0;
   for (const auto& c : chunks_) {
@@ -179,10 +185,18 @@ absl::StatusOr<bool> Job::Push(const PushArgs& push) {
     return absl::NotFoundError(
         absl::StrCat("chunk ", push.chunk_id, " is not on this shard for job ", id()));
   }
-  if (awaiting_init_.load() && !chunk->initialized.load() &&
-      options_.consistency.mode != ConsistencyMode::kSync) {
-    pushes_duplicate_.fetch_add(1);  // nothing to apply it to: see [re-initialization]
-    return true;
+  if (options_.consistency.mode != ConsistencyMode::kSync) {
+    // Sync pushes are held to the chunk's open rounds instead (see [clock
+    // windows]).
+    if (absl::Status s = membership_.CheckClock(push.worker, push.clock, clock_window_, "push");
+        !s.ok()) {
+      pushes_rejected_.fetch_add(1);
+      return s;
+    }
+    if (awaiting_init_.load() && !chunk->initialized.load()) {
+      pushes_duplicate_.fetch_add(1);  // nothing to apply it to: see [re-initialization]
+      return true;
+    }
   }
   absl::StatusOr<bool> dup;
   uint64_t before = 0, after = 0;
@@ -316,6 +330,16 @@ void Job::Pull(PullArgs pull, PullCallback done) {
   if (pull.chunk_ids.empty()) {
     for (const auto& c : chunks_) pull.chunk_ids.push_back(c->chunk_id);
   }
+  // Members only: a worker the coordinator is adding may ask before this
+  // shard heard of its epoch. What others can park is bounded per stream
+  // (SessionHandler::kMaxPullsPerStream, the clamped timeout) and ends with
+  // the stream.
+  if (membership_.IsCurrentMember(pull.worker)) {
+    if (absl::Status s = membership_.CheckClock(pull.worker, pull.clock, pull_window_, "pull");
+        !s.ok()) {
+      return PullWaitList::Fail(pull, done, std::move(s));
+    }
+  }
   for (uint64_t id : pull.chunk_ids) {
     const ChunkState* c = FindChunk(id);
     if (c == nullptr) {
@@ -356,25 +380,31 @@ void Job::ExpirePulls(absl::Time now) {
 
 void Job::CancelPulls(const absl::Status& why) { waiting_.Close(why); }
 
-void Job::AdvanceClock(uint64_t worker, uint64_t clock) {
-  if (!membership_.AdvanceClock(worker, clock)) return;
+void Job::CancelStreamPulls(uint64_t stream, const absl::Status& why) {
+  waiting_.CancelStream(stream, why);
+}
+
+absl::Status Job::AdvanceClock(uint64_t worker, uint64_t clock) {
+  GS_RETURN_IF_ERROR(membership_.CheckClock(worker, clock, clock_window_, "ClockAdvance"));
+  if (!membership_.AdvanceClock(worker, clock)) return absl::OkStatus();
   Wake();
   if (options_.consistency.mode != ConsistencyMode::kSync) {
     MaybeCheckpoint();
-    return;
+    return absl::OkStatus();
   }
   // Every member is past a round this shard has not closed: only after a
   // restore from a checkpoint older than what the members finished (see
   // [lost rounds]). Cheap to test, so a live shard pays nothing for it.
   const uint64_t from = ProgressClock();
-  if (membership_.MinClock() <= from) return;
-  if (!AdvanceChunks()) return;
+  if (membership_.MinClock() <= from) return absl::OkStatus();
+  if (!AdvanceChunks()) return absl::OkStatus();
   LOG(WARNING) << "job " << id() << ": every member finished clocks from " << from
                << " on without their pushes reaching this shard (lost with an earlier run of it;"
                << " restored from an older checkpoint): rounds closed with what arrived, now at "
                << ProgressClock();
   Wake();
   MaybeCheckpoint();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> Job::UpdateMembership(MembershipEpoch epoch) {

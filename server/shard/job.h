@@ -102,12 +102,18 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   // InvalidArgument for a size mismatch or non-finite values.
   [[nodiscard]] absl::StatusOr<bool> Init(uint64_t chunk_id, std::string_view values);
   // Answers now or parks the pull until it may be answered or its deadline
-  // passes (DeadlineExceeded); NotFound for a chunk not on this shard.
+  // passes (DeadlineExceeded); NotFound for a chunk not on this shard,
+  // OutOfRange for a clock beyond the worker's window ([clock windows]).
   // `done` runs exactly once, on some shard thread, with no shard lock held
   // (see [parked pulls]).
   void Pull(PullArgs pull, PullCallback done);
-  // The worker finished clock-1.
-  void AdvanceClock(uint64_t worker, uint64_t clock);
+  // The worker finished clock-1. OutOfRange beyond the worker's window (see
+  // [clock windows] in consistency.h), nothing changed.
+  [[nodiscard]] absl::Status AdvanceClock(uint64_t worker, uint64_t clock);
+  // The shard does not know where the members are (it restored a
+  // checkpoint; Open calls it then): each member's next ClockAdvance may
+  // jump past its window. See [clock windows].
+  void AllowCatchUp() { membership_.AllowCatchUp(); }
   // Adds an epoch; returns the newest epoch. InvalidArgument when the
   // effective clock goes backwards; an epoch not newer than the newest is a
   // no-op.
@@ -127,6 +133,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   // Fails every parked pull, and every later one that would park, with `why`
   // (job dropped, server stopping).
   void CancelPulls(const absl::Status& why);
+  // Fails the parked pulls of Session stream `stream` (PullArgs::stream):
+  // the stream ended, so must they (see [parked pulls]).
+  void CancelStreamPulls(uint64_t stream, const absl::Status& why);
 
   // JobContext.
   const Optimizer& optimizer() const override { return optimizer_; }
@@ -139,6 +148,10 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   uint32_t max_pending_rounds() const override { return options_.max_pending_rounds; }
   uint64_t WorkerClock(uint64_t worker) const override {
     return membership_.WorkerClock(worker);
+  }
+  uint64_t MemberClock(uint64_t worker) const override { return membership_.MemberClock(worker); }
+  std::optional<uint64_t> NextEpochClock(uint64_t clock) const override {
+    return membership_.NextEpochClock(clock);
   }
   void RecordRound(RoundInfo round) override;
 
@@ -167,6 +180,8 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   Env* const env_;
   Executor* const executor_;
   const std::unique_ptr<ConsistencyController> controller_;
+  const uint64_t clock_window_;  // see [clock windows]
+  const uint64_t pull_window_;
   std::vector<std::unique_ptr<ChunkState>> chunks_;         // fixed after Open
   absl::flat_hash_map<uint64_t, ChunkState*> chunk_by_id_;  // fixed after Open
 

@@ -44,6 +44,7 @@ absl::Status Membership::CheckIncarnation(uint64_t worker, uint64_t incarnation)
 
 bool Membership::AdvanceClock(uint64_t worker, uint64_t clock) {
   absl::MutexLock l(&mu_);
+  if (catching_up_) caught_up_.insert(worker);
   auto [it, inserted] = clocks_.emplace(worker, clock);
   if (inserted) return true;
   if (clock <= it->second) return false;
@@ -56,6 +57,50 @@ uint64_t Membership::WorkerClock(uint64_t worker) const {
   if (departed_.contains(worker)) return std::numeric_limits<uint64_t>::max();
   auto it = clocks_.find(worker);
   return it == clocks_.end() ? 0 : it->second;
+}
+
+uint64_t Membership::MemberClock(uint64_t worker) const {
+  absl::ReaderMutexLock l(&mu_);
+  return MemberClockForWindowLocked(worker);
+}
+
+uint64_t Membership::MemberClockForWindowLocked(uint64_t worker) const {
+  auto it = clocks_.find(worker);
+  uint64_t c = it == clocks_.end() ? 0 : it->second;
+  if (Contains(epochs_.back().workers, worker)) {
+    uint64_t joined = epochs_.back().effective_clock;
+    for (size_t i = epochs_.size(); i-- > 0;) {
+      if (!Contains(epochs_[i].workers, worker)) break;
+      joined = epochs_[i].effective_clock;
+    }
+    c = std::max(c, joined);
+  }
+  return c;
+}
+
+absl::Status Membership::CheckClock(uint64_t worker, uint64_t clock, uint64_t window,
+                                    const char* what) const {
+  absl::ReaderMutexLock l(&mu_);
+  if (catching_up_ && !caught_up_.contains(worker)) return absl::OkStatus();
+  const uint64_t base = MemberClockForWindowLocked(worker);
+  const uint64_t limit =
+      base > std::numeric_limits<uint64_t>::max() - window ? std::numeric_limits<uint64_t>::max()
+                                                           : base + window;
+  if (clock <= limit) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat(what, " clock ", clock, " of worker ", worker,
+                                            " is outside its window: at most ", limit,
+                                            " (its clock ", base, " + ", window, ")"));
+}
+
+bool Membership::IsCurrentMember(uint64_t worker) const {
+  absl::ReaderMutexLock l(&mu_);
+  return Contains(epochs_.back().workers, worker);
+}
+
+void Membership::AllowCatchUp() {
+  absl::MutexLock l(&mu_);
+  catching_up_ = true;
+  caught_up_.clear();
 }
 
 absl::StatusOr<uint64_t> Membership::Update(MembershipEpoch epoch) {
@@ -120,6 +165,14 @@ std::optional<uint64_t> Membership::NextStaffedClock(uint64_t clock) const {
   if (staffed_at(clock)) return clock;
   for (const MembershipEpoch& e : epochs_) {
     if (e.effective_clock > clock && staffed_at(e.effective_clock)) return e.effective_clock;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint64_t> Membership::NextEpochClock(uint64_t clock) const {
+  absl::ReaderMutexLock l(&mu_);
+  for (const MembershipEpoch& e : epochs_) {
+    if (e.effective_clock > clock) return e.effective_clock;
   }
   return std::nullopt;
 }

@@ -76,6 +76,21 @@ class Membership {
   // `worker`'s latest advance; 0 when it never advanced; UINT64_MAX once it
   // departed (see [departed]).
   uint64_t WorkerClock(uint64_t worker) const;
+  // `worker`'s clock for the windows (see [clock windows] in
+  // consistency.h): its latest advance, or the clock it joined at (the
+  // oldest of the unbroken run of newest epochs that list it) when later.
+  uint64_t MemberClock(uint64_t worker) const;
+  // Ok when `clock` is at most MemberClock(worker) + `window`, or while
+  // `worker` catches up after a restore (AllowCatchUp); OutOfRange naming
+  // `what`, the clock and the window otherwise.
+  [[nodiscard]] absl::Status CheckClock(uint64_t worker, uint64_t clock, uint64_t window,
+                                        const char* what) const;
+  // Whether `worker` is listed in the newest epoch.
+  bool IsCurrentMember(uint64_t worker) const;
+  // The shard lost track of its members' clocks (restored from a
+  // checkpoint): until each member's next ClockAdvance, CheckClock lets its
+  // clocks through. See [clock windows].
+  void AllowCatchUp();
 
   // Adds an epoch; returns the newest epoch. InvalidArgument when the
   // effective clock goes backwards; an epoch not newer than the newest is a
@@ -92,9 +107,11 @@ class Membership {
   [[nodiscard]] absl::StatusOr<uint64_t> Update(MembershipEpoch epoch, uint64_t passed,
                                                 Joined* joined);
 
-  // As JobContext::MembersAt / NextStaffedClock (consistency.h).
+  // As JobContext::MembersAt / NextStaffedClock / NextEpochClock
+  // (consistency.h).
   std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const;
   std::optional<uint64_t> NextStaffedClock(uint64_t clock) const;
+  std::optional<uint64_t> NextEpochClock(uint64_t clock) const;
 
   // The slowest member of the newest epoch (see [member clocks]); the
   // epoch's effective clock when it has no members.
@@ -126,6 +143,7 @@ class Membership {
   // The clock of `worker`, a member of the newest epoch.
   uint64_t MemberClockLocked(uint64_t worker) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   uint64_t MinClockLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  uint64_t MemberClockForWindowLocked(uint64_t worker) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   // Sorted by effective clock; never empty.
@@ -133,6 +151,9 @@ class Membership {
   absl::flat_hash_map<uint64_t, uint64_t> clocks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint64_t> incarnations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> departed_ ABSL_GUARDED_BY(mu_);  // see [departed]
+  // After AllowCatchUp: members whose clock is known again (they advanced).
+  bool catching_up_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<uint64_t> caught_up_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gradstream::shard

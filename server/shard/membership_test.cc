@@ -17,6 +17,32 @@ TEST(Membership, StaleIncarnationsAreRefused) {
   EXPECT_TRUE(m.CheckIncarnation(11, 0).ok());  // never said Hello
 }
 
+// See [clock windows].
+TEST(Membership, ClocksAreCheckedAgainstTheMembersWindow) {
+  Membership m(MembershipEpoch{1, 0, {10}});
+  EXPECT_TRUE(m.CheckClock(10, 4, 4, "push").ok());
+  const absl::Status far = m.CheckClock(10, uint64_t{1} << 62, 4, "ClockAdvance");
+  EXPECT_EQ(far.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(far.message().find("ClockAdvance clock 4611686018427387904"), std::string::npos);
+  EXPECT_NE(far.message().find("at most 4"), std::string::npos);
+  EXPECT_TRUE(m.AdvanceClock(10, 3));
+  EXPECT_TRUE(m.CheckClock(10, 7, 4, "push").ok());
+  EXPECT_FALSE(m.CheckClock(10, 8, 4, "push").ok());
+  // No overflow near the top of the range.
+  EXPECT_TRUE(m.CheckClock(10, 9, ~uint64_t{0}, "push").ok());
+  // A worker joining at clock 50 is at 50 for the window before it advances.
+  ASSERT_TRUE(m.Update(MembershipEpoch{2, 50, {10, 20}}).ok());
+  EXPECT_EQ(m.MemberClock(20), 50u);
+  EXPECT_TRUE(m.CheckClock(20, 54, 4, "pull").ok());
+  EXPECT_FALSE(m.CheckClock(20, 55, 4, "pull").ok());
+  // After a restore each member's next advance may jump, once.
+  m.AllowCatchUp();
+  EXPECT_TRUE(m.CheckClock(10, 1000, 4, "ClockAdvance").ok());
+  EXPECT_TRUE(m.AdvanceClock(10, 1000));
+  EXPECT_FALSE(m.CheckClock(10, 2000, 4, "ClockAdvance").ok());
+  EXPECT_TRUE(m.CheckClock(20, 2000, 4, "ClockAdvance").ok());  // 20 has not caught up yet
+}
+
 TEST(Membership, ClocksOnlyMoveForward) {
   Membership m(MembershipEpoch{1, 0, {10, 11}});
   EXPECT_EQ(m.WorkerClock(10), 0u);

@@ -71,6 +71,11 @@ void PullWaitList::Close(const absl::Status& why) {
   FailIf([](const PullArgs&) { return true; }, [&](const PullArgs&) { return status; });
 }
 
+void PullWaitList::CancelStream(uint64_t stream, const absl::Status& why) {
+  FailIf([stream](const PullArgs& a) { return a.stream == stream; },
+         [&](const PullArgs&) { return why; });
+}
+
 size_t PullWaitList::size() const {
   absl::MutexLock l(&mu_);
   return parked_.size();

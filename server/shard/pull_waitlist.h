@@ -6,8 +6,8 @@
 // NOTE: [parked pulls]
 // A pull's callback runs exactly once. It is answered with parameters by the
 // job (Job::Serve) or, without them, by PullWaitList::Fail, the one way a
-// pull ends in an error: unknown chunk, deadline passed (Expire), job closed
-// (Close). Readiness is checked and a pull parked under the wait-list's
+// pull ends in an error: unknown chunk or clock out of its window, deadline
+// passed (Expire), its stream ended (CancelStream), job closed (Close). Readiness is checked and a pull parked under the wait-list's
 // lock, and every state change that may make a pull ready calls TakeReady,
 // which takes the same lock afterwards: a pull is either seen ready by its
 // own check or by the wake-up, never lost between the two. No lock is held
@@ -71,6 +71,10 @@ class PullWaitList {
   // Fails every parked pull, and every later one that would park, with `why`
   // (Cancelled when `why` is OK). Idempotent; the first status stays.
   void Close(const absl::Status& why);
+
+  // Fails the parked pulls of Session stream `stream` (PullArgs::stream)
+  // with `why`: a pull ends with its stream. The list stays open.
+  void CancelStream(uint64_t stream, const absl::Status& why);
 
   // Parked pulls.
   size_t size() const;

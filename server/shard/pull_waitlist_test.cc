@@ -128,5 +128,31 @@ TEST(PullWaitList, CallbacksRunWithoutTheLockHeld) {
   EXPECT_EQ(seen, 0u);
 }
 
+TEST(PullWaitList, CancelStreamFailsOnlyThatStreamsPulls) {
+  PullWaitList list;
+  std::vector<uint64_t> failed;
+  for (uint64_t stream : {1, 2, 1}) {
+    PendingPull p;
+    p.args.stream = stream;
+    p.done = [&failed, stream](PullResult r) {
+      EXPECT_EQ(r.status.code(), absl::StatusCode::kCancelled);
+      failed.push_back(stream);
+    };
+    EXPECT_FALSE(
+        list.ParkUnlessReady(std::move(p), [](const PullArgs&) { return false; }).has_value());
+  }
+  list.CancelStream(1, absl::CancelledError("stream ended"));
+  EXPECT_EQ(failed, (std::vector<uint64_t>{1, 1}));
+  EXPECT_EQ(list.size(), 1u);
+  // The list stays open: a later pull of another stream still parks.
+  PendingPull p;
+  p.args.stream = 3;
+  p.done = [](PullResult) {};
+  EXPECT_FALSE(
+      list.ParkUnlessReady(std::move(p), [](const PullArgs&) { return false; }).has_value());
+  EXPECT_EQ(list.size(), 2u);
+  list.Close(absl::OkStatus());
+}
+
 }  // namespace
 }  // namespace gradstream::shard

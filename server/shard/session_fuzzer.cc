@@ -34,6 +34,7 @@
 //     gradient and initial value is moderate (|x| <= 1e6: larger finite
 //     values may overflow fp32 through the optimizer by design);
 //  5. a checkpoint of the final state restores to the same state.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -283,11 +284,12 @@ class Run {
       run_->Emit(index_, m);
       closed_ = true;
     }
-    PullCallback StartPull() override {
+    absl::StatusOr<PullCallback> StartPull() override {
       const size_t id = run_->StartPull(index_);
       Run* run = run_;
-      return [run, id](PullResult r) { run->PullDone(id, std::move(r)); };
+      return PullCallback([run, id](PullResult r) { run->PullDone(id, std::move(r)); });
     }
+    uint64_t stream_id() const override { return static_cast<uint64_t>(index_) + 1; }
     bool closed() const { return closed_; }
 
    private:
@@ -308,7 +310,9 @@ class Run {
       streams_.push_back(std::make_unique<FuzzStream>(this, s));
       live_[s] = streams_.back().get();
       handlers_[s] = std::make_unique<SessionHandler>(
-          [this](const std::string& id) { return in_table_ && id == kJobId ? job_ : nullptr; },
+          [this](const pb::Hello& hello) {
+            return in_table_ && hello.job_id() == kJobId ? job_ : nullptr;
+          },
           &env_, in_.options.default_pull_timeout, live_[s]);
     }
     FuzzStream* stream = live_[s];
@@ -396,7 +400,9 @@ class Run {
       for (const ChunkSpec& c : kChunks) info.chunk_ids.push_back(c.chunk_id);
     }
     info.clock = p.clock();
-    info.deadline = env_.Now() + (p.timeout_ms() > 0 ? absl::Milliseconds(p.timeout_ms())
+    // The handler clamps a pull's timeout to the default.
+    info.deadline = env_.Now() + (p.timeout_ms() > 0 ? std::min(absl::Milliseconds(p.timeout_ms()),
+                                                                in_.options.default_pull_timeout)
                                                      : in_.options.default_pull_timeout);
     pulls_.push_back(std::move(info));
     return pulls_.size() - 1;

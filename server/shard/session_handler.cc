@@ -1,5 +1,6 @@
 #include "server/shard/session_handler.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,10 @@ void SessionHandler::Handle(pb::WorkerMessage& msg) {
   if (absl::Status s = job_->CheckIncarnation(worker_, incarnation_); !s.ok()) {
     return Fail(s.code(), std::string(s.message()));
   }
+  if (left_) {
+    return Fail(absl::StatusCode::kFailedPrecondition,
+                absl::StrCat("worker ", worker_, " sent a message after Leave"));
+  }
   switch (msg.msg_case()) {
     case pb::WorkerMessage::kPush:
       return HandlePush(*msg.mutable_push());
@@ -58,9 +63,13 @@ void SessionHandler::Handle(pb::WorkerMessage& msg) {
     case pb::WorkerMessage::kPull:
       return HandlePull(msg.pull());
     case pb::WorkerMessage::kClock:
-      return job_->AdvanceClock(worker_, msg.clock().clock());
+      if (absl::Status s = job_->AdvanceClock(worker_, msg.clock().clock()); !s.ok()) {
+        return Fail(s.code(), std::string(s.message()));
+      }
+      return;
     case pb::WorkerMessage::kLeave:
       LOG(INFO) << "worker " << worker_ << " leaves job " << job_->id();
+      left_ = true;
       return;
     default:
       return;
@@ -69,7 +78,7 @@ void SessionHandler::Handle(pb::WorkerMessage& msg) {
 
 void SessionHandler::HandleHello(const pb::Hello& hello) {
   if (job_ != nullptr) return Fail(absl::StatusCode::kFailedPrecondition, "second Hello");
-  absl::StatusOr<std::shared_ptr<Job>> admitted = find_job_(hello.job_id());
+  absl::StatusOr<std::shared_ptr<Job>> admitted = find_job_(hello);
   if (!admitted.ok()) {
     return Fail(admitted.status().code(), std::string(admitted.status().message()));
   }
@@ -120,12 +129,23 @@ void SessionHandler::HandlePull(const pb::PullRequest& pull) {
   for (const pb::HeldCopy& h : pull.held()) {
     args.held.push_back(HeldCopy{h.chunk_id(), h.version(), h.checksum()});
   }
+  args.stream = stream_->stream_id();
+  // The shard's default is also the longest a pull may wait: a client-chosen
+  // timeout never keeps a pull (and its stream) past it.
   const absl::Duration timeout =
-      pull.timeout_ms() > 0 ? absl::Milliseconds(pull.timeout_ms()) : default_pull_timeout_;
+      pull.timeout_ms() > 0 ? std::min(absl::Milliseconds(pull.timeout_ms()), default_pull_timeout_)
+                            : default_pull_timeout_;
   args.deadline = env_->Now() + timeout;
-  PullCallback done = stream_->StartPull();
-  if (!done) return;
-  job_->Pull(std::move(args), std::move(done));
+  absl::StatusOr<PullCallback> done = stream_->StartPull();
+  if (!done.ok()) {
+    PullResult refused;
+    refused.request_id = args.request_id;
+    refused.status = done.status();
+    for (pb::ServerMessage& m : PullResultToProto(std::move(refused))) stream_->Send(std::move(m));
+    return;
+  }
+  if (!*done) return;
+  job_->Pull(std::move(args), *std::move(done));
 }
 
 std::vector<pb::ServerMessage> PullResultToProto(PullResult r) {

@@ -40,23 +40,34 @@ class SessionHandler {
     // its result (see PullResultToProto), which keeps the stream open until
     // it ran. May run on any thread, before or after StartPull's caller
     // returns. An empty callback means the stream is gone: the pull is
-    // dropped.
-    virtual PullCallback StartPull() = 0;
+    // dropped. ResourceExhausted when kMaxPullsPerStream pulls of the
+    // stream are still unanswered: the handler answers the pull with it.
+    [[nodiscard]] virtual absl::StatusOr<PullCallback> StartPull() = 0;
+    // Names the stream's pulls in the job (PullArgs::stream; nonzero), so
+    // they end with it (Job::CancelStreamPulls).
+    virtual uint64_t stream_id() const = 0;
   };
-  // Admits the stream to a job by id: the job, or the status that refuses
-  // it (NotFound, or Unauthenticated / PermissionDenied from the shard's
-  // token check, see common/rpc/rpc.h [auth tokens]). nullptr = NotFound.
+  // Pulls one stream may have waiting at once: an honest worker has one per
+  // clock; the cap bounds what a stream can park (see [parked pulls]).
+  static constexpr int kMaxPullsPerStream = 16;
+
+  // Admits the stream to a job: the job, or the status that refuses it
+  // (NotFound, or Unauthenticated / PermissionDenied from the shard's token
+  // check, see common/rpc/rpc.h [auth tokens] and [worker tokens] in
+  // shard_server.cc, which binds the token to Hello's worker and
+  // incarnation). nullptr = NotFound.
   using JobLookup =
-      std::function<absl::StatusOr<std::shared_ptr<Job>>(const std::string& job_id)>;
+      std::function<absl::StatusOr<std::shared_ptr<Job>>(const v1::Hello& hello)>;
 
   // `env` and `stream` must outlive the handler.
   SessionHandler(JobLookup find_job, Env* env, absl::Duration default_pull_timeout,
                  Stream* stream);
 
   // Handles one message. Stream-level failures (no Hello first, second Hello,
-  // unknown or dropped job, stale incarnation, empty message) go to
-  // Stream::Fail; per-message failures are answered with a code in the Ack or
-  // PullChunk.
+  // unknown or dropped job, stale incarnation, empty message, a ClockAdvance
+  // outside the worker's window, anything after Leave) go to Stream::Fail;
+  // per-message failures are answered with a code in the Ack or PullChunk.
+  // A pull's timeout_ms is clamped to `default_pull_timeout`.
   void Handle(v1::WorkerMessage& msg);
 
   // The worker that said Hello (0 before).
@@ -80,6 +91,7 @@ class SessionHandler {
   std::shared_ptr<Job> job_;
   uint64_t worker_ = 0;
   uint64_t incarnation_ = 0;
+  bool left_ = false;  // Leave was handled: nothing may follow
 };
 
 // The wire form of a pull's answer: one PullChunk per chunk, the last with

@@ -1,11 +1,14 @@
 // In-process tests of the shard core (no gRPC): checkpoint format,
 // exactly-once bookkeeping, sync rounds and membership, parked pulls.
 #include <cstring>
+#include <limits>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/env/crc32c.h"
 #include "common/env/record.h"
 #include "common/env/testing/fault_injection_env.h"
@@ -43,6 +46,28 @@ TEST(AppliedClocks, AGapThatNeverFillsIsClosedOnceTheSetGrowsPastItsBound) {
   EXPECT_EQ(a.below, 1000u);
   EXPECT_TRUE(a.Contains(999));
   EXPECT_FALSE(a.Contains(1000));
+}
+
+// See [applied floor]: a first clock far ahead of the floor lands in the
+// sparse part, so the worker's next normal clock is still applied.
+TEST(AppliedClocks, AFirstClockStartsAtTheFloorAndRangesAreOneStep) {
+  AppliedClocks a;
+  a.Add(uint64_t{1} << 62, 5);
+  EXPECT_EQ(a.below, 5u);
+  EXPECT_FALSE(a.Contains(5));
+  a.Add(5, 5);
+  EXPECT_TRUE(a.Contains(5));
+  EXPECT_FALSE(a.Contains(6));
+  AppliedClocks r;
+  r.AddRange(0, uint64_t{1} << 62);  // one step, whatever the length
+  EXPECT_EQ(r.below, uint64_t{1} << 62);
+  EXPECT_TRUE(r.above.empty());
+  r.AddRange((uint64_t{1} << 62) + 10, (uint64_t{1} << 62) + 12);  // a gap of 10: kept
+  EXPECT_EQ(r.above.size(), 2u);
+  EXPECT_FALSE(r.Contains((uint64_t{1} << 62) + 9));
+  r.AddRange((uint64_t{1} << 62) + 100, (uint64_t{1} << 62) + 1000);  // longer than kMaxSparse
+  EXPECT_EQ(r.below, (uint64_t{1} << 62) + 1000);
+  EXPECT_TRUE(r.above.empty());
 }
 
 JobSnapshot SampleSnapshot() {
@@ -155,6 +180,28 @@ struct SyncJob {
     p.payload = payload;
     return job->Push(p);
   }
+  // A twobit push of `n` elements, every code +1, with `scale`.
+  absl::StatusOr<bool> PushAllPlusOne(uint64_t w, uint64_t clock, float scale) {
+    static std::string payload;
+    payload.assign(1, static_cast<char>(0x05));  // two elements, codes +1 +1
+    PushArgs p;
+    p.worker = w;
+    p.chunk_id = 0;
+    p.clock = clock;
+    p.header.codec = CodecType::kTwoBit;
+    p.header.num_elems = 2;
+    p.header.scale = scale;
+    p.payload = payload;
+    return job->Push(p);
+  }
+  absl::Status PullStatus(uint64_t w, uint64_t clock) {
+    absl::Status status = absl::UnknownError("not answered");
+    PullArgs p;
+    p.worker = w;
+    p.clock = clock;
+    job->Pull(p, [&](PullResult r) { status = r.status; });
+    return status;
+  }
   std::vector<float> Params() {
     std::vector<float> out;
     PullArgs p;
@@ -232,13 +279,14 @@ TEST(SyncJob, ClocksWithoutMembersArePassedOverToTheNextJoin) {
 // 11 finished 5 too (its push for 5 was lost), worker 12 is at clock 5.
 TEST(SyncJob, RoundsEveryMemberFinishedElsewhereAreClosed) {
   SyncJob t;
-  t.job->AdvanceClock(10, 5);
-  t.job->AdvanceClock(11, 6);
+  t.job->AllowCatchUp();  // as Open does after a restore: see [clock windows]
+  ASSERT_TRUE(t.job->AdvanceClock(10, 5).ok());
+  ASSERT_TRUE(t.job->AdvanceClock(11, 6).ok());
   // Beyond the open-round window, but 10 says it finished every clock below.
   EXPECT_FALSE(*t.Push(10, 5, {3, 3}));
   EXPECT_EQ(t.Push(11, 9, {1, 1}).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(t.job->Stats(false).min_version, 0u);  // 12 may still push round 0
-  t.job->AdvanceClock(12, 5);
+  ASSERT_TRUE(t.job->AdvanceClock(12, 5).ok());
   JobStats s = t.job->Stats(true);
   EXPECT_EQ(s.min_version, 5u);  // rounds 0-4 passed over, round 5 waits for 12
   ASSERT_EQ(s.rounds.size(), 5u);
@@ -344,6 +392,109 @@ TEST(SyncJob, BadChunkLeavesStateUnchanged) {
   EXPECT_EQ(t.Push(10, 9, {1, 1}).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+// See [clock windows]: a ClockAdvance, pull or push beyond the member's
+// window is refused before anything changes.
+TEST(ClockWindows, FarFutureClocksAreRefusedAndChangeNothing) {
+  for (ConsistencyMode mode :
+       {ConsistencyMode::kSync, ConsistencyMode::kBounded, ConsistencyMode::kAsync}) {
+    SyncJob t(mode, 2);
+    const uint64_t far = uint64_t{1} << 62;
+    absl::Status s = t.job->AdvanceClock(10, far);
+    EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "window")) << s;
+    EXPECT_EQ(t.job->Stats(false).max_clock, 0u);
+    EXPECT_EQ(t.PullStatus(10, far).code(), absl::StatusCode::kOutOfRange);
+    EXPECT_TRUE(t.job->AdvanceClock(10, 1).ok());  // the next clock is fine
+    const uint64_t window = ClockWindow(t.job->options().consistency, 4);
+    EXPECT_TRUE(t.job->AdvanceClock(10, 1 + window).ok());
+    EXPECT_EQ(t.job->AdvanceClock(10, 2 + 2 * window).code(), absl::StatusCode::kOutOfRange);
+    if (mode == ConsistencyMode::kSync) continue;
+    // Item 3 of the bug: a far-future push is refused, so a normal one after
+    // it is applied, not taken for a duplicate.
+    EXPECT_EQ(t.Push(11, far, {1, 1}).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(t.Params(), (std::vector<float>{0, 0}));
+    absl::StatusOr<bool> normal = t.Push(11, 0, {3, 3});
+    ASSERT_TRUE(normal.ok()) << normal.status();
+    EXPECT_FALSE(*normal);
+    EXPECT_EQ(t.Params(), (std::vector<float>{-1, -1}));
+  }
+}
+
+// The wedge of the bug: the only member of a sync job, restored (so allowed
+// to catch up), says it finished clock 2^62. The lost clocks are passed in
+// one step, not one per loop iteration.
+TEST(ClockWindows, ACatchUpOfAnyLengthIsOneStep) {
+  SyncJob t;
+  ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{2, 0, {10}}).ok());
+  t.job->AllowCatchUp();
+  const uint64_t far = uint64_t{1} << 62;
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(t.job->AdvanceClock(10, far).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  const JobStats s = t.job->Stats(true);
+  EXPECT_EQ(s.min_version, far);
+  EXPECT_LE(s.rounds.size(), 64u);
+  EXPECT_EQ(t.Params(), (std::vector<float>{0, 0}));
+  // Caught up: the window holds again.
+  EXPECT_EQ(t.job->AdvanceClock(10, far + 100).code(), absl::StatusCode::kOutOfRange);
+}
+
+// See [finite apply]: FLT_MAX scales with every code +1 pass the per-push
+// checks; the push whose apply would overflow is refused, the chunk as it was.
+TEST(FiniteApply, OverflowingPushesAreRefusedInEveryMode) {
+  for (ConsistencyMode mode :
+       {ConsistencyMode::kSync, ConsistencyMode::kBounded, ConsistencyMode::kAsync}) {
+    SyncJob t(mode, 100);
+    ASSERT_TRUE(t.job->UpdateMembership(MembershipEpoch{2, 0, {10}}).ok());
+    const float huge = std::numeric_limits<float>::max();
+    absl::Status refused;
+    for (uint64_t clock = 0; clock < 30 && refused.ok(); ++clock) {
+      const std::vector<float> before = t.Params();
+      absl::StatusOr<bool> r = t.PushAllPlusOne(10, clock, huge);
+      if (!r.ok()) {
+        refused = r.status();
+        EXPECT_EQ(t.Params(), before);
+      }
+      if (mode != ConsistencyMode::kSync) ASSERT_TRUE(t.job->AdvanceClock(10, clock + 1).ok());
+    }
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_TRUE(absl::StrContains(refused.message(), "non-finite")) << refused;
+    for (float x : t.Params()) EXPECT_TRUE(std::isfinite(x));
+  }
+}
+
+// Sync with several members: a sum that would overflow refuses the push
+// that would make it, and leaves the round as it was.
+TEST(FiniteApply, ARoundSumThatWouldOverflowRefusesThePush) {
+  SyncJob t;
+  const float huge = std::numeric_limits<float>::max();
+  EXPECT_FALSE(*t.PushAllPlusOne(10, 0, huge));
+  EXPECT_EQ(t.PushAllPlusOne(11, 0, huge).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(*t.PushAllPlusOne(11, 0, 1.0f));  // the refused push left no trace
+  EXPECT_FALSE(*t.Push(12, 0, {0, 0}));
+  for (float x : t.Params()) EXPECT_TRUE(std::isfinite(x));
+  EXPECT_EQ(t.job->Stats(false).min_version, 1u);
+}
+
+// See [parked pulls]: a stream's parked pulls end with it.
+TEST(ParkedPulls, EndWithTheirStream) {
+  SyncJob t;
+  int cancelled = 0, other = 0;
+  PullArgs p;
+  p.worker = 10;
+  p.clock = 3;
+  p.stream = 7;
+  t.job->Pull(p, [&](PullResult r) { cancelled += absl::IsCancelled(r.status); });
+  t.job->Pull(p, [&](PullResult r) { cancelled += absl::IsCancelled(r.status); });
+  p.stream = 8;
+  t.job->Pull(p, [&](PullResult) { ++other; });
+  t.job->CancelStreamPulls(7, absl::CancelledError("stream ended"));
+  EXPECT_EQ(cancelled, 2);
+  EXPECT_EQ(other, 0);  // another stream's pull still waits
+  t.job->CancelPulls(absl::CancelledError("end"));
+  EXPECT_EQ(other, 1);
+}
+
 TEST(SspJob, PullWaitsForTheSlowestWithinTheBound) {
   SyncJob t(ConsistencyMode::kBounded, 2);
   int answered = 0;
@@ -355,10 +506,10 @@ TEST(SspJob, PullWaitsForTheSlowestWithinTheBound) {
   pull.clock = 3;
   t.job->Pull(pull, [&](PullResult) { ++answered; });
   EXPECT_EQ(answered, 1);
-  t.job->AdvanceClock(10, 3);
-  t.job->AdvanceClock(11, 1);
+  ASSERT_TRUE(t.job->AdvanceClock(10, 3).ok());
+  ASSERT_TRUE(t.job->AdvanceClock(11, 1).ok());
   EXPECT_EQ(answered, 1);
-  t.job->AdvanceClock(12, 1);
+  ASSERT_TRUE(t.job->AdvanceClock(12, 1).ok());
   EXPECT_EQ(answered, 2);
   const JobStats s = t.job->Stats(false);
   EXPECT_EQ(s.max_staleness, 2u);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -16,11 +17,17 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/metrics/metrics_server.h"
 #include "common/port_file.h"
 #include "common/rpc/flags.h"
 #include "glog/logging.h"
 #include "server/shard/shard_server.h"
+
+// From SIGTERM/SIGINT to exit at the latest (compose and Kubernetes wait
+// 10 s, then kill).
+constexpr absl::Duration kShutdownGrace = absl::Seconds(8);
 
 ABSL_FLAG(std::string, address, "0.0.0.0", "Host/interface to bind.");
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free port.");
@@ -104,6 +111,14 @@ int main(int argc, char** argv) {
     int sig = 0;
     sigwait(&signals, &sig);
     LOG(INFO) << "signal " << sig << ": shutting down";
+    // Whatever a stream left running, the process ends within the grace
+    // period: Shutdown gives streams 2 s, the rest is the executor's queue.
+    std::thread([] {
+      absl::SleepFor(kShutdownGrace);
+      LOG(ERROR) << "still stopping after " << absl::FormatDuration(kShutdownGrace)
+                 << " since the signal: exiting now";
+      std::_Exit(3);
+    }).detach();
     (*server)->Shutdown();
   });
   (*server)->Wait();

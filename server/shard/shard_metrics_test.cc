@@ -139,7 +139,7 @@ TEST_F(ShardMetricsTest, ScrapeMirrorsTheJobAndDropsItOnceGone) {
     p.clock = clock;
     ASSERT_TRUE(job->Push(p).ok());
   }
-  job->AdvanceClock(10, 2);
+  ASSERT_TRUE(job->AdvanceClock(10, 2).ok());
   metrics->PushLatency(job)->Observe(0.001);
 
   std::string text = registry_.Render();

@@ -3,6 +3,8 @@
 #include "server/shard/shard_server.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <chrono>
 #include <deque>
 #include <thread>
@@ -13,9 +15,12 @@
 #include "common/grpc_util.h"
 #include "common/job/job_spec.h"
 #include "common/rpc/rpc.h"
+#include "common/rpc/worker_token.h"
 #include "common/status.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "ps.grpc.pb.h"
@@ -36,6 +41,29 @@ using internal::SessionPhase;
 constexpr int kMessageOverhead = 1024;
 // Messages read ahead of the executor per stream (flow control).
 constexpr size_t kMaxInbox = 8;
+
+// Names each Session stream's pulls (PullArgs::stream).
+std::atomic<uint64_t> next_stream_id{1};
+
+// The service with Session on raw bytes: the reactor parses each message
+// itself, so a frame that is not a WorkerMessage ends its stream with
+// INVALID_ARGUMENT instead of looking like the worker's half-close (gRPC
+// reports both as a failed read). See [malformed frames].
+using ServiceBase = pb::ParameterServer::WithRawCallbackMethod_Session<
+    pb::ParameterServer::WithCallbackMethod_CreateJob<
+        pb::ParameterServer::WithCallbackMethod_UpdateMembership<
+            pb::ParameterServer::WithCallbackMethod_DropJob<
+                pb::ParameterServer::WithCallbackMethod_Checkpoint<
+                    pb::ParameterServer::WithCallbackMethod_GetStats<
+                        pb::ParameterServer::Service>>>>>>;
+
+grpc::ByteBuffer Serialize(const pb::ServerMessage& msg) {
+  grpc::ByteBuffer out;
+  bool own = false;
+  // Serializing a message we built fails only on a 2 GiB message.
+  CHECK(grpc::SerializationTraits<pb::ServerMessage>::Serialize(msg, &out, &own).ok());
+  return out;
+}
 
 absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
                                                const ShardServerOptions& server) {
@@ -115,7 +143,7 @@ class ShardService;
 // Transition() (see [session lifecycle] in internal/session_lifecycle.h).
 // Thread-safe; owns itself until OnDone and while executor tasks or parked
 // pulls hold a reference.
-class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, pb::ServerMessage>,
+class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                              private SessionHandler::Stream {
  public:
   // `metrics` (nullable) receives the push handling latency.
@@ -127,12 +155,26 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
       absl::MutexLock l(&s->mu_);
       s->self_ = s;
     }
-    s->StartRead(&s->read_msg_);
+    s->StartRead(&s->read_buf_);
     return s.get();
   }
 
+  // NOTE: [malformed frames] A frame that does not parse as a WorkerMessage
+  // ends the stream: StreamError{INVALID_ARGUMENT}, and the stream's status
+  // is INVALID_ARGUMENT too, never OK (other StreamErrors finish OK: the
+  // worker already has the reason).
   void OnReadDone(bool ok) override {
     bool schedule = false;
+    pb::WorkerMessage msg;
+    const bool parsed =
+        ok && grpc::SerializationTraits<pb::WorkerMessage>::Deserialize(&read_buf_, &msg).ok();
+    if (ok && !parsed) {
+      read_buf_.Clear();
+      const std::string why = "a Session frame is not a valid WorkerMessage (ps.proto)";
+      FailWith(absl::StatusCode::kInvalidArgument, why,
+               grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why));
+      return;
+    }
     {
       absl::MutexLock l(&mu_);
       if (!ok) {
@@ -141,10 +183,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
         return;
       }
       if (phase_ >= SessionPhase::kClosing) return;  // reads stop
-      inbox_.push_back(std::move(read_msg_));
-      read_msg_.Clear();
+      inbox_.push_back(std::move(msg));
       if (inbox_.size() < kMaxInbox) {
-        StartRead(&read_msg_);
+        StartRead(&read_buf_);
       } else {
         read_paused_ = true;
       }
@@ -175,10 +216,22 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
 
   void OnDone() override {
     std::shared_ptr<SessionReactor> me;
-    absl::MutexLock l(&mu_);
-    Transition(SessionEvent::kDone);
-    me = std::move(self_);
-    // `me` may delete this after the lock is released (declared first).
+    std::shared_ptr<Job> parked_in;
+    {
+      absl::MutexLock l(&mu_);
+      Transition(SessionEvent::kDone);
+      me = std::move(self_);
+      if (pending_pulls_ > 0) parked_in = pull_job_.lock();
+    }
+    // Pulls still waiting end with the stream (see [parked pulls]): without
+    // this they would hold it, and their memory, until their deadline.
+    if (parked_in != nullptr) {
+      const uint64_t id = id_;
+      executor_->Submit([parked_in, id] {
+        parked_in->CancelStreamPulls(id, absl::CancelledError("the Session stream ended"));
+      });
+    }
+    // `me` may delete this when it goes (declared first).
   }
 
  private:
@@ -186,6 +239,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
                  absl::Duration default_pull_timeout, ShardMetrics* metrics)
       : executor_(executor),
         metrics_(metrics),
+        id_(next_stream_id.fetch_add(1)),
         handler_(std::move(find_job), env, default_pull_timeout, this) {}
 
   std::shared_ptr<SessionReactor> Self() {
@@ -205,29 +259,42 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
   }
   void SendLocked(pb::ServerMessage msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (phase_ >= SessionPhase::kAborted) return;
-    outbox_.push_back(std::move(msg));
+    outbox_.push_back(Serialize(msg));
     // One write at a time: the front of the outbox is the one in flight.
     if (outbox_.size() == 1) StartWrite(&outbox_.front());
   }
   // Sends a StreamError and ends the stream after it is written.
+  // The stream then finishes OK: the StreamError says why.
   void Fail(absl::StatusCode code, const std::string& message) override {
+    FailWith(code, message, grpc::Status::OK);
+  }
+  void FailWith(absl::StatusCode code, const std::string& message, grpc::Status finish) {
     pb::ServerMessage m;
     StatusToWire(absl::Status(code, message), m.mutable_error());
     absl::MutexLock l(&mu_);
+    if (phase_ >= SessionPhase::kClosing) return;  // already ending
     SendLocked(std::move(m));
+    finish_status_ = std::move(finish);
     Transition(SessionEvent::kStreamError);
     MaybeFinishLocked();
   }
-  PullCallback StartPull() override {
+  absl::StatusOr<PullCallback> StartPull() override {
     std::shared_ptr<SessionReactor> self;
     {
       absl::MutexLock l(&mu_);
-      ++pending_pulls_;
+      if (pending_pulls_ >= SessionHandler::kMaxPullsPerStream) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "this stream already has ", pending_pulls_, " pulls waiting (at most ",
+            SessionHandler::kMaxPullsPerStream, " per stream)"));
+      }
       self = self_;
+      if (self == nullptr) return PullCallback();
+      ++pending_pulls_;
+      pull_job_ = handler_.job();
     }
-    if (self == nullptr) return nullptr;
-    return [self](PullResult r) { self->SendPullResult(std::move(r)); };
+    return PullCallback([self](PullResult r) { self->SendPullResult(std::move(r)); });
   }
+  uint64_t stream_id() const override { return id_; }
 
   void Transition(SessionEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     phase_ = internal::NextPhase(phase_, event);
@@ -252,13 +319,14 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
     }
     const grpc::Status status = phase_ == SessionPhase::kAborted
                                     ? grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")
-                                    : grpc::Status::OK;
+                                    : finish_status_;
     Transition(SessionEvent::kFinish);
     Finish(status);
   }
 
   Executor* const executor_;
   ShardMetrics* const metrics_;  // nullable
+  const uint64_t id_;            // PullArgs::stream of this stream's pulls
   // Used by the strand only (one Handle at a time): no lock.
   SessionHandler handler_;
   std::shared_ptr<metrics::Histogram> push_seconds_;  // the bound job's, once it pushed
@@ -268,17 +336,20 @@ class SessionReactor final : public grpc::ServerBidiReactor<pb::WorkerMessage, p
   SessionPhase phase_ ABSL_GUARDED_BY(mu_) = SessionPhase::kOpen;
   // Flow control, apart from the phase: at most one read and one write are
   // outstanding and one Drain task scheduled.
-  pb::WorkerMessage read_msg_;  // target of the one outstanding read
-  std::deque<pb::WorkerMessage> inbox_ ABSL_GUARDED_BY(mu_);   // read, not yet handled
-  std::deque<pb::ServerMessage> outbox_ ABSL_GUARDED_BY(mu_);  // front: the write in flight
+  grpc::ByteBuffer read_buf_;  // target of the one outstanding read
+  std::deque<pb::WorkerMessage> inbox_ ABSL_GUARDED_BY(mu_);  // read, not yet handled
+  std::deque<grpc::ByteBuffer> outbox_ ABSL_GUARDED_BY(mu_);  // front: the write in flight
   bool draining_ ABSL_GUARDED_BY(mu_) = false;     // a Drain task is scheduled or running
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;  // no read outstanding: the inbox is full
   int pending_pulls_ ABSL_GUARDED_BY(mu_) = 0;     // pulls handed to a job, not yet answered
+  std::weak_ptr<Job> pull_job_ ABSL_GUARDED_BY(mu_);  // where they wait
+  // What Finish reports after a StreamError (see [malformed frames]).
+  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
 };
 
 // The ParameterServer service. Thread-safe: the job table is guarded by mu_;
 // unary handlers run on the executor and finish their reactor from there.
-class ShardService final : public pb::ParameterServer::CallbackService {
+class ShardService final : public ServiceBase {
  public:
   ShardService(const ShardServerOptions& options, Executor* executor)
       : options_(options),
@@ -303,12 +374,12 @@ class ShardService final : public pb::ParameterServer::CallbackService {
 
   const ShardServerOptions& options() const { return options_; }
 
-  grpc::ServerBidiReactor<pb::WorkerMessage, pb::ServerMessage>* Session(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
       grpc::CallbackServerContext* ctx) override {
     // The token is read once: a Session is long-lived and its metadata fixed.
     return SessionReactor::Start(
-        [this, token = rpc::PresentedToken(*ctx)](const std::string& id) {
-          return AdmitSession(id, token);
+        [this, token = rpc::PresentedToken(*ctx)](const pb::Hello& hello) {
+          return AdmitSession(hello, token);
         },
         executor_, options_.env, options_.default_pull_timeout, metrics_.get());
   }
@@ -405,24 +476,32 @@ class ShardService final : public pb::ParameterServer::CallbackService {
   }
 
   // NOTE: [auth tokens] (common/rpc/rpc.h). A Session for job J needs J's
-  // token when J has one, else the cluster token when one is configured. A
-  // token that opens another job is PERMISSION_DENIED (it authenticates the
-  // caller, who is just not a member of J); anything else is UNAUTHENTICATED,
-  // and checked before the job is looked up, so an outsider cannot probe
-  // which jobs exist.
-  absl::StatusOr<std::shared_ptr<Job>> AdmitSession(const std::string& job_id,
+  // token, or the worker token of Hello's (J, worker, incarnation) minted
+  // from it (common/rpc/worker_token.h [worker tokens]), when J has one;
+  // else the cluster token when one is configured. A token that opens
+  // another job (its job token, or a worker token of it for the same worker
+  // and incarnation) is PERMISSION_DENIED (it authenticates the caller, who
+  // is just not a member of J); anything else, a member's worker token
+  // presented with another worker id or incarnation included, is
+  // UNAUTHENTICATED, and checked before the job is looked up, so an outsider
+  // cannot probe which jobs exist.
+  absl::StatusOr<std::shared_ptr<Job>> AdmitSession(const pb::Hello& hello,
                                                     const std::string& token) {
+    const std::string& job_id = hello.job_id();
     absl::MutexLock l(&mu_);
     const std::string& cluster = options_.rpc.auth_token;
     auto it = jobs_.find(job_id);
     const Job* job = it == jobs_.end() ? nullptr : it->second.get();
     const std::string& expected =
         job != nullptr && !job->options().token.empty() ? job->options().token : cluster;
+    auto opens = [&](const std::string& id, const Job& j) {
+      const std::string& t = j.options().token;
+      return !t.empty() && (rpc::TokensEqual(t, token) ||
+                            rpc::IsWorkerToken(token, t, id, hello.worker_id(),
+                                               hello.incarnation()));
+    };
     bool opens_other = false;  // the token is some other job's
-    for (const auto& [id, other] : jobs_) {
-      opens_other |= id != job_id && !other->options().token.empty() &&
-                     rpc::TokensEqual(other->options().token, token);
-    }
+    for (const auto& [id, other] : jobs_) opens_other |= id != job_id && opens(id, *other);
     if (job == nullptr) {
       if (!cluster.empty() && !rpc::TokensEqual(cluster, token) && !opens_other) {
         return rpc::CheckToken(cluster, token, "a Session");
@@ -430,12 +509,15 @@ class ShardService final : public pb::ParameterServer::CallbackService {
       return absl::NotFoundError(absl::StrCat("unknown job '", job_id, "'"));
     }
     if (expected.empty() || rpc::TokensEqual(expected, token)) return it->second;
+    if (opens(job_id, *job)) return it->second;
     if (opens_other) {
       return absl::PermissionDeniedError(
           absl::StrCat("job '", job_id, "': the token presented belongs to another job; a "
                        "worker may only push and pull in the job it was assigned"));
     }
-    return rpc::CheckToken(expected, token, absl::StrCat("job '", job_id, "'"));
+    return rpc::CheckToken(expected, token,
+                           absl::StrCat("job '", job_id, "' (or worker ", hello.worker_id(),
+                                        "'s token for incarnation ", hello.incarnation(), ")"));
   }
 
  private:
@@ -529,7 +611,7 @@ void SessionReactor::Drain() {
       inbox_.pop_front();
       if (read_paused_ && phase_ == SessionPhase::kOpen) {
         read_paused_ = false;
-        StartRead(&read_msg_);
+        StartRead(&read_buf_);
       }
     }
     Handle(msg);

@@ -34,9 +34,9 @@ absl::StatusOr<bool> ApplyOnArrival(ChunkState& chunk, const PushArgs& push, Job
     weight /= static_cast<float>(1 + tau);
   }
   absl::Status s = job.optimizer().ApplyEncoded(push.header, push.payload, weight,
-                                                absl::MakeSpan(chunk.params), &chunk.opt);
+                                                &chunk.params, &chunk.opt);
   if (!s.ok()) return s;
-  chunk.applied[push.worker].Add(push.clock);
+  chunk.applied[push.worker].Add(push.clock, job.MemberClock(push.worker));  // [applied floor]
   chunk.version.fetch_add(1);
   return false;
 }

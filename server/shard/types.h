@@ -87,6 +87,7 @@ struct HeldCopy {
 
 struct PullArgs {
   uint64_t worker = 0;
+  uint64_t stream = 0;  // the Session stream that asked (0 = none); see Job::CancelStreamPulls
   uint64_t request_id = 0;
   std::vector<uint64_t> chunk_ids;  // empty = all
   uint64_t clock = 0;

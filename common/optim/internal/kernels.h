@@ -16,11 +16,20 @@ struct StepParams {
 };
 
 struct KernelTable {
-  // The update with g[i] = gscale * grad[i] (see optimizer.h). Encoded
-  // chunks arrive here block by block from ChunkDecoder::Block, so decoding
-  // stays the codec's (common/codec/decoder.h).
+  // The update with g[i] = gscale * grad[i] (see optimizer.h), in place.
+  // Encoded chunks arrive here block by block from ChunkDecoder::Block, so
+  // decoding stays the codec's (common/codec/decoder.h).
   void (*apply)(const StepParams& sp, float* p, float* s0, float* s1, const float* grad,
                 float gscale, size_t n);
+  // The same update out of place: reads p, s0, s1 and writes the updated
+  // values to po, s0o, s1o (buffers distinct from the inputs; null where the
+  // optimizer has no such slot). Returns false when any value it wrote is
+  // NaN or Inf (see [finite apply] in optimizer.h).
+  bool (*apply_checked)(const StepParams& sp, const float* p, const float* s0, const float* s1,
+                        const float* grad, float gscale, float* po, float* s0o, float* s1o,
+                        size_t n);
+  // The bits of the largest |x[i]| (> 0x7f800000 for a NaN).
+  uint32_t (*max_abs_bits)(const float* x, size_t n);
 };
 
 const KernelTable& PortableKernels();

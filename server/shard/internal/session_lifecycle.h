@@ -13,7 +13,9 @@
 //                that reached a job answered.
 //   kClosing     a StreamError is queued; nothing more is read or handled;
 //                Finish(OK) once the outbox is written (late pull answers
-//                are still written).
+//                are still written); Finish(INVALID_ARGUMENT) when the error
+//                was a frame that is not a WorkerMessage (see [malformed
+//                frames] in shard_server.cc).
 //   kAborted     cancelled, or a write failed: nothing more is read,
 //                handled or written; Finish(CANCELLED) once the message
 //                being handled is done and the outstanding write completed.
