@@ -12,6 +12,7 @@ PKGS=(
   libcpp-httplib-dev libeigen3-dev libssl-dev openssl zlib1g-dev
   dataset-fashion-mnist  # real data: worker_data_test and the convergence test use it
   clang llvm iproute2 python3 procps gnuplot-nox
+  python3-torch python3-pip python3-setuptools  # the PyTorch package (python/) and its tests
 )
 missing=()
 for p in "${PKGS[@]}"; do

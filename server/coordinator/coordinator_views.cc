@@ -126,7 +126,10 @@ v1::Assignment Coordinator::AssignmentLocked(const WorkerRecord& worker) const {
       a.set_leave_clock(epochs[e + 1].effective_clock());
     }
     *a.mutable_spec() = job->status.spec();
-    *a.mutable_shard_map() = job->status.shard_map();
+    // A script job's map only once its shards have the job ([script jobs]).
+    if (job->status.spec().model().type() != "script" || MapRevealedLocked(job->status.job_id())) {
+      *a.mutable_shard_map() = job->status.shard_map();
+    }
     a.set_job_token(job->token);
     return a;
   }

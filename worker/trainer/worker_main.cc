@@ -29,6 +29,7 @@
 #include "worker/client/ps_client.h"
 #include "worker/trainer/internal/device_pusher.h"
 #include "worker/trainer/job_setup.h"
+#include "worker/trainer/script_runner.h"
 #include "worker/trainer/trainer.h"
 #include "worker/trainer/worker_metrics.h"
 
@@ -43,6 +44,12 @@ ABSL_FLAG(int, rpc_timeout_ms, 5000, "deadline of each coordinator RPC");
 ABSL_FLAG(int, register_timeout_s, 120, "give up when the coordinator is unreachable this long");
 ABSL_FLAG(int, metrics_port, -1, "Prometheus /metrics HTTP port; 0 = any free, -1 = off");
 ABSL_FLAG(std::string, metrics_port_file, "", "if set, the bound metrics port is written here");
+ABSL_FLAG(std::string, python_path, "",
+          "script jobs: folder put first on the script's PYTHONPATH (default: the gradstream "
+          "package next to this binary, if there is one; none when it is pip-installed)");
+ABSL_FLAG(int, script_init_timeout_s, 120,
+          "script jobs: a script that has not called gradstream's init after this long is "
+          "stopped and fails the job");
 
 namespace gradstream {
 namespace {
@@ -91,6 +98,7 @@ class WorkerState {
     absl::MutexLock l(&mu_);
     if (id != id_ || incarnation != incarnation_) {
       job_.clear();
+      declared_.Clear();
       state_ = v1::IDLE;
       message_.clear();
       latest_.Clear();
@@ -108,6 +116,7 @@ class WorkerState {
               std::string message = "") {
     absl::MutexLock l(&mu_);
     if (incarnation != incarnation_) return;
+    if (job != job_) declared_.Clear();
     job_ = std::move(job);
     state_ = state;
     message_ = std::move(message);
@@ -119,6 +128,8 @@ class WorkerState {
     req->set_job_id(job_);
     req->set_state(state_);
     req->set_message(message_);
+    // Until the assignment carries the map built from them ([script jobs]).
+    if (latest_.shard_map().shards_size() == 0) *req->mutable_declared_tensors() = declared_;
     const Progress p = board.Get();
     auto* out = req->mutable_progress();
     out->set_clock(p.clock);
@@ -131,6 +142,11 @@ class WorkerState {
     out->set_residual_norm(p.residual_norm);
     out->set_encode_path(p.encode_path);
     out->set_encode_share(p.encode_share);
+  }
+  // The tensors the script of the current job declared.
+  void SetDeclared(const google::protobuf::RepeatedPtrField<v1::DeclaredTensor>& tensors) {
+    absl::MutexLock l(&mu_);
+    declared_ = tensors;
   }
   void SetLatest(const v1::Assignment& a) {
     absl::MutexLock l(&mu_);
@@ -154,6 +170,7 @@ class WorkerState {
   v1::WorkerState state_ ABSL_GUARDED_BY(mu_) = v1::IDLE;
   std::string message_ ABSL_GUARDED_BY(mu_);
   v1::Assignment latest_ ABSL_GUARDED_BY(mu_);
+  google::protobuf::RepeatedPtrField<v1::DeclaredTensor> declared_ ABSL_GUARDED_BY(mu_);
 };
 
 class Worker {
@@ -280,6 +297,7 @@ class Worker {
 
  private:
   absl::StatusOr<TrainOutcome> TrainJob(const v1::Assignment& a, uint64_t incarnation) {
+    if (!a.spec().entrypoint().empty()) return RunScriptJob(a, incarnation);
     GS_ASSIGN_OR_RETURN(TrainSetup setup, LoadTrainSetup(a.spec()));
     GS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModel(setup.model, device_));
     GS_ASSIGN_OR_RETURN(ShardMap map, ShardMapFromProto(a.shard_map()));
@@ -319,6 +337,21 @@ class Worker {
     LOG(INFO) << "job " << a.job_id() << ": training " << ModelTypeName(setup.model.type)
               << " on " << DeviceName(device_) << " from clock " << a.join_clock();
     return trainer.Run(a.join_clock());
+  }
+
+  // A script job: the user's command, see script_runner.h.
+  absl::StatusOr<TrainOutcome> RunScriptJob(const v1::Assignment& a, uint64_t incarnation) {
+    ScriptOptions o;
+    o.coordinator = CoordinatorAddress();
+    o.python_path = absl::GetFlag(FLAGS_python_path);
+    if (o.python_path.empty()) o.python_path = FindPythonPackage("/proc/self/exe");
+    o.tls = rpc_.tls;
+    o.init_deadline = absl::Seconds(absl::GetFlag(FLAGS_script_init_timeout_s));
+    ScriptHooks hooks;
+    hooks.latest = [this] { return state_.Latest(); };
+    hooks.declare = [this](const auto& tensors) { state_.SetDeclared(tensors); };
+    hooks.board = &board_;
+    return RunScript(a, state_.Identity().first, incarnation, o, hooks);
   }
 
   const rpc::RpcConfig rpc_;
