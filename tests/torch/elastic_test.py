@@ -26,11 +26,11 @@ def main():
         job = c.submit("--name=elastic", "--workers=2", "--codec=twobit", "--consistency=sync",
                        "--entrypoint", "%s %s --steps 240 --sleep 0.05" % (
                            sys.executable, os.path.join(HERE, "scripts", "elastic.py")))
-        c.wait_for(lambda: c.job(job).get("progress", {}).get("clock", 0) >= 30, 90, "clock 30")
+        clock = lambda: int(c.job(job).get("progress", {}).get("clock", 0))  # noqa: E731
+        c.wait_for(lambda: clock() >= 30, 90, "clock 30")
         c.cli("scale", job, "--workers", "3")
         c.wait_for(lambda: len(c.job(job).get("epochs", [])) >= 2 and
-                   c.job(job).get("progress", {}).get("clock", 0) >=
-                   int(c.job(job)["epochs"][-1].get("effective_clock", 0)) + 20,
+                   clock() >= int(c.job(job)["epochs"][-1].get("effective_clock", 0)) + 20,
                    90, "3 workers training")
         c.cli("scale", job, "--workers", "1")
         st = c.wait_job(job, timeout=150)
