@@ -191,9 +191,10 @@ class ParameterServer:
         self._rate_start = time.monotonic()
         self._rate_samples = 0
         self._rate = 0.0
-        self.encode_path = "host"
-        if any(p.is_cuda for p in self._params):
-            self.encode_path = "host (CUDA gradients copied to host, encoded on the CPU)"
+        # Where gradients are encoded (`gradstream status` shows it): "host",
+        # or "host-from-cuda" when CUDA gradients are copied to host memory
+        # and encoded on the CPU (the device-encode path is not wired yet).
+        self.encode_path = "host-from-cuda" if any(p.is_cuda for p in self._params) else "host"
         s.ps = self
         if not s.distributed:
             self._local = local_optimizer(self._params, **optimizer)
@@ -206,6 +207,7 @@ class ParameterServer:
         flat = [d for p in self._params for d in p.shape]
         dims = (ctypes.c_int64 * max(1, len(flat)))(*flat)
         _lib.check(lib, lib.gs_declare(s.handle, n, names, ndims, dims, int(timeout * 1000)))
+        _lib.check(lib, lib.gs_set_encode_path(s.handle, self.encode_path.encode()))
         s.adopt(force=True)
         m = s.latest()
         s.clock = m.join_clock

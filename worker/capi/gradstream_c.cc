@@ -47,6 +47,7 @@ struct gs_session {
   absl::Mutex mu;
   v1::SyncResponse latest ABSL_GUARDED_BY(mu);
   std::unique_ptr<PsClient> client;  // set by gs_declare
+  std::string encode_path = "host";
   std::vector<uint64_t> sizes;       // elements per tensor, map order
   absl::Mutex push_mu;
   std::vector<PushHandle> pushes ABSL_GUARDED_BY(push_mu);
@@ -212,13 +213,18 @@ int gs_sync(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t 
   p->set_accuracy(accuracy);
   p->set_accuracy_clock(accuracy_clock);
   p->set_samples_per_sec(samples_per_sec);
-  p->set_encode_path("host");
+  p->set_encode_path(s->encode_path);
   if (s->client != nullptr) {
     const gradstream::client::ClientStats cs = s->client->stats();
     p->set_bytes_pushed(cs.bytes_pushed);
     p->set_fp32_bytes_pushed(cs.fp32_bytes_pushed);
   }
   if (absl::Status st = s->Sync(req); !st.ok()) return Fail(st);
+  return Ok();
+}
+
+int gs_set_encode_path(gs_session* s, const char* path) {
+  s->encode_path = path;
   return Ok();
 }
 

@@ -81,6 +81,11 @@ int gs_job_spec(gs_session* s, char* buf, int64_t size, int64_t* len);
 int gs_sync(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
             float samples_per_sec, int32_t state);
 
+/* What gs_sync reports as the encode path (WorkerProgress.encode_path,
+ * shown by `gradstream status`): "host" by default; the Python package says
+ * "host-from-cuda" when it copies CUDA gradients to host memory first. */
+int gs_set_encode_path(gs_session* s, const char* path);
+
 /* Rank 0 of a job starting at clock 0: sends every tensor's initial values
  * (params[i] has the tensor's element count) and waits for the shards. */
 int gs_init_params(gs_session* s, const float* const* params, int64_t timeout_ms);
