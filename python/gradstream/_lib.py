@@ -79,6 +79,7 @@ def _declare(lib):
     lib.gs_declare.argtypes = [p, c.c_int32, c.POINTER(c.c_char_p), c.POINTER(c.c_int32),
                                c.POINTER(c.c_int64), c.c_int64]
     lib.gs_membership_get.argtypes = [p, c.POINTER(Membership)]
+    lib.gs_membership_at.argtypes = [p, c.c_uint64, c.POINTER(Membership)]
     lib.gs_job_spec.argtypes = [p, c.c_char_p, c.c_int64, c.POINTER(c.c_int64)]
     lib.gs_sync.argtypes = [p, c.c_uint64, c.c_float, c.c_float, c.c_uint64, c.c_float, c.c_int32]
     lib.gs_set_encode_path.argtypes = [p, c.c_char_p]
@@ -91,7 +92,7 @@ def _declare(lib):
     lib.gs_stats_get.argtypes = [p, c.POINTER(Stats)]
     lib.gs_close.argtypes = [p]
     lib.gs_close.restype = None
-    for name in ("gs_declare", "gs_membership_get", "gs_job_spec", "gs_sync",
+    for name in ("gs_declare", "gs_membership_get", "gs_membership_at", "gs_job_spec", "gs_sync",
                  "gs_set_encode_path", "gs_init_params",
                  "gs_push", "gs_wait_pushes", "gs_advance_clock", "gs_pull", "gs_leave",
                  "gs_stats_get"):

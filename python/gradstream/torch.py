@@ -77,19 +77,26 @@ class _Session:
             self.handle = self.lib.gs_open(agent.encode(), int(timeout * 1000))
             if not self.handle:
                 raise _lib.GradstreamError(-1, self.lib.gs_last_error().decode())
-            self.adopt(force=True)
+            self.adopt(force=True, at_clock=False)  # no clock yet: the newest
 
     def latest(self):
         m = _lib.Membership()
         _lib.check(self.lib, self.lib.gs_membership_get(self.handle, ctypes.byref(m)))
         return m
 
-    def adopt(self, force=False):
-        """Takes the newest membership once its epoch's clock is reached."""
+    def adopt(self, force=False, at_clock=True):
+        """Takes the membership in effect at the current clock (the job's
+        epochs say which; an epoch takes effect at its clock boundary)."""
         if not self.distributed:
             return
         m = self.latest()
-        if force or (m.epoch != self.current.epoch and self.clock >= m.epoch_clock):
+        if at_clock:
+            here = _lib.Membership()
+            _lib.check(self.lib, self.lib.gs_membership_at(self.handle, self.clock,
+                                                           ctypes.byref(here)))
+            if here.active:
+                m = here
+        if force or m.epoch != self.current.epoch:
             self.current = Membership(m.rank, m.world_size, m.epoch, m.worker_id, self.job_id,
                                       True)
 
@@ -208,9 +215,8 @@ class ParameterServer:
         dims = (ctypes.c_int64 * max(1, len(flat)))(*flat)
         _lib.check(lib, lib.gs_declare(s.handle, n, names, ndims, dims, int(timeout * 1000)))
         _lib.check(lib, lib.gs_set_encode_path(s.handle, self.encode_path.encode()))
+        s.clock = s.latest().join_clock
         s.adopt(force=True)
-        m = s.latest()
-        s.clock = m.join_clock
         # Host staging only where a parameter is not a contiguous CPU tensor.
         self._staging = [None if (not p.is_cuda and p.is_contiguous()) else
                          torch.empty(p.shape, dtype=torch.float32,

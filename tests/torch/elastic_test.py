@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Scaling an entry-point job 2 -> 3 -> 1 workers while it runs: the job
-completes; in every membership epoch the workers' data shares (what
-gs.shard handed each rank, logged by the script) are disjoint and cover the
-dataset; the scaled-down workers leave cleanly (their script exits 0)."""
+"""Scaling an entry-point job 2 -> 3 -> 1 workers while it runs, with a
+worker killed (SIGKILL, mid-step) in between: the job completes; a spare
+worker replaces the dead one; in every membership epoch the workers' data
+shares (what gs.shard handed each rank, logged by the script) are disjoint
+and cover the dataset; the scaled-down workers leave cleanly."""
 
 import collections
 import json
@@ -22,9 +23,9 @@ def main():
     cluster.require_torch()
     log = os.path.join(tempfile.mkdtemp(prefix="gs-elastic-"), "shares.jsonl")
     os.environ["GRADSTREAM_SHARE_LOG"] = log  # the workers pass it on to the scripts
-    with cluster.Cluster(args.build, workers=3) as c:
+    with cluster.Cluster(args.build, workers=4) as c:
         job = c.submit("--name=elastic", "--workers=2", "--codec=twobit", "--consistency=sync",
-                       "--entrypoint", "%s %s --steps 240 --sleep 0.05" % (
+                       "--entrypoint", "%s %s --steps 320 --sleep 0.05" % (
                            sys.executable, os.path.join(HERE, "scripts", "elastic.py")))
         clock = lambda: int(c.job(job).get("progress", {}).get("clock", 0))  # noqa: E731
         c.wait_for(lambda: clock() >= 30, 90, "clock 30")
@@ -32,6 +33,18 @@ def main():
         c.wait_for(lambda: len(c.job(job).get("epochs", [])) >= 2 and
                    clock() >= int(c.job(job)["epochs"][-1].get("effective_clock", 0)) + 20,
                    90, "3 workers training")
+        # Kill a rank-1 worker's process (its script dies with it): removed
+        # at its clock after the heartbeat timeout, the spare replaces it.
+        victim = next(m for m in c.job(job)["members"] if int(m.get("rank", 0)) == 1)
+        name = next(w["name"] for w in c.cli_json("cluster")["workers"]
+                    if w["worker_id"] == victim["worker_id"])
+        proc = dict(c.procs)["worker" + name.rsplit("-", 1)[1]]
+        proc.kill()
+        print("killed %s (worker %s) at clock %d" % (name, victim["worker_id"], clock()))
+        c.wait_for(lambda: any("missed heartbeats" in e.get("reason", "")
+                               for e in c.job(job).get("epochs", [])) and
+                   len(c.job(job)["epochs"][-1].get("worker_ids", [])) == 3,
+                   60, "the dead worker replaced")
         c.cli("scale", job, "--workers", "1")
         st = c.wait_job(job, timeout=150)
         print(c.cli("status", job).stdout)
@@ -39,7 +52,10 @@ def main():
         epochs = st.get("epochs", [])
         sizes = [len(e.get("worker_ids", [])) for e in epochs]
         print("membership epochs: %s" % sizes)
-        ok = ok and 3 in sizes and sizes[-1] == 1
+        reasons = [e.get("reason", "") for e in epochs]
+        print("reasons: %s" % reasons)
+        ok = ok and 3 in sizes and sizes[-1] == 1 and any("missed heartbeats" in r
+                                                          for r in reasons)
         shares = collections.defaultdict(dict)
         for line in open(log):
             r = json.loads(line)

@@ -191,6 +191,27 @@ int gs_membership_get(gs_session* s, gs_membership* out) {
   return Ok();
 }
 
+int gs_membership_at(gs_session* s, uint64_t clock, gs_membership* out) {
+  gs_membership_get(s, out);
+  const v1::SyncResponse r = s->Latest();
+  const v1::MembershipEpoch* at = nullptr;
+  for (const v1::MembershipEpoch& e : r.epochs()) {
+    if (e.effective_clock() <= clock) at = &e;
+  }
+  if (at == nullptr) return Ok();
+  const auto& ids = at->worker_ids();
+  const auto pos = std::find(ids.begin(), ids.end(), r.worker_id());
+  if (pos == ids.end()) {
+    out->active = 0;
+    return Ok();
+  }
+  out->rank = static_cast<uint32_t>(pos - ids.begin());
+  out->world_size = static_cast<uint32_t>(ids.size());
+  out->epoch = at->epoch();
+  out->epoch_clock = at->effective_clock();
+  return Ok();
+}
+
 int gs_job_spec(gs_session* s, char* buf, int64_t size, int64_t* len) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(s->Latest().assignment().spec(), &text);

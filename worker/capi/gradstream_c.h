@@ -71,6 +71,12 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names,
 /* The membership from the newest assignment (refreshed by gs_sync). */
 int gs_membership_get(gs_session* s, gs_membership* out);
 
+/* The membership in effect at `clock`: the job's newest committed epoch
+ * whose effective clock is <= clock (rank = this worker's place in it;
+ * active = 0 when it does not list the worker), from the epoch list the
+ * agent sends; the newest assignment when the list has none for it. */
+int gs_membership_at(gs_session* s, uint64_t clock, gs_membership* out);
+
 /* The job's normalized spec (proto text format) into buf; the length it
  * needs (without the NUL) is returned via *len; truncated when too small. */
 int gs_job_spec(gs_session* s, char* buf, int64_t size, int64_t* len);

@@ -61,6 +61,7 @@ class Agent final : public v1::WorkerAgent::Service {
       left_ = left_ || req->state() == v1::SCRIPT_LEFT;
     }
     *resp->mutable_assignment() = hooks_.latest();
+    for (v1::MembershipEpoch& e : hooks_.epochs()) *resp->add_epochs() = std::move(e);
     resp->set_worker_id(worker_id_);
     resp->set_incarnation(incarnation_);
     return grpc::Status::OK;

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -47,6 +48,8 @@ struct ScriptOptions {
 // What the runner needs from gs_worker's heartbeat side. Thread-safe calls.
 struct ScriptHooks {
   std::function<v1::Assignment()> latest;  // the newest assignment
+  // The job's committed membership epochs (SyncResponse.epochs).
+  std::function<std::vector<v1::MembershipEpoch>()> epochs;
   // The script's declared tensors, for the heartbeats ([script jobs]).
   std::function<void(const google::protobuf::RepeatedPtrField<v1::DeclaredTensor>&)> declare;
   ProgressBoard* board = nullptr;

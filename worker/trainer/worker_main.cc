@@ -350,14 +350,43 @@ class Worker {
     ScriptHooks hooks;
     hooks.latest = [this] { return state_.Latest(); };
     hooks.declare = [this](const auto& tensors) { state_.SetDeclared(tensors); };
+    hooks.epochs = [this, job = a.job_id()] { return CommittedEpochs(job); };
     hooks.board = &board_;
     return RunScript(a, state_.Identity().first, incarnation, o, hooks);
+  }
+
+  // The job's committed epochs, asked of the coordinator again only when
+  // the assignment names a newer epoch than the ones known. Thread-safe.
+  std::vector<v1::MembershipEpoch> CommittedEpochs(const std::string& job) {
+    const uint64_t newest = state_.Latest().epoch();
+    absl::MutexLock l(&epochs_mu_);
+    if (epochs_job_ != job) {
+      epochs_.clear();
+      epochs_job_ = job;
+    }
+    if (!epochs_.empty() && epochs_.back().epoch() >= newest) return epochs_;
+    v1::GetJobRequest req;
+    req.set_job_id(job);
+    v1::JobStatus status;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() +
+                                        absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms))));
+    rpc::AttachToken(&ctx, rpc_.auth_token);
+    if (!stub_->GetJob(&ctx, req, &status).ok()) return epochs_;  // the next Sync asks again
+    epochs_.clear();
+    for (const auto& e : status.epochs()) {
+      if (e.epoch() <= status.committed_epoch()) epochs_.push_back(e);
+    }
+    return epochs_;
   }
 
   const rpc::RpcConfig rpc_;
   const std::unique_ptr<v1::Coordinator::Stub> stub_;
   const std::unique_ptr<client::ChannelFactory> shard_channels_;
   const Device device_;
+  absl::Mutex epochs_mu_;
+  std::string epochs_job_ ABSL_GUARDED_BY(epochs_mu_);
+  std::vector<v1::MembershipEpoch> epochs_ ABSL_GUARDED_BY(epochs_mu_);
   absl::Duration interval_ = absl::Milliseconds(500);
   WorkerState state_;
   AssignmentFeed feed_;
