@@ -256,7 +256,9 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
                   : absl::StrCat("worker ", request.worker_id(), failed ? " failed" : " left"),
           [&](JobRecord& j) {
             // Its script is done: the job winds down, nobody replaces it.
-            if (done_early) j.status.set_desired_workers(std::max(1u, j.status.desired_workers() - 1));
+            if (done_early) {
+              j.status.set_desired_workers(std::max(1u, j.status.desired_workers() - 1));
+            }
             if (!failed) return;
             j.status.set_worker_errors(j.status.worker_errors() + 1);
             j.status.set_message(failure);

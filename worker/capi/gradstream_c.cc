@@ -112,7 +112,9 @@ gs_session* gs_open(const char* agent, int64_t timeout_ms) {
 
 int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, const int32_t* ndims,
                const int64_t* dims, int64_t timeout_ms) {
-  if (s->client != nullptr) return Fail(absl::FailedPreconditionError("gradstream: declared twice"));
+  if (s->client != nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: declared twice"));
+  }
   v1::SyncRequest req;
   req.set_state(v1::SCRIPT_RUNNING);
   size_t d = 0;
@@ -271,7 +273,9 @@ int gs_wait_pushes(gs_session* s, int64_t timeout_ms) {
     pushes.swap(s->pushes);
   }
   absl::Status first;
-  for (const PushHandle& h : pushes) first.Update(PsClient::Wait(h, absl::Milliseconds(timeout_ms)));
+  for (const PushHandle& h : pushes) {
+    first.Update(PsClient::Wait(h, absl::Milliseconds(timeout_ms)));
+  }
   return Fail(first);
 }
 
@@ -295,8 +299,8 @@ int gs_pull(gs_session* s, uint64_t clock, float* const* params, int64_t timeout
     if (absl::Status sync = s->Sync(v1::SyncRequest()); !sync.ok()) return Fail(sync);
     if (!s->Active()) return Fail(absl::CancelledError("gradstream: the job is no longer active"));
     if (absl::Now() >= give_up) {
-      return Fail(absl::DeadlineExceededError(
-          absl::StrCat("gradstream: pull at clock ", clock, " got no answer in ", timeout_ms, " ms")));
+      return Fail(absl::DeadlineExceededError(absl::StrCat(
+          "gradstream: pull at clock ", clock, " got no answer in ", timeout_ms, " ms")));
     }
   }
 }

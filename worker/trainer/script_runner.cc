@@ -164,8 +164,12 @@ std::string FindPythonPackage(const std::string& exe) {
   std::error_code ec;
   const fs::path dir = fs::canonical(exe, ec).parent_path();
   if (ec) return "";
-  for (const fs::path& p : {dir / ".." / ".." / "python", dir / ".." / "share" / "gradstream" / "python"}) {
-    if (fs::exists(p / "gradstream" / "__init__.py", ec)) return fs::weakly_canonical(p, ec).string();
+  // A build tree's build/python, an install's share/gradstream/python.
+  for (const fs::path& p :
+       {dir / ".." / ".." / "python", dir / ".." / "share" / "gradstream" / "python"}) {
+    if (fs::exists(p / "gradstream" / "__init__.py", ec)) {
+      return fs::weakly_canonical(p, ec).string();
+    }
   }
   return "";
 }
