@@ -253,7 +253,8 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
       GS_RETURN_IF_ERROR(DetachLocked(
           job_id, *worker, at,
           leaving ? std::string()
-                  : absl::StrCat("worker ", request.worker_id(), failed ? " failed" : " left"),
+                  : absl::StrCat("worker ", request.worker_id(),
+                                 failed ? " failed" : (done_early ? " finished" : " left")),
           [&](JobRecord& j) {
             // Its script is done: the job winds down, nobody replaces it.
             if (done_early) {
