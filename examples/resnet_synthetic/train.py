@@ -4,8 +4,16 @@ CIFAR-shaped data (3x32x32, 10 classes: each class a fixed random pattern
 plus noise), trained through gradstream.
 
     python3 examples/resnet_synthetic/train.py --steps 200            # single process
-    gradstream submit --entrypoint "python3 examples/resnet_synthetic/train.py --steps 200" \
-        --workdir . --workers 2 --codec twobit
+    gradstream submit --entrypoint "python3 examples/resnet_synthetic/train.py --steps 150" \
+        --workdir . --workers 2 --codec ternary
+
+Measured (2 workers, 150 clocks, server momentum lr 0.05): codec none and
+ternary (16x fewer bytes) reach 100% test accuracy, as the single-process
+run does (99.9%); twobit with its fixed threshold 0.5 stays at 11%: the
+BatchNorm scales and biases are small tensors whose gradients a fixed
+threshold mostly zeroes (see the README's codec-policy notes).
+BatchNorm's running statistics are buffers, not parameters: each worker
+keeps its own, and rank 0 evaluates with its own.
 """
 
 import argparse
