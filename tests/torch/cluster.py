@@ -32,7 +32,12 @@ class Cluster:
         self.procs = []
         self.n_workers = 0
         self.worker_flags = list(worker_flags)
-        self._start(workers, shards)
+        try:
+            self._start(workers, shards)
+        except BaseException:
+            self.dump_logs()
+            self.close()  # nothing outlives a cluster that did not start
+            raise
 
     def bin(self, rel):
         return os.path.join(self.build, rel)
