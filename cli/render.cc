@@ -29,6 +29,20 @@ std::string Age(int64_t then_ms, int64_t now_ms) {
 }
 
 std::string ModelText(const v1::JobSpec& spec) {
+  if (!spec.entrypoint().empty()) {
+    int64_t params = 0;
+    for (const auto& t : spec.model().tensors()) {
+      int64_t n = 1;
+      for (int64_t d : t.shape()) n *= d;
+      params += n;
+    }
+    return absl::StrCat("script `", spec.entrypoint(), "` (",
+                        spec.model().tensors_size() == 0
+                            ? std::string("tensors not declared yet")
+                            : absl::StrCat(spec.model().tensors_size(), " tensors, ", params,
+                                           " parameters"),
+                        ")");
+  }
   std::string model = spec.model().type();
   if (spec.model().hidden_size() > 0) {
     absl::StrAppend(&model, " [", absl::StrJoin(spec.model().hidden(), ","), "]");
@@ -81,13 +95,20 @@ std::string StateName(v1::JobState state) {
   return state == v1::JOB_STATE_UNSPECIFIED ? "?" : v1::JobState_Name(state);
 }
 
+namespace {
+// "clock/steps", or the clock alone for a script job (its script decides).
+std::string ClockText(uint64_t clock, const v1::JobSpec& spec) {
+  return spec.entrypoint().empty() ? absl::StrCat(clock, "/", spec.steps()) : absl::StrCat(clock);
+}
+}  // namespace
+
 std::string RenderJobList(const v1::ListJobsResponse& jobs) {
   if (jobs.jobs().empty()) return "no jobs (submit one with `gradstream submit`)\n";
   std::vector<std::vector<std::string>> rows = {
       {"JOB", "NAME", "STATE", "CLOCK", "WORKERS", "LOSS", "ACCURACY", "MODEL"}};
   for (const auto& j : jobs.jobs()) {
     rows.push_back({j.job_id(), j.spec().name().empty() ? "-" : j.spec().name(),
-                    StateName(j.state()), absl::StrCat(j.progress().clock(), "/", j.spec().steps()),
+                    StateName(j.state()), ClockText(j.progress().clock(), j.spec()),
                     absl::StrCat(j.active_workers(), "/", j.desired_workers()),
                     absl::StrFormat("%.4f", j.progress().loss()),
                     j.progress().accuracy_clock()
@@ -146,8 +167,10 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
       {"job", absl::StrCat(j.job_id(), s.name().empty() ? "" : absl::StrCat(" (", s.name(), ")"))},
       {"state", absl::StrCat(StateName(j.state()), j.message().empty() ? "" : ": " + j.message())},
       {"model", ModelText(s)},
-      {"training", absl::StrCat(s.steps(), " steps, batch ", s.batch_size(), ", ",
-                                s.optimizer().type(), " lr ", s.optimizer().learning_rate())},
+      {"training", absl::StrCat(s.entrypoint().empty()
+                                    ? absl::StrCat(s.steps(), " steps, batch ", s.batch_size())
+                                    : std::string("steps and batches: the script's"),
+                                ", ", s.optimizer().type(), " lr ", s.optimizer().learning_rate())},
       {"codec", absl::StrCat(s.codec().default_codec(),
                              s.codec().default_codec() == "twobit" && s.codec().twobit_min_elems() > 1
                                  ? absl::StrCat(" (ternary below ", s.codec().twobit_min_elems(),
@@ -165,7 +188,7 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
       {"workers",
        absl::StrCat(j.active_workers(), " active / ", j.desired_workers(), " desired, epoch ",
                     j.epochs_size(), " (committed ", j.committed_epoch(), ")")},
-      {"clock", absl::StrCat(p.clock(), "/", s.steps(), " (fastest ", p.max_clock(), ")")},
+      {"clock", absl::StrCat(ClockText(p.clock(), s), " (fastest ", p.max_clock(), ")")},
       {"loss", absl::StrFormat("%.4f", p.loss())},
       {"accuracy", p.accuracy_clock() ? absl::StrFormat("%.2f%% at clock %d", 100 * p.accuracy(),
                                                         p.accuracy_clock())
@@ -261,12 +284,12 @@ std::string ProgressLine(const v1::JobStatus& j, int width) {
   const uint64_t steps = std::max<uint64_t>(1, j.spec().steps());
   const double frac = std::min(1.0, static_cast<double>(p.clock()) / steps);
   std::string bar;
-  if (width > 0) {
+  if (width > 0 && j.spec().entrypoint().empty()) {
     const int done = static_cast<int>(frac * width);
     bar = absl::StrCat("[", std::string(done, '#'), std::string(width - done, '.'), "] ",
                        absl::StrFormat("%3.0f%% ", 100 * frac));
   }
-  return absl::StrCat(bar, "clock ", p.clock(), "/", j.spec().steps(), " | loss ",
+  return absl::StrCat(bar, "clock ", ClockText(p.clock(), j.spec()), " | loss ",
                       absl::StrFormat("%.4f", p.loss()), " | acc ",
                       p.accuracy_clock() ? absl::StrFormat("%.1f%%", 100 * p.accuracy()) : "-",
                       " | ", absl::StrFormat("%.0f", p.samples_per_sec()), " samples/s | pushed ",

@@ -1,6 +1,8 @@
 // See spec_input.h.
 #include "cli/spec_input.h"
 
+#include <filesystem>
+
 #include <fstream>
 #include <sstream>
 
@@ -36,7 +38,9 @@ struct FlagHelp {
 
 constexpr FlagHelp kSpecFlags[] = {
     {"name", "job name"},
-    {"model", "softmax|mlp|cnn"},
+    {"model", "softmax|mlp|cnn (script with --entrypoint)"},
+    {"entrypoint", "a training command run on every worker, e.g. \"python3 train.py\""},
+    {"workdir", "the entrypoint's working directory (relative: to this one)"},
     {"hidden", "hidden widths, e.g. 128,64"},
     {"dataset", "synthetic | mnist:DIR | cifar10:DIR"},
     {"classes", "synthetic classes"},
@@ -137,6 +141,12 @@ absl::StatusOr<v1::JobSpec> LoadSpecFile(const std::string& path) {
 absl::Status ApplySpecFlags(const Args& args, v1::JobSpec* spec) {
   if (auto v = args.Get("name")) spec->set_name(*v);
   if (auto v = args.Get("model")) spec->mutable_model()->set_type(*v);
+  if (auto v = args.Get("entrypoint")) spec->set_entrypoint(*v);
+  if (auto v = args.Get("workdir")) {
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::absolute(*v, ec);
+    spec->set_workdir(ec ? *v : dir.lexically_normal().string());
+  }
   if (auto v = args.Get("hidden")) {
     spec->mutable_model()->clear_hidden();
     for (absl::string_view part : absl::StrSplit(*v, ',', absl::SkipEmpty())) {

@@ -16,6 +16,9 @@
 #                      with --cuda ON a CUDA + cuDNN devel image)
 #   --cuda OFF|ON|AUTO GS_CUDA of the in-Docker build (default OFF)
 #   --jobs N           parallel compile jobs inside Docker
+#   --torch            add Debian's python3 + python3-torch for script jobs
+#                      (gradstream submit --entrypoint); GPU users pass their
+#                      own CUDA + PyTorch image as --base-image instead
 #
 # Environment: DOCKER (client binary), DOCKER_BUILDKIT (0 by default: the
 # classic builder works with every client; 1 is faster when BuildKit works).
@@ -27,6 +30,7 @@ log() { echo "build_images: $*" >&2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TAG=gradstream/gradstream:latest
 PREBUILT=""
+TORCH_PACKAGES=""
 DEFAULT_BASE=${GS_BASE_IMAGE:-gradstream/debian:bookworm}
 BASE_IMAGE=$DEFAULT_BASE
 BUILDER_IMAGE=""
@@ -36,6 +40,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --tag) TAG=$2; shift ;;
     --prebuilt) PREBUILT=$2; shift ;;
+    --torch) TORCH_PACKAGES="python3 python3-torch" ;;
     --base-image) BASE_IMAGE=$2; shift ;;
     --builder-image) BUILDER_IMAGE=$2; shift ;;
     --cuda) CUDA=$2; shift ;;
@@ -81,14 +86,21 @@ if [ -n "$PREBUILT" ]; then
     "$CTX/deploy/docker/"
   cp "$ROOT/deploy/docker/prebuilt/README.md" "$CTX/deploy/docker/prebuilt/"
   "$ROOT/deploy/docker/collect_runtime.sh" "$CTX/deploy/docker/prebuilt" "${bins[@]}"
+  # The Python package for script jobs, when the build has it (gs_python).
+  if [ -f "$PREBUILT/python/gradstream/libgradstream_c.so" ]; then
+    mkdir -p "$CTX/deploy/docker/prebuilt/share/gradstream"
+    cp -r "$PREBUILT/python" "$CTX/deploy/docker/prebuilt/share/gradstream/python"
+  fi
   log "image $TAG from the binaries in $PREBUILT (context $(du -sh "$CTX" | cut -f1))"
   $DOCKER build -f "$CTX/deploy/docker/Dockerfile" --target prebuilt \
-    --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$TAG" "$CTX"
+    --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg TORCH_PACKAGES="$TORCH_PACKAGES" \
+    -t "$TAG" "$CTX"
 else
   log "image $TAG compiled inside Docker (GS_CUDA=$CUDA; base $BASE_IMAGE, builder $BUILDER_IMAGE)"
   $DOCKER build -f "$ROOT/deploy/docker/Dockerfile" --target runtime \
     --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg BUILDER_IMAGE="$BUILDER_IMAGE" \
-    --build-arg GS_CUDA="$CUDA" --build-arg JOBS="$JOBS" -t "$TAG" "$ROOT"
+    --build-arg GS_CUDA="$CUDA" --build-arg JOBS="$JOBS" \
+    --build-arg TORCH_PACKAGES="$TORCH_PACKAGES" -t "$TAG" "$ROOT"
 fi
 size=$($DOCKER image inspect -f '{{.Size}}' "$TAG" | awk '{printf "%.0f MB", $1/1e6}')
 log "$TAG built in $((SECONDS - start))s ($size)"

@@ -13,6 +13,7 @@ PKGS=(
   dataset-fashion-mnist  # real data: worker_data_test and the convergence test use it
   clang llvm iproute2 python3 procps gnuplot-nox
   python3-grpcio python3-grpc-tools  # tests/security/hostile_test.py: a second client
+  python3-torch python3-pip python3-setuptools  # the PyTorch package (python/) and its tests
 )
 missing=()
 for p in "${PKGS[@]}"; do

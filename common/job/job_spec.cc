@@ -50,7 +50,7 @@ void ApplyOptimizerDefaults(v1::OptimizerSpec* opt) {
 
 void ApplyJobDefaults(JobSpec* spec) {
   auto* model = spec->mutable_model();
-  if (model->type().empty()) model->set_type("mlp");
+  if (model->type().empty()) model->set_type(spec->entrypoint().empty() ? "mlp" : "script");
   if (model->hidden_size() == 0 && model->type() == "mlp") model->add_hidden(64);
 
   auto* dataset = spec->mutable_dataset();
@@ -68,7 +68,8 @@ void ApplyJobDefaults(JobSpec* spec) {
     if (s->test_size() == 0) s->set_test_size(5000);
   }
 
-  if (spec->steps() == 0) spec->set_steps(1000);
+  // A script job's script decides its steps ([script jobs]): 0 stays.
+  if (spec->steps() == 0 && spec->entrypoint().empty()) spec->set_steps(1000);
   if (spec->batch_size() == 0) spec->set_batch_size(32);
 
   ApplyOptimizerDefaults(spec->mutable_optimizer());
@@ -93,9 +94,18 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.name().size() > 128) bad("name: longer than 128 characters");
 
   const auto& model = spec.model();
-  if (!OneOf(model.type(), {"softmax", "mlp", "cnn"})) {
-    bad("model.type: unknown '", model.type(), "' (want softmax|mlp|cnn)");
+  if (!OneOf(model.type(), {"softmax", "mlp", "cnn", "script"})) {
+    bad("model.type: unknown '", model.type(), "' (want softmax|mlp|cnn|script)");
   }
+  const bool script = model.type() == "script";
+  if (script && spec.entrypoint().empty()) {
+    bad("model.type: 'script' needs an entrypoint (the command that trains the model)");
+  }
+  if (!script && !spec.entrypoint().empty()) {
+    bad("entrypoint: a script job defines its own model (model.type must be 'script', not '",
+        model.type(), "')");
+  }
+  if (!script && model.tensors_size() > 0) bad("model.tensors: only for model.type 'script'");
   for (int i = 0; i < model.hidden_size(); ++i) {
     if (model.hidden(i) == 0 || model.hidden(i) > 65536) {
       bad("model.hidden[", i, "]: ", model.hidden(i), " out of range (want 1..65536)");
@@ -169,7 +179,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   // Override keys must name tensors of the model; only checkable when the
   // model itself is valid.
   absl::StatusOr<std::vector<TensorSpec>> tensors = JobTensors(spec);
-  if (!tensors.ok()) {
+  // A script job's tensors arrive after submission (see [script jobs]).
+  const bool undeclared = script && model.tensors_size() == 0;
+  if (!tensors.ok() && !undeclared) {
     std::string msg(tensors.status().message());
     if (std::find(errors.begin(), errors.end(), msg) == errors.end()) errors.push_back(msg);
   }
@@ -236,6 +248,43 @@ void DatasetShape(const v1::DatasetSpec& dataset, InputShape* shape, int* classe
   *classes = static_cast<int>(s.classes());
 }
 
+absl::StatusOr<std::vector<TensorSpec>> DeclaredTensors(const v1::ModelSpec& model) {
+  if (model.tensors_size() == 0) {
+    return absl::InvalidArgumentError("model.tensors: none declared (the script declares them)");
+  }
+  std::vector<TensorSpec> out;
+  std::set<std::string> names;
+  int64_t total = 0;
+  for (int i = 0; i < model.tensors_size(); ++i) {
+    const v1::DeclaredTensor& d = model.tensors(i);
+    if (d.name().empty() || d.name().size() > 256) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.tensors[", i, "].name: want 1..256 characters"));
+    }
+    if (!names.insert(d.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.tensors[", i, "].name: '", d.name(), "' declared twice"));
+    }
+    TensorSpec t{d.name(), 1, {}};
+    for (int64_t dim : d.shape()) {
+      if (dim <= 0 || dim > kMaxModelElems || t.num_elems * dim > kMaxModelElems) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.tensors[", i, "] '", d.name(), "': shape dimension ", dim,
+            dim <= 0 ? " must be > 0" : " too large"));
+      }
+      t.num_elems *= dim;
+      t.shape.push_back(dim);
+    }
+    total += t.num_elems;
+    if (total > kMaxModelElems) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.tensors: more than the limit of ", kMaxModelElems, " parameters"));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 absl::StatusOr<ModelConfig> ModelConfigForJob(const v1::JobSpec& spec) {
   ModelConfig config;
   const std::string& type = spec.model().type();
@@ -264,6 +313,7 @@ absl::StatusOr<ModelConfig> ModelConfigForJob(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<std::vector<TensorSpec>> JobTensors(const v1::JobSpec& spec) {
+  if (spec.model().type() == "script") return DeclaredTensors(spec.model());
   absl::StatusOr<ModelConfig> config = ModelConfigForJob(spec);
   if (!config.ok()) return config.status();
   absl::StatusOr<std::vector<TensorSpec>> params = ModelParams(*config);

@@ -58,9 +58,15 @@ void DatasetShape(const v1::DatasetSpec& dataset, InputShape* shape, int* classe
 // model type or a zero width.
 absl::StatusOr<ModelConfig> ModelConfigForJob(const v1::JobSpec& spec);
 
+// The tensors a script job's model declared (ModelSpec.tensors), in order.
+// InvalidArgument naming the field: none declared, an empty or repeated
+// name, a non-positive dimension, more than kMaxModelElems parameters.
+absl::StatusOr<std::vector<TensorSpec>> DeclaredTensors(const v1::ModelSpec& model);
+
 // The tensors of a normalized spec's model, in shard-map order (what the
 // coordinator splits into chunks and what the worker's model exposes; see
-// [model tensor naming]). InvalidArgument naming the field: an unknown type,
+// [model tensor naming]; a script job's: DeclaredTensors). InvalidArgument
+// naming the field: an unknown type,
 // fewer than 2 classes, a CNN on inputs it does not fit, more than
 // kMaxModelElems parameters.
 absl::StatusOr<std::vector<TensorSpec>> JobTensors(const v1::JobSpec& spec);

@@ -75,5 +75,52 @@ TEST(JobSpec, CnnNeedsImages) {
   EXPECT_TRUE(NormalizeJobSpec(spec).ok());
 }
 
+TEST(JobSpec, ScriptJobDefinesItsOwnModel) {
+  JobSpec spec;
+  spec.set_entrypoint("python3 train.py");
+  auto r = NormalizeJobSpec(spec);
+  ASSERT_TRUE(r.ok()) << r.status();  // no tensors yet: the script declares them later
+  EXPECT_EQ(r->model().type(), "script");
+  EXPECT_EQ(r->steps(), 0u);  // the script decides
+  EXPECT_FALSE(JobTensors(*r).ok());
+
+  auto* t = spec.mutable_model()->add_tensors();
+  t->set_name("fc.weight");
+  t->add_shape(3);
+  t->add_shape(4);
+  spec.mutable_model()->add_tensors()->set_name("scale");  // a scalar
+  auto tensors = JobTensors(*NormalizeJobSpec(spec));
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_EQ(tensors->size(), 2u);
+  EXPECT_EQ((*tensors)[0].num_elems, 12);
+  EXPECT_EQ((*tensors)[1].num_elems, 1);
+
+  JobSpec mixed;
+  mixed.mutable_model()->set_type("mlp");
+  mixed.set_entrypoint("python3 train.py");
+  EXPECT_TRUE(absl::StrContains(NormalizeJobSpec(mixed).status().message(),
+                                "entrypoint: a script job defines its own model"));
+  JobSpec no_command;
+  no_command.mutable_model()->set_type("script");
+  EXPECT_TRUE(absl::StrContains(NormalizeJobSpec(no_command).status().message(),
+                                "'script' needs an entrypoint"));
+}
+
+TEST(JobSpec, DeclaredTensorsErrorsNameTheTensor) {
+  v1::ModelSpec model;
+  model.set_type("script");
+  EXPECT_EQ(DeclaredTensors(model).status().message(),
+            "model.tensors: none declared (the script declares them)");
+  auto* a = model.add_tensors();
+  a->set_name("w");
+  a->add_shape(0);
+  EXPECT_EQ(DeclaredTensors(model).status().message(),
+            "model.tensors[0] 'w': shape dimension 0 must be > 0");
+  a->set_shape(0, 2);
+  model.add_tensors()->set_name("w");
+  EXPECT_EQ(DeclaredTensors(model).status().message(),
+            "model.tensors[1].name: 'w' declared twice");
+}
+
 }  // namespace
 }  // namespace gradstream

@@ -244,7 +244,9 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   if (job != nullptr && request.job_id() == job_id) {
     WorkerPool::Report(*worker, request.progress(), now);
     RecordProgressLocked(*job, request.progress(), now);
-    if (request.state() == v1::LEFT || request.state() == v1::ERROR) {
+    DeclareTensorsLocked(job_id, id, request);
+    const bool done_early = ScriptDoneEarlyLocked(*job, id, request.state());
+    if (request.state() == v1::LEFT || request.state() == v1::ERROR || done_early) {
       const v1::JobMember* member = FindMember(job->status, id);
       const bool leaving = member != nullptr && member->leaving();
       const bool failed = request.state() == v1::ERROR;
@@ -253,14 +255,24 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
           DepartureClock(request.progress().clock(), job_shards_[job_id].clocks.min_clock);
       GS_RETURN_IF_ERROR(DetachLocked(
           job_id, *worker, at,
-          leaving && !failed ? std::string()
-                  : absl::StrCat("worker ", request.worker_id(), failed ? " failed" : " left"),
+          leaving && !failed
+              ? std::string()
+              : absl::StrCat("worker ", request.worker_id(),
+                             failed ? " failed" : (done_early ? " finished" : " left")),
           [&](JobRecord& j) {
+            // Its script is done: the job winds down, nobody replaces it.
+            if (done_early) {
+              j.status.set_desired_workers(std::max(1u, j.status.desired_workers() - 1));
+            }
             if (!failed) return;
             j.status.set_worker_errors(j.status.worker_errors() + 1);
             j.status.set_message(failure);
           }));
       if (failed) LOG(WARNING) << "coordinator: " << failure;
+      // A failing training script fails its job (see [script jobs]).
+      if (failed && !job->status.spec().entrypoint().empty() && !IsTerminal(job->status.state())) {
+        GS_RETURN_IF_ERROR(FinishLocked(job_id, v1::FAILED, failure));
+      }
     }
   }
   v1::HeartbeatResponse response;
@@ -297,7 +309,7 @@ void Coordinator::RecordProgressLocked(const JobRecord& job, const v1::WorkerPro
 absl::StatusOr<v1::SubmitJobResponse> Coordinator::SubmitJob(const v1::SubmitJobRequest& request) {
   GS_ASSIGN_OR_RETURN(v1::JobSpec spec, NormalizeJobSpec(request.spec()));
   // Dry-run the split so chunking errors surface now, not when shards exist.
-  GS_RETURN_IF_ERROR(BuildShardMap(spec, {"dry-run:0"}).status());
+  if (!AwaitsDeclaration(spec)) GS_RETURN_IF_ERROR(BuildShardMap(spec, {"dry-run:0"}).status());
   absl::MutexLock lock(&mu_);
   JobRecord record;
   *record.status.mutable_spec() = spec;
@@ -490,7 +502,8 @@ PlanInput Coordinator::PlanInputLocked(const JobRecord& job) const {
   if (!job.status.epochs().empty()) {
     in.last_epoch_clock = job.status.epochs().rbegin()->effective_clock();
   }
-  in.steps = job.status.spec().steps();
+  // A script decides when it is done ([script jobs]): no last step to plan around.
+  in.steps = job.status.spec().entrypoint().empty() ? job.status.spec().steps() : UINT64_MAX;
   in.lead_time = LeadTime();
   return in;
 }
@@ -525,30 +538,10 @@ void Coordinator::ReapDeadWorkersLocked() {
 
 void Coordinator::StartPendingJobLocked(const JobRecord& job) {
   const std::string id = job.status.job_id();  // `job` changes with every Update
+  // A script job starts without a map: its script declares the tensors
+  // once it runs (see [script jobs]).
+  if (!PlaceJobLocked(id) && !AwaitsDeclaration(job.status.spec())) return;
   JobShards& js = job_shards_[id];
-  if (job.status.shard_map().shards_size() == 0) {
-    std::vector<std::string> healthy;
-    for (const auto& s : shards_) {
-      if (s.status.healthy()) healthy.push_back(s.status.address());
-    }
-    const uint32_t want = job.status.spec().shards();
-    if (healthy.empty() || healthy.size() < want) {
-      SetMessageLocked(id, absl::StrCat("waiting for shards: ", healthy.size(),
-                                        " healthy registered, job wants ",
-                                        want == 0 ? std::string("at least 1") : absl::StrCat(want)));
-      return;
-    }
-    if (want > 0) healthy.resize(want);
-    absl::StatusOr<v1::ShardMap> map = BuildShardMap(job.status.spec(), healthy);
-    if (!map.ok()) {
-      (void)FinishLocked(id, v1::FAILED, absl::StrCat("shard map: ", map.status().message()));
-      return;
-    }
-    if (!jobs_.Update(id, [&](JobRecord& j) { *j.status.mutable_shard_map() = *map; }).ok()) return;
-    const size_t used = job.status.shard_map().shards_size();
-    js.created.assign(used, false);
-    js.acked.assign(used, 0);
-  }
   const absl::Time now = Now();
   if (js.ready_since == absl::InfiniteFuture()) js.ready_since = now;
   const MembershipPlan plan = PlanStart(job.status.desired_workers(), workers_.Free(),

@@ -69,6 +69,9 @@
 
 namespace gradstream::coordinator {
 
+// A script job whose script has not declared its tensors yet.
+bool AwaitsDeclaration(const gradstream::v1::JobSpec& spec);
+
 struct CoordinatorOptions {
   std::string state_file;  // "" = keep state in memory only
   Env* env = nullptr;      // writes the state file; nullptr = Env::Default()
@@ -215,6 +218,21 @@ class Coordinator {
                                           gradstream::v1::JobState state,
                                           const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Script jobs (coordinator_script.cc, see [script jobs]).
+  // Builds job `id`'s shard map on the healthy shards unless it has one;
+  // false while it cannot yet (no shards, tensors not declared) or failed.
+  bool PlaceJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rank 0's declared tensors become the job's tensor list, then its map.
+  void DeclareTensorsLocked(const std::string& job_id, uint64_t worker_id,
+                            const gradstream::v1::HeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A script job's member reports DONE while another member trains on: it
+  // leaves the job at its clock, so no round waits for it.
+  bool ScriptDoneEarlyLocked(const JobRecord& job, uint64_t worker_id,
+                             gradstream::v1::WorkerState state) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every shard of the job's map has the job: workers may see the map.
+  bool MapRevealedLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The planner's view of a running job.
   PlanInput PlanInputLocked(const JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

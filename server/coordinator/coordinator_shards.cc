@@ -313,7 +313,16 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
 void Coordinator::CommitEpochsLocked() {
   for (const auto& [id, job] : jobs_.records()) {
     const JobShards& js = job_shards_[id];
-    if (js.acked.empty() || IsTerminal(job.status.state())) continue;
+    if (IsTerminal(job.status.state())) continue;
+    if (js.acked.empty()) {
+      // A script job before its declaration has no shard to acknowledge an
+      // epoch: commit it, so that the workers start the script ([script jobs]).
+      const uint64_t latest = job.status.epochs_size();
+      if (AwaitsDeclaration(job.status.spec()) && latest > job.status.committed_epoch()) {
+        (void)jobs_.Update(id, [&](JobRecord& j) { j.status.set_committed_epoch(latest); });
+      }
+      continue;
+    }
     bool all_created = true;
     uint64_t committed = UINT64_MAX;
     for (size_t i = 0; i < js.acked.size(); ++i) {

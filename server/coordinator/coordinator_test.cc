@@ -474,5 +474,104 @@ TEST_F(CoordinatorTest, ErrorsNameTheProblem) {
   EXPECT_EQ(c_->ScaleJob(scale).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// ---------------------------------------------------------------- script jobs
+
+std::string SubmitScript(Coordinator& c, uint32_t workers) {
+  v1::SubmitJobRequest r;
+  r.mutable_spec()->set_workers(workers);
+  r.mutable_spec()->set_entrypoint("python3 train.py");
+  auto resp = c.SubmitJob(r);
+  EXPECT_TRUE(resp.ok()) << resp.status();
+  return resp.ok() ? resp->job_id() : "";
+}
+
+void Declare(v1::HeartbeatRequest& r, int64_t out) {
+  v1::DeclaredTensor* w = r.add_declared_tensors();
+  w->set_name("fc.weight");
+  w->add_shape(out);
+  w->add_shape(4);
+  v1::DeclaredTensor* b = r.add_declared_tensors();
+  b->set_name("fc.bias");
+  b->add_shape(out);
+}
+
+TEST_F(CoordinatorTest, ScriptJobStartsBeforeItsTensorsAndPlacesRank0sDeclaration) {
+  AddShards(2);
+  job_ = SubmitScript(*c_, 2);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::RUNNING);
+  EXPECT_EQ(Job().committed_epoch(), 1u);  // no shard to wait for: the scripts start
+  EXPECT_TRUE(shards_.creates.empty());
+  v1::Assignment a1 = Beat(w1, 0), a2 = Beat(w2, 0);
+  EXPECT_EQ(a1.rank(), 0u);
+  EXPECT_EQ(a2.rank(), 1u);
+  EXPECT_EQ(a1.shard_map().shards_size(), 0);
+  EXPECT_EQ(a1.spec().entrypoint(), "python3 train.py");
+
+  auto beat_declaring = [&](std::pair<uint64_t, uint64_t> w, int64_t out) {
+    v1::HeartbeatRequest r;
+    r.set_worker_id(w.first);
+    r.set_incarnation(w.second);
+    r.set_job_id(job_);
+    r.set_state(v1::TRAINING);
+    Declare(r, out);
+    auto resp = c_->Heartbeat(r);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->assignment() : v1::Assignment();
+  };
+  beat_declaring(w2, 5);  // rank 1's declaration is not the job's
+  EXPECT_EQ(Job().spec().model().tensors_size(), 0);
+  a1 = beat_declaring(w1, 3);
+  EXPECT_EQ(Job().spec().model().tensors_size(), 2);
+  EXPECT_EQ(Job().spec().model().tensors(0).shape(0), 3);
+  EXPECT_EQ(a1.shard_map().shards_size(), 0);  // not before the shards have the job
+  c_->Tick();
+  ASSERT_EQ(shards_.creates.size(), 2u);  // 2 tensors, 2 chunks, one per shard
+  EXPECT_EQ(shards_.creates[0].second.membership().worker_ids_size(), 2);
+  a2 = Beat(w2, 0);
+  EXPECT_GT(a2.shard_map().shards_size(), 0);
+  EXPECT_EQ(a2.spec().model().tensors(0).shape(0), 3);  // rank 1 compares with this
+}
+
+TEST_F(CoordinatorTest, FailingScriptFailsItsJobWithItsMessage) {
+  AddShards(1);
+  job_ = SubmitScript(*c_, 2);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  Beat(w1, 0);
+  v1::HeartbeatRequest r;
+  r.set_worker_id(w2.first);
+  r.set_incarnation(w2.second);
+  r.set_job_id(job_);
+  r.set_state(v1::ERROR);
+  r.set_message("entrypoint exited with code 3; last lines of its stderr:\nboom");
+  ASSERT_TRUE(c_->Heartbeat(r).ok());
+  EXPECT_EQ(Job().state(), v1::FAILED);
+  EXPECT_TRUE(absl::StrContains(Job().message(), "exited with code 3")) << Job().message();
+  EXPECT_TRUE(absl::StrContains(Job().message(), "boom"));
+  EXPECT_EQ(Beat(w1, 1).job_state(), v1::FAILED);
+}
+
+TEST_F(CoordinatorTest, ScriptDoneBeforeTheOthersLeavesAndIsNotReplaced) {
+  AddShards(1);
+  job_ = SubmitScript(*c_, 2);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  Beat(w1, 10);
+  Beat(w2, 12, v1::DONE);
+  EXPECT_EQ(Job().desired_workers(), 1u);
+  ASSERT_EQ(Job().epochs_size(), 2);
+  EXPECT_EQ(Job().epochs(1).worker_ids_size(), 1);
+  c_->Tick();
+  EXPECT_EQ(Job().epochs_size(), 2);  // w2 is free, but nobody re-adds it
+  Beat(w1, 12, v1::DONE);
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::COMPLETED);
+}
+
 }  // namespace
 }  // namespace gradstream::coordinator

@@ -166,7 +166,10 @@ v1::Assignment Coordinator::AssignmentLocked(const WorkerRecord& worker) const {
       a.set_leave_clock(epochs[e + 1].effective_clock());
     }
     *a.mutable_spec() = job->status.spec();
-    *a.mutable_shard_map() = job->status.shard_map();
+    // A script job's map only once its shards have the job ([script jobs]).
+    if (job->status.spec().model().type() != "script" || MapRevealedLocked(job->status.job_id())) {
+      *a.mutable_shard_map() = job->status.shard_map();
+    }
     // The worker's own token, never the job's: see [worker tokens].
     a.set_job_token(rpc::WorkerToken(job->token, job->status.job_id(), id,
                                      worker.status.incarnation()));

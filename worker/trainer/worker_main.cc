@@ -39,6 +39,7 @@
 #include "worker/client/ps_client.h"
 #include "worker/trainer/internal/device_pusher.h"
 #include "worker/trainer/job_setup.h"
+#include "worker/trainer/script_runner.h"
 #include "worker/trainer/trainer.h"
 #include "worker/trainer/worker_metrics.h"
 
@@ -56,6 +57,12 @@ ABSL_FLAG(std::string, metrics_port_file, "", "if set, the bound metrics port is
 ABSL_FLAG(int, stop_grace_s, 20,
           "after SIGTERM/SIGINT, leave the job gracefully within this many seconds or exit 1 "
           "(see [worker stop])");
+ABSL_FLAG(std::string, python_path, "",
+          "script jobs: folder put first on the script's PYTHONPATH (default: the gradstream "
+          "package next to this binary, if there is one; none when it is pip-installed)");
+ABSL_FLAG(int, script_init_timeout_s, 120,
+          "script jobs: a script that has not called gradstream's init after this long is "
+          "stopped and fails the job");
 
 namespace gradstream {
 namespace {
@@ -106,6 +113,7 @@ class WorkerState {
     absl::MutexLock l(&mu_);
     if (id != id_ || incarnation != incarnation_) {
       job_.clear();
+      declared_.Clear();
       state_ = v1::IDLE;
       message_.clear();
       latest_.Clear();
@@ -123,6 +131,7 @@ class WorkerState {
               std::string message = "") {
     absl::MutexLock l(&mu_);
     if (incarnation != incarnation_) return;
+    if (job != job_) declared_.Clear();
     job_ = std::move(job);
     state_ = state;
     message_ = std::move(message);
@@ -134,6 +143,8 @@ class WorkerState {
     req->set_job_id(job_);
     req->set_state(state_);
     req->set_message(message_);
+    // Until the assignment carries the map built from them ([script jobs]).
+    if (latest_.shard_map().shards_size() == 0) *req->mutable_declared_tensors() = declared_;
     const Progress p = board.Get();
     auto* out = req->mutable_progress();
     out->set_clock(p.clock);
@@ -148,6 +159,11 @@ class WorkerState {
     out->set_residual_norm(p.residual_norm);
     out->set_encode_path(p.encode_path);
     out->set_encode_share(p.encode_share);
+  }
+  // The tensors the script of the current job declared.
+  void SetDeclared(const google::protobuf::RepeatedPtrField<v1::DeclaredTensor>& tensors) {
+    absl::MutexLock l(&mu_);
+    declared_ = tensors;
   }
   void SetLatest(const v1::Assignment& a) {
     absl::MutexLock l(&mu_);
@@ -171,6 +187,7 @@ class WorkerState {
   v1::WorkerState state_ ABSL_GUARDED_BY(mu_) = v1::IDLE;
   std::string message_ ABSL_GUARDED_BY(mu_);
   v1::Assignment latest_ ABSL_GUARDED_BY(mu_);
+  google::protobuf::RepeatedPtrField<v1::DeclaredTensor> declared_ ABSL_GUARDED_BY(mu_);
 };
 
 class Worker {
@@ -307,6 +324,7 @@ class Worker {
 
  private:
   absl::StatusOr<TrainOutcome> TrainJob(const v1::Assignment& a, uint64_t incarnation) {
+    if (!a.spec().entrypoint().empty()) return RunScriptJob(a, incarnation);
     GS_ASSIGN_OR_RETURN(TrainSetup setup, LoadTrainSetup(a.spec()));
     GS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, CreateModel(setup.model, device_));
     GS_ASSIGN_OR_RETURN(ShardMap map, ShardMapFromProto(a.shard_map()));
@@ -349,10 +367,54 @@ class Worker {
     return trainer.Run(a.join_clock());
   }
 
+  // A script job: the user's command, see script_runner.h.
+  absl::StatusOr<TrainOutcome> RunScriptJob(const v1::Assignment& a, uint64_t incarnation) {
+    ScriptOptions o;
+    o.coordinator = CoordinatorAddress();
+    o.python_path = absl::GetFlag(FLAGS_python_path);
+    if (o.python_path.empty()) o.python_path = FindPythonPackage("/proc/self/exe");
+    o.tls = rpc_.tls;
+    o.init_deadline = absl::Seconds(absl::GetFlag(FLAGS_script_init_timeout_s));
+    ScriptHooks hooks;
+    hooks.latest = [this] { return state_.Latest(); };
+    hooks.declare = [this](const auto& tensors) { state_.SetDeclared(tensors); };
+    hooks.epochs = [this, job = a.job_id()] { return CommittedEpochs(job); };
+    hooks.board = &board_;
+    return RunScript(a, state_.Identity().first, incarnation, o, hooks);
+  }
+
+  // The job's committed epochs, asked of the coordinator again only when
+  // the assignment names a newer epoch than the ones known. Thread-safe.
+  std::vector<v1::MembershipEpoch> CommittedEpochs(const std::string& job) {
+    const uint64_t newest = state_.Latest().epoch();
+    absl::MutexLock l(&epochs_mu_);
+    if (epochs_job_ != job) {
+      epochs_.clear();
+      epochs_job_ = job;
+    }
+    if (!epochs_.empty() && epochs_.back().epoch() >= newest) return epochs_;
+    v1::GetJobRequest req;
+    req.set_job_id(job);
+    v1::JobStatus status;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() +
+                                        absl::Milliseconds(absl::GetFlag(FLAGS_rpc_timeout_ms))));
+    rpc::AttachToken(&ctx, rpc_.auth_token);
+    if (!stub_->GetJob(&ctx, req, &status).ok()) return epochs_;  // the next Sync asks again
+    epochs_.clear();
+    for (const auto& e : status.epochs()) {
+      if (e.epoch() <= status.committed_epoch()) epochs_.push_back(e);
+    }
+    return epochs_;
+  }
+
   const rpc::RpcConfig rpc_;
   const std::unique_ptr<v1::Coordinator::Stub> stub_;
   const std::unique_ptr<client::ChannelFactory> shard_channels_;
   const Device device_;
+  absl::Mutex epochs_mu_;
+  std::string epochs_job_ ABSL_GUARDED_BY(epochs_mu_);
+  std::vector<v1::MembershipEpoch> epochs_ ABSL_GUARDED_BY(epochs_mu_);
   absl::Duration interval_ = absl::Milliseconds(500);
   WorkerState state_;
   AssignmentFeed feed_;

@@ -1,0 +1,35 @@
+"""Scripts that use gradstream wrongly, for bad_use_test.py (--case):
+  shape: rank 1 declares fc.weight with another shape than rank 0's
+  dtype: a float64 model"""
+
+import argparse
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import gradstream.torch as gs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", required=True)
+    args = ap.parse_args()
+    gs.init()
+    if args.case == "shape":
+        model = nn.Linear(4, 3 if gs.rank() == 0 else 5)
+    elif args.case == "dtype":
+        model = nn.Linear(4, 3).double()
+    else:
+        sys.exit("unknown case")
+    ps = gs.ParameterServer(model, timeout=60)
+    for _ in range(1000):
+        F.mse_loss(model(torch.randn(8, 4)), torch.zeros(8, model.out_features)).backward()
+        ps.step()
+        time.sleep(0.01)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+// libgradstream_c: see gradstream_c.h.
+#include "worker/capi/gradstream_c.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "agent.grpc.pb.h"
+#include "common/job/codec_policy.h"
+#include "common/job/shard_map_proto.h"
+#include "common/rpc/rpc.h"
+#include "google/protobuf/text_format.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/client/ps_client.h"
+
+namespace v1 = gradstream::v1;
+using gradstream::client::PsClient;
+using gradstream::client::PushHandle;
+
+namespace {
+
+thread_local std::string g_error;
+
+int Fail(const absl::Status& s) {
+  g_error = std::string(s.message());
+  return s.ok() ? 0 : static_cast<int>(s.code());
+}
+
+int Ok() {
+  g_error.clear();
+  return 0;
+}
+
+}  // namespace
+
+struct gs_session {
+  std::unique_ptr<v1::WorkerAgent::Stub> agent;
+  std::unique_ptr<gradstream::client::ChannelFactory> channels;
+  absl::Mutex mu;
+  v1::SyncResponse latest ABSL_GUARDED_BY(mu);
+  std::unique_ptr<PsClient> client;  // set by gs_declare
+  std::string encode_path = "host";
+  std::vector<uint64_t> sizes;       // elements per tensor, map order
+  absl::Mutex push_mu;
+  std::vector<PushHandle> pushes ABSL_GUARDED_BY(push_mu);
+
+  absl::Status Sync(const v1::SyncRequest& req) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::SyncResponse resp;
+    const grpc::Status st = agent->Sync(&ctx, req, &resp);
+    if (!st.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("gradstream: the worker agent does not answer: ", st.error_message()));
+    }
+    absl::MutexLock l(&mu);
+    latest = std::move(resp);
+    return absl::OkStatus();
+  }
+  v1::SyncResponse Latest() {
+    absl::MutexLock l(&mu);
+    return latest;
+  }
+  bool Active() {
+    const v1::SyncResponse r = Latest();
+    const auto st = r.assignment().job_state();
+    return !r.assignment().job_id().empty() && (st == v1::PENDING || st == v1::RUNNING);
+  }
+};
+
+extern "C" {
+
+const char* gs_last_error(void) { return g_error.c_str(); }
+
+gs_session* gs_open(const char* agent, int64_t timeout_ms) {
+  auto s = std::make_unique<gs_session>();
+  grpc::ChannelArguments args;
+  s->agent = v1::WorkerAgent::NewStub(
+      grpc::CreateCustomChannel(agent, grpc::InsecureChannelCredentials(), args));
+  // TLS to the shards as gs_worker's: it passes its files in the
+  // environment (GRADSTREAM_TLS_*), which BuildConfig falls back to.
+  absl::StatusOr<gradstream::rpc::RpcConfig> rpc = gradstream::rpc::BuildConfig({});
+  if (!rpc.ok()) {
+    Fail(rpc.status());
+    return nullptr;
+  }
+  s->channels = gradstream::client::ChannelFactory::ForConfig(*rpc);
+  const absl::Time give_up = absl::Now() + absl::Milliseconds(timeout_ms);
+  v1::SyncRequest req;
+  req.set_state(v1::SCRIPT_RUNNING);
+  for (;;) {
+    absl::Status st = s->Sync(req);
+    if (st.ok() && s->Active()) break;
+    if (absl::Now() > give_up) {
+      Fail(st.ok() ? absl::DeadlineExceededError("gradstream: this worker has no active job")
+                   : st);
+      return nullptr;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  Ok();
+  return s.release();
+}
+
+int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, const int32_t* ndims,
+               const int64_t* dims, int64_t timeout_ms) {
+  if (s->client != nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: declared twice"));
+  }
+  v1::SyncRequest req;
+  req.set_state(v1::SCRIPT_RUNNING);
+  size_t d = 0;
+  for (int32_t i = 0; i < num_tensors; ++i) {
+    v1::DeclaredTensor* t = req.add_tensors();
+    t->set_name(names[i]);
+    for (int32_t k = 0; k < ndims[i]; ++k) t->add_shape(dims[d++]);
+  }
+  const absl::Time give_up = absl::Now() + absl::Milliseconds(timeout_ms);
+  for (;;) {
+    if (absl::Status st = s->Sync(req); !st.ok()) return Fail(st);
+    if (!s->Active()) return Fail(absl::CancelledError("gradstream: the job is no longer active"));
+    if (s->Latest().assignment().shard_map().shards_size() > 0) break;
+    if (absl::Now() > give_up) {
+      return Fail(absl::DeadlineExceededError(absl::StrCat(
+          "gradstream: no shard map within ", timeout_ms,
+          " ms (rank 0 declares the tensors; is it running?)")));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const v1::SyncResponse r = s->Latest();
+  const v1::Assignment& a = r.assignment();
+  // The job's tensors are rank 0's declaration: this script's must match.
+  const auto& declared = a.spec().model().tensors();
+  auto shape_str = [](const v1::DeclaredTensor& t) {
+    return absl::StrCat("[", absl::StrJoin(t.shape(), ", "), "]");
+  };
+  if (declared.size() != req.tensors_size()) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "gradstream: this script declares ", req.tensors_size(), " tensors, the job's (rank 0's) ",
+        declared.size(), ": every rank must run the same model")));
+  }
+  for (int i = 0; i < declared.size(); ++i) {
+    const v1::DeclaredTensor& mine = req.tensors(i);
+    const v1::DeclaredTensor& job = declared[i];
+    if (mine.name() != job.name() ||
+        !std::equal(mine.shape().begin(), mine.shape().end(), job.shape().begin(),
+                    job.shape().end())) {
+      return Fail(absl::FailedPreconditionError(absl::StrCat(
+          "gradstream: tensor ", i, " is ", mine.name(), " ", shape_str(mine),
+          " in this script but ", job.name(), " ", shape_str(job),
+          " in the job (declared by rank 0): every rank must run the same model")));
+    }
+  }
+  absl::StatusOr<gradstream::ShardMap> map = gradstream::ShardMapFromProto(a.shard_map());
+  if (!map.ok()) return Fail(map.status());
+  gradstream::client::ClientOptions opt;
+  opt.job_id = a.job_id();
+  opt.worker_id = r.worker_id();
+  opt.incarnation = r.incarnation();
+  opt.epoch = a.epoch();
+  opt.seed = a.spec().seed();
+  opt.codec = gradstream::CodecPolicyFromProto(a.spec().codec());
+  opt.job_token = a.job_token();
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Connect(*map, opt, s->channels.get());
+  if (!client.ok()) return Fail(client.status());
+  s->client = *std::move(client);
+  for (const auto& t : map->tensors) s->sizes.push_back(t.num_elems);
+  return Ok();
+}
+
+int gs_membership_get(gs_session* s, gs_membership* out) {
+  const v1::SyncResponse r = s->Latest();
+  const v1::Assignment& a = r.assignment();
+  *out = gs_membership{};
+  out->active = s->Active() ? 1 : 0;
+  out->rank = a.rank();
+  out->world_size = std::max<uint32_t>(1, a.world_size());
+  out->epoch = a.epoch();
+  out->epoch_clock = a.epoch_clock();
+  out->join_clock = a.join_clock();
+  out->leave = a.leave() ? 1 : 0;
+  out->leave_clock = a.leave_clock();
+  out->worker_id = r.worker_id();
+  return Ok();
+}
+
+int gs_membership_at(gs_session* s, uint64_t clock, gs_membership* out) {
+  gs_membership_get(s, out);
+  const v1::SyncResponse r = s->Latest();
+  const v1::MembershipEpoch* at = nullptr;
+  for (const v1::MembershipEpoch& e : r.epochs()) {
+    if (e.effective_clock() <= clock) at = &e;
+  }
+  if (at == nullptr) return Ok();
+  const auto& ids = at->worker_ids();
+  const auto pos = std::find(ids.begin(), ids.end(), r.worker_id());
+  if (pos == ids.end()) {
+    out->active = 0;
+    return Ok();
+  }
+  out->rank = static_cast<uint32_t>(pos - ids.begin());
+  out->world_size = static_cast<uint32_t>(ids.size());
+  out->epoch = at->epoch();
+  out->epoch_clock = at->effective_clock();
+  return Ok();
+}
+
+int gs_job_spec(gs_session* s, char* buf, int64_t size, int64_t* len) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(s->Latest().assignment().spec(), &text);
+  *len = static_cast<int64_t>(text.size());
+  if (size > 0) {
+    const size_t n = std::min<size_t>(text.size(), static_cast<size_t>(size - 1));
+    std::copy(text.begin(), text.begin() + n, buf);
+    buf[n] = '\0';
+  }
+  return Ok();
+}
+
+int gs_sync(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
+            float samples_per_sec, int32_t state) {
+  v1::SyncRequest req;
+  req.set_state(state == 2 ? v1::SCRIPT_LEFT : v1::SCRIPT_RUNNING);
+  v1::WorkerProgress* p = req.mutable_progress();
+  p->set_clock(clock);
+  p->set_loss(loss);
+  p->set_accuracy(accuracy);
+  p->set_accuracy_clock(accuracy_clock);
+  p->set_samples_per_sec(samples_per_sec);
+  p->set_encode_path(s->encode_path);
+  if (s->client != nullptr) {
+    const gradstream::client::ClientStats cs = s->client->stats();
+    p->set_bytes_pushed(cs.bytes_pushed);
+    p->set_fp32_bytes_pushed(cs.fp32_bytes_pushed);
+  }
+  if (absl::Status st = s->Sync(req); !st.ok()) return Fail(st);
+  return Ok();
+}
+
+int gs_set_encode_path(gs_session* s, const char* path) {
+  s->encode_path = path;
+  return Ok();
+}
+
+int gs_init_params(gs_session* s, const float* const* params, int64_t timeout_ms) {
+  if (s->client == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  std::vector<absl::Span<const float>> spans;
+  for (size_t i = 0; i < s->sizes.size(); ++i) spans.emplace_back(params[i], s->sizes[i]);
+  return Fail(s->client->InitParams(spans, absl::Milliseconds(timeout_ms)));
+}
+
+int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elems, uint64_t clock) {
+  if (s->client == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  PushHandle h = s->client->Push(tensor, absl::MakeConstSpan(grad, num_elems), clock);
+  absl::MutexLock l(&s->push_mu);
+  s->pushes.push_back(std::move(h));
+  return Ok();
+}
+
+int gs_wait_pushes(gs_session* s, int64_t timeout_ms) {
+  std::vector<PushHandle> pushes;
+  {
+    absl::MutexLock l(&s->push_mu);
+    pushes.swap(s->pushes);
+  }
+  absl::Status first;
+  for (const PushHandle& h : pushes) {
+    first.Update(PsClient::Wait(h, absl::Milliseconds(timeout_ms)));
+  }
+  return Fail(first);
+}
+
+int gs_advance_clock(gs_session* s, uint64_t clock) {
+  if (s->client == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  return Fail(s->client->AdvanceClock(clock));
+}
+
+int gs_pull(gs_session* s, uint64_t clock, float* const* params, int64_t timeout_ms) {
+  if (s->client == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  const absl::Time give_up = absl::Now() + absl::Milliseconds(timeout_ms);
+  for (;;) {
+    std::vector<absl::Span<float>> out;
+    for (size_t i = 0; i < s->sizes.size(); ++i) out.emplace_back(params[i], s->sizes[i]);
+    // One wait at most 2 s, then ask again: a membership change or the end
+    // of the job is noticed while the consistency mode holds the pull.
+    const absl::Status st = PsClient::Wait(s->client->Pull(clock, std::move(out)),
+                                           std::min(absl::Seconds(2), give_up - absl::Now()));
+    if (st.ok()) return Ok();
+    if (!absl::IsDeadlineExceeded(st)) return Fail(st);
+    if (absl::Status sync = s->Sync(v1::SyncRequest()); !sync.ok()) return Fail(sync);
+    if (!s->Active()) return Fail(absl::CancelledError("gradstream: the job is no longer active"));
+    if (absl::Now() >= give_up) {
+      return Fail(absl::DeadlineExceededError(absl::StrCat(
+          "gradstream: pull at clock ", clock, " got no answer in ", timeout_ms, " ms")));
+    }
+  }
+}
+
+int gs_leave(gs_session* s, int64_t timeout_ms) {
+  if (s->client == nullptr) return Ok();
+  if (int rc = gs_wait_pushes(s, timeout_ms); rc != 0) return rc;
+  return Fail(s->client->Leave(absl::Milliseconds(timeout_ms)));
+}
+
+int gs_stats_get(gs_session* s, gs_stats* out) {
+  *out = gs_stats{};
+  if (s->client == nullptr) return Ok();
+  const gradstream::client::ClientStats cs = s->client->stats();
+  out->bytes_pushed = cs.bytes_pushed;
+  out->fp32_bytes_pushed = cs.fp32_bytes_pushed;
+  out->chunks_pushed = cs.chunks_pushed;
+  out->bytes_pulled = cs.bytes_pulled;
+  out->reconnects = cs.reconnects;
+  return Ok();
+}
+
+void gs_close(gs_session* s) { delete s; }
+
+}  // extern "C"
