@@ -179,10 +179,9 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
                              s.codec().overrides().empty()
                                  ? ""
                                  : absl::StrCat(" (+", s.codec().overrides_size(), " overrides)"),
-                             s.codec().pull_codec().empty() ||
-                                     s.codec().pull_codec() == s.codec().default_codec()
+                             s.codec().pull_codec().empty() || s.codec().pull_codec() == "none"
                                  ? ""
-                                 : absl::StrCat(", pull ", s.codec().pull_codec()))},
+                                 : absl::StrCat(", pulls ", s.codec().pull_codec()))},
       {"tensors", j.shard_map().tensors().empty() ? "-" : TensorCodecs(j.shard_map())},
       {"consistency", ConsistencyText(s.consistency())},
       {"workers",

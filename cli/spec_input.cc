@@ -60,7 +60,7 @@ constexpr FlagHelp kSpecFlags[] = {
     {"twobit_threshold", "2-bit threshold (negative = adaptive)"},
     {"ternary_clip", "TernGrad clip in sigmas (negative = none)"},
     {"no_error_feedback", "disable error feedback (an ablation: twobit/onebit lose accuracy)"},
-    {"pull_codec", "codec of pulled parameter changes: none|twobit|ternary|onebit (default: --codec)"},
+    {"pull_codec", "codec of pulled parameter changes: none|twobit|ternary|onebit (default none)"},
     {"consistency", "sync|bounded|async"},
     {"staleness", "staleness bound for bounded"},
     {"workers", "desired worker count"},

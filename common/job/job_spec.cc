@@ -79,7 +79,8 @@ void ApplyJobDefaults(JobSpec* spec) {
   if (codec->twobit_threshold() == 0) codec->set_twobit_threshold(0.5f);
   if (codec->ternary_clip() == 0) codec->set_ternary_clip(2.5f);
   if (codec->twobit_min_elems() == 0) codec->set_twobit_min_elems(kDefaultTwobitMinElems);
-  if (codec->pull_codec().empty()) codec->set_pull_codec(codec->default_codec());
+  // fp32 pulls unless asked: see [pull codec default] in common/codec/published.h.
+  if (codec->pull_codec().empty()) codec->set_pull_codec("none");
 
   if (spec->workers() == 0) spec->set_workers(2);
   if (spec->seed() == 0) spec->set_seed(1);

@@ -145,6 +145,12 @@ class Coordinator {
     std::vector<bool> created;
     std::vector<uint64_t> acked;
     bool dropped = false;  // a finished job's shards dropped it (or need not)
+    // Every shard had the job at once at some point in this process's life:
+    // from then on a running job that a shard lacks is one it lost, to be
+    // resumed. A script job is first installed while RUNNING (its tensors
+    // come from rank 0's declaration), before any worker sees its map
+    // ([script jobs]), so RUNNING alone does not say "lost".
+    bool installed_once = false;
     absl::Time ready_since = absl::InfiniteFuture();  // map built, waiting for workers
     // From the shards' GetStats, refreshed every tick while the job runs.
     ShardClocks clocks;

@@ -121,7 +121,8 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
           *pe->mutable_worker_ids() = e.worker_ids();
           *pe->mutable_departed() = e.departed();
         }
-        if (job.status.state() == v1::RUNNING) {
+        if (job.status.state() == v1::RUNNING &&
+            (job.status.spec().entrypoint().empty() || js.installed_once)) {
           req.set_resume(true);
           req.set_resume_clock(js.clocks.min_clock);
         }
@@ -243,6 +244,9 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
         } else if (!Unreachable(call.status)) {
           LOG(WARNING) << "coordinator: CreateJob " << call.job_id << " on " << call.address << ": "
                        << call.status;
+        }
+        if (std::all_of(created.begin(), created.end(), [](bool c) { return c; })) {
+          js->second.installed_once = true;
         }
         break;
       case ShardCall::kUpdate:

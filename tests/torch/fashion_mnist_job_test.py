@@ -21,11 +21,9 @@ def main():
     ap.add_argument("--codec", default="twobit")
     ap.add_argument("--epochs", default="2")
     ap.add_argument("--train_limit", default="6000")
-    # twobit on fc1.weight (89% of the model), ternary on the small tensors:
-    # the policy that keeps fp32's accuracy at 16x (README, Fashion-MNIST).
-    ap.add_argument("--extra", default="--codec_override=" + ",".join(
-        "%s=ternary" % t for t in ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
-                                   "fc1.bias", "fc2.weight", "fc2.bias")),
+    # The default policy: twobit on fc1.weight (89% of the model), ternary on
+    # the small tensors ([layer-wise codec]), fp32 pulls ([pull codec default]).
+    ap.add_argument("--extra", default="",
                     help="more submit flags, space-separated (use --extra=...)")
     args = ap.parse_args()
     cluster.require_torch()
