@@ -86,6 +86,7 @@ class BspController final : public ConsistencyController {
     uint64_t epoch = 0;
     const std::vector<uint64_t> members = job.MembersAt(push.clock, &epoch);
     if (!Contains(members, push.worker)) {
+      if (job.LeftBefore(push.worker, push.clock)) return true;  // see [late leave]
       return absl::FailedPreconditionError(absl::StrCat("worker ", push.worker,
                                                         " is not a member at clock ", push.clock,
                                                         " (epoch ", epoch, ")"));

@@ -67,6 +67,15 @@ class JobContext {
   // The effective clock of the first epoch that starts after `clock`;
   // nullopt when none does.
   virtual std::optional<uint64_t> NextEpochClock(uint64_t clock) const = 0;
+  // NOTE: [late leave] Whether `worker` is not a member at `clock` because a
+  // planned change let it go at an earlier clock (an epoch in effect before
+  // `clock` lists it; it is not departed, i.e. it did not die). Such a
+  // worker heard of its leave clock late (after it started a clock at or
+  // past it): its pushes there are acknowledged as duplicates and dropped,
+  // not refused, so it is not failed for clocks it could not know to skip;
+  // it leaves when its assignment says so. A worker never listed before
+  // `clock` is still refused.
+  virtual bool LeftBefore(uint64_t worker, uint64_t clock) const = 0;
   // Appends to the bounded ring of round records.
   virtual void RecordRound(RoundInfo round) = 0;
 };

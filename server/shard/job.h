@@ -150,6 +150,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
     return membership_.WorkerClock(worker);
   }
   uint64_t MemberClock(uint64_t worker) const override { return membership_.MemberClock(worker); }
+  bool LeftBefore(uint64_t worker, uint64_t clock) const override {
+    return membership_.LeftBefore(worker, clock);
+  }
   std::optional<uint64_t> NextEpochClock(uint64_t clock) const override {
     return membership_.NextEpochClock(clock);
   }

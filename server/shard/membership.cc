@@ -155,6 +155,18 @@ std::vector<uint64_t> Membership::MembersAt(uint64_t clock, uint64_t* epoch) con
   return found->workers;
 }
 
+bool Membership::LeftBefore(uint64_t worker, uint64_t clock) const {
+  absl::ReaderMutexLock l(&mu_);
+  if (departed_.contains(worker)) return false;  // let go for good: it died
+  const MembershipEpoch* at = EpochAtLocked(clock);
+  if (at == nullptr || Contains(at->workers, worker)) return false;
+  for (const MembershipEpoch& e : epochs_) {
+    if (e.effective_clock >= at->effective_clock) break;
+    if (Contains(e.workers, worker)) return true;
+  }
+  return false;
+}
+
 std::optional<uint64_t> Membership::NextStaffedClock(uint64_t clock) const {
   absl::ReaderMutexLock l(&mu_);
   // The candidates are `clock` itself and each later effective clock.

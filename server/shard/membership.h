@@ -107,11 +107,12 @@ class Membership {
   [[nodiscard]] absl::StatusOr<uint64_t> Update(MembershipEpoch epoch, uint64_t passed,
                                                 Joined* joined);
 
-  // As JobContext::MembersAt / NextStaffedClock / NextEpochClock
-  // (consistency.h).
+  // As JobContext::MembersAt / NextStaffedClock / NextEpochClock /
+  // LeftBefore (consistency.h).
   std::vector<uint64_t> MembersAt(uint64_t clock, uint64_t* epoch) const;
   std::optional<uint64_t> NextStaffedClock(uint64_t clock) const;
   std::optional<uint64_t> NextEpochClock(uint64_t clock) const;
+  bool LeftBefore(uint64_t worker, uint64_t clock) const;
 
   // The slowest member of the newest epoch (see [member clocks]); the
   // epoch's effective clock when it has no members.

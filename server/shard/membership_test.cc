@@ -43,6 +43,17 @@ TEST(Membership, ClocksAreCheckedAgainstTheMembersWindow) {
   EXPECT_TRUE(m.CheckClock(20, 2000, 4, "ClockAdvance").ok());  // 20 has not caught up yet
 }
 
+TEST(Membership, ALeaverPastItsLeaveClockIsToldApartFromAStranger) {
+  // See [late leave].
+  Membership m(MembershipEpoch{1, 0, {10, 20}});
+  ASSERT_TRUE(m.Update(MembershipEpoch{2, 100, {10}}).ok());
+  EXPECT_FALSE(m.LeftBefore(20, 99));   // still a member there
+  EXPECT_TRUE(m.LeftBefore(20, 100));   // let go at 100, heard of it late
+  EXPECT_TRUE(m.LeftBefore(20, 150));
+  EXPECT_FALSE(m.LeftBefore(10, 150));  // a member
+  EXPECT_FALSE(m.LeftBefore(30, 150));  // never listed
+}
+
 TEST(Membership, ClocksOnlyMoveForward) {
   Membership m(MembershipEpoch{1, 0, {10, 11}});
   EXPECT_EQ(m.WorkerClock(10), 0u);

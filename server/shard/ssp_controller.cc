@@ -16,6 +16,7 @@ absl::StatusOr<bool> ApplyOnArrival(ChunkState& chunk, const PushArgs& push, Job
   uint64_t epoch = 0;
   const std::vector<uint64_t> members = job.MembersAt(push.clock, &epoch);
   if (std::find(members.begin(), members.end(), push.worker) == members.end()) {
+    if (job.LeftBefore(push.worker, push.clock)) return true;  // see [late leave]
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", push.worker, " is not a member at clock ", push.clock, " (epoch ", epoch, ")"));
   }

@@ -266,6 +266,19 @@ class ElasticTest : public ::testing::Test {
       }
       std::set<uint64_t> want(e->worker_ids().begin(), e->worker_ids().end());
       std::set<uint64_t> got(r.contributors().begin(), r.contributors().end());
+      // The second exception: a shard that heard of a join only after it
+      // had closed rounds past the join clock closed them with the previous
+      // epoch's members, which it records, and settled the joiners' pushes
+      // for them ([late join] in server/shard/job.cc). Counted, not failed.
+      if (want != got && r.epoch() + 1 == e->epoch() && e->epoch() >= 2) {
+        const v1::MembershipEpoch& prev = job.epochs(static_cast<int>(e->epoch()) - 2);
+        std::set<uint64_t> before(prev.worker_ids().begin(), prev.worker_ids().end());
+        if (got == before && std::includes(want.begin(), want.end(), before.begin(),
+                                           before.end())) {
+          ++late_join_rounds_;
+          want = before;
+        }
+      }
       if (want != got && mismatches++ < 10) {
         ADD_FAILURE() << "chunk " << r.chunk_id() << " clock " << r.clock() << " (epoch "
                       << e->epoch() << ", shard says " << r.epoch() << "): contributors {"
@@ -275,8 +288,12 @@ class ElasticTest : public ::testing::Test {
       ++per_epoch[e->epoch()];
     }
     EXPECT_EQ(mismatches, 0);
+    if (late_join_rounds_ > 0) {
+      std::cerr << late_join_rounds_ << " rounds closed before their shard heard of a join\n";
+    }
     return per_epoch;
   }
+  int late_join_rounds_ = 0;
 
   std::string dir_;
   std::vector<Server> shards_;
