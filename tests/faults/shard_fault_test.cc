@@ -117,10 +117,11 @@ TEST(Faults, ShardKilledMidJobRestoresLastCheckpoint) {
       << "not the checkpoint of the interval the kill fell in";
   EXPECT_LE(restored_clock, kill_clock);
   EXPECT_LE(lost, kCheckpointEvery);
-  // Every lost clock shows up as a round given up, and nothing else does
-  // (plus at most the round or two the shard applied between our last
-  // stats read and the kill).
-  EXPECT_GE(incomplete.size(), lost);
+  // Nothing but the lost clocks shows up as a round given up (plus at most
+  // the round or two the shard applied between our last stats read and the
+  // kill). Not every lost clock has to: a push the dead shard had not acked
+  // yet is replayed by its worker and completes its round again (one CI run
+  // on a loaded machine saw none given up at all).
   EXPECT_LE(incomplete.size(), lost + 2);
   for (const auto& [clock, chunks] : incomplete) {
     EXPECT_LT(clock, kill_clock + 2) << "a round after the kill lost a contributor";
