@@ -150,6 +150,7 @@ TEST_F(Convergence, BoundedStalenessMatchesSync) {
 TEST_F(Convergence, CompressedPullsMatchFp32Pulls) {
   v1::JobSpec fp32_pull = Reference("twobit-push-fp32-pull");
   fp32_pull.mutable_codec()->set_default_codec("twobit");
+  fp32_pull.mutable_codec()->set_twobit_min_elems(1);  // twobit on every tensor, as above
   fp32_pull.mutable_codec()->set_pull_codec("none");
   const Result base = Run(fp32_pull);
   EXPECT_GE(base.accuracy, 0.90);
