@@ -346,6 +346,18 @@ class GoodClient:
 # ---------------------------------------------------------------- cases
 
 
+def park_pulls(job, n_streams, per_stream):
+    """Opens n_streams streams, alternating members 5 and 6, each parking
+    per_stream pulls for clock 1 with the longest timeout a client can ask."""
+    streams = []
+    for i in range(n_streams):
+        st = job.stream(5 + i % 2)
+        for rid in range(per_stream):
+            st.pull_request(rid, 1, timeout_ms=0xFFFFFFFF)
+        streams.append(st)
+    return streams
+
+
 def case_clock_advance_far_future(sh, good):
     """Item 1: ClockAdvance{2^62} from the only member of a sync job."""
     job = Job(sh, "wedge", SYNC, [5])
@@ -442,12 +454,7 @@ def case_parked_pulls(sh, good):
     s.cancel()
     # Many streams park the most they may, then are cancelled.
     rss0, cpu0 = sh.rss_kib(), sh.cpu_seconds()
-    streams = []
-    for i in range(48):
-        st = job.stream(6 if i % 2 else 5)
-        for rid in range(MAX_PULLS_PER_STREAM):
-            st.pull_request(rid, 1, timeout_ms=0xFFFFFFFF)
-        streams.append(st)
+    streams = park_pulls(job, 48, MAX_PULLS_PER_STREAM)
     time.sleep(0.5)
     step_while = good.step()
     for st in streams:
@@ -679,12 +686,7 @@ def measure_leak(binary, work_dir, streams_n=100, pulls_per_stream=600):
     job = Job(sh, "leak", SYNC, [5, 6])
     base = sorted(float(good_step_ms(good).split()[0]) for _ in range(10))[5]
     rss0 = sh.rss_kib()
-    streams = []
-    for i in range(streams_n):
-        st = job.stream(5 + i % 2)
-        for rid in range(pulls_per_stream):
-            st.pull_request(rid, 1, timeout_ms=0xFFFFFFFF)
-        streams.append(st)
+    streams = park_pulls(job, streams_n, pulls_per_stream)
     time.sleep(2.0)
     rss_parked = sh.rss_kib()
     for st in streams:
