@@ -132,7 +132,8 @@ std::string Elapsed(const v1::JobStatus& j, int64_t now_ms) {
 // The codec each tensor travels with, grouped by codec, as the coordinator
 // resolved the job's policy into the shard map ([layer-wise codec]), e.g.
 // "twobit: fc1.weight (89% of elements); ternary: conv1.weight, ... (7, 11%)".
-std::string TensorCodecs(const v1::ShardMap& map) {
+// Tensors grouped by the codec of their pushes, or of their pulls.
+std::string TensorCodecs(const v1::ShardMap& map, bool pulls) {
   constexpr int kNamesShown = 4;
   struct Group {
     std::vector<std::string> names;
@@ -141,7 +142,7 @@ std::string TensorCodecs(const v1::ShardMap& map) {
   std::map<std::string, Group> groups;
   uint64_t total = 0;
   for (const auto& t : map.tensors()) {
-    Group& g = groups[t.codec()];
+    Group& g = groups[pulls ? (t.pull_codec().empty() ? "none" : t.pull_codec()) : t.codec()];
     g.names.push_back(t.name());
     g.elems += t.num_elems();
     total += t.num_elems();
@@ -181,8 +182,13 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
                                  : absl::StrCat(" (+", s.codec().overrides_size(), " overrides)"),
                              s.codec().pull_codec().empty() || s.codec().pull_codec() == "none"
                                  ? ""
-                                 : absl::StrCat(", pulls ", s.codec().pull_codec()))},
-      {"tensors", j.shard_map().tensors().empty() ? "-" : TensorCodecs(j.shard_map())},
+                                 : absl::StrCat(", pulls ", s.codec().pull_codec(),
+                                                s.codec().pull_min_elems() > 1
+                                                    ? absl::StrCat(" (fp32 below ",
+                                                                   s.codec().pull_min_elems(),
+                                                                   " elements)")
+                                                    : ""))},
+      {"tensors", j.shard_map().tensors().empty() ? "-" : TensorCodecs(j.shard_map(), false)},
       {"consistency", ConsistencyText(s.consistency())},
       {"workers",
        absl::StrCat(j.active_workers(), " active / ", j.desired_workers(), " desired, epoch ",
@@ -203,6 +209,11 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
                                      : 0.0)},
       {"staleness", absl::StrCat("max ", p.max_staleness())},
   };
+  if (!s.codec().pull_codec().empty() && s.codec().pull_codec() != "none" &&
+      !j.shard_map().tensors().empty()) {
+    // Right under "tensors": the pull codec per tensor (see [layer-wise pull]).
+    head.insert(head.begin() + 6, {"pulls", TensorCodecs(j.shard_map(), true)});
+  }
   // What the shards say (issue 15): a job whose clock stands still, and
   // checkpoints that cannot be written.
   if (j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds) {

@@ -12,6 +12,11 @@ std::string ResolveCodec(const CodecPolicy& policy, std::string_view tensor_name
   return policy.default_codec;
 }
 
+std::string ResolvePullCodec(const CodecPolicy& policy, uint64_t num_elems) {
+  if (policy.pull_codec.empty() || num_elems < policy.pull_min_elems) return "none";
+  return policy.pull_codec;
+}
+
 CodecPolicy CodecPolicyFromProto(const v1::CodecPolicy& proto) {
   CodecPolicy policy;
   policy.default_codec = proto.default_codec();
@@ -21,6 +26,8 @@ CodecPolicy CodecPolicyFromProto(const v1::CodecPolicy& proto) {
   policy.ternary_clip = proto.ternary_clip();
   policy.error_feedback = !proto.disable_error_feedback();
   policy.twobit_min_elems = proto.twobit_min_elems();
+  if (!proto.pull_codec().empty()) policy.pull_codec = proto.pull_codec();
+  policy.pull_min_elems = proto.pull_min_elems();
   return policy;
 }
 

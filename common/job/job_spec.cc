@@ -81,6 +81,7 @@ void ApplyJobDefaults(JobSpec* spec) {
   if (codec->twobit_min_elems() == 0) codec->set_twobit_min_elems(kDefaultTwobitMinElems);
   // fp32 pulls unless asked: see [pull codec default] in common/codec/published.h.
   if (codec->pull_codec().empty()) codec->set_pull_codec("none");
+  if (codec->pull_min_elems() == 0) codec->set_pull_min_elems(kDefaultPullMinElems);
 
   if (spec->workers() == 0) spec->set_workers(2);
   if (spec->seed() == 0) spec->set_seed(1);

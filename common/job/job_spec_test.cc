@@ -23,6 +23,8 @@ TEST(JobSpec, DefaultsFillEveryZeroField) {
   EXPECT_FLOAT_EQ(spec.optimizer().momentum(), 0.9f);
   EXPECT_EQ(spec.codec().default_codec(), "twobit");
   EXPECT_EQ(spec.codec().twobit_min_elems(), kDefaultTwobitMinElems);
+  EXPECT_EQ(spec.codec().pull_codec(), "none");
+  EXPECT_EQ(spec.codec().pull_min_elems(), kDefaultPullMinElems);
   EXPECT_EQ(spec.workers(), 2u);
   EXPECT_EQ(spec.chunk_elems(), 262144u);
   EXPECT_TRUE(ValidateJobSpec(spec).ok());

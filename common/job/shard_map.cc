@@ -35,14 +35,16 @@ absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
                                                      "' is empty"));
     }
     const uint64_t elems = static_cast<uint64_t>(spec.num_elems);
+    const std::string pull_codec = ResolvePullCodec(policy, elems);
     map.tensors.push_back(TensorInfo{spec.name, static_cast<uint32_t>(t), elems,
-                                     ResolveCodec(policy, spec.name, elems)});
+                                     ResolveCodec(policy, spec.name, elems), pull_codec});
     for (uint64_t off = 0; off < elems; off += chunk_elems) {
       ChunkInfo c;
       c.chunk_id = map.chunks.size();
       c.tensor = static_cast<uint32_t>(t);
       c.offset = off;
       c.num_elems = static_cast<uint32_t>(std::min<uint64_t>(chunk_elems, elems - off));
+      c.pull_fp32 = pull_codec == "none";
       map.chunks.push_back(c);
     }
   }

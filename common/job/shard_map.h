@@ -31,6 +31,7 @@ struct TensorInfo {
   uint32_t index = 0;      // position in ShardMap::tensors
   uint64_t num_elems = 0;
   std::string codec;       // chosen by the policy; empty = resolve on the worker
+  std::string pull_codec = "none";  // see [layer-wise pull]
 };
 
 struct ChunkInfo {
@@ -39,6 +40,7 @@ struct ChunkInfo {
   uint64_t offset = 0;     // first element within the tensor
   uint32_t num_elems = 0;  // 1..kMaxChunkElems
   uint32_t shard = 0;      // index into ShardMap::shards
+  bool pull_fp32 = false;  // pulled fp32 under a job pull codec (see [layer-wise pull])
 };
 
 struct ShardMap {

@@ -10,10 +10,12 @@ absl::StatusOr<ShardMap> ShardMapFromProto(const v1::ShardMap& proto) {
   ShardMap map;
   map.shards.assign(proto.shards().begin(), proto.shards().end());
   for (const v1::TensorInfo& t : proto.tensors()) {
-    map.tensors.push_back(TensorInfo{t.name(), t.index(), t.num_elems(), t.codec()});
+    map.tensors.push_back(TensorInfo{t.name(), t.index(), t.num_elems(), t.codec(),
+                                     t.pull_codec().empty() ? "none" : t.pull_codec()});
   }
   for (const v1::ChunkInfo& c : proto.chunks()) {
-    map.chunks.push_back(ChunkInfo{c.chunk_id(), c.tensor(), c.offset(), c.num_elems(), c.shard()});
+    map.chunks.push_back(
+        ChunkInfo{c.chunk_id(), c.tensor(), c.offset(), c.num_elems(), c.shard(), c.pull_fp32()});
   }
   GS_RETURN_IF_ERROR(ValidateShardMap(map));
   return map;
@@ -28,6 +30,7 @@ v1::ShardMap ShardMapToProto(const ShardMap& map) {
     p->set_index(t.index);
     p->set_num_elems(t.num_elems);
     p->set_codec(t.codec);
+    p->set_pull_codec(t.pull_codec);
   }
   for (const ChunkInfo& c : map.chunks) {
     v1::ChunkInfo* p = proto.add_chunks();
@@ -36,6 +39,7 @@ v1::ShardMap ShardMapToProto(const ShardMap& map) {
     p->set_offset(c.offset);
     p->set_num_elems(c.num_elems);
     p->set_shard(c.shard);
+    p->set_pull_fp32(c.pull_fp32);
   }
   return proto;
 }

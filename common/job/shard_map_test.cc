@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "common/job/shard_map_proto.h"
 #include "gtest/gtest.h"
 
 namespace gradstream {
@@ -119,6 +120,33 @@ TEST(SplitModel, LayerWiseTwobitSendsSmallTensorsAsTernary) {
   policy.default_codec = "twobit";
   policy.twobit_min_elems = 1;
   EXPECT_EQ(ResolveCodec(policy, "conv1.weight", 999), "twobit");
+}
+
+TEST(SplitModel, LayerWisePullKeepsSmallTensorsFp32) {
+  // See [layer-wise pull]: below pull_min_elems a tensor is pulled fp32, and
+  // every chunk of it says so -- the tail chunk of a large tensor does not.
+  CodecPolicy policy;
+  policy.pull_codec = "twobit";
+  policy.pull_min_elems = 1000;
+  auto map = SplitModel({{"fc1.weight", 1000}, {"conv1.weight", 999}}, Shards(2), 256, policy);
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->tensors[0].pull_codec, "twobit");
+  EXPECT_EQ(map->tensors[1].pull_codec, "none");
+  for (const ChunkInfo& c : map->chunks) {
+    EXPECT_EQ(c.pull_fp32, c.tensor == 1) << "chunk " << c.chunk_id;
+  }
+  // The map carries it to the shards.
+  auto back = ShardMapFromProto(ShardMapToProto(*map));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->tensors[1].pull_codec, "none");
+  EXPECT_TRUE(back->chunks.back().pull_fp32);
+  // Without a pull codec every tensor pulls fp32 and no chunk is marked by
+  // the rule; 1 turns the rule off.
+  policy.pull_codec = "none";
+  EXPECT_EQ(ResolvePullCodec(policy, 5000), "none");
+  policy.pull_codec = "ternary";
+  policy.pull_min_elems = 1;
+  EXPECT_EQ(ResolvePullCodec(policy, 2), "ternary");
 }
 
 TEST(ValidateShardMap, CatchesGapsOverlapsAndBadIndices) {

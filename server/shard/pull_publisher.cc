@@ -23,11 +23,13 @@ PullPublisher::PullPublisher(CodecType codec, bool once_per_clock,
     : codec_(codec), once_per_clock_(once_per_clock) {
   CHECK(codec != CodecType::kNone) << "a pull publisher needs a compressing codec";
   for (const ChunkSpec& spec : chunks) {
-    auto c = std::make_unique<Chunk>(spec.num_elems);
-    absl::MutexLock l(&c->mu);
-    // No error feedback decorator: the residual is params - copy (see [pull codec]).
-    c->encoder = *MakeChunkEncoder(CodecTypeName(codec), PullCodecOptions(),
-                                   /*error_feedback=*/false, spec.num_elems);
+    auto c = std::make_unique<Chunk>(spec.num_elems, spec.pull_fp32);
+    if (!c->fp32) {
+      absl::MutexLock l(&c->mu);
+      // No error feedback decorator: the residual is params - copy (see [pull codec]).
+      c->encoder = *MakeChunkEncoder(CodecTypeName(codec), PullCodecOptions(),
+                                     /*error_feedback=*/false, spec.num_elems);
+    }
     chunks_[spec.chunk_id] = std::move(c);
   }
 }
@@ -43,6 +45,10 @@ void PullPublisher::Reset(Chunk& c, absl::Span<const float> params, uint64_t ver
 
 void PullPublisher::Publish(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
                             uint64_t version) {
+  if (c.fp32) {  // see [layer-wise pull]
+    Reset(c, params, version);
+    return;
+  }
   c.scratch.resize(c.num_elems);
   for (uint32_t i = 0; i < c.num_elems; ++i) c.scratch[i] = params[i] - c.copy[i];
   Delta d;

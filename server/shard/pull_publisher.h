@@ -28,7 +28,8 @@ namespace gradstream::shard {
 // s + 1 deltas behind; farther behind, a snapshot is the cheaper answer anyway.
 class PullPublisher {
  public:
-  // `codec` must not be kNone. `once_per_clock`: publish at most once per
+  // `codec` must not be kNone; chunks marked pull_fp32 are published whole
+  // at every publication (a snapshot, see [layer-wise pull]). `once_per_clock`: publish at most once per
   // reader clock (SSP, async: a copy published for the fastest reader
   // satisfies every slower one) instead of at every version change (sync).
   PullPublisher(CodecType codec, bool once_per_clock, const std::vector<ChunkSpec>& chunks);
@@ -56,8 +57,9 @@ class PullPublisher {
     EncodedDelta delta;
   };
   struct Chunk {
-    explicit Chunk(uint32_t n) : num_elems(n) {}
+    Chunk(uint32_t n, bool whole) : num_elems(n), fp32(whole) {}
     const uint32_t num_elems;
+    const bool fp32;  // published whole, never as a delta
     mutable absl::Mutex mu;
     bool has ABSL_GUARDED_BY(mu) = false;  // a copy was published
     uint64_t version ABSL_GUARDED_BY(mu) = 0;
@@ -67,11 +69,11 @@ class PullPublisher {
     std::vector<float> scratch ABSL_GUARDED_BY(mu);  // params - copy
     std::deque<Delta> history ABSL_GUARDED_BY(mu);   // oldest first
     size_t history_bytes ABSL_GUARDED_BY(mu) = 0;
-    std::unique_ptr<Codec> encoder ABSL_GUARDED_BY(mu);
+    std::unique_ptr<Codec> encoder ABSL_GUARDED_BY(mu);  // null for fp32 chunks
   };
 
   // Takes the copy to `params` at `version`: a delta, or the params whole
-  // the first time (and should encoding fail).
+  // the first time, for fp32 chunks, and should encoding fail.
   void Publish(uint64_t chunk_id, Chunk& c, absl::Span<const float> params, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   static void Reset(Chunk& c, absl::Span<const float> params, uint64_t version)

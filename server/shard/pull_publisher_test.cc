@@ -124,6 +124,27 @@ TEST(PullPublisher, OncePerClockPublishesForTheFastestReaderOnly) {
   EXPECT_EQ(out.version, 1u);
 }
 
+TEST(PullPublisher, Fp32ChunksArePublishedWholeEveryVersion) {
+  // See [layer-wise pull]: a small tensor's chunk under a pull codec is the
+  // true parameters at every version, still versioned and checksummed.
+  PullPublisher pub(CodecType::kTwoBit, false, {{0, kElems}, {1, 64, /*pull_fp32=*/true}});
+  std::mt19937 rng(5);
+  std::vector<float> params = Step(std::vector<float>(64, 0.0f), rng, 1.0f);
+  Worker w;
+  PulledChunk out;
+  out.chunk_id = 1;
+  pub.Serve(1, params, 0, 0, nullptr, &out);
+  w.Take(out);
+  for (uint64_t v = 1; v <= 5; ++v) {
+    params = Step(params, rng, 0.01f);
+    EXPECT_EQ(pub.Serve(1, params, v, v, w.held_or_null(), &out), 64 * sizeof(float));
+    EXPECT_TRUE(out.deltas.empty());
+    w.Take(out);
+    EXPECT_EQ(w.copy, params) << "version " << v;
+  }
+  EXPECT_EQ(pub.Serve(1, params, 5, 5, w.held_or_null(), &out), 0u) << "current: nothing to send";
+}
+
 TEST(PullPublisher, CheckpointKeepsThePublishedCopy) {
   PullPublisher pub(CodecType::kTernary, false, {{3, kElems}});
   std::mt19937 rng(4);

@@ -110,7 +110,7 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
                        " elements: an fp32 push would not fit the shard's ",
                        server.max_message_bytes, "-byte message limit"));
     }
-    o.chunks.push_back(ChunkSpec{c.chunk_id(), c.num_elems()});
+    o.chunks.push_back(ChunkSpec{c.chunk_id(), c.num_elems(), c.pull_fp32()});
   }
   o.membership.epoch = req.membership().epoch();
   o.membership.effective_clock = req.membership().effective_clock();

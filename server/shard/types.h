@@ -27,6 +27,9 @@ struct ConsistencyOptions {
 struct ChunkSpec {
   uint64_t chunk_id = 0;
   uint32_t num_elems = 0;
+  // Served fp32 under a job pull codec (see [layer-wise pull] in
+  // common/job/codec_policy.h).
+  bool pull_fp32 = false;
 };
 
 // The workers whose pushes count from `effective_clock` on.
