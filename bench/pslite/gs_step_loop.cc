@@ -8,12 +8,16 @@
 //
 // Protocol (one line each): it prints "ready <shard pid>" once the job is
 // open and initialized; each "step" line gets "<push ms> <pull ms> <shard
-// page faults during the push>" (the shard's minor + major faults, from
-// /proc/<pid>/stat); "quit" or EOF ends it. A step pushes the whole model as
+// page faults during the push> <shard CPU ms during the push>" (minor + major
+// faults from /proc/<pid>/stat; CPU time of all its threads from
+// /proc/<pid>/task/*/schedstat, which other load on the host disturbs less
+// than the wall time); "quit" or EOF ends it. A step pushes the whole model as
 // one tensor (chunks of --chunk_elems), waits for every ack, advances the
 // clock and pulls it back (--pull=false: push only, pull ms 0). The shard
 // runs the job in ASYNC mode with SGD, as ps_bench does.
 #include <unistd.h>
+
+#include <filesystem>
 
 #include <cstdio>
 #include <fstream>
@@ -62,6 +66,19 @@ uint64_t PageFaults(pid_t pid) {
     }
   }
   return minflt + majflt;
+}
+
+// CPU time of all threads of `pid` so far (schedstat: ns on a CPU).
+uint64_t CpuNanos(pid_t pid) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::ifstream in(task.path() / "schedstat");
+    uint64_t ns = 0;
+    if (in >> ns) total += ns;
+  }
+  return total;
 }
 
 int Run() {
@@ -122,10 +139,12 @@ int Run() {
   while (std::getline(std::cin, line) && line != "quit") {
     if (line != "step") continue;
     const uint64_t faults = PageFaults((*shard)->pid());
+    const uint64_t cpu = CpuNanos((*shard)->pid());
     const absl::Time t0 = absl::Now();
     absl::Status s = client::PsClient::Wait((*client)->Push(0, grad, clock), absl::Seconds(60));
     const absl::Duration push = absl::Now() - t0;
     const uint64_t push_faults = PageFaults((*shard)->pid()) - faults;
+    const double push_cpu_ms = static_cast<double>(CpuNanos((*shard)->pid()) - cpu) / 1e6;
     if (s.ok()) s = (*client)->AdvanceClock(++clock);
     absl::Duration pull;
     if (s.ok() && absl::GetFlag(FLAGS_pull)) {
@@ -138,8 +157,9 @@ int Run() {
       std::fprintf(stderr, "gs_step_loop: %s\n", s.ToString().c_str());
       return 1;
     }
-    std::printf("%.3f %.3f %llu\n", absl::ToDoubleMilliseconds(push),
-                absl::ToDoubleMilliseconds(pull), static_cast<unsigned long long>(push_faults));
+    std::printf("%.3f %.3f %llu %.3f\n", absl::ToDoubleMilliseconds(push),
+                absl::ToDoubleMilliseconds(pull), static_cast<unsigned long long>(push_faults),
+                push_cpu_ms);
     std::fflush(stdout);
   }
   if (absl::Status s = (*client)->Leave(absl::Seconds(10)); !s.ok()) {

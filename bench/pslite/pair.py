@@ -4,12 +4,14 @@
     pair.py --reps 15 --warmup 2 BASE='cmd ...' CASE='cmd ...' [CASE2='cmd ...']
 
 Each command is started once and speaks the step-loop protocol on its
-stdin/stdout ("ready <pid>", then "<push ms> <pull ms> <faults>" per "step").
+stdin/stdout ("ready <pid>", then "<push ms> <pull ms> <faults> [<server CPU
+ms of the push>]" per "step").
 Every repetition runs one step of the baseline, then one step of each case
 right after it (the order of the cases rotates), so load drift on a shared
 host hits both members of a pair alike. Printed per case: median push and
-pull ms, median page faults of the push, and the median over repetitions of
-the per-pair ratio baseline time / case time (> 1: the case is faster).
+pull ms, median page faults and server CPU ms of the push, and the median
+over repetitions of the per-pair ratio baseline time / case time (> 1: the
+case is faster), for wall time and, where both report it, server CPU time.
 Only the standard library: any python3 runs it.
 """
 import shlex
@@ -45,7 +47,7 @@ class Loop:
         # lines that are not the protocol's are skipped.
         while not self._line().startswith("ready "):
             pass
-        self.push, self.pull, self.faults = [], [], []
+        self.push, self.pull, self.faults, self.cpu = [], [], [], []
 
     def _line(self):
         line = self.proc.stdout.readline()
@@ -60,7 +62,8 @@ class Loop:
             fields = self._line().split()
             try:
                 push, pull, faults = float(fields[0]), float(fields[1]), int(fields[2])
-                if len(fields) == 3:
+                cpu = float(fields[3]) if len(fields) == 4 else 0.0
+                if len(fields) in (3, 4):
                     break
             except (ValueError, IndexError):
                 pass
@@ -68,7 +71,8 @@ class Loop:
             self.push.append(push)
             self.pull.append(pull)
             self.faults.append(faults)
-        return push, pull
+            self.cpu.append(cpu)
+        return push, pull, cpu
 
     def close(self):
         try:
@@ -87,27 +91,31 @@ def main():
             print(f"starting {name}: {cmd}", flush=True)
             loops.append(Loop(name, cmd))
         base, cases = loops[0], loops[1:]
-        ratios = {c.name: ([], []) for c in cases}
+        ratios = {c.name: ([], [], []) for c in cases}
         for rep in range(warmup + reps):
             record = rep >= warmup
             order = cases[rep % len(cases):] + cases[:rep % len(cases)]
             for c in order:
-                bp, bl = base.step(record)
-                cp, cl = c.step(record)
+                bp, bl, bc = base.step(record)
+                cp, cl, cc = c.step(record)
                 if record:
                     ratios[c.name][0].append(bp / cp)
                     if cl > 0 and bl > 0:
                         ratios[c.name][1].append(bl / cl)
+                    if cc > 0 and bc > 0:
+                        ratios[c.name][2].append(bc / cc)
         med = statistics.median
-        print(f"\n{'loop':<24} {'push ms':>9} {'pull ms':>9} {'push faults':>12}  (medians of "
-              f"{reps} reps)")
+        print(f"\n{'loop':<24} {'push ms':>9} {'pull ms':>9} {'push faults':>12} "
+              f"{'server CPU ms':>14}  (medians of {reps} reps)")
         for l in loops:
-            print(f"{l.name:<24} {med(l.push):9.1f} {med(l.pull):9.1f} {med(l.faults):12.0f}")
+            print(f"{l.name:<24} {med(l.push):9.1f} {med(l.pull):9.1f} {med(l.faults):12.0f} "
+                  f"{med(l.cpu):14.1f}")
         print(f"\nper-pair ratio {base.name} time / case time (> 1: case faster), median:")
         for c in cases:
-            push, pull = ratios[c.name]
-            print(f"  {c.name:<22} push {med(push):6.3f}   pull "
-                  f"{med(pull) if pull else float('nan'):6.3f}   (push ratios "
+            push, pull, cpu = ratios[c.name]
+            nan = float("nan")
+            print(f"  {c.name:<22} push {med(push):6.3f}   pull {med(pull) if pull else nan:6.3f}"
+                  f"   push server CPU {med(cpu) if cpu else nan:6.3f}   (push ratios "
                   f"{' '.join(f'{r:.2f}' for r in sorted(push))})")
     finally:
         for l in loops:
