@@ -6,13 +6,19 @@
 //
 // Roles come from ps-lite's environment (DMLC_ROLE, DMLC_PS_ROOT_URI, ...).
 // The worker speaks gs_step_loop's protocol on stdin/stdout: "ready 0", then
-// one "<push ms> <pull ms> 0" line per "step" line; "quit" or EOF ends it.
+// one "<push ms> <pull ms> <server faults> <server CPU ms>" line per "step"
+// line (the last two during the push, read from /proc for the server process
+// PSLITE_SERVER_PID names; 0 without it); "quit" or EOF ends it.
 // Pushes and pulls use ZPush/ZPull (ps-lite's zero-copy calls) and are
 // waited for one at a time.
+#include <dirent.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "ps/ps.h"
@@ -48,6 +54,37 @@ class Store {
   ps::SArray<float> values_;
 };
 
+// Minor + major page faults and CPU ns (all threads) of process `pid`.
+struct Usage {
+  unsigned long long faults = 0, cpu_ns = 0;
+};
+Usage UsageOf(long pid) {
+  Usage u;
+  if (pid <= 0) return u;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream stat(proc + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t close = line.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    for (int i = 3; rest >> field && i <= 12; ++i) {
+      if (i == 10 || i == 12) u.faults += std::stoull(field);
+    }
+  }
+  if (DIR* d = opendir((proc + "/task").c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream ss(proc + "/task/" + e->d_name + "/schedstat");
+      unsigned long long ns = 0;
+      if (ss >> ns) u.cpu_ns += ns;
+    }
+    closedir(d);
+  }
+  return u;
+}
+
 double Ms(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
@@ -63,19 +100,24 @@ void RunWorker() {
   ps::SArray<int> got_lens;
   std::printf("ready 0\n");
   std::fflush(stdout);
+  const char* server_pid = std::getenv("PSLITE_SERVER_PID");
+  const long server = server_pid != nullptr ? std::atol(server_pid) : 0;
   std::string line;
   while (std::getline(std::cin, line) && line != "quit") {
     if (line != "step") continue;
+    const Usage before = UsageOf(server);
     const auto t0 = std::chrono::steady_clock::now();
     kv.Wait(kv.ZPush(keys, grad, lens));
     const auto t1 = std::chrono::steady_clock::now();
+    const Usage after = UsageOf(server);
     kv.Wait(kv.ZPull(keys, &params, &got_lens));
     const auto t2 = std::chrono::steady_clock::now();
     if (params.size() != n) {
       std::fprintf(stderr, "pslite_step: pulled %zu floats, want %zu\n", params.size(), n);
       std::exit(1);
     }
-    std::printf("%.3f %.3f 0\n", Ms(t1 - t0), Ms(t2 - t1));
+    std::printf("%.3f %.3f %llu %.3f\n", Ms(t1 - t0), Ms(t2 - t1), after.faults - before.faults,
+                static_cast<double>(after.cpu_ns - before.cpu_ns) / 1e6);
     std::fflush(stdout);
   }
 }

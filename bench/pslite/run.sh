@@ -70,7 +70,7 @@ pslite="export DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 DMLC_PS_ROOT_URI=127.0.0.1 \
 DMLC_PS_ROOT_PORT=$port DMLC_NODE_HOST=127.0.0.1 DMLC_INTERFACE=lo PSLITE_STEP_FLOATS=$floats; \
 DMLC_ROLE=scheduler $work/pslite_step </dev/null >/dev/null 2>&1 & \
 DMLC_ROLE=server $work/pslite_step </dev/null >/dev/null 2>&1 & \
-DMLC_ROLE=worker exec $work/pslite_step 2>/dev/null"
+PSLITE_SERVER_PID=\$! DMLC_ROLE=worker exec $work/pslite_step 2>/dev/null"
 
 echo "ps-lite $(git -C "$work/src" log -1 --format=%h) vs gradstream $(git -C "$root" log -1 --format=%h)," \
      "$((floats * 4 >> 20)) MiB, 1 worker, 1 server, loopback"

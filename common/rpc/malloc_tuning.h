@@ -22,7 +22,7 @@ namespace gradstream::rpc {
 // Call once at the start of main(), before threads start. Returns false when
 // the allocator refused a setting (not glibc, or a sanitizer's allocator);
 // nothing else changes then.
-bool KeepFreedMemoryForReuse();
+[[nodiscard]] bool KeepFreedMemoryForReuse();
 
 }  // namespace gradstream::rpc
 
