@@ -13,6 +13,8 @@
 # ps-lite comes from PSLITE_SRC (a checkout), else a clone of PSLITE_GIT
 # (default https://github.com/dmlc/ps-lite); when neither can be had, or its
 # build fails, the script says so and exits 0 (skipped: CI does not run it).
+# GS_BEFORE_SHARD=<a gs_shard binary> adds the same two gradstream cases on
+# that shard (e.g. a build of an older commit), paired with ps-lite too.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -74,7 +76,9 @@ PSLITE_SERVER_PID=\$! DMLC_ROLE=worker exec $work/pslite_step 2>/dev/null"
 
 echo "ps-lite $(git -C "$work/src" log -1 --format=%h) vs gradstream $(git -C "$root" log -1 --format=%h)," \
      "$((floats * 4 >> 20)) MiB, 1 worker, 1 server, loopback"
-/usr/bin/env python3 "$here/pair.py" --reps "$reps" --warmup "$warmup" \
-  "ps-lite=$pslite" \
-  "gradstream-fp32=$loop --codec=none" \
-  "gradstream-twobit=$loop --codec=twobit"
+cases=("gradstream-fp32=$loop --codec=none" "gradstream-twobit=$loop --codec=twobit")
+if [[ -n "${GS_BEFORE_SHARD:-}" ]]; then
+  cases+=("before-fp32=$loop --codec=none --shard_binary=$GS_BEFORE_SHARD"
+          "before-twobit=$loop --codec=twobit --shard_binary=$GS_BEFORE_SHARD")
+fi
+/usr/bin/env python3 "$here/pair.py" --reps "$reps" --warmup "$warmup" "ps-lite=$pslite" "${cases[@]}"
