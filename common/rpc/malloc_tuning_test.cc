@@ -9,6 +9,16 @@
 
 #include "gtest/gtest.h"
 
+// Sanitizers bring their own allocator: glibc's settings do not apply.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define GS_SANITIZED_MALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define GS_SANITIZED_MALLOC 1
+#endif
+#endif
+
 namespace gradstream::rpc {
 namespace {
 
@@ -33,7 +43,7 @@ long FaultsOf(size_t bytes, int n, int rounds) {
 }
 
 TEST(MallocTuning, FreedBuffersAreReusedWithoutFaults) {
-#if !defined(__GLIBC__) || defined(__SANITIZE_ADDRESS__)
+#if !defined(__GLIBC__) || defined(GS_SANITIZED_MALLOC)
   GTEST_SKIP() << "glibc malloc only";
 #else
   ASSERT_TRUE(KeepFreedMemoryForReuse());
