@@ -33,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
+#include "common/rpc/malloc_tuning.h"
 #include "common/status.h"
 #include "raw.grpc.pb.h"
 #include "worker/client/channel_factory.h"
@@ -542,6 +543,11 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_serve_raw)) return gradstream::bench::ServeRaw();
+  if (absl::GetFlag(FLAGS_serve_raw)) {
+    // The same allocator settings as gs_shard, so that the raw baseline
+    // differs from the shard by the shard's work only ([receive memory]).
+    (void)gradstream::rpc::KeepFreedMemoryForReuse();
+    return gradstream::bench::ServeRaw();
+  }
   return gradstream::bench::Run();
 }

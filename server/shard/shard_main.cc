@@ -22,6 +22,7 @@
 #include "common/metrics/metrics_server.h"
 #include "common/port_file.h"
 #include "common/rpc/flags.h"
+#include "common/rpc/malloc_tuning.h"
 #include "glog/logging.h"
 #include "server/shard/shard_server.h"
 
@@ -50,6 +51,10 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  // Before any thread starts: see [receive memory].
+  if (!gradstream::rpc::KeepFreedMemoryForReuse()) {
+    LOG(INFO) << "malloc settings for large messages not applied (not glibc malloc)";
+  }
 
   // Block the shutdown signals in every thread; one thread waits for them.
   sigset_t signals;

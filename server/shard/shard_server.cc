@@ -26,6 +26,7 @@
 #include "ps.grpc.pb.h"
 #include "server/shard/executor.h"
 #include "server/shard/internal/session_lifecycle.h"
+#include "server/shard/internal/worker_frame.h"
 #include "server/shard/job.h"
 #include "server/shard/session_handler.h"
 #include "server/shard/shard_metrics.h"
@@ -41,6 +42,10 @@ using internal::SessionPhase;
 constexpr int kMessageOverhead = 1024;
 // Messages read ahead of the executor per stream (flow control).
 constexpr size_t kMaxInbox = 8;
+// Capacity of the recycled push payload buffers, shard-wide (see [push
+// frames]): a stream has at most kMaxInbox + 2 pushes in hand, 1 MiB each
+// for fp32 chunks, so this serves several streams at full speed.
+constexpr size_t kPayloadPoolBytes = size_t{64} << 20;
 
 // Names each Session stream's pulls (PullArgs::stream).
 std::atomic<uint64_t> next_stream_id{1};
@@ -147,10 +152,12 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
                              private SessionHandler::Stream {
  public:
   // `metrics` (nullable) receives the push handling latency.
+  // `payloads` (shard-wide) recycles push payload buffers.
   static SessionReactor* Start(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
-                               absl::Duration default_pull_timeout, ShardMetrics* metrics) {
-    auto s = std::shared_ptr<SessionReactor>(
-        new SessionReactor(std::move(find_job), executor, env, default_pull_timeout, metrics));
+                               absl::Duration default_pull_timeout, ShardMetrics* metrics,
+                               internal::PayloadPool* payloads) {
+    auto s = std::shared_ptr<SessionReactor>(new SessionReactor(
+        std::move(find_job), executor, env, default_pull_timeout, metrics, payloads));
     {
       absl::MutexLock l(&s->mu_);
       s->self_ = s;
@@ -166,10 +173,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   void OnReadDone(bool ok) override {
     bool schedule = false;
     pb::WorkerMessage msg;
-    const bool parsed =
-        ok && grpc::SerializationTraits<pb::WorkerMessage>::Deserialize(&read_buf_, &msg).ok();
+    const bool parsed = ok && Parse(&msg);
+    read_buf_.Clear();
     if (ok && !parsed) {
-      read_buf_.Clear();
       const std::string why = "a Session frame is not a valid WorkerMessage (ps.proto)";
       FailWith(absl::StatusCode::kInvalidArgument, why,
                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why));
@@ -236,9 +242,11 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
 
  private:
   SessionReactor(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
-                 absl::Duration default_pull_timeout, ShardMetrics* metrics)
+                 absl::Duration default_pull_timeout, ShardMetrics* metrics,
+                 internal::PayloadPool* payloads)
       : executor_(executor),
         metrics_(metrics),
+        payloads_(payloads),
         id_(next_stream_id.fetch_add(1)),
         handler_(std::move(find_job), env, default_pull_timeout, this) {}
 
@@ -247,6 +255,17 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
     return self_;
   }
 
+  // Parses read_buf_ (see [push frames]): false when it is not a WorkerMessage.
+  bool Parse(pb::WorkerMessage* msg) {
+    std::vector<grpc::Slice> slices;
+    if (!read_buf_.Dump(&slices).ok()) return false;
+    std::vector<absl::string_view> pieces;
+    pieces.reserve(slices.size());
+    for (const grpc::Slice& s : slices) {
+      pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    return internal::ParseWorkerMessage(pieces, payloads_, msg);
+  }
   void Drain();
   // Handles `msg`, timing it into the job's push latency when it is a push.
   void Handle(pb::WorkerMessage& msg);
@@ -326,6 +345,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
 
   Executor* const executor_;
   ShardMetrics* const metrics_;  // nullable
+  internal::PayloadPool* const payloads_;
   const uint64_t id_;            // PullArgs::stream of this stream's pulls
   // Used by the strand only (one Handle at a time): no lock.
   SessionHandler handler_;
@@ -381,7 +401,7 @@ class ShardService final : public ServiceBase {
         [this, token = rpc::PresentedToken(*ctx)](const pb::Hello& hello) {
           return AdmitSession(hello, token);
         },
-        executor_, options_.env, options_.default_pull_timeout, metrics_.get());
+        executor_, options_.env, options_.default_pull_timeout, metrics_.get(), &payloads_);
   }
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
@@ -590,6 +610,7 @@ class ShardService final : public ServiceBase {
 
   const ShardServerOptions options_;
   Executor* const executor_;
+  internal::PayloadPool payloads_{kPayloadPoolBytes};  // see [push frames]
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   // Last member: its collector (which lists jobs_) is registered once the
@@ -615,6 +636,9 @@ void SessionReactor::Drain() {
       }
     }
     Handle(msg);
+    if (msg.has_push()) {
+      payloads_->Give(std::move(*msg.mutable_push()->mutable_chunk()->mutable_payload()));
+    }
   }
 }
 
