@@ -82,7 +82,8 @@ def main():
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--epochs", type=float, default=1.0,
                     help="passes over the training set by the whole job")
-    ap.add_argument("--batch_size", type=int, default=64, help="per worker")
+    ap.add_argument("--batch_size", type=int, default=64,
+                    help="the global batch: split across the job's current workers")
     ap.add_argument("--lr", type=float, default=0.05, help="local mode; a job's is --lr of submit")
     ap.add_argument("--train_limit", type=int, default=0, help="use the first N training images")
     ap.add_argument("--test_limit", type=int, default=0, help="evaluate on the first N test images")
@@ -102,12 +103,20 @@ def main():
     model = Net()
     ps = gs.ParameterServer(model, optimizer="momentum", lr=args.lr, momentum=0.9)
     m = gs.membership()
-    # The job's clocks: the samples of `epochs` passes over the workers at start.
-    steps = math.ceil(args.epochs * len(x) / (args.batch_size * m.world_size))
-    print("rank %d of %d: %d training images, %d clocks of %d" %
+    # The batch is global: each clock consumes --batch_size samples, split
+    # across however many workers the job has at that clock (gs.shard's
+    # global_batch_size). So a job takes the same optimizer steps on the same
+    # samples as this script single-process, --lr means the same whatever
+    # the world size, and scaling mid-job changes neither. (Horovod and DDP
+    # take a per-worker batch and ask you to scale the learning rate with the
+    # world size; here the learning rate lives on the shards and the world
+    # size may change mid-job, so the batch is what stays fixed.)
+    steps = math.ceil(args.epochs * len(x) / args.batch_size)
+    print("rank %d of %d: %d training images, %d clocks of %d (global)" %
           (m.rank, m.world_size, len(x), steps, args.batch_size), flush=True)
     start = time.time()
-    for xb, yb in gs.shard((x, y), batch_size=args.batch_size, steps=steps, seed=args.seed):
+    for xb, yb in gs.shard((x, y), global_batch_size=args.batch_size, steps=steps,
+                           seed=args.seed):
         loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         ps.step(loss)

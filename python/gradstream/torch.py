@@ -3,7 +3,7 @@
     import gradstream.torch as gs
     gs.init()                          # the launcher's environment, or local mode
     ps = gs.ParameterServer(model)     # declares the tensors; rank 0 initializes the shards
-    for x, y in gs.shard((images, labels), batch_size=64, steps=1000):
+    for x, y in gs.shard((images, labels), global_batch_size=64, steps=1000):
         loss = F.cross_entropy(model(x), y)
         loss.backward()                # each gradient is pushed as backward produces it
         ps.step(loss)                  # clock + 1, pull at the version the consistency mode allows
@@ -377,31 +377,68 @@ def _indexable(dataset):
     return n, lambda idx: collate([dataset[int(i)] for i in idx])
 
 
-def _permutation(n, seed, epoch, pass_no, shuffle):
+def _permutation(n, seed, start_clock, shuffle):
     if not shuffle:
         return torch.arange(n)
     g = torch.Generator()
-    g.manual_seed((seed * 1_000_003 + epoch * 7919 + pass_no) % (2 ** 63))
+    g.manual_seed((seed * 1_000_003 + start_clock) % (2 ** 63))
     return torch.randperm(n, generator=g)
+
+
+def _split(perm, rank, world_size, batch_size=None, global_batch_size=None):
+    """One pass of `perm` (its length a multiple of world_size) as this
+    rank's batches. Per-worker batches: rank r takes perm[r::world_size], cut
+    into batch_size pieces. Global batches: perm is cut into global batches
+    (a last piece smaller than world_size joins the one before it) and rank r
+    takes every world_size-th index of each, so a clock consumes the same
+    samples whatever the world size, and every rank does the same number of
+    clocks per pass."""
+    if global_batch_size is None:
+        mine = perm[rank::world_size]
+        return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+    if global_batch_size < world_size:
+        raise ValueError("gradstream: global_batch_size %d is smaller than the world size %d"
+                         % (global_batch_size, world_size))
+    cuts = list(range(0, len(perm), global_batch_size))
+    if len(cuts) > 1 and len(perm) - cuts[-1] < world_size:
+        cuts.pop()
+    cuts.append(len(perm))
+    return [perm[a:b][rank::world_size] for a, b in zip(cuts, cuts[1:])]
 
 
 _passes = {}  # membership epoch -> passes started in it
 
 
-def shard(dataset, batch_size=32, steps=None, shuffle=True, seed=0):
+def shard(dataset, batch_size=None, steps=None, shuffle=True, seed=0, global_batch_size=None):
     """Yields this worker's batches of `dataset` under the current membership.
 
     `dataset`: a tuple of tensors of equal length (features, labels, ...) or
-    any map-style dataset. One pass splits a permutation of the dataset
-    evenly over the members (rank r takes every world_size-th index; it is
-    padded with its own first indices to a multiple of world_size, as
-    torch's DistributedSampler does), so the members' shares are disjoint and
-    cover the dataset. The permutation depends on (seed, membership epoch,
-    pass), so every member draws the same one. When the membership changes
+    any map-style dataset. Give either `batch_size` (per worker, as with
+    Horovod or DDP: a clock consumes batch_size * world_size samples; 32 when
+    neither is given) or `global_batch_size` (split across the current
+    members: a clock consumes global_batch_size samples whatever the world
+    size, rank r taking every world_size-th of them, so a job takes the same
+    optimizer steps on the same samples as the script run single-process,
+    and scaling mid-job changes neither the batch nor what the learning rate
+    means). The shards average the members' gradients; with a split that is
+    not even (64 over 3: 22, 21, 21) the average weighs samples very slightly
+    unevenly.
+
+    One pass splits a permutation of the dataset over the members; it is
+    padded with its own first indices to a multiple of world_size, as torch's
+    DistributedSampler does, so the members' shares are disjoint and cover
+    the dataset. The permutation depends on (seed, the clock the pass starts
+    at), so every member draws the same one, and a job draws the same as
+    the script single-process until the membership changes. When it changes
     (at a clock boundary), the pass restarts with the new members' shares.
     With `steps`, passes repeat until the job's clock reaches `steps`;
     without, it is one pass.
     """
+    if batch_size is not None and global_batch_size is not None:
+        raise ValueError("gradstream: give batch_size (per worker) or global_batch_size, "
+                         "not both")
+    if batch_size is None and global_batch_size is None:
+        batch_size = 32
     s = _session()
     n, take = _indexable(dataset)
     log = os.environ.get("GRADSTREAM_SHARE_LOG")
@@ -409,24 +446,24 @@ def shard(dataset, batch_size=32, steps=None, shuffle=True, seed=0):
         m = s.current
         pass_no = _passes.get(m.epoch, 0)
         _passes[m.epoch] = pass_no + 1
-        perm = _permutation(n, seed, m.epoch, pass_no, shuffle)
+        perm = _permutation(n, seed, s.clock, shuffle)
         total = math.ceil(n / m.world_size) * m.world_size
         if total > n:
             perm = torch.cat([perm, perm[: total - n]])
-        mine = perm[m.rank::m.world_size]
+        batches = _split(perm, m.rank, m.world_size, batch_size, global_batch_size)
         if log:
             with open(log, "a") as f:
                 f.write(json.dumps({"worker": m.worker_id, "epoch": m.epoch, "pass": pass_no,
                                     "rank": m.rank, "world_size": m.world_size, "clock": s.clock,
-                                    "indices": mine.tolist()}) + "\n")
+                                    "batches": [len(b) for b in batches],
+                                    "indices": torch.cat(batches).tolist()}) + "\n")
         changed = False
-        for start in range(0, len(mine), batch_size):
+        for idx in batches:
             if steps is not None and s.clock >= steps:
                 return
             if s.current.epoch != m.epoch:
                 changed = True
                 break
-            idx = mine[start:start + batch_size]
             s.samples += len(idx)
             yield take(idx)
         if changed:
