@@ -33,6 +33,8 @@ def main():
     ap.add_argument("--lr", default="0.05")
     ap.add_argument("--max_gap", type=float, default=0.005,
                     help="accuracy a job may lose against single-process")
+    ap.add_argument("--twobit_flags", default="",
+                    help="more submit flags for the twobit job, space-separated (use =)")
     ap.add_argument("--timeout", type=int, default=150, help="seconds per job")
     args = ap.parse_args()
     cluster.require_torch()
@@ -50,7 +52,8 @@ def main():
     with cluster.Cluster(args.build, workers=2 * len(CODECS)) as c:
         jobs = {codec: c.submit("--name=fmnist-" + codec, "--workers=2", "--codec=" + codec,
                                 "--consistency=sync", "--optimizer=momentum", "--lr=" + args.lr,
-                                "--workdir", REPO, "--entrypoint", script)
+                                "--workdir", REPO, "--entrypoint", script,
+                                *(args.twobit_flags.split() if codec == "twobit" else []))
                 for codec in CODECS}
         out, _ = local.communicate(timeout=args.timeout * len(CODECS))
         print("single-process:\n" + out)
