@@ -386,24 +386,32 @@ def _permutation(n, seed, start_clock, shuffle):
 
 
 def _split(perm, rank, world_size, batch_size=None, global_batch_size=None):
-    """One pass of `perm` (its length a multiple of world_size) as this
-    rank's batches. Per-worker batches: rank r takes perm[r::world_size], cut
-    into batch_size pieces. Global batches: perm is cut into global batches
-    (a last piece smaller than world_size joins the one before it) and rank r
-    takes every world_size-th index of each, so a clock consumes the same
-    samples whatever the world size, and every rank does the same number of
-    clocks per pass."""
+    """One pass over `perm` as this rank's batches.
+
+    Per-worker batches: perm is padded with its first indices to a multiple
+    of world_size (as torch's DistributedSampler does), rank r takes
+    perm[r::world_size], cut into batch_size pieces.
+
+    Global batches: perm is cut into ceil(len / global_batch_size) global
+    batches and rank r takes every world_size-th index of each, so a clock
+    consumes the same samples whatever the world size and every rank makes
+    the same number of clocks per pass. A last batch smaller than
+    world_size is padded with the pass's first indices, so that every rank
+    has a piece."""
     if global_batch_size is None:
-        mine = perm[rank::world_size]
+        total = math.ceil(len(perm) / world_size) * world_size
+        mine = torch.cat([perm, perm[: total - len(perm)]])[rank::world_size]
         return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
     if global_batch_size < world_size:
         raise ValueError("gradstream: global_batch_size %d is smaller than the world size %d"
                          % (global_batch_size, world_size))
-    cuts = list(range(0, len(perm), global_batch_size))
-    if len(cuts) > 1 and len(perm) - cuts[-1] < world_size:
-        cuts.pop()
-    cuts.append(len(perm))
-    return [perm[a:b][rank::world_size] for a, b in zip(cuts, cuts[1:])]
+    out = []
+    for start in range(0, len(perm), global_batch_size):
+        batch = perm[start:start + global_batch_size]
+        if len(batch) < world_size:
+            batch = torch.cat([batch, perm[: world_size - len(batch)]])
+        out.append(batch[rank::world_size])
+    return out
 
 
 _passes = {}  # membership epoch -> passes started in it
@@ -424,10 +432,9 @@ def shard(dataset, batch_size=None, steps=None, shuffle=True, seed=0, global_bat
     not even (64 over 3: 22, 21, 21) the average weighs samples very slightly
     unevenly.
 
-    One pass splits a permutation of the dataset over the members; it is
-    padded with its own first indices to a multiple of world_size, as torch's
-    DistributedSampler does, so the members' shares are disjoint and cover
-    the dataset. The permutation depends on (seed, the clock the pass starts
+    One pass splits a permutation of the dataset over the members (see
+    _split for how it is padded when it does not divide evenly), so the
+    members' shares are disjoint and cover the dataset. The permutation depends on (seed, the clock the pass starts
     at), so every member draws the same one, and a job draws the same as
     the script single-process until the membership changes. When it changes
     (at a clock boundary), the pass restarts with the new members' shares.
@@ -447,9 +454,6 @@ def shard(dataset, batch_size=None, steps=None, shuffle=True, seed=0, global_bat
         pass_no = _passes.get(m.epoch, 0)
         _passes[m.epoch] = pass_no + 1
         perm = _permutation(n, seed, s.clock, shuffle)
-        total = math.ceil(n / m.world_size) * m.world_size
-        if total > n:
-            perm = torch.cat([perm, perm[: total - n]])
         batches = _split(perm, m.rank, m.world_size, batch_size, global_batch_size)
         if log:
             with open(log, "a") as f:

@@ -21,7 +21,6 @@ import cluster  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = "/usr/share/datasets/fashion-mnist"
-CODECS = ("none", "twobit")
 
 
 def main():
@@ -33,10 +32,12 @@ def main():
     ap.add_argument("--lr", default="0.05")
     ap.add_argument("--max_gap", type=float, default=0.005,
                     help="accuracy a job may lose against single-process")
+    ap.add_argument("--codecs", default="none,twobit", help="the jobs to run, one per codec")
     ap.add_argument("--twobit_flags", default="",
                     help="more submit flags for the twobit job, space-separated (use =)")
     ap.add_argument("--timeout", type=int, default=150, help="seconds per job")
     args = ap.parse_args()
+    codecs = args.codecs.split(",")
     cluster.require_torch()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         print("SKIP: no Fashion-MNIST in %s (apt-get install dataset-fashion-mnist)" % DATA)
@@ -49,13 +50,13 @@ def main():
     env.pop("GRADSTREAM_AGENT", None)
     local = subprocess.Popen(script.split(), cwd=REPO, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
-    with cluster.Cluster(args.build, workers=2 * len(CODECS)) as c:
+    with cluster.Cluster(args.build, workers=2 * len(codecs)) as c:
         jobs = {codec: c.submit("--name=fmnist-" + codec, "--workers=2", "--codec=" + codec,
                                 "--consistency=sync", "--optimizer=momentum", "--lr=" + args.lr,
                                 "--workdir", REPO, "--entrypoint", script,
                                 *(args.twobit_flags.split() if codec == "twobit" else []))
-                for codec in CODECS}
-        out, _ = local.communicate(timeout=args.timeout * len(CODECS))
+                for codec in codecs}
+        out, _ = local.communicate(timeout=args.timeout * len(codecs))
         print("single-process:\n" + out)
         m = re.search(r"final test accuracy ([0-9.]+) after (\d+) clocks", out)
         base, clocks = (float(m.group(1)), int(m.group(2))) if m else (0.0, 0)
