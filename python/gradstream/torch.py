@@ -377,11 +377,13 @@ def _indexable(dataset):
     return n, lambda idx: collate([dataset[int(i)] for i in idx])
 
 
-def _permutation(n, seed, start_clock, shuffle):
+def _permutation(n, seed, epoch, pass_no, shuffle):
     if not shuffle:
         return torch.arange(n)
+    # A job's first membership epoch is 1, single-process's 0: the same
+    # permutations, so a job draws what the script draws single-process.
     g = torch.Generator()
-    g.manual_seed((seed * 1_000_003 + start_clock) % (2 ** 63))
+    g.manual_seed((seed * 1_000_003 + max(0, epoch - 1) * 7919 + pass_no) % (2 ** 63))
     return torch.randperm(n, generator=g)
 
 
@@ -453,7 +455,7 @@ def shard(dataset, batch_size=None, steps=None, shuffle=True, seed=0, global_bat
         m = s.current
         pass_no = _passes.get(m.epoch, 0)
         _passes[m.epoch] = pass_no + 1
-        perm = _permutation(n, seed, s.clock, shuffle)
+        perm = _permutation(n, seed, m.epoch, pass_no, shuffle)
         batches = _split(perm, m.rank, m.world_size, batch_size, global_batch_size)
         if log:
             with open(log, "a") as f:
