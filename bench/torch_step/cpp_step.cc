@@ -7,9 +7,9 @@
 // parameters -- the calls the package's step makes, without Python.
 //
 // Steps run in lock-step with step_bench.py (another job on the same shards)
-// over two FIFOs in --pair_dir: it reads a line from "to_cpp" (the package's
-// step time, or "stop"), makes one step and writes its own time in seconds
-// to "to_py", so each C++ step runs right after a package step.
+// over two FIFOs in --pair_dir: it reads a line from "to_cpp" ("step", or
+// "stop"), makes one step and writes its time in seconds to "to_py"; the
+// package side decides the order within each pair.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

@@ -3,8 +3,8 @@
 through the C++ PsClient, for a ~25M-parameter model, on a local cluster
 (2 shards, 2 workers): two one-worker jobs on the same shards, the package's
 (step_bench.py) and the C++ driver's (torch_step_cpp, built by CMake),
-stepping in lock-step, each C++ step right after a package step; it prints
-the median of the per-pair speed ratios.
+stepping in lock-step (a pair is one step of each, in alternating order);
+it prints the median of the per-pair speed ratios.
 
     python3 bench/torch_step/run.py [--build build] [--codec twobit] [--steps 10]
 """

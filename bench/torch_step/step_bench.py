@@ -4,7 +4,9 @@ gradstream.torch package for a ~25M-parameter model (the gradients go
 through ParameterServer as in training: one push per tensor as the backward
 hook makes it, then step(): wait, clock, pull into the parameters in place),
 in lock-step with torch_step_cpp, which makes the same step directly on the
-C++ PsClient in another job on the same shards (FIFOs in --pair_dir).
+C++ PsClient in another job on the same shards (FIFOs in --pair_dir): each
+pair is one step of each, the package's first in even pairs, the C++ one's
+first in odd pairs.
 Backward is left out (the gradients are precomputed) so only what the
 package adds is compared."""
 
@@ -45,18 +47,31 @@ def main():
     # Open order matches torch_step_cpp's (to_cpp, then to_py): no deadlock.
     with open(os.path.join(args.pair_dir, "to_cpp"), "w") as to_cpp, \
             open(os.path.join(args.pair_dir, "to_py")) as to_py:
-        for step in range(WARMUP + args.steps):
+        def cpp_step():
+            to_cpp.write("step\n")
+            to_cpp.flush()
+            took = float(to_py.readline())
+            if took < 0:
+                raise SystemExit("torch_step_cpp: its step failed (see its worker's log)")
+            return took
+
+        def timed_package_step():
             t = time.perf_counter()
             package_step()
-            took = time.perf_counter() - t
-            to_cpp.write("%.9f\n" % took)  # the C++ step runs right after this one
-            to_cpp.flush()
-            other = float(to_py.readline())
-            if other < 0:
-                raise SystemExit("torch_step_cpp: its step failed (see its worker's log)")
+            return time.perf_counter() - t
+
+        for step in range(WARMUP + args.steps):
+            # Pairs alternate which goes first (ABBA), so whatever one step
+            # leaves behind on the shards weighs on both sides alike.
+            if step % 2 == 0:
+                p = timed_package_step()
+                c = cpp_step()
+            else:
+                c = cpp_step()
+                p = timed_package_step()
             if step >= WARMUP:
-                pkg.append(took)
-                cpp.append(other)
+                pkg.append(p)
+                cpp.append(c)
         to_cpp.write("stop\n")
     print("model %d parameters (%d tensors), %d paired steps" % (n, len(params), args.steps))
     print("C++ PsClient (torch_step_cpp):  median step %.1f ms" % (1e3 * statistics.median(cpp)))
