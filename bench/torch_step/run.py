@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """A step through the gradstream.torch package against the same step
-through the C++ PsClient (libgradstream_c called directly), for a
-~25M-parameter model, on a local cluster (2 shards, 1 worker):
+through the C++ PsClient, for a ~25M-parameter model, on a local cluster
+(2 shards, 2 workers): two one-worker jobs on the same shards, the package's
+(step_bench.py) and the C++ driver's (torch_step_cpp, built by CMake),
+stepping in lock-step (a pair is one step of each, in alternating order);
+it prints the median of the per-pair speed ratios.
 
     python3 bench/torch_step/run.py [--build build] [--codec twobit] [--steps 10]
 """
@@ -9,6 +12,7 @@ through the C++ PsClient (libgradstream_c called directly), for a
 import argparse
 import os
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -21,17 +25,29 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--codec", default="twobit")
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--width", type=int, default=2500)
+    ap.add_argument("--layers", type=int, default=4)
     args = ap.parse_args()
-    with cluster.Cluster(args.build, workers=1) as c:
-        job = c.submit("--name=torch-step-bench", "--workers=1", "--codec=" + args.codec,
-                       "--entrypoint", "%s %s --steps %d" % (
-                           sys.executable, os.path.join(HERE, "step_bench.py"), args.steps))
-        st = c.wait_job(job, timeout=900)
-        log = open(os.path.join(c.run_dir, "worker1.log")).read().splitlines()
-        print("\n".join(l for l in log if not l[:1] in "IWE" or not l[1:5].isdigit()))
-        if st["state"] != "COMPLETED":
-            print("job %s: %s" % (st["state"], st.get("message")))
-            return 1
+    pair_dir = tempfile.mkdtemp(prefix="gs-torch-step-")
+    for fifo in ("to_cpp", "to_py"):
+        os.mkfifo(os.path.join(pair_dir, fifo))
+    model = "--width %d --layers %d --pair_dir %s" % (args.width, args.layers, pair_dir)
+    with cluster.Cluster(args.build, workers=2) as c:
+        jobs = [c.submit("--name=torch-step-" + name, "--workers=1", "--codec=" + args.codec,
+                         "--entrypoint", cmd + " " + model)
+                for name, cmd in (
+                    ("package", "%s %s --steps %d" % (sys.executable,
+                                                      os.path.join(HERE, "step_bench.py"),
+                                                      args.steps)),
+                    ("cpp", c.bin("bench/torch_step/torch_step_cpp")))]
+        states = [c.wait_job(job, timeout=900) for job in jobs]
+        for w in (1, 2):
+            log = open(os.path.join(c.run_dir, "worker%d.log" % w)).read().splitlines()
+            print("\n".join(l for l in log if l[:1] not in "IWE" or not l[1:5].isdigit()))
+        for job, st in zip(jobs, states):
+            if st["state"] != "COMPLETED":
+                print("job %s: %s %s" % (job, st["state"], st.get("message")))
+                return 1
     return 0
 
 

@@ -1,16 +1,17 @@
-"""Runs inside a script job (see run.py): times one training step's
-communication for a ~25M-parameter model two ways on the same session:
-  package: the gradients go through gradstream.torch as in training
-           (per-tensor push from ParameterServer, step(): wait, clock, pull
-           into the parameters in place);
-  direct:  the same calls straight on libgradstream_c (gs_push per tensor,
-           gs_wait_pushes, gs_advance_clock, gs_pull), i.e. the C++ PsClient
-           with nothing but a ctypes call in between.
-Backward is left out of both (the gradients are precomputed) so only what
-the package adds is compared."""
+"""The package side of the torch_step bench (see run.py): runs inside a
+script job, times one training step's communication through the
+gradstream.torch package for a ~25M-parameter model (the gradients go
+through ParameterServer as in training: one push per tensor as the backward
+hook makes it, then step(): wait, clock, pull into the parameters in place),
+in lock-step with torch_step_cpp, which makes the same step directly on the
+C++ PsClient in another job on the same shards (FIFOs in --pair_dir): each
+pair is one step of each, the package's first in even pairs, the C++ one's
+first in odd pairs.
+Backward is left out (the gradients are precomputed) so only what the
+package adds is compared."""
 
 import argparse
-import ctypes
+import os
 import statistics
 import time
 
@@ -18,54 +19,66 @@ import torch
 import torch.nn as nn
 
 import gradstream.torch as gs
-from gradstream import _lib
+
+WARMUP = 2  # pairs not counted
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=10, help="timed pairs")
     ap.add_argument("--width", type=int, default=2500)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--pair_dir", required=True)
     args = ap.parse_args()
     gs.init()
+    torch.manual_seed(1)
     model = nn.Sequential(*[nn.Linear(args.width, args.width) for _ in range(args.layers)])
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     n = sum(p.numel() for p in params)
     ps = gs.ParameterServer(model)
     grads = [torch.randn_like(p) * 1e-3 for p in params]
-    s = gs._session()
-    lib, h = s.lib, s.handle
 
     def package_step():
         for i, g in enumerate(grads):
             ps._push(i, g)   # what the backward hook does with each gradient
         ps.step()
 
-    ptrs = (ctypes.c_void_p * len(params))(*[p.data.data_ptr() for p in params])
+    pkg, cpp = [], []
+    # Open order matches torch_step_cpp's (to_cpp, then to_py): no deadlock.
+    with open(os.path.join(args.pair_dir, "to_cpp"), "w") as to_cpp, \
+            open(os.path.join(args.pair_dir, "to_py")) as to_py:
+        def cpp_step():
+            to_cpp.write("step\n")
+            to_cpp.flush()
+            took = float(to_py.readline())
+            if took < 0:
+                raise SystemExit("torch_step_cpp: its step failed (see its worker's log)")
+            return took
 
-    def direct_step():
-        for i, g in enumerate(grads):
-            _lib.check(lib, lib.gs_push(h, i, g.data_ptr(), g.numel(), s.clock))
-        _lib.check(lib, lib.gs_wait_pushes(h, 60000))
-        s.clock += 1
-        _lib.check(lib, lib.gs_advance_clock(h, s.clock))
-        _lib.check(lib, lib.gs_pull(h, s.clock, ptrs, 600000))
+        def timed_package_step():
+            t = time.perf_counter()
+            package_step()
+            return time.perf_counter() - t
 
-    times = {"package": [], "direct": []}
-    for step in range(2 * args.steps + 2):
-        kind = "package" if step % 2 == 0 else "direct"  # interleaved: same conditions
-        t = time.perf_counter()
-        (package_step if kind == "package" else direct_step)()
-        if step >= 2:
-            times[kind].append(time.perf_counter() - t)
-    pkg, direct = statistics.median(times["package"]), statistics.median(times["direct"])
-    print("model %d parameters (%d tensors), %d steps each" % (n, len(params), args.steps))
-    print("direct (libgradstream_c / PsClient): median step %.1f ms" % (1e3 * direct))
-    print("package (gradstream.torch):          median step %.1f ms" % (1e3 * pkg))
-    # Each package step is paired with the direct step right after it.
-    ratios = [d / p for p, d in zip(times["package"], times["direct"])]
-    print("package speed relative to direct (median of %d paired ratios): %.3fx" %
-          (len(ratios), statistics.median(ratios)))
+        for step in range(WARMUP + args.steps):
+            # Pairs alternate which goes first (ABBA), so whatever one step
+            # leaves behind on the shards weighs on both sides alike.
+            if step % 2 == 0:
+                p = timed_package_step()
+                c = cpp_step()
+            else:
+                c = cpp_step()
+                p = timed_package_step()
+            if step >= WARMUP:
+                pkg.append(p)
+                cpp.append(c)
+        to_cpp.write("stop\n")
+    print("model %d parameters (%d tensors), %d paired steps" % (n, len(params), args.steps))
+    print("C++ PsClient (torch_step_cpp):  median step %.1f ms" % (1e3 * statistics.median(cpp)))
+    print("package (gradstream.torch):     median step %.1f ms" % (1e3 * statistics.median(pkg)))
+    ratios = [c / p for p, c in zip(pkg, cpp)]
+    print("package speed relative to C++ PsClient (median of %d per-pair ratios): %.3fx" %
+          (len(ratios), statistics.median(ratios)), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     import gradstream.torch as gs
     gs.init()                          # the launcher's environment, or local mode
     ps = gs.ParameterServer(model)     # declares the tensors; rank 0 initializes the shards
-    for x, y in gs.shard((images, labels), batch_size=64, steps=1000):
+    for x, y in gs.shard((images, labels), global_batch_size=64, steps=1000):
         loss = F.cross_entropy(model(x), y)
         loss.backward()                # each gradient is pushed as backward produces it
         ps.step(loss)                  # clock + 1, pull at the version the consistency mode allows
@@ -380,28 +380,74 @@ def _indexable(dataset):
 def _permutation(n, seed, epoch, pass_no, shuffle):
     if not shuffle:
         return torch.arange(n)
+    # A job's first membership epoch is 1, single-process's 0: the same
+    # permutations, so a job draws what the script draws single-process.
     g = torch.Generator()
-    g.manual_seed((seed * 1_000_003 + epoch * 7919 + pass_no) % (2 ** 63))
+    g.manual_seed((seed * 1_000_003 + max(0, epoch - 1) * 7919 + pass_no) % (2 ** 63))
     return torch.randperm(n, generator=g)
+
+
+def _split(perm, rank, world_size, batch_size=None, global_batch_size=None):
+    """One pass over `perm` as this rank's batches.
+
+    Per-worker batches: perm is padded with its first indices to a multiple
+    of world_size (as torch's DistributedSampler does), rank r takes
+    perm[r::world_size], cut into batch_size pieces.
+
+    Global batches: perm is cut into ceil(len / global_batch_size) global
+    batches and rank r takes every world_size-th index of each, so a clock
+    consumes the same samples whatever the world size and every rank makes
+    the same number of clocks per pass. A last batch smaller than
+    world_size is padded with the pass's first indices, so that every rank
+    has a piece."""
+    if global_batch_size is None:
+        total = math.ceil(len(perm) / world_size) * world_size
+        mine = torch.cat([perm, perm[: total - len(perm)]])[rank::world_size]
+        return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+    if global_batch_size < world_size:
+        raise ValueError("gradstream: global_batch_size %d is smaller than the world size %d"
+                         % (global_batch_size, world_size))
+    out = []
+    for start in range(0, len(perm), global_batch_size):
+        batch = perm[start:start + global_batch_size]
+        if len(batch) < world_size:
+            batch = torch.cat([batch, perm[: world_size - len(batch)]])
+        out.append(batch[rank::world_size])
+    return out
 
 
 _passes = {}  # membership epoch -> passes started in it
 
 
-def shard(dataset, batch_size=32, steps=None, shuffle=True, seed=0):
+def shard(dataset, batch_size=None, steps=None, shuffle=True, seed=0, global_batch_size=None):
     """Yields this worker's batches of `dataset` under the current membership.
 
     `dataset`: a tuple of tensors of equal length (features, labels, ...) or
-    any map-style dataset. One pass splits a permutation of the dataset
-    evenly over the members (rank r takes every world_size-th index; it is
-    padded with its own first indices to a multiple of world_size, as
-    torch's DistributedSampler does), so the members' shares are disjoint and
-    cover the dataset. The permutation depends on (seed, membership epoch,
-    pass), so every member draws the same one. When the membership changes
+    any map-style dataset. Give either `batch_size` (per worker, as with
+    Horovod or DDP: a clock consumes batch_size * world_size samples; 32 when
+    neither is given) or `global_batch_size` (split across the current
+    members: a clock consumes global_batch_size samples whatever the world
+    size, rank r taking every world_size-th of them, so a job takes the same
+    optimizer steps on the same samples as the script run single-process,
+    and scaling mid-job changes neither the batch nor what the learning rate
+    means). The shards average the members' gradients; with a split that is
+    not even (64 over 3: 22, 21, 21) the average weighs samples very slightly
+    unevenly.
+
+    One pass splits a permutation of the dataset over the members (see
+    _split for how it is padded when it does not divide evenly), so the
+    members' shares are disjoint and cover the dataset. The permutation depends on (seed, the clock the pass starts
+    at), so every member draws the same one, and a job draws the same as
+    the script single-process until the membership changes. When it changes
     (at a clock boundary), the pass restarts with the new members' shares.
     With `steps`, passes repeat until the job's clock reaches `steps`;
     without, it is one pass.
     """
+    if batch_size is not None and global_batch_size is not None:
+        raise ValueError("gradstream: give batch_size (per worker) or global_batch_size, "
+                         "not both")
+    if batch_size is None and global_batch_size is None:
+        batch_size = 32
     s = _session()
     n, take = _indexable(dataset)
     log = os.environ.get("GRADSTREAM_SHARE_LOG")
@@ -410,23 +456,20 @@ def shard(dataset, batch_size=32, steps=None, shuffle=True, seed=0):
         pass_no = _passes.get(m.epoch, 0)
         _passes[m.epoch] = pass_no + 1
         perm = _permutation(n, seed, m.epoch, pass_no, shuffle)
-        total = math.ceil(n / m.world_size) * m.world_size
-        if total > n:
-            perm = torch.cat([perm, perm[: total - n]])
-        mine = perm[m.rank::m.world_size]
+        batches = _split(perm, m.rank, m.world_size, batch_size, global_batch_size)
         if log:
             with open(log, "a") as f:
                 f.write(json.dumps({"worker": m.worker_id, "epoch": m.epoch, "pass": pass_no,
                                     "rank": m.rank, "world_size": m.world_size, "clock": s.clock,
-                                    "indices": mine.tolist()}) + "\n")
+                                    "batches": [len(b) for b in batches],
+                                    "indices": torch.cat(batches).tolist()}) + "\n")
         changed = False
-        for start in range(0, len(mine), batch_size):
+        for idx in batches:
             if steps is not None and s.clock >= steps:
                 return
             if s.current.epoch != m.epoch:
                 changed = True
                 break
-            idx = mine[start:start + batch_size]
             s.samples += len(idx)
             yield take(idx)
         if changed:

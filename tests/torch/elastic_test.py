@@ -3,7 +3,8 @@
 worker killed (SIGKILL, mid-step) in between: the job completes; a spare
 worker replaces the dead one; in every membership epoch the workers' data
 shares (what gs.shard handed each rank, logged by the script) are disjoint
-and cover the dataset; the scaled-down workers leave cleanly."""
+and cover the dataset, and every clock's pieces make up the script's global
+batch whatever the world size; the scaled-down workers leave cleanly."""
 
 import collections
 import json
@@ -16,6 +17,7 @@ import cluster  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = 600
+GLOBAL_BATCH = 20  # scripts/elastic.py's
 
 
 def main():
@@ -59,18 +61,25 @@ def main():
         shares = collections.defaultdict(dict)
         for line in open(log):
             r = json.loads(line)
-            shares[(r["epoch"], r["pass"])][r["rank"]] = (r["world_size"], r["indices"])
+            shares[(r["epoch"], r["pass"])][r["rank"]] = (r["world_size"], r["indices"],
+                                                          r["batches"])
         for (epoch, pass_no), ranks in sorted(shares.items()):
-            world = {w for w, _ in ranks.values()}
-            sets = [set(idx) for _, idx in ranks.values()]
+            world = {w for w, _, _ in ranks.values()}
+            sets = [set(idx) for _, idx, _ in ranks.values()]
+            # The global batch holds whatever the world size: every clock's
+            # pieces add up to GLOBAL_BATCH samples, on every rank alike.
+            per_clock = [sum(b) for b in zip(*[bs for _, _, bs in ranks.values()])]
+            same_clocks = len({len(bs) for _, _, bs in ranks.values()}) == 1
+            global_batch = same_clocks and per_clock == [GLOBAL_BATCH] * (N // GLOBAL_BATCH)
             union = set().union(*sets)
             disjoint = sum(len(s) for s in sets) == len(union)
             complete = len(ranks) == max(world) and len(world) == 1
             covers = union == set(range(N))
-            print("epoch %d pass %d: %d ranks of %s, disjoint %s, covers %s" %
-                  (epoch, pass_no, len(ranks), sorted(world), disjoint, covers))
+            print("epoch %d pass %d: %d ranks of %s, disjoint %s, covers %s, global batch "
+                  "%d per clock %s" % (epoch, pass_no, len(ranks), sorted(world), disjoint, covers,
+                                       GLOBAL_BATCH, global_batch))
             if complete:
-                ok = ok and disjoint and covers
+                ok = ok and disjoint and covers and global_batch
             elif not disjoint:
                 ok = False
         if not ok:

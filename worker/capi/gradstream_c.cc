@@ -19,6 +19,7 @@
 #include "common/rpc/rpc.h"
 #include "google/protobuf/text_format.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/capi/internal/session.h"
 #include "worker/client/ps_client.h"
 
 namespace v1 = gradstream::v1;
@@ -75,6 +76,10 @@ struct gs_session {
     return !r.assignment().job_id().empty() && (st == v1::PENDING || st == v1::RUNNING);
   }
 };
+
+namespace gradstream::capi {
+client::PsClient* SessionClient(gs_session* s) { return s->client.get(); }
+}  // namespace gradstream::capi
 
 extern "C" {
 

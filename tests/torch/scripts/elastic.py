@@ -11,6 +11,8 @@ import torch.nn.functional as F
 
 import gradstream.torch as gs
 
+GLOBAL_BATCH = 20  # split across the members: 20, 10 + 10, 7 + 7 + 6
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -23,7 +25,7 @@ def main():
     y = (x[:, 0] > 0).long()
     model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 2))
     ps = gs.ParameterServer(model)
-    for xb, yb in gs.shard((x, y), batch_size=10, steps=args.steps):
+    for xb, yb in gs.shard((x, y), global_batch_size=GLOBAL_BATCH, steps=args.steps):
         loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         ps.step(loss)
