@@ -32,6 +32,7 @@
 #include "common/job/shard_map_proto.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/flags.h"
+#include "common/rpc/malloc_tuning.h"
 #include "common/status.h"
 #include "coordinator.grpc.pb.h"
 #include "glog/logging.h"
@@ -429,6 +430,10 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  // Pull answers are large messages too: see [receive memory].
+  if (!gradstream::rpc::KeepFreedMemoryForReuse()) {
+    LOG(INFO) << "malloc settings for large messages not applied (not glibc malloc)";
+  }
   std::signal(SIGTERM, gradstream::OnSignal);
   std::signal(SIGINT, gradstream::OnSignal);
   using gradstream::Device;
