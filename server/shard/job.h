@@ -172,6 +172,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   // Lets the controller close what became ready on every chunk; returns true
   // when some version moved.
   bool AdvanceChunks();
+  // Sync mode: publishes `chunk`'s new version on an executor thread (see
+  // [eager publish]); a no-op otherwise.
+  void PublishSoon(ChunkState* chunk);
   bool Ready(const PullArgs& pull) const;
   void Serve(const PullArgs& pull, const PullCallback& done);
   // Serves every parked pull that became ready.

@@ -41,8 +41,8 @@ void PullPublisher::Reset(Chunk& c, absl::Span<const float> params, uint64_t ver
   c.history_bytes = 0;
 }
 
-void PullPublisher::Publish(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
-                            uint64_t version) {
+void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
+                                 uint64_t version) {
   c.scratch.resize(c.num_elems);
   for (uint32_t i = 0; i < c.num_elems; ++i) c.scratch[i] = params[i] - c.copy[i];
   Delta d;
@@ -74,19 +74,35 @@ void PullPublisher::Publish(uint64_t chunk_id, Chunk& c, absl::Span<const float>
   }
 }
 
-size_t PullPublisher::Serve(uint64_t chunk_id, absl::Span<const float> params, uint64_t version,
-                            uint64_t reader_clock, const HeldCopy* held, PulledChunk* out) {
+PullPublisher::Chunk& PullPublisher::Find(uint64_t chunk_id) const {
   auto it = chunks_.find(chunk_id);
   CHECK(it != chunks_.end()) << "chunk " << chunk_id << " has no published copy";
-  Chunk& c = *it->second;
-  absl::MutexLock l(&c.mu);
+  return *it->second;
+}
+
+void PullPublisher::MaybePublish(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
+                                 uint64_t version, uint64_t reader_clock) {
   if (!c.has) {
     Reset(c, params, version);
     c.published_clock = reader_clock;
   } else if (version != c.version && (!once_per_clock_ || reader_clock > c.published_clock)) {
-    Publish(chunk_id, c, params, version);
+    PublishDelta(chunk_id, c, params, version);
     c.published_clock = reader_clock;
   }
+}
+
+void PullPublisher::Publish(uint64_t chunk_id, absl::Span<const float> params, uint64_t version,
+                            uint64_t reader_clock) {
+  Chunk& c = Find(chunk_id);
+  absl::MutexLock l(&c.mu);
+  MaybePublish(chunk_id, c, params, version, reader_clock);
+}
+
+size_t PullPublisher::Serve(uint64_t chunk_id, absl::Span<const float> params, uint64_t version,
+                            uint64_t reader_clock, const HeldCopy* held, PulledChunk* out) {
+  Chunk& c = Find(chunk_id);
+  absl::MutexLock l(&c.mu);
+  MaybePublish(chunk_id, c, params, version, reader_clock);
   out->published = true;
   out->version = c.version;
   out->checksum = c.checksum;
