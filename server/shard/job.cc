@@ -382,12 +382,24 @@ void Job::Pull(PullArgs pull, PullCallback done) {
   std::optional<PendingPull> now = waiting_.ParkUnlessReady(
       PendingPull{std::move(pull), std::move(done)},
       [this](const PullArgs& p) { return Ready(p); });
-  if (now.has_value()) Serve(now->args, now->done);
+  if (now.has_value()) ServeSoon(*std::move(now));
+}
+
+void Job::ServeSoon(PendingPull pull) {
+  uint64_t fp32_bytes = 0;
+  for (uint64_t id : pull.args.chunk_ids) {
+    fp32_bytes += size_t{FindChunk(id)->num_elems} * sizeof(float);
+  }
+  if (fp32_bytes < kParallelServeBytes) return Serve(pull.args, pull.done);
+  // See [eager publish]: the thread that found the pull ready (a stream's
+  // strand, mid-way through a worker's pushes) goes on with its next message.
+  std::shared_ptr<Job> self = shared_from_this();
+  executor_->Submit([self, p = std::move(pull)] { self->Serve(p.args, p.done); });
 }
 
 void Job::Wake() {
   for (PendingPull& p : waiting_.TakeReady([this](const PullArgs& a) { return Ready(a); })) {
-    Serve(p.args, p.done);
+    ServeSoon(std::move(p));
   }
 }
 

@@ -177,6 +177,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   void PublishSoon(ChunkState* chunk);
   bool Ready(const PullArgs& pull) const;
   void Serve(const PullArgs& pull, const PullCallback& done);
+  // Serves a ready pull: at once when it is small, else on an executor
+  // thread (see [eager publish]).
+  void ServeSoon(PendingPull pull);
   // Serves every parked pull that became ready.
   void Wake();
   void MaybeCheckpoint();

@@ -10,9 +10,11 @@
 // the pulls that follow, of every worker, only copy bytes already encoded.
 // SSP and async publish once per reader clock, which only a pull names (an
 // earlier publication could miss updates a later reader is owed), so they
-// publish when a pull is served. Either way a pull serves its chunks in
-// parallel on the executor (Executor::ParallelFor): what has to be
-// published then is encoded on several threads. Publication runs under the
+// publish when a pull is served. Either way a pull of 1 MiB or more is
+// served on an executor thread of its own, not on the stream's strand (which
+// goes on with the worker's next pushes), and serves its chunks in parallel
+// (Executor::ParallelFor): what has to be published then is encoded on
+// several threads. Publication runs under the
 // chunk's parameter lock and this class's chunk lock, whoever comes first
 // publishes, the other finds the copy current: the published copy is the
 // same whichever thread made it.
