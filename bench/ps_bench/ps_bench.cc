@@ -5,17 +5,24 @@
 //   ps_bench                          # loopback: starts gs_shard children and a raw sink
 //   ps_bench --codecs=none,twobit --shards=1 --reps=5 --model_floats=4194304
 //   ps_bench --codecs=twobit --pull_codecs=none,twobit   # compressed vs fp32 pulls
+//   ps_bench --workers=4 --shards=2 --codecs=none,twobit   # 4 workers stepping at once
 //   ps_bench --shard_addresses=10.77.0.1:7001 --raw_address=10.77.0.1:7000   # remote
 //   ps_bench --serve_raw --port=7000  # only the raw sink (for bench/netns_shaped.sh)
 //
 // Each case is one job with a push codec and a pull codec (--codecs,
-// --pull_codecs); one step pushes the whole model as one tensor (chunks of
-// --chunk_elems on the shard map's shards), waits for every ack, advances the
-// clock and pulls the model back. Times are medians over --reps after
-// --warmup; ratios are paired (see [paired baseline]). The shards run in ASYNC mode with
-// SGD so that nothing waits on a clock. "caller ms" is how long the Push call
-// itself took (encoding every chunk and queueing it); the rest of a push's
-// time is the wire and the shard's decode + apply before it acknowledges.
+// --pull_codecs) and --workers workers (one client each, stepping at once on
+// threads of this process). A step pushes the whole model as one tensor
+// (chunks of --chunk_elems on the shard map's shards) and pulls it back at the
+// next clock; each repetition times one serial step (push, wait for every ack,
+// advance the clock, pull: the "push" and "pull" rows and their sum,
+// "serial") and one overlapped step (the pull asked for right after the push,
+// see [overlapped pull] in worker/client/ps_client.h: the "step" row). Times
+// are medians over --reps after --warmup, the slowest worker's; ratios are
+// paired (see [paired baseline]). The jobs run in --mode (sync: a chunk's
+// pull is answered when its round closed; async: nothing waits on a clock)
+// with SGD. "caller ms" is how long the Push call itself took (encoding every
+// chunk and queueing it); the rest of a push's time is the wire and the
+// shard's decode + apply before it acknowledges.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -58,6 +65,8 @@ ABSL_FLAG(std::string, raw_address, "", "Use this running raw sink instead of st
 ABSL_FLAG(int, encode_threads, 1,
           "ClientOptions::encode_threads: helpers beside the pushing thread (0 = caller only).");
 ABSL_FLAG(bool, skip_raw, false, "Do not measure the raw gRPC baseline.");
+ABSL_FLAG(int, workers, 1, "Workers (one client each, all in one job) stepping at once.");
+ABSL_FLAG(std::string, mode, "sync", "Consistency mode of the jobs: sync or async.");
 ABSL_FLAG(bool, skip_pull, false, "Measure pushes only.");
 ABSL_FLAG(bool, serve_raw, false, "Only serve the raw sink on --port (see raw.proto).");
 ABSL_FLAG(int, port, 0, "--serve_raw: port to listen on (0 = any).");
@@ -259,14 +268,17 @@ class Bench {
     return absl::OkStatus();
   }
 
-  // One job and its client: a push codec and a pull codec on the same shards.
+  // One job and its workers' clients: a push codec and a pull codec on the
+  // same shards.
   struct Case {
     std::string codec, pull_codec;
     std::string job_id;
-    std::unique_ptr<PsClient> client;
-    std::vector<float> params;
+    std::vector<std::unique_ptr<PsClient>> clients;  // worker i + 1
+    std::vector<std::vector<float>> params;          // by worker
     uint64_t clock = 0;
-    std::vector<double> push_s, pull_s, caller_s;
+    uint64_t steps = 0;  // recorded steps of either kind (bytes per step)
+    // Serial steps (push, then pull) and overlapped ones ([overlapped pull]).
+    std::vector<double> push_s, pull_s, caller_s, overlapped_s;
     client::ClientStats before;
     std::string name() const {
       return absl::StrCat("gradstream ", codec, pull_codec == codec ? "" : "/pull " + pull_codec);
@@ -286,35 +298,107 @@ class Bench {
     if (!map.ok()) return map.status();
     absl::StatusOr<CodecType> pull = CodecTypeFromName(pull_codec);
     if (!pull.ok()) return pull.status();
+    const int workers = absl::GetFlag(FLAGS_workers);
     client::testing::JobSetup setup;
     setup.job_id = absl::StrCat("ps_bench-", ::getpid(), "-", addresses.size(), "-", codec, "-",
                                 pull_codec, "-", job_counter_++);
     setup.optimizer.set_type("sgd");
     setup.optimizer.set_learning_rate(1e-6f);
-    setup.consistency.set_mode(v1::ASYNC);
-    setup.workers = {1};
+    const std::string mode = absl::GetFlag(FLAGS_mode);
+    if (mode == "sync") {
+      setup.consistency.set_mode(v1::SYNC);
+    } else if (mode == "async") {
+      setup.consistency.set_mode(v1::ASYNC);
+    } else {
+      return absl::InvalidArgumentError("--mode: sync or async");
+    }
+    setup.workers.clear();
+    for (int w = 1; w <= workers; ++w) setup.workers.push_back(w);
     setup.pull_codec = static_cast<v1::Codec>(static_cast<int>(*pull));
     auto created = client::testing::CreateJob(*map, setup, absl::Seconds(30));
     if (!created.ok()) return created.status();
     c->job_id = setup.job_id;
-    ClientOptions options;
-    options.job_id = setup.job_id;
-    options.worker_id = 1;
-    options.epoch = setup.epoch;
-    options.codec = policy;
-    options.rpc_deadline = absl::Seconds(30);
-    options.encode_threads = absl::GetFlag(FLAGS_encode_threads);
-    auto client = PsClient::Connect(*map, options);
-    if (!client.ok()) return client.status();
-    c->client = *std::move(client);
-    c->params.assign(floats, 0.0f);
-    std::vector<absl::Span<const float>> init = {absl::MakeConstSpan(c->params)};
-    if (absl::Status s = c->client->InitParams(init, absl::Seconds(60)); !s.ok()) return s;
+    for (int w = 1; w <= workers; ++w) {
+      ClientOptions options;
+      options.job_id = setup.job_id;
+      options.worker_id = w;
+      options.epoch = setup.epoch;
+      options.codec = policy;
+      options.rpc_deadline = absl::Seconds(30);
+      options.encode_threads = absl::GetFlag(FLAGS_encode_threads);
+      auto client = PsClient::Connect(*map, options);
+      if (!client.ok()) return client.status();
+      c->clients.push_back(*std::move(client));
+      c->params.emplace_back(floats, 0.0f);
+    }
+    std::vector<absl::Span<const float>> init = {absl::MakeConstSpan(c->params[0])};
+    if (absl::Status s = c->clients[0]->InitParams(init, absl::Seconds(60)); !s.ok()) return s;
     return c;
   }
 
-  // One training step's communication on `c`: push the gradient, advance the
-  // clock, pull the parameters back (so a pull codec has a change to send).
+  // Times of one worker's step.
+  struct StepTimes {
+    double push = 0, pull = 0, caller = 0;
+  };
+
+  // One worker's communication of one step at c.clock: serial (push, wait,
+  // advance the clock, pull) or overlapped (push, pull the next clock at once,
+  // advance, wait for both: see [overlapped pull]). `pull` is the time from
+  // the push to the pulled parameters when overlapped.
+  static absl::StatusOr<StepTimes> WorkerStep(PsClient& ps, std::vector<float>& params,
+                                              const std::vector<float>& grad, uint64_t clock,
+                                              bool overlapped) {
+    StepTimes t;
+    const bool pull = !absl::GetFlag(FLAGS_skip_pull);
+    const absl::Time t0 = absl::Now();
+    client::PushHandle h = ps.Push(0, grad, clock);
+    t.caller = Seconds(absl::Now() - t0);
+    client::PullHandle p;
+    if (overlapped && pull) p = ps.Pull(clock + 1, {absl::MakeSpan(params)});
+    if (overlapped) GS_RETURN_IF_ERROR(ps.AdvanceClock(clock + 1));
+    GS_RETURN_IF_ERROR(PsClient::Wait(h, absl::Seconds(60)));
+    t.push = Seconds(absl::Now() - t0);
+    if (!overlapped) {
+      GS_RETURN_IF_ERROR(ps.AdvanceClock(clock + 1));
+      if (!pull) return t;
+      const absl::Time t1 = absl::Now();
+      GS_RETURN_IF_ERROR(PsClient::Wait(ps.Pull(clock + 1, {absl::MakeSpan(params)}),
+                                        absl::Seconds(60)));
+      t.pull = Seconds(absl::Now() - t1);
+      return t;
+    }
+    GS_RETURN_IF_ERROR(PsClient::Wait(p, absl::Seconds(60)));
+    t.pull = Seconds(absl::Now() - t0);
+    return t;
+  }
+
+  // One training step's communication on `c`, every worker at once (the
+  // slowest worker's times count).
+  absl::StatusOr<StepTimes> AllWorkersStep(Case& c, const std::vector<float>& grad,
+                                           bool overlapped) {
+    const size_t n = c.clients.size();
+    std::vector<absl::StatusOr<StepTimes>> times(n, StepTimes{});
+    std::vector<std::thread> threads;
+    for (size_t w = 1; w < n; ++w) {
+      threads.emplace_back([&, w] {
+        times[w] = WorkerStep(*c.clients[w], c.params[w], grad, c.clock, overlapped);
+      });
+    }
+    times[0] = WorkerStep(*c.clients[0], c.params[0], grad, c.clock, overlapped);
+    for (auto& t : threads) t.join();
+    ++c.clock;
+    StepTimes out;
+    for (const auto& t : times) {
+      if (!t.ok()) return t.status();
+      out.push = std::max(out.push, t->push);
+      out.pull = std::max(out.pull, t->pull);
+      out.caller = std::max(out.caller, t->caller);
+    }
+    return out;
+  }
+
+  // One serial and one overlapped step on `c`; the serial one gives the push
+  // and pull columns, the overlapped one the step column.
   absl::Status Step(Case& c, const std::vector<float>& grad, bool record, bool with_raw) {
     const uint32_t raw_bytes = absl::GetFlag(FLAGS_chunk_elems) * 4;
     const uint64_t raw_count = grad.size() * 4 / raw_bytes;
@@ -323,33 +407,23 @@ class Bench {
       auto r = RawUp(raw_.get(), raw_count, raw_bytes);
       if (!r.ok()) return r.status();
       raw_up = *r;
-    }
-    const absl::Time t0 = absl::Now();
-    client::PushHandle h = c.client->Push(0, grad, c.clock);
-    const double caller = Seconds(absl::Now() - t0);
-    if (absl::Status s = PsClient::Wait(h, absl::Seconds(60)); !s.ok()) return s;
-    const double push = Seconds(absl::Now() - t0);
-    if (absl::Status a = c.client->AdvanceClock(++c.clock); !a.ok()) return a;
-    double pull = 0;
-    if (!absl::GetFlag(FLAGS_skip_pull)) {
-      if (with_raw && raw_ != nullptr) {
+      if (!absl::GetFlag(FLAGS_skip_pull)) {
         auto d = RawDown(raw_.get(), raw_count, raw_bytes);
         if (!d.ok()) return d.status();
         raw_down = *d;
       }
-      const absl::Time t1 = absl::Now();
-      absl::Status s = PsClient::Wait(c.client->Pull(c.clock, {absl::MakeSpan(c.params)}),
-                                      absl::Seconds(60));
-      if (!s.ok()) return s;
-      pull = Seconds(absl::Now() - t1);
     }
+    GS_ASSIGN_OR_RETURN(const StepTimes serial, AllWorkersStep(c, grad, /*overlapped=*/false));
+    GS_ASSIGN_OR_RETURN(const StepTimes overlapped, AllWorkersStep(c, grad, /*overlapped=*/true));
     if (!record) return absl::OkStatus();
-    c.push_s.push_back(push);
-    c.pull_s.push_back(pull);
-    c.caller_s.push_back(caller);
+    c.steps += 2;
+    c.push_s.push_back(serial.push);
+    c.pull_s.push_back(serial.pull);
+    c.caller_s.push_back(serial.caller);
+    c.overlapped_s.push_back(overlapped.pull > 0 ? overlapped.pull : overlapped.push);
     if (with_raw && raw_ != nullptr) {
-      pairs_["push_up"].push_back(Seconds(raw_up) / push);
-      if (pull > 0) pairs_["pull_down"].push_back(Seconds(raw_down) / pull);
+      pairs_["push_up"].push_back(Seconds(raw_up) / serial.push);
+      if (serial.pull > 0) pairs_["pull_down"].push_back(Seconds(raw_down) / serial.pull);
     }
     return absl::OkStatus();
   }
@@ -360,7 +434,9 @@ class Bench {
   // pull on the same shards), and every ratio printed is the median over
   // repetitions of baseline time / case time of one such adjacent pair; the
   // fp32 baseline's own steps are likewise preceded by one raw-stream
-  // transfer of the same bytes in each direction.
+  // transfer of the same bytes in each direction. A repetition is one serial
+  // step (push, then pull: the push and pull columns, and "serial") and one
+  // overlapped step ([overlapped pull]: the step column).
   absl::Status RunSet(const std::vector<std::string>& addresses,
                       const std::vector<std::pair<std::string, std::string>>& cases,
                       const std::vector<float>& grad) {
@@ -378,61 +454,70 @@ class Bench {
       GS_RETURN_IF_ERROR(Step(**base, grad, false, false));
       for (auto& c : open) GS_RETURN_IF_ERROR(Step(*c, grad, false, false));
     }
-    (*base)->before = (*base)->client->stats();
-    for (auto& c : open) c->before = c->client->stats();
-    std::map<std::string, std::vector<double>> ratios;  // "<case>|push|pull|step"
+    (*base)->before = (*base)->clients[0]->stats();
+    for (auto& c : open) c->before = c->clients[0]->stats();
+    // "<case>|push|pull|serial|step", and "<case>|step/serial fp32".
+    std::map<std::string, std::vector<double>> ratios;
+    const bool with_raw = absl::GetFlag(FLAGS_workers) == 1;
     for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
       if (rep > 0 && OutOfTime()) break;
-      if (open.empty()) GS_RETURN_IF_ERROR(Step(**base, grad, true, true));
+      if (open.empty()) GS_RETURN_IF_ERROR(Step(**base, grad, true, with_raw));
       for (auto& c : open) {
-        GS_RETURN_IF_ERROR(Step(**base, grad, true, true));
+        GS_RETURN_IF_ERROR(Step(**base, grad, true, with_raw));
         GS_RETURN_IF_ERROR(Step(*c, grad, true, false));
         const Case& b = **base;
-        const double bp = b.push_s.back(), bl = b.pull_s.back(), cp = c->push_s.back(),
-                     cl = c->pull_s.back();
+        const double bp = b.push_s.back(), bl = b.pull_s.back(), bo = b.overlapped_s.back(),
+                     cp = c->push_s.back(), cl = c->pull_s.back(), co = c->overlapped_s.back();
         ratios[c->name() + "|push"].push_back(bp / cp);
         if (cl > 0) ratios[c->name() + "|pull"].push_back(bl / cl);
-        ratios[c->name() + "|step"].push_back((bp + bl) / (cp + cl));
+        ratios[c->name() + "|serial"].push_back((bp + bl) / (cp + cl));
+        ratios[c->name() + "|step"].push_back(bo / co);
+        ratios[c->name() + "|step vs fp32 serial"].push_back((bp + bl) / co);
       }
     }
     auto report = [&](Case& c) {
-      const client::ClientStats after = c.client->stats();
-      const double steps = static_cast<double>(c.push_s.size());
+      const client::ClientStats after = c.clients[0]->stats();
+      const double steps = static_cast<double>(c.steps);
+      const int reps = static_cast<int>(c.push_s.size());
       if (steps == 0) return;
       const double push_wire = double(after.bytes_pushed - c.before.bytes_pushed) / steps;
       const double push_fp32 = double(after.fp32_bytes_pushed - c.before.fp32_bytes_pushed) / steps;
-      PrintRow(Row{c.name(), n, "push", push_wire, push_fp32, Median(c.push_s),
-                   static_cast<int>(steps), Median(c.caller_s)});
+      PrintRow(Row{c.name(), n, "push", push_wire, push_fp32, Median(c.push_s), reps,
+                   Median(c.caller_s)});
       if (absl::GetFlag(FLAGS_skip_pull)) return;
       const double pull_wire = double(after.bytes_pulled - c.before.bytes_pulled) / steps;
       const double pull_fp32 = double(after.fp32_bytes_pulled - c.before.fp32_bytes_pulled) / steps;
-      PrintRow(Row{c.name(), n, "pull", pull_wire, pull_fp32, Median(c.pull_s),
-                   static_cast<int>(steps)});
-      std::vector<double> step;
-      for (size_t i = 0; i < c.push_s.size(); ++i) step.push_back(c.push_s[i] + c.pull_s[i]);
+      PrintRow(Row{c.name(), n, "pull", pull_wire, pull_fp32, Median(c.pull_s), reps});
+      std::vector<double> serial;
+      for (size_t i = 0; i < c.push_s.size(); ++i) serial.push_back(c.push_s[i] + c.pull_s[i]);
+      PrintRow(Row{c.name(), n, "serial", push_wire + pull_wire, push_fp32 + pull_fp32,
+                   Median(serial), reps});
       PrintRow(Row{c.name(), n, "step", push_wire + pull_wire, push_fp32 + pull_fp32,
-                   Median(step), static_cast<int>(steps)});
+                   Median(c.overlapped_s), reps});
     };
     report(**base);
     for (auto& c : open) report(*c);
-    const std::string tag = absl::StrCat(" [", n, " shard", n > 1 ? "s" : "", "]");
+    const int workers = absl::GetFlag(FLAGS_workers);
+    const std::string tag = absl::StrCat(" [", workers, " worker", workers > 1 ? "s, " : ", ", n,
+                                         " shard", n > 1 ? "s" : "", "]");
     for (const auto& [key, v] : pairs_) {
       PrintRatio(absl::StrCat(key == "push_up" ? "fp32 push / raw up" : "fp32 pull / raw down",
                               ", paired", tag).c_str(),
                  Median(v), key == "push_up" ? ">= 0.8" : "(same direction)");
     }
     for (auto& c : open) {
-      for (const char* op : {"push", "pull", "step"}) {
+      for (const char* op : {"push", "pull", "serial", "step", "step vs fp32 serial"}) {
         auto it = ratios.find(c->name() + "|" + op);
         if (it == ratios.end()) continue;
         PrintRatio(absl::StrCat(c->name(), " ", op, " speed-up over fp32, paired", tag).c_str(),
-                   Median(it->second), std::string_view(op) == "step" ? "(issue 12: >= 10 on 1 Gbit/s)" : "");
+                   Median(it->second),
+                   std::string_view(op) == "step" ? "(issue 12: >= 10 on 1 Gbit/s)" : "");
       }
     }
     pairs_.clear();
     absl::Status status;
     auto close = [&](Case& c) {
-      status.Update(c.client->Leave(absl::Seconds(30)));
+      for (auto& client : c.clients) status.Update(client->Leave(absl::Seconds(30)));
       // Free the shards' copy of the model before the next set.
       for (const std::string& a : addresses) {
         status.Update(client::testing::DropJob(a, c.job_id, absl::Seconds(30)));
@@ -458,16 +543,17 @@ int Run() {
   std::vector<std::vector<std::string>> shard_sets;  // addresses per case
   std::vector<std::unique_ptr<client::testing::ShardProcess>> children;
 
-  std::printf("ps_bench: 1 worker; model %llu floats (%.1f MiB fp32) as one tensor; chunks of %u "
+  std::printf("ps_bench: %d worker(s), %s; model %llu floats (%.1f MiB fp32) as one tensor; chunks of %u "
               "elements (%.2f MiB fp32); encode threads 1+%d; median of %d reps after %d "
               "warmup\n",
+              absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_mode).c_str(),
               static_cast<unsigned long long>(floats), floats * 4.0 / (1 << 20), chunk,
               chunk * 4.0 / (1 << 20), absl::GetFlag(FLAGS_encode_threads),
               absl::GetFlag(FLAGS_reps), absl::GetFlag(FLAGS_warmup));
   std::printf("%-30s %6s  %-5s %9s %9s %9s %12s %5s %9s\n", "case", "shards", "op", "wire MiB",
               "ms/op", "GB/s", "fp32-eq GB/s", "reps", "caller ms");
   std::printf("%s\n", std::string(108, '-').c_str());
-  std::printf("(step = push + pull. Ratios follow each shard set's rows; every one is paired: see "
+  std::printf("(serial = push + pull; step = push and pull overlapped. Ratios follow each shard set's rows; every one is paired: see "
               "[paired baseline])\n");
 
   Bench bench;

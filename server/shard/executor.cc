@@ -1,5 +1,9 @@
 #include "server/shard/executor.h"
 
+#include <algorithm>
+#include <atomic>
+#include <memory>
+
 namespace gradstream::shard {
 
 Executor::Executor(int num_threads) {
@@ -19,6 +23,38 @@ void Executor::Submit(std::function<void()> fn) {
   absl::MutexLock l(&mu_);
   if (stopping_) return;
   queue_.push_back(std::move(fn));
+}
+
+void Executor::ParallelFor(size_t n, size_t max_helpers,
+                           const std::function<void(size_t)>& fn) {
+  if (n == 0) return;
+  // Shared with the helpers, which may start after the caller returned
+  // (they then find no item left and touch nothing else).
+  struct Work {
+    std::function<void(size_t)> fn;
+    size_t n = 0;
+    std::atomic<size_t> next{0};
+    absl::Mutex mu;
+    size_t done ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto work = std::make_shared<Work>();
+  work->fn = fn;
+  work->n = n;
+  auto run = [](Work& w) {
+    size_t mine = 0;
+    for (size_t i; (i = w.next.fetch_add(1)) < w.n; ++mine) w.fn(i);
+    if (mine == 0) return;
+    absl::MutexLock l(&w.mu);
+    w.done += mine;
+  };
+  const size_t helpers = std::min({max_helpers, threads_.size(), n - 1});
+  for (size_t h = 0; h < helpers; ++h) Submit([work, run] { run(*work); });
+  run(*work);
+  absl::MutexLock l(&work->mu);
+  auto finished = [&work]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work->mu) {
+    return work->done == work->n;
+  };
+  work->mu.Await(absl::Condition(&finished));
 }
 
 void Executor::Loop() {

@@ -3,6 +3,7 @@
 #ifndef GRADSTREAM_SERVER_SHARD_EXECUTOR_H_
 #define GRADSTREAM_SERVER_SHARD_EXECUTOR_H_
 
+#include <cstddef>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -23,6 +24,15 @@ class Executor {
 
   // Never blocks; runs `fn` on a pool thread. After shutdown began, runs nothing.
   void Submit(std::function<void()> fn);
+
+  // Runs fn(0) .. fn(n-1) on the calling thread and on up to `max_helpers`
+  // pool threads that are free, and returns once every call returned. Safe
+  // from a pool thread: the caller works through the items itself and only
+  // waits for items already running, so it never waits on a queued task.
+  // `fn` must be thread-safe; it runs on whichever thread takes an item.
+  void ParallelFor(size_t n, size_t max_helpers, const std::function<void(size_t)>& fn);
+
+  size_t num_threads() const { return threads_.size(); }
 
  private:
   void Loop();

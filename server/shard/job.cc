@@ -1,6 +1,7 @@
 #include "server/shard/job.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -15,6 +16,9 @@ namespace gradstream::shard {
 namespace {
 
 constexpr size_t kMaxRoundRecords = 4096;
+// A pull of fewer fp32 bytes is served on one thread: handing chunks to
+// helpers costs more than copying them.
+constexpr uint64_t kParallelServeBytes = uint64_t{1} << 20;
 // See [checkpoint failures].
 constexpr absl::Duration kCheckpointRetry = absl::Seconds(1);
 
@@ -218,6 +222,7 @@ absl::StatusOr<bool> Job::Push(const PushArgs& push) {
   bytes_in_.fetch_add(push.payload.size());
   fp32_bytes_in_.fetch_add(uint64_t{push.header.num_elems} * sizeof(float));
   if (after != before) {
+    PublishSoon(chunk);
     Wake();
     MaybeCheckpoint();
   }
@@ -272,6 +277,18 @@ bool Job::AdvanceChunks() {
   return moved;
 }
 
+void Job::PublishSoon(ChunkState* chunk) {
+  // See [eager publish]: sync only; SSP and async publish per reader clock,
+  // which only a pull names.
+  if (publisher_ == nullptr || options_.consistency.mode != ConsistencyMode::kSync) return;
+  std::shared_ptr<Job> self = shared_from_this();
+  executor_->Submit([self, chunk] {
+    absl::MutexLock l(&chunk->mu);
+    const uint64_t version = chunk->version.load();
+    self->publisher_->Publish(chunk->chunk_id, chunk->params, version, version);
+  });
+}
+
 bool Job::Ready(const PullArgs& pull) const {
   uint64_t min_version = std::numeric_limits<uint64_t>::max();
   for (uint64_t id : pull.chunk_ids) {
@@ -289,31 +306,36 @@ void Job::Serve(const PullArgs& pull, const PullCallback& done) {
   result.chunks.reserve(pull.chunk_ids.size());
   absl::flat_hash_map<uint64_t, const HeldCopy*> held;
   for (const HeldCopy& h : pull.held) held[h.chunk_id] = &h;
-  uint64_t bytes = 0, fp32_bytes = 0;
-  for (uint64_t id : pull.chunk_ids) {
+  std::atomic<uint64_t> bytes{0};
+  uint64_t fp32_bytes = 0;
+  result.chunks.resize(pull.chunk_ids.size());
+  // Chunks are served in parallel (see [eager publish]): a pull that has to
+  // publish encodes its chunks on several executor threads.
+  auto serve_one = [&](size_t i) {
+    const uint64_t id = pull.chunk_ids[i];
     ChunkState* c = FindChunk(id);
-    PulledChunk out;
+    PulledChunk& out = result.chunks[i];
     out.chunk_id = id;
-    {
-      absl::MutexLock l(&c->mu);
-      const uint64_t version = c->version.load();
-      if (publisher_ != nullptr) {
-        auto h = held.find(id);
-        bytes += publisher_->Serve(id, c->params, version, pull.clock,
-                                   h == held.end() ? nullptr : h->second, &out);
-      } else {
-        out.values.assign(reinterpret_cast<const char*>(c->params.data()),
-                          size_t{c->num_elems} * sizeof(float));
-        out.version = version;
-        bytes += out.values.size();
-      }
-      // Staleness of the next push counts from the version the worker got.
-      c->read_version[pull.worker] = out.version;
+    absl::MutexLock l(&c->mu);
+    const uint64_t version = c->version.load();
+    if (publisher_ != nullptr) {
+      auto h = held.find(id);
+      bytes += publisher_->Serve(id, c->params, version, pull.clock,
+                                 h == held.end() ? nullptr : h->second, &out);
+    } else {
+      out.values.assign(reinterpret_cast<const char*>(c->params.data()),
+                        size_t{c->num_elems} * sizeof(float));
+      out.version = version;
+      bytes += out.values.size();
     }
-    fp32_bytes += size_t{c->num_elems} * sizeof(float);
-    result.chunks.push_back(std::move(out));
-  }
-  bytes_out_.fetch_add(bytes);
+    // Staleness of the next push counts from the version the worker got.
+    c->read_version[pull.worker] = out.version;
+  };
+  for (uint64_t id : pull.chunk_ids) fp32_bytes += size_t{FindChunk(id)->num_elems} * sizeof(float);
+  const size_t helpers =
+      fp32_bytes >= kParallelServeBytes ? executor_->num_threads() : size_t{0};
+  executor_->ParallelFor(pull.chunk_ids.size(), helpers, serve_one);
+  bytes_out_.fetch_add(bytes.load());
   fp32_bytes_out_.fetch_add(fp32_bytes);
   const uint64_t staleness = pull.clock > result.min_clock ? pull.clock - result.min_clock : 0;
   {
@@ -360,12 +382,24 @@ void Job::Pull(PullArgs pull, PullCallback done) {
   std::optional<PendingPull> now = waiting_.ParkUnlessReady(
       PendingPull{std::move(pull), std::move(done)},
       [this](const PullArgs& p) { return Ready(p); });
-  if (now.has_value()) Serve(now->args, now->done);
+  if (now.has_value()) ServeSoon(*std::move(now));
+}
+
+void Job::ServeSoon(PendingPull pull) {
+  uint64_t fp32_bytes = 0;
+  for (uint64_t id : pull.args.chunk_ids) {
+    fp32_bytes += size_t{FindChunk(id)->num_elems} * sizeof(float);
+  }
+  if (fp32_bytes < kParallelServeBytes) return Serve(pull.args, pull.done);
+  // See [eager publish]: the thread that found the pull ready (a stream's
+  // strand, mid-way through a worker's pushes) goes on with its next message.
+  std::shared_ptr<Job> self = shared_from_this();
+  executor_->Submit([self, p = std::move(pull)] { self->Serve(p.args, p.done); });
 }
 
 void Job::Wake() {
   for (PendingPull& p : waiting_.TakeReady([this](const PullArgs& a) { return Ready(a); })) {
-    Serve(p.args, p.done);
+    ServeSoon(std::move(p));
   }
 }
 

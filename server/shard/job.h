@@ -172,8 +172,14 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   // Lets the controller close what became ready on every chunk; returns true
   // when some version moved.
   bool AdvanceChunks();
+  // Sync mode: publishes `chunk`'s new version on an executor thread (see
+  // [eager publish]); a no-op otherwise.
+  void PublishSoon(ChunkState* chunk);
   bool Ready(const PullArgs& pull) const;
   void Serve(const PullArgs& pull, const PullCallback& done);
+  // Serves a ready pull: at once when it is small, else on an executor
+  // thread (see [eager publish]).
+  void ServeSoon(PendingPull pull);
   // Serves every parked pull that became ready.
   void Wake();
   void MaybeCheckpoint();

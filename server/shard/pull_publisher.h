@@ -1,6 +1,23 @@
 // The shard's side of a pull codec: per chunk, the published copy, the
 // recent encoded deltas, and what a pull gets (see [pull codec] in
 // common/codec/published.h).
+//
+// NOTE: [eager publish] Publishing (encode p - q, apply it to q, checksum q)
+// is the costly part of a compressed pull: a pass over the chunk or more.
+// It stays off the pull's critical path where the rule allows: in sync mode
+// a chunk's copy is published at every version change, so Job publishes it
+// on an executor thread as soon as its round closes (Job::PublishSoon), and
+// the pulls that follow, of every worker, only copy bytes already encoded.
+// SSP and async publish once per reader clock, which only a pull names (an
+// earlier publication could miss updates a later reader is owed), so they
+// publish when a pull is served. Either way a pull of 1 MiB or more is
+// served on an executor thread of its own, not on the stream's strand (which
+// goes on with the worker's next pushes), and serves its chunks in parallel
+// (Executor::ParallelFor): what has to be published then is encoded on
+// several threads. Publication runs under the
+// chunk's parameter lock and this class's chunk lock, whoever comes first
+// publishes, the other finds the copy current: the published copy is the
+// same whichever thread made it.
 #ifndef GRADSTREAM_SERVER_SHARD_PULL_PUBLISHER_H_
 #define GRADSTREAM_SERVER_SHARD_PULL_PUBLISHER_H_
 
@@ -44,6 +61,14 @@ class PullPublisher {
   size_t Serve(uint64_t chunk_id, absl::Span<const float> params, uint64_t version,
                uint64_t reader_clock, const HeldCopy* held, PulledChunk* out);
 
+  // Publishes `params` at `version` now, ahead of any pull (see [eager
+  // publish]): what Serve's first step would do for a reader at
+  // `reader_clock`, so the pulls that follow only copy encoded bytes. A
+  // no-op when the copy is at `version` already or the rule forbids it.
+  // The caller serializes calls per chunk with the parameters' lock.
+  void Publish(uint64_t chunk_id, absl::Span<const float> params, uint64_t version,
+               uint64_t reader_clock);
+
   // What a checkpoint keeps of a chunk; nullopt before its first pull.
   std::optional<PublishedCopy> Save(uint64_t chunk_id) const;
   // Restores a saved copy (the history starts empty: workers holding an
@@ -72,10 +97,14 @@ class PullPublisher {
     std::unique_ptr<Codec> encoder ABSL_GUARDED_BY(mu);  // null for fp32 chunks
   };
 
+  Chunk& Find(uint64_t chunk_id) const;
+  // Publishes when the copy is behind `version` and the rule allows it.
+  void MaybePublish(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
+                    uint64_t version, uint64_t reader_clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Takes the copy to `params` at `version`: a delta, or the params whole
   // the first time, for fp32 chunks, and should encoding fail.
-  void Publish(uint64_t chunk_id, Chunk& c, absl::Span<const float> params, uint64_t version)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  void PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
+                    uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   static void Reset(Chunk& c, absl::Span<const float> params, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 

@@ -1,15 +1,19 @@
 // PullPublisher on its own: what a pull gets (deltas, snapshot, nothing),
 // that the published copy trails the parameters by a bounded residual, that
-// the history stays within a snapshot's weight, and the checkpoint section.
+// the history stays within a snapshot's weight, the checkpoint section, and
+// eager publication on the executor (see [eager publish]).
 #include "server/shard/pull_publisher.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "absl/synchronization/notification.h"
 #include "common/codec/published.h"
 #include "gtest/gtest.h"
 #include "server/shard/checkpoint.h"
+#include "server/shard/executor.h"
 
 namespace gradstream::shard {
 namespace {
@@ -143,6 +147,56 @@ TEST(PullPublisher, Fp32ChunksArePublishedWholeEveryVersion) {
     EXPECT_EQ(w.copy, params) << "version " << v;
   }
   EXPECT_EQ(pub.Serve(1, params, 5, 5, w.held_or_null(), &out), 0u) << "current: nothing to send";
+
+TEST(PullPublisher, EagerPublishIsWhatAPullWouldHavePublished) {
+  // See [eager publish]: publishing ahead of the pull changes nothing a
+  // worker receives, bit for bit, and the pull then publishes nothing.
+  PullPublisher eager(CodecType::kTwoBit, false, {{0, kElems}});
+  PullPublisher lazy(CodecType::kTwoBit, false, {{0, kElems}});
+  std::mt19937 rng(5);
+  std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+  Worker a, b;
+  PulledChunk out;
+  eager.Publish(0, params, 0, 0);
+  eager.Serve(0, params, 0, 0, nullptr, &out);
+  a.Take(out);
+  lazy.Serve(0, params, 0, 0, nullptr, &out);
+  b.Take(out);
+  for (uint64_t v = 1; v <= 5; ++v) {
+    params = Step(params, rng, 0.01f);
+    eager.Publish(0, params, v, v);
+    eager.Publish(0, params, v, v);  // a second call at the same version: no-op
+    // The pull sees other parameters (a later push), yet gets version v:
+    // the copy is current, so it is not published again.
+    std::vector<float> later = Step(params, rng, 0.01f);
+    eager.Serve(0, later, v, v, a.held_or_null(), &out);
+    ASSERT_EQ(out.deltas.size(), 1u);
+    a.Take(out);
+    lazy.Serve(0, params, v, v, b.held_or_null(), &out);
+    b.Take(out);
+    EXPECT_EQ(a.held.checksum, b.held.checksum) << "version " << v;
+    EXPECT_EQ(a.copy, b.copy);
+  }
+}
+
+TEST(Executor, ParallelForRunsEveryItemOnceEvenFromAPoolThread) {
+  Executor executor(2);
+  std::vector<std::atomic<int>> hits(100);
+  executor.ParallelFor(hits.size(), 4, [&](size_t i) { hits[i].fetch_add(1); });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  // From inside the pool, with every other thread busy: the caller does the
+  // work itself instead of waiting for a helper that cannot start.
+  absl::Notification release, done;
+  executor.Submit([&] { release.WaitForNotification(); });
+  std::atomic<int> sum{0};
+  executor.Submit([&] {
+    executor.ParallelFor(10, 4, [&](size_t i) { sum.fetch_add(static_cast<int>(i)); });
+    done.Notify();
+  });
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(sum.load(), 45);
+  release.Notify();
+  executor.ParallelFor(0, 4, [&](size_t) { ADD_FAILURE() << "no items"; });
 }
 
 TEST(PullPublisher, CheckpointKeepsThePublishedCopy) {

@@ -29,6 +29,30 @@
 // worker/trainer/trainer.cc is the full loop (pushes start as backward
 // produces each layer's gradient, so encoding overlaps the rest of backward).
 //
+// NOTE: [overlapped pull] A step costs about max(push, pull), not their sum,
+// when the next clock's pull is asked for while the pushes are still going
+// out, in this order:
+//
+//   for (...) pushes.push_back(ps->Push(t, grads[t], clock));   // clock c
+//   PullHandle pull = ps->Pull(clock + 1, params);   // before waiting on them
+//   GS_RETURN_IF_ERROR(ps->AdvanceClock(clock + 1));
+//   ... wait on every push, then on the pull ...
+//
+// Pull splits each shard's chunks into a few requests (at most 6) by the
+// push they must follow, and each request goes out on the stream right after
+// the last push of its chunks that is not yet acknowledged (chunks with none
+// first), never ahead of a clock advance, init or leave queued before it. A
+// shard handles a stream's messages in order, so every request reaches the
+// shard after the pushes it follows, and is answered as soon as its chunks
+// may be read: in sync mode when their round of clock c closed (that needs
+// every member's push), under SSP/async when the staleness rule holds for
+// clock c+1 -- its chunks then hold this worker's own clock-c pushes (read
+// your writes), which a pull sent after them sees too. The pull's answers
+// come back on the shard-to-worker direction while later chunks are still
+// being pushed. A replayed pull (after a reconnect) goes after every push
+// of the journal. Asked for after the pushes were acknowledged (the loop at
+// the top), a pull is one request per shard, as before.
+//
 // NOTE: [client streams] One bidirectional Session stream per shard, each with
 // its own writer thread and reader thread, so a slow shard never stalls the
 // others. Pushes are acknowledged by seq, pulls answered by request_id. Until
@@ -200,7 +224,9 @@ class PsClient {
                                  uint64_t clock) = 0;
 
   // Asks every shard for its chunks at reader clock `clock` (the shard
-  // answers when its consistency mode allows) and writes them into `out`:
+  // answers when its consistency mode allows; may be called before the
+  // pushes of clock-1 are acknowledged, see [overlapped pull]) and writes
+  // them into `out`:
   // one span per tensor, in map order, either empty (tensor skipped) or of
   // the tensor's size. The spans must stay valid until Wait() returns or the
   // last copy of the handle is destroyed; a Wait that fails (e.g. times out)

@@ -428,6 +428,76 @@ TEST_F(PsClientTest, TwoWorkersSyncAverage) {
   ExpectNear(got, want);
 }
 
+// See [overlapped pull]: the next clock's pull asked for before the pushes
+// are acknowledged waits, chunk by chunk, for every member's round.
+TEST_F(PsClientTest, OverlappedPullWaitsForEveryMembersRound) {
+  StartShards(2);
+  ShardMap map = Map("none");
+  testing::JobSetup setup = Sgd(1.0f);
+  setup.workers = {1, 2};
+  ASSERT_TRUE(testing::CreateJob(map, setup, kWait).ok());
+  auto c1 = PsClient::Connect(map, Options(1));
+  auto c2 = PsClient::Connect(map, Options(2));
+  ASSERT_TRUE(c1.ok() && c2.ok());
+  auto init = InitValues(map);
+  ASSERT_TRUE((*c1)->InitParams(Spans(init), kWait).ok());
+  std::vector<std::vector<float>> g1 = {Random(100000, 11), Random(10, 12)};
+  std::vector<std::vector<float>> g2 = {Random(100000, 13), Random(10, 14)};
+  std::vector<std::vector<float>> got1 = {std::vector<float>(100000), std::vector<float>(10)};
+  std::vector<std::vector<float>> got2 = got1;
+  std::vector<PushHandle> pushes;
+  for (uint32_t t = 0; t < 2; ++t) pushes.push_back((*c1)->Push(t, g1[t], 0));
+  PullHandle pull1 = (*c1)->Pull(1, MutableSpans(got1));
+  ASSERT_TRUE((*c1)->AdvanceClock(1).ok());
+  // Worker 2 has not pushed: no round closed, the pull waits.
+  EXPECT_EQ(PsClient::Wait(pull1, absl::Milliseconds(300)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  pull1 = (*c1)->Pull(1, MutableSpans(got1));  // the timed-out pull was abandoned
+  for (uint32_t t = 0; t < 2; ++t) pushes.push_back((*c2)->Push(t, g2[t], 0));
+  PullHandle pull2 = (*c2)->Pull(1, MutableSpans(got2));
+  ASSERT_TRUE((*c2)->AdvanceClock(1).ok());
+  for (auto& h : pushes) ASSERT_TRUE(PsClient::Wait(h, kWait).ok());
+  ASSERT_TRUE(PsClient::Wait(pull1, kWait).ok());
+  ASSERT_TRUE(PsClient::Wait(pull2, kWait).ok());
+  auto want = init;
+  for (size_t t = 0; t < 2; ++t) {
+    for (size_t i = 0; i < want[t].size(); ++i) want[t][i] -= (g1[t][i] + g2[t][i]) / 2.0f;
+  }
+  ExpectNear(got1, want);
+  ExpectNear(got2, want);
+}
+
+// Async answers a pull at once; the overlapped pull still follows the
+// worker's own pushes of its chunks on the stream, so it reads its writes.
+TEST_F(PsClientTest, OverlappedAsyncPullReadsItsOwnPushes) {
+  StartShards(2);
+  ShardMap map = Map("none");
+  testing::JobSetup setup = Sgd(0.5f);
+  setup.consistency.set_mode(v1::ASYNC);
+  ASSERT_TRUE(testing::CreateJob(map, setup, kWait).ok());
+  ClientOptions o = Options();
+  auto client = PsClient::Connect(map, o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto want = InitValues(map);
+  ASSERT_TRUE((*client)->InitParams(Spans(want), kWait).ok());
+  for (uint64_t clock = 0; clock < 3; ++clock) {
+    std::vector<std::vector<float>> grads;
+    std::vector<PushHandle> pushes;
+    for (const TensorInfo& t : map.tensors) {
+      grads.push_back(Random(t.num_elems, 7 + t.index + 10 * clock, 0.7f));
+      pushes.push_back((*client)->Push(t.index, grads.back(), clock));
+    }
+    std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
+    PullHandle pull = (*client)->Pull(clock + 1, MutableSpans(got));
+    ASSERT_TRUE((*client)->AdvanceClock(clock + 1).ok());
+    for (auto& h : pushes) ASSERT_TRUE(PsClient::Wait(h, kWait).ok());
+    ASSERT_TRUE(PsClient::Wait(pull, kWait).ok());
+    want = Expected(map, o, want, grads, clock, 0.5f);
+    ExpectNear(got, want);
+  }
+  EXPECT_TRUE((*client)->Leave(kWait).ok());
+}
+
 TEST_F(PsClientTest, LeaveClosesTheClient) {
   StartShards(2);
   ShardMap map = Map("none");

@@ -65,8 +65,14 @@ bool PullState::Expected(Part& part, uint32_t shard, uint64_t chunk_id) {
   return false;
 }
 
+void PullState::SplitPart(uint32_t shard, int n) {
+  if (shard >= parts_.size()) return;
+  absl::MutexLock lock(&parts_[shard]->mu);
+  parts_[shard]->open_requests = n;
+}
+
 void PullState::Finish(Part& part, uint32_t shard, bool last) {
-  if (!last) return;
+  if (!last || --part.open_requests > 0) return;
   part.finished = true;
   if (part.received.size() != part.expected.size()) {
     completion_->Done(absl::InternalError(absl::StrCat(

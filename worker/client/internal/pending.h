@@ -60,6 +60,10 @@ class PullState {
 
   Completion& completion() { return *completion_; }
   const std::vector<uint64_t>& chunks_of(uint32_t shard) const { return parts_[shard]->expected; }
+  // The shard's part is asked for in `n` requests (see [overlapped pull]):
+  // it completes at the `last` of the n-th one. Before any answer can
+  // arrive; 1 by default.
+  void SplitPart(uint32_t shard, int n);
 
   // One PullChunk from `shard`. Copies `values` (little-endian fp32) into
   // place; on `last` completes the shard's part (Internal when chunks are
@@ -86,12 +90,14 @@ class PullState {
     std::vector<uint64_t> expected;
     mutable absl::Mutex mu;
     absl::flat_hash_set<uint64_t> received ABSL_GUARDED_BY(mu);
+    int open_requests ABSL_GUARDED_BY(mu) = 1;  // until finished
     bool finished ABSL_GUARDED_BY(mu) = false;
     bool abandoned ABSL_GUARDED_BY(mu) = false;
   };
   // Checks that `chunk_id` was asked of `shard`; else fails the part.
   bool Expected(Part& part, uint32_t shard, uint64_t chunk_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);
-  // After a chunk (or the terminator) of `part`: completes it on `last`.
+  // After a chunk (or the terminator) of `part`: completes it on the
+  // `last` of its last open request.
   void Finish(Part& part, uint32_t shard, bool last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);
 
   const std::vector<PullTarget> targets_;

@@ -14,6 +14,11 @@
 namespace gradstream::client::internal {
 namespace {
 
+// Requests one pull is split into per shard, at most (see [overlapped
+// pull]): with a second pull of the stream they stay under the shard's cap
+// of parked pulls per stream (SessionHandler::kMaxPullsPerStream, 16).
+constexpr size_t kMaxPullRequests = 6;
+
 absl::Status Annotate(const absl::Status& s, const std::string& prefix) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
@@ -106,16 +111,86 @@ void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
     pull->Fail(shard_, closed);
     return;
   }
-  const uint64_t request_id = next_request_++;
-  auto message = std::make_shared<v1::WorkerMessage>();
-  v1::PullRequest* req = message->mutable_pull();
-  req->set_request_id(request_id);
-  req->set_clock(clock);
-  req->set_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.pull_timeout)));
-  const auto& chunks = pull->chunks_of(shard_);
-  req->mutable_chunk_ids()->Add(chunks.begin(), chunks.end());
-  AddHeldCopies(*pull, req);
-  request_order_[request_id] = Enqueue(Entry{Kind::kPull, std::move(message), nullptr, std::move(pull)});
+  std::vector<PullGroup> groups = GroupByPendingPush(pull->chunks_of(shard_));
+  pull->SplitPart(shard_, static_cast<int>(groups.size()));
+  for (PullGroup& g : groups) {
+    const uint64_t request_id = next_request_++;
+    auto message = std::make_shared<v1::WorkerMessage>();
+    v1::PullRequest* req = message->mutable_pull();
+    req->set_request_id(request_id);
+    req->set_clock(clock);
+    req->set_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.pull_timeout)));
+    req->mutable_chunk_ids()->Add(g.chunks.begin(), g.chunks.end());
+    AddHeldCopies(*pull, g.chunks, req);
+    // Journal order after everything queued (a replay sends it after every
+    // push it follows); its first send may come earlier (see [overlapped pull]).
+    const uint64_t order = next_order_++;
+    journal_.emplace(order, Entry{Kind::kPull, std::move(message), nullptr, pull});
+    request_order_[request_id] = order;
+    g.order = order;
+  }
+  QueueAfterPushes(groups);
+}
+
+std::vector<ShardStream::PullGroup> ShardStream::GroupByPendingPush(
+    const std::vector<uint64_t>& chunks) const {
+  absl::flat_hash_map<uint64_t, uint64_t> last_push;  // chunk id -> journal order, 0 = none
+  for (uint64_t id : chunks) last_push[id] = 0;
+  for (const auto& [order, e] : journal_) {
+    if (e.kind != Kind::kPush || !e.message->has_push()) continue;
+    auto it = last_push.find(e.message->push().chunk_id());
+    if (it != last_push.end()) it->second = order;  // the journal iterates in order
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> pending;  // (order, chunk id)
+  PullGroup settled;                                    // no push of theirs pending
+  for (uint64_t id : chunks) {
+    const uint64_t order = last_push[id];
+    if (order == 0) {
+      settled.chunks.push_back(id);
+    } else {
+      pending.emplace_back(order, id);
+    }
+  }
+  std::vector<PullGroup> groups;
+  if (!settled.chunks.empty() || pending.empty()) groups.push_back(std::move(settled));
+  if (pending.empty()) return groups;
+  std::sort(pending.begin(), pending.end());
+  const size_t n = std::min(pending.size(), kMaxPullRequests - groups.size());
+  for (size_t g = 0; g < n; ++g) {
+    PullGroup& group = groups.emplace_back();
+    const size_t begin = pending.size() * g / n, end = pending.size() * (g + 1) / n;
+    for (size_t i = begin; i < end; ++i) group.chunks.push_back(pending[i].second);
+    group.after_push = pending[end - 1].first;
+  }
+  return groups;
+}
+
+void ShardStream::QueueAfterPushes(const std::vector<PullGroup>& groups) {
+  // Index of each queued order, and of the last queued message that is not
+  // a push: a pull never goes ahead of a clock advance, init or leave.
+  absl::flat_hash_map<uint64_t, int64_t> position;
+  int64_t barrier = -1;
+  for (size_t i = 0; i < send_queue_.size(); ++i) {
+    auto it = journal_.find(send_queue_[i]);
+    if (it == journal_.end()) continue;  // answered or superseded
+    position[send_queue_[i]] = static_cast<int64_t>(i);
+    if (it->second.kind != Kind::kPush || !it->second.message->has_push()) {
+      barrier = static_cast<int64_t>(i);
+    }
+  }
+  // after[i + 1]: the pulls to send right after send_queue_[i] (after[0]: first).
+  std::vector<std::vector<uint64_t>> after(send_queue_.size() + 1);
+  for (const PullGroup& g : groups) {
+    int64_t at = barrier;
+    if (auto it = position.find(g.after_push); it != position.end()) at = std::max(at, it->second);
+    after[static_cast<size_t>(at + 1)].push_back(g.order);
+  }
+  std::deque<uint64_t> queue(after[0].begin(), after[0].end());
+  for (size_t i = 0; i < send_queue_.size(); ++i) {
+    queue.push_back(send_queue_[i]);
+    queue.insert(queue.end(), after[i + 1].begin(), after[i + 1].end());
+  }
+  send_queue_.swap(queue);
 }
 
 absl::Status ShardStream::SendClock(uint64_t clock) {
@@ -466,9 +541,10 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
   }
 }
 
-void ShardStream::AddHeldCopies(const PullState& pull, v1::PullRequest* req) {
+void ShardStream::AddHeldCopies(const PullState& pull, const std::vector<uint64_t>& chunks,
+                                v1::PullRequest* req) {
   if (pull.published() == nullptr) return;
-  for (uint64_t id : pull.chunks_of(shard_)) {
+  for (uint64_t id : chunks) {
     const std::optional<PublishedCopies::Held> held = pull.published()->held(id);
     if (!held.has_value()) continue;
     v1::HeldCopy* h = req->add_held();

@@ -61,7 +61,9 @@ class ShardStream {
   // Queue a message; `done` gets exactly one Done() (ack status, or the error
   // that ended the stream). `message` gets its seq here.
   void SendPush(std::unique_ptr<v1::WorkerMessage> message, std::shared_ptr<Completion> done);
-  // `pull` gets exactly one OnChunk(last)/Fail for this shard.
+  // Asks for `pull`'s chunks of this shard, in one request per group of
+  // chunks whose pushes are still pending (see [overlapped pull]); `pull`
+  // gets one OnChunk(last) per request, or a Fail.
   void SendPull(uint64_t clock, std::shared_ptr<PullState> pull);
   // Not answered by the shard; only the latest one is replayed.
   absl::Status SendClock(uint64_t clock);
@@ -98,9 +100,23 @@ class ShardStream {
   void ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::ServerMessage>* stream,
                   Connection* conn);
   void Dispatch(const v1::ServerMessage& m, Connection* conn);
-  // Pull codec (see [pull codec]): names the copies held in a request, and
-  // hands a published answer to its pull.
-  void AddHeldCopies(const PullState& pull, v1::PullRequest* req);
+  // One request of a pull (see [overlapped pull]).
+  struct PullGroup {
+    std::vector<uint64_t> chunks;
+    uint64_t after_push = 0;  // journal order of the last pending push of `chunks`; 0 = none
+    uint64_t order = 0;       // the request's own journal order
+  };
+  // Splits a pull's chunks into requests by the push they must follow:
+  // chunks without a pending push first, then the others in push order.
+  std::vector<PullGroup> GroupByPendingPush(const std::vector<uint64_t>& chunks) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts each group's request into the send queue right after its push
+  // (or first, when that was written), never ahead of a non-push message.
+  void QueueAfterPushes(const std::vector<PullGroup>& groups) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pull codec (see [pull codec]): names the copies of `chunks` held in a
+  // request, and hands a published answer to its pull.
+  void AddHeldCopies(const PullState& pull, const std::vector<uint64_t>& chunks,
+                     v1::PullRequest* req);
   void OnPublished(const v1::PullChunk& pc, PullState& pull);
   void Transition(StreamEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Transition(Connection* conn, ConnectionEvent event) {
