@@ -147,6 +147,7 @@ TEST(PullPublisher, Fp32ChunksArePublishedWholeEveryVersion) {
     EXPECT_EQ(w.copy, params) << "version " << v;
   }
   EXPECT_EQ(pub.Serve(1, params, 5, 5, w.held_or_null(), &out), 0u) << "current: nothing to send";
+}
 
 TEST(PullPublisher, EagerPublishIsWhatAPullWouldHavePublished) {
   // See [eager publish]: publishing ahead of the pull changes nothing a
