@@ -348,12 +348,17 @@ inline __m256 Take8(const float* grad, float* residual, const uint8_t* draws, ui
 
 // Encodes elements [begin, end) (multiples of 16) from their draws
 // (draws[e - begin] for element e), 16 elements and 4 payload bytes a step.
-template <XSource kX>
+template <XSource kX, bool kBackward = false>
 inline void EncodeWithDraws(const float* grad, float* residual, const uint8_t* draws,
                             uint32_t begin, uint32_t end, const TernaryConsts& c, uint8_t* out) {
-  for (uint32_t e = begin; e < end; e += 16) {
-    PrefetchAhead(kX == kFromResidual ? residual : grad, kX == kFromBoth ? residual : nullptr,
-                  e);  // see [prefetch]
+  const float* x_src = kX == kFromResidual ? residual : grad;
+  for (uint32_t k = begin; k < end; k += 16) {
+    const uint32_t e = kBackward ? end - 16 - (k - begin) : k;
+    if (!kBackward) {
+      PrefetchAhead(x_src, kX == kFromBoth ? residual : nullptr, e);  // see [prefetch]
+    } else if (e >= kPrefetchElems) {
+      _mm_prefetch(reinterpret_cast<const char*>(x_src + e - kPrefetchElems), _MM_HINT_T0);
+    }
     __m256 xa, xb;
     const __m256 ta = Take8<kX>(grad, residual, draws + (e - begin), e, c, &xa);
     const __m256 tb = Take8<kX>(grad, residual, draws + (e - begin) + 8, e + 8, c, &xb);
@@ -386,33 +391,44 @@ inline bool InverseScale256(float scale, float* inv_s256) {
 
 constexpr uint32_t kStep = 8 * kDrawsPerBlock;  // one Draws128
 
+// The encode pass over [0, n_vec) (n_vec % kStep == 0), last block first (see
+// [ternary passes]), with the draws from `draws` (draws[e] for element e) or,
+// when it is null, from Philox here.
 template <XSource kX>
-void EncodeTernaryT(const float* grad, float* residual, uint32_t n, TernaryParams p,
-                    PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out) {
-  float inv_s256;
-  if (!InverseScale256(p.scale, &inv_s256)) {
-    return EncodeTernaryRange(grad, residual, residual, 0, n, p, key, worker, clock, out);
+void EncodeBlocks(const float* grad, float* residual, const uint8_t* draws, uint32_t n_vec,
+                  const TernaryConsts& c, const RoundKeys& keys, uint32_t worker, uint32_t clock,
+                  uint8_t* out) {
+  alignas(32) uint8_t local[kStep];
+  for (uint32_t i = n_vec; i > 0;) {
+    i -= kStep;
+    if (draws == nullptr) Draws128(i, worker, clock, keys, local);
+    EncodeWithDraws<kX, /*kBackward=*/true>(grad, residual, draws ? draws + i : local, i,
+                                            i + kStep, c, out);
   }
-  const TernaryConsts c(p, inv_s256);
-  const uint32_t n_vec = n / kStep * kStep;
-  const RoundKeys keys(key);
-  alignas(32) uint8_t draws[kStep];
-  for (uint32_t i = 0; i < n_vec; i += kStep) {
-    Draws128(i, worker, clock, keys, draws);
-    EncodeWithDraws<kX>(grad, residual, draws, i, i + kStep, c, out);
-  }
-  EncodeTernaryRange(grad, residual, residual, n_vec, n, p, key, worker, clock, out);
 }
 
 void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams p, PhiloxKey key,
                    uint32_t worker, uint32_t clock, uint8_t* out) {
   std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
-  if (residual) {
-    EncodeTernaryT<kFromBoth>(grad, residual, n, p, key, worker, clock, out);
-  } else {
-    EncodeTernaryT<kFromGrad>(grad, nullptr, n, p, key, worker, clock, out);
+  float inv_s256;
+  if (!InverseScale256(p.scale, &inv_s256)) {
+    return EncodeTernaryRange(grad, residual, residual, 0, n, p, key, worker, clock, out);
   }
+  const TernaryConsts c(p, inv_s256);
+  const RoundKeys keys(key);
+  const uint32_t n_vec = n / kStep * kStep;
+  if (residual) {
+    EncodeBlocks<kFromBoth>(grad, residual, nullptr, n_vec, c, keys, worker, clock, out);
+  } else {
+    EncodeBlocks<kFromGrad>(grad, nullptr, nullptr, n_vec, c, keys, worker, clock, out);
+  }
+  EncodeTernaryRange(grad, residual, residual, n_vec, n, p, key, worker, clock, out);
 }
+
+// Chunks up to this many elements get their draws in the statistics pass
+// (a scratch of one byte per element); larger ones in the encode pass. See
+// [ternary passes].
+constexpr uint32_t kMaxScratchElems = uint32_t{1} << 21;
 
 // The draws of a chunk, n bytes, reused by the thread (see [ternary passes]).
 uint8_t* DrawScratch(uint32_t n) {
@@ -423,24 +439,29 @@ uint8_t* DrawScratch(uint32_t n) {
 
 // NOTE: [ternary passes] The scale of a ternary chunk needs the statistics
 // of the whole chunk before the first code, so the encode reads x twice.
-// The first pass streams grad and residual from memory and leaves the core
-// mostly waiting on it; the second (often from cache) was bound by the
-// Philox rounds. The draws depend only on the key and the element index,
-// so the first pass computes them too, into a per-thread scratch of one
-// byte per element, where they cost no extra time, and with error feedback
-// it stores x = grad + residual into the residual, so that the second pass
-// reads one stream, not two, and adds nothing. The codes and residual are
-// those of moments + encode_ternary, bit for bit (codec_test checks it).
+// The statistics pass streams grad and residual from memory and mostly
+// waits on it; the encode pass, when the chunk is still in cache, was bound
+// by the Philox rounds. Hence, with results bit for bit those of moments +
+// encode_ternary (codec_test checks it):
+// - With error feedback the statistics pass stores x = grad + residual into
+//   the residual, so the encode pass reads one stream, not two.
+// - The draws depend only on the key and the element index, so for a chunk
+//   of at most kMaxScratchElems the statistics pass computes them too, into
+//   a per-thread scratch of one byte per element, where they cost no time.
+//   A larger chunk comes back from memory in the encode pass anyway, whose
+//   wait then hides the rounds, and the scratch would only add traffic.
+// - The encode pass runs from the chunk's end back to its start, so that it
+//   first meets what the statistics pass left in the caches.
 template <bool kResidual>
 bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float clip_factor,
                          PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out,
                          float* scale) {
   const uint32_t n_vec = n / kStep * kStep;
-  uint8_t* draws = DrawScratch(n_vec);
+  uint8_t* draws = n_vec <= kMaxScratchElems ? DrawScratch(n_vec) : nullptr;
   const RoundKeys keys(key);
   MomentAcc acc;
   for (uint32_t i = 0; i < n_vec; i += kStep) {
-    Draws128(i, worker, clock, keys, draws + i);
+    if (draws) Draws128(i, worker, clock, keys, draws + i);
 #pragma GCC unroll 8
     for (uint32_t k = 0; k < kStep; k += 16) {
       PrefetchAhead(grad, residual, i + k);  // see [prefetch]
@@ -459,17 +480,19 @@ bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float c
   if (!std::isfinite(max_abs) || !std::isfinite(sum_sq)) return false;
   const TernaryParams p = TernaryParamsFromMoments(max_abs, sum, sum_sq, n, clip_factor);
   *scale = p.scale;
-  std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
-  if (!(p.scale > 0.0f)) return true;  // zero codes; with a residual it holds x already
   // From here x is grad (no residual) or residual.
   const float* x = kResidual ? residual : grad;
   float inv_s256;
-  if (!InverseScale256(p.scale, &inv_s256)) {
-    EncodeTernaryRange(x, nullptr, residual, 0, n, p, key, worker, clock, out);
+  if (!(p.scale > 0.0f) || !InverseScale256(p.scale, &inv_s256)) {
+    std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
+    // A zero scale sends zero codes, and the residual holds x already.
+    if (p.scale > 0.0f) EncodeTernaryRange(x, nullptr, residual, 0, n, p, key, worker, clock, out);
     return true;
   }
-  EncodeWithDraws<kResidual ? kFromResidual : kFromGrad>(grad, residual, draws, 0, n_vec,
-                                                         TernaryConsts(p, inv_s256), out);
+  // The vector pass writes every byte of its range.
+  std::memset(out + n_vec / 4, 0, (static_cast<size_t>(n) + 3) / 4 - n_vec / 4);
+  EncodeBlocks<kResidual ? kFromResidual : kFromGrad>(
+      grad, residual, draws, n_vec, TernaryConsts(p, inv_s256), keys, worker, clock, out);
   EncodeTernaryRange(x, nullptr, residual, n_vec, n, p, key, worker, clock, out);
   return true;
 }
