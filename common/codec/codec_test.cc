@@ -694,6 +694,30 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
   }
 }
 
+// Chunks above the draw scratch's limit (2^21 elements, see [ternary
+// passes]) take the other path through the AVX2 kernel: still the portable
+// bytes and residual.
+TEST(Kernels, Avx2TernaryChunkMatchesPortableForALargeChunk) {
+  const CodecKernels* avx = internal::Avx2Kernels();
+  if (avx == nullptr || !__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 on this CPU";
+  const CodecKernels& ref = internal::PortableKernels();
+  const uint32_t n = (1u << 21) + 133;
+  const auto g = RandomGrad(n, 21);
+  const auto r0 = RandomGrad(n, 22);
+  for (bool with_r : {false, true}) {
+    auto ra = r0, rb = r0;
+    std::vector<uint8_t> oa((n + 3) / 4, 0xEE), ob((n + 3) / 4, 0xEE);
+    float sa = -1.0f, sb = -2.0f;
+    ASSERT_TRUE(ref.encode_ternary_chunk(g.data(), with_r ? ra.data() : nullptr, n, 2.5f,
+                                         PhiloxKey{5, 6}, 1, 9, oa.data(), &sa));
+    ASSERT_TRUE(avx->encode_ternary_chunk(g.data(), with_r ? rb.data() : nullptr, n, 2.5f,
+                                          PhiloxKey{5, 6}, 1, 9, ob.data(), &sb));
+    EXPECT_EQ(sa, sb);
+    EXPECT_TRUE(oa == ob) << "codes differ, residual " << with_r;
+    EXPECT_TRUE(ra == rb) << "residuals differ";
+  }
+}
+
 // The fused ternary chunk has no NaN flag of its own in the AVX2 loop: a NaN
 // or Inf anywhere, with or without residual, must still be reported.
 TEST(Kernels, TernaryChunkRejectsNonFiniteAnywhere) {
