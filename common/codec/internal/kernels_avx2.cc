@@ -68,7 +68,8 @@ inline double AddLanes(const double (&lanes)[kSumLanes]) {
 // prefetcher alone kept it at about half of memcpy's bandwidth. Asking for
 // one 64-byte line of each stream per 16 elements, 4 KiB ahead, took a
 // 16M-element ternary encode from 0.25x to 0.31x memcpy (codec_benchmark,
-// paired). The encode pass does the same for a chunk larger than the cache.
+// paired). The ternary encode pass does the same (backward, see [ternary
+// passes]) for a chunk larger than the cache.
 constexpr uint32_t kPrefetchElems = 1024;
 inline void PrefetchAhead(const float* grad, const float* residual, uint32_t i) {
   _mm_prefetch(reinterpret_cast<const char*>(grad + i + kPrefetchElems), _MM_HINT_T0);
