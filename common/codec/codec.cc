@@ -119,20 +119,13 @@ class TernaryCodec final : public BuiltinCodec<CodecType::kTernary> {
  private:
   absl::Status EncodeImpl(const float* grad, float* residual, uint32_t n, const EncodeKey& key,
                           ChunkHeader* header, uint8_t* out) override {
-    const auto& k = ActiveKernels();
-    float max_abs;
-    double sum, sum_sq;
-    k.moments(grad, residual, n, &max_abs, &sum, &sum_sq);
-    if (!std::isfinite(max_abs) || !std::isfinite(sum_sq)) return NonFinite(type());
-    const internal::TernaryParams p =
-        internal::TernaryParamsFromMoments(max_abs, sum, sum_sq, n, clip_factor_);
-    header->scale = p.scale;
-    if (p.scale > 0.0f) {
-      k.encode_ternary(grad, residual, n, p, ChunkPhiloxKey(key.seed, key.tensor, key.chunk),
-                       key.worker, key.clock, out);
-    } else {
-      (void)k.encode_twobit(grad, residual, n, kSendNothing, out);
+    float scale = 0.0f;
+    if (!ActiveKernels().encode_ternary_chunk(grad, residual, n, clip_factor_,
+                                              ChunkPhiloxKey(key.seed, key.tensor, key.chunk),
+                                              key.worker, key.clock, out, &scale)) {
+      return NonFinite(type());
     }
+    header->scale = scale;
     return absl::OkStatus();
   }
 

@@ -102,7 +102,9 @@ class Codec {
   // Error-feedback encode fused into one pass (1-bit SGD, Seide 2014):
   //   x = grad + residual; encode x; residual = x - decoded(x).
   // so grad + r_old == decoded + r_new elementwise up to fp32 rounding.
-  // `residual` must have grad.size() elements.
+  // `residual` must have grad.size() elements. After an error for NaN/Inf
+  // its contents are unspecified (the encoders that find it while encoding,
+  // or in a pass that already wrote x = grad + residual, have changed it).
   [[nodiscard]] virtual absl::Status EncodeWithResidual(absl::Span<const float> grad,
                                                         absl::Span<float> residual,
                                                         const EncodeKey& key, ChunkHeader* header,

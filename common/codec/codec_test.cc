@@ -625,6 +625,32 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
       avx->encode_ternary(g.data(), pb, n, tp, key, 2, 17, ob.data());
       EXPECT_EQ(oa, ob) << "ternary n=" << n;
       EXPECT_EQ(ra, rb);
+      // the whole chunk (see [ternary passes]): the same bytes as moments +
+      // encode_ternary above, and the AVX2 twin the same as the portable one
+      for (float clip : {2.5f, 0.0f}) {
+        auto rc = r0, rd = r0;
+        std::vector<uint8_t> ca(4 * n + 8, 0xEE), cb(4 * n + 8, 0xEE);
+        float sa = -1.0f, sb = -2.0f;
+        ASSERT_TRUE(ref.encode_ternary_chunk(g.data(), with_r ? rc.data() : nullptr, n, clip, key,
+                                             2, 17, ca.data(), &sa));
+        ASSERT_TRUE(avx->encode_ternary_chunk(g.data(), with_r ? rd.data() : nullptr, n, clip,
+                                              key, 2, 17, cb.data(), &sb));
+        EXPECT_EQ(sa, sb);
+        EXPECT_EQ(ca, cb) << "ternary chunk n=" << n;
+        EXPECT_EQ(rc, rd);
+        float m;
+        double sum, sq;
+        ref.moments(g.data(), with_r ? r0.data() : nullptr, n, &m, &sum, &sq);
+        const internal::TernaryParams cp = internal::TernaryParamsFromMoments(m, sum, sq, n, clip);
+        EXPECT_EQ(sa, cp.scale);
+        if (cp.scale > 0.0f) {
+          auto re = r0;
+          std::vector<uint8_t> ce(4 * n + 8, 0xEE);
+          ref.encode_ternary(g.data(), with_r ? re.data() : nullptr, n, cp, key, 2, 17, ce.data());
+          EXPECT_EQ(ca, ce);
+          EXPECT_EQ(rc, re);
+        }
+      }
       const internal::OneBitParams op = internal::OneBitParamsFromSums(ps1, c1, ns1, nc1);
       ref.encode_onebit(g.data(), pa, n, op, oa.data());
       avx->encode_onebit(g.data(), pb, n, op, ob.data());
@@ -665,6 +691,52 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
     codes[codes.size() / 2] |= 0x03;
     EXPECT_FALSE(ref.valid_2bit(codes.data(), n));
     EXPECT_FALSE(avx->valid_2bit(codes.data(), n));
+  }
+}
+
+// Chunks above the draw scratch's limit (2^21 elements, see [ternary
+// passes]) take the other path through the AVX2 kernel: still the portable
+// bytes and residual.
+TEST(Kernels, Avx2TernaryChunkMatchesPortableForALargeChunk) {
+  const CodecKernels* avx = internal::Avx2Kernels();
+  if (avx == nullptr || !__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 on this CPU";
+  const CodecKernels& ref = internal::PortableKernels();
+  const uint32_t n = (1u << 21) + 133;
+  const auto g = RandomGrad(n, 21);
+  const auto r0 = RandomGrad(n, 22);
+  for (bool with_r : {false, true}) {
+    auto ra = r0, rb = r0;
+    std::vector<uint8_t> oa((n + 3) / 4, 0xEE), ob((n + 3) / 4, 0xEE);
+    float sa = -1.0f, sb = -2.0f;
+    ASSERT_TRUE(ref.encode_ternary_chunk(g.data(), with_r ? ra.data() : nullptr, n, 2.5f,
+                                         PhiloxKey{5, 6}, 1, 9, oa.data(), &sa));
+    ASSERT_TRUE(avx->encode_ternary_chunk(g.data(), with_r ? rb.data() : nullptr, n, 2.5f,
+                                          PhiloxKey{5, 6}, 1, 9, ob.data(), &sb));
+    EXPECT_EQ(sa, sb);
+    EXPECT_TRUE(oa == ob) << "codes differ, residual " << with_r;
+    EXPECT_TRUE(ra == rb) << "residuals differ";
+  }
+}
+
+// The fused ternary chunk has no NaN flag of its own in the AVX2 loop: a NaN
+// or Inf anywhere, with or without residual, must still be reported.
+TEST(Kernels, TernaryChunkRejectsNonFiniteAnywhere) {
+  std::vector<const CodecKernels*> tables = {&internal::PortableKernels()};
+  if (internal::Avx2Kernels() != nullptr && __builtin_cpu_supports("avx2")) {
+    tables.push_back(internal::Avx2Kernels());
+  }
+  const uint32_t n = 1000;
+  for (const CodecKernels* k : tables)
+  for (float bad : {NAN, INFINITY, -INFINITY})
+  for (uint32_t at : {0u, 5u, 127u, 128u, 700u, 999u})
+  for (bool with_r : {false, true}) {
+    std::vector<float> g(n, 0.25f), r(n, -0.125f);
+    (with_r && at % 2 ? r : g)[at] = bad;
+    std::vector<uint8_t> out(n / 4);
+    float scale;
+    EXPECT_FALSE(k->encode_ternary_chunk(g.data(), with_r ? r.data() : nullptr, n, 2.5f,
+                                         PhiloxKey{1, 2}, 0, 0, out.data(), &scale))
+        << bad << " at " << at;
   }
 }
 

@@ -92,6 +92,14 @@ struct CodecKernels {
                         uint8_t* out);
   void (*encode_ternary)(const float* grad, float* residual, uint32_t n, TernaryParams p,
                          PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out);
+  // A whole ternary chunk, what the codec calls: moments, then
+  // TernaryParamsFromMoments(clip_factor) (its scale goes to *scale), then
+  // encode_ternary -- or, for a scale of 0, all-zero codes and residual = x.
+  // False when some x is not finite (max |x| NaN or sum of squares not
+  // finite); the residual is then unspecified. See [ternary passes].
+  bool (*encode_ternary_chunk)(const float* grad, float* residual, uint32_t n, float clip_factor,
+                               PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out,
+                               float* scale);
   void (*encode_onebit)(const float* grad, float* residual, uint32_t n, OneBitParams p,
                         uint8_t* out);
 
@@ -118,14 +126,17 @@ struct CodecKernels {
 
 const CodecKernels& PortableKernels();
 
-// Scalar ternary encode of elements [begin, end) (begin % 4 == 0). `out`
-// bytes covering the range must be zero. Shared by the portable table and the
-// AVX2 table's tail so both draw the same random words. The rule, on every
-// device: prob = min(|x|, clip) * InverseScale(s); code = sign(x) when
+// Scalar ternary encode of elements [begin, end) (begin % 4 == 0), with
+// x = grad + residual_in (x = grad when residual_in is null); writes
+// residual_out = x - decoded(x) when residual_out is not null (it may be
+// residual_in, or grad when grad holds x). `out` bytes covering the range
+// must be zero. Shared by the portable table and the AVX2 table's tail so both
+// draw the same random words. The rule, on every device:
+// prob = min(|x|, clip) * InverseScale(s); code = sign(x) when
 // Uniform8(draw) < prob, else 0 (see [reproducible rounding]).
-void EncodeTernaryRange(const float* grad, float* residual, uint32_t begin, uint32_t end,
-                        TernaryParams p, PhiloxKey key, uint32_t worker, uint32_t clock,
-                        uint8_t* out);
+void EncodeTernaryRange(const float* grad, const float* residual_in, float* residual_out,
+                        uint32_t begin, uint32_t end, TernaryParams p, PhiloxKey key,
+                        uint32_t worker, uint32_t clock, uint8_t* out);
 // nullptr when this binary was built without AVX2 support.
 const CodecKernels* Avx2Kernels();
 // The fastest table this CPU supports (AVX2 when present), chosen once. The

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "common/codec/internal/kernels.h"
 
@@ -67,7 +68,8 @@ inline double AddLanes(const double (&lanes)[kSumLanes]) {
 // prefetcher alone kept it at about half of memcpy's bandwidth. Asking for
 // one 64-byte line of each stream per 16 elements, 4 KiB ahead, took a
 // 16M-element ternary encode from 0.25x to 0.31x memcpy (codec_benchmark,
-// paired). The encode pass does the same for a chunk larger than the cache.
+// paired). The ternary encode pass does the same (backward, see [ternary
+// passes]) for a chunk larger than the cache.
 constexpr uint32_t kPrefetchElems = 1024;
 inline void PrefetchAhead(const float* grad, const float* residual, uint32_t i) {
   _mm_prefetch(reinterpret_cast<const char*>(grad + i + kPrefetchElems), _MM_HINT_T0);
@@ -76,46 +78,74 @@ inline void PrefetchAhead(const float* grad, const float* residual, uint32_t i) 
   }
 }
 
+// The [lane reduction] accumulators of Moments: sums and sums of squares in
+// 16 fp64 lanes, max |x| and a NaN flag in 8 fp32 lanes.
+struct MomentAcc {
+  __m256d s[4], q[4];
+  __m256 m, nan;
+
+  MomentAcc() {
+    for (int k = 0; k < 4; ++k) s[k] = q[k] = _mm256_setzero_pd();
+    m = nan = _mm256_setzero_ps();
+  }
+  // Adds x0 (elements 16k..16k+7) and x1 (16k+8..16k+15).
+  template <bool kTrackNaN = true>
+  void Add16(__m256 x0, __m256 x1) {
+    AddOne<kTrackNaN>(x0, 0);
+    AddOne<kTrackNaN>(x1, 2);
+  }
+  template <bool kTrackNaN>
+  void AddOne(__m256 x, int a) {
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    s[a] = _mm256_add_pd(s[a], lo);
+    s[a + 1] = _mm256_add_pd(s[a + 1], hi);
+    q[a] = _mm256_add_pd(q[a], _mm256_mul_pd(lo, lo));
+    q[a + 1] = _mm256_add_pd(q[a + 1], _mm256_mul_pd(hi, hi));
+    if (kTrackNaN) nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    m = _mm256_max_ps(m, Abs(x));
+  }
+  // Adds elements [begin, end) (begin % 16 == 0) and folds the lanes. With
+  // kStoreX, x = grad + residual is also written to x_out.
+  template <bool kStoreX>
+  void Finish(const float* grad, const float* residual, float* x_out, uint32_t begin,
+              uint32_t end, float* max_abs, double* sum, double* sum_sq) {
+    const uint32_t end16 = begin + ((end - begin) & ~15u);
+    for (uint32_t i = begin; i < end16; i += 16) {
+      PrefetchAhead(grad, residual, i);  // see [prefetch]
+      const __m256 x0 = LoadX(grad, residual, i), x1 = LoadX(grad, residual, i + 8);
+      if (kStoreX) {
+        _mm256_storeu_ps(x_out + i, x0);
+        _mm256_storeu_ps(x_out + i + 8, x1);
+      }
+      Add16(x0, x1);
+    }
+    double sl[kSumLanes], ql[kSumLanes];
+    StoreLanes(s, sl);
+    StoreLanes(q, ql);
+    alignas(32) float mv[8];
+    _mm256_store_ps(mv, m);
+    bool any_nan = _mm256_movemask_ps(nan) != 0;
+    float mx = 0.0f;
+    for (int l = 0; l < 8; ++l) mx = mv[l] > mx ? mv[l] : mx;
+    for (uint32_t i = end16; i < end; ++i) {
+      const float x = X(grad, residual, i);
+      if (kStoreX) x_out[i] = x;
+      const double d = x;
+      sl[i % kSumLanes] += d;
+      ql[i % kSumLanes] += d * d;
+      any_nan |= std::isnan(x);
+      mx = std::fabs(x) > mx ? std::fabs(x) : mx;
+    }
+    *max_abs = any_nan ? NAN : mx;
+    *sum = AddLanes(sl);
+    *sum_sq = AddLanes(ql);
+  }
+};
+
 void Moments(const float* grad, const float* residual, uint32_t n, float* max_abs, double* sum,
              double* sum_sq) {
-  __m256d s_acc[4], q_acc[4];
-  for (int k = 0; k < 4; ++k) s_acc[k] = q_acc[k] = _mm256_setzero_pd();
-  __m256 m = _mm256_setzero_ps(), nan = m;
-  const uint32_t n16 = n & ~15u;
-  for (uint32_t i = 0; i < n16; i += 16) {
-    PrefetchAhead(grad, residual, i);  // see [prefetch]
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256 x = LoadX(grad, residual, i + 8 * h);
-      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-      s_acc[2 * h] = _mm256_add_pd(s_acc[2 * h], lo);
-      s_acc[2 * h + 1] = _mm256_add_pd(s_acc[2 * h + 1], hi);
-      q_acc[2 * h] = _mm256_add_pd(q_acc[2 * h], _mm256_mul_pd(lo, lo));
-      q_acc[2 * h + 1] = _mm256_add_pd(q_acc[2 * h + 1], _mm256_mul_pd(hi, hi));
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-      m = _mm256_max_ps(m, Abs(x));
-    }
-  }
-  double s[kSumLanes], q[kSumLanes];
-  StoreLanes(s_acc, s);
-  StoreLanes(q_acc, q);
-  alignas(32) float mv[8];
-  _mm256_store_ps(mv, m);
-  bool any_nan = _mm256_movemask_ps(nan) != 0;
-  float mx = 0.0f;
-  for (int l = 0; l < 8; ++l) mx = mv[l] > mx ? mv[l] : mx;
-  for (uint32_t i = n16; i < n; ++i) {
-    const float x = X(grad, residual, i);
-    const double d = x;
-    s[i % kSumLanes] += d;
-    q[i % kSumLanes] += d * d;
-    any_nan |= std::isnan(x);
-    mx = std::fabs(x) > mx ? std::fabs(x) : mx;
-  }
-  *max_abs = any_nan ? NAN : mx;
-  *sum = AddLanes(s);
-  *sum_sq = AddLanes(q);
+  MomentAcc().Finish<false>(grad, residual, nullptr, 0, n, max_abs, sum, sum_sq);
 }
 
 double SumAbs(const float* grad, const float* residual, uint32_t n) {
@@ -218,17 +248,28 @@ bool EncodeTwoBit(const float* grad, float* residual, uint32_t n, float t, uint8
   return ok;
 }
 
+// The round keys of a Philox key, broadcast once per chunk.
+struct RoundKeys {
+  __m256i k0[kPhiloxRounds], k1[kPhiloxRounds];
+  explicit RoundKeys(PhiloxKey key) {
+    uint32_t a = key.k0, b = key.k1;
+    for (int r = 0; r < kPhiloxRounds; ++r) {
+      if (r > 0) {
+        a += kPhiloxW0;
+        b += kPhiloxW1;
+      }
+      k0[r] = _mm256_set1_epi32(static_cast<int>(a));
+      k1[r] = _mm256_set1_epi32(static_cast<int>(b));
+    }
+  }
+};
+
 // Eight Philox4x32 blocks at once (kPhiloxRounds rounds), one per 32-bit
 // lane (SoA).
-inline void Philox8(__m256i& c0, __m256i& c1, __m256i& c2, __m256i& c3, PhiloxKey key) {
+inline void Philox8(__m256i& c0, __m256i& c1, __m256i& c2, __m256i& c3, const RoundKeys& key) {
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kPhiloxM0));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kPhiloxM1));
-  uint32_t k0 = key.k0, k1 = key.k1;
   for (int r = 0; r < kPhiloxRounds; ++r) {
-    if (r > 0) {
-      k0 += kPhiloxW0;
-      k1 += kPhiloxW1;
-    }
     const __m256i pe0 = _mm256_mul_epu32(c0, m0);
     const __m256i po0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
     const __m256i pe1 = _mm256_mul_epu32(c2, m1);
@@ -237,10 +278,8 @@ inline void Philox8(__m256i& c0, __m256i& c1, __m256i& c2, __m256i& c3, PhiloxKe
     const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(pe0, 32), po0, 0xAA);
     const __m256i lo1 = _mm256_blend_epi32(pe1, _mm256_slli_epi64(po1, 32), 0xAA);
     const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(pe1, 32), po1, 0xAA);
-    const __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1),
-                                        _mm256_set1_epi32(static_cast<int>(k0)));
-    const __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3),
-                                        _mm256_set1_epi32(static_cast<int>(k1)));
+    const __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), key.k0[r]);
+    const __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), key.k1[r]);
     c0 = n0;
     c1 = lo1;
     c2 = n2;
@@ -248,77 +287,224 @@ inline void Philox8(__m256i& c0, __m256i& c1, __m256i& c2, __m256i& c3, PhiloxKe
   }
 }
 
-// kResidual hoists the error-feedback test out of the loop.
-template <bool kResidual>
-void EncodeTernaryT(const float* grad, float* residual, uint32_t n, TernaryParams p,
-                    PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out) {
-  // Uniform8(b) < prob, scaled by 256 on both sides: b + 0.5 < a * (inv_s *
-  // 256) with a = min(|x|, clip). Scaling by a power of two is exact, so this
-  // is the portable comparison bit for bit, except when inv_s * 256
-  // overflows (s below about 2^-120) -- then the portable loop does the chunk -- or
-  // a * inv_s is subnormal, where both sides say "not taken" (b + 0.5 >= 0.5).
-  const float inv_s256 = InverseScale(p.scale) * 256.0f;
-  if (!(inv_s256 <= FLT_MAX)) {
-    return EncodeTernaryRange(grad, residual, 0, n, p, key, worker, clock, out);
+// The 128 draws of elements i..i+127 (i % 128 == 0), one byte each in
+// element order (see [reproducible rounding]): eight Philox blocks, one per
+// lane, transposed so that each block's 128 bits are contiguous.
+inline void Draws128(uint32_t i, uint32_t worker, uint32_t clock, const RoundKeys& key,
+                     uint8_t* dst) {
+  __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(i / kDrawsPerBlock)),
+                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256i c1 = _mm256_set1_epi32(static_cast<int>(worker));
+  __m256i c2 = _mm256_set1_epi32(static_cast<int>(clock));
+  __m256i c3 = _mm256_setzero_si256();
+  Philox8(c0, c1, c2, c3, key);
+  // u0 = blocks 0|4, u1 = 1|5, u2 = 2|6, u3 = 3|7 (each word order c0..c3).
+  const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
+  const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
+  const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+  const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+  auto* d = reinterpret_cast<__m256i*>(dst);
+  _mm256_storeu_si256(d + 0, _mm256_permute2x128_si256(u0, u1, 0x20));
+  _mm256_storeu_si256(d + 1, _mm256_permute2x128_si256(u2, u3, 0x20));
+  _mm256_storeu_si256(d + 2, _mm256_permute2x128_si256(u0, u1, 0x31));
+  _mm256_storeu_si256(d + 3, _mm256_permute2x128_si256(u2, u3, 0x31));
+}
+
+// Where the encode pass finds x: kFromGrad (x = grad, no residual),
+// kFromBoth (x = grad + residual) or kFromResidual (x already in residual).
+enum XSource { kFromGrad, kFromBoth, kFromResidual };
+
+struct TernaryConsts {
+  __m256 clip, s, sign, scale256, half_bin;
+  __m256i low_byte;
+  explicit TernaryConsts(TernaryParams p, float inv_s256)
+      : clip(_mm256_set1_ps(p.clip)), s(_mm256_set1_ps(p.scale)),
+        sign(_mm256_set1_ps(-0.0f)), scale256(_mm256_set1_ps(inv_s256)),
+        half_bin(_mm256_set1_ps(0.5f)), low_byte(_mm256_set1_epi16(0x00FF)) {}
+};
+
+// The take mask of eight elements (Uniform8(draw) < prob, scaled by 256:
+// see InverseScale256); writes x - decoded(x) to the residual unless kX is
+// kFromGrad.
+template <XSource kX>
+inline __m256 Take8(const float* grad, float* residual, const uint8_t* draws, uint32_t e,
+                    const TernaryConsts& c, __m256* x_out) {
+  const float* x_src = kX == kFromResidual ? residual : grad;
+  // 256 * Uniform8(b) = b + 0.5.
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(draws)));
+  const __m256 uni256 = _mm256_add_ps(_mm256_cvtepi32_ps(b), c.half_bin);
+  __m256 x = _mm256_loadu_ps(x_src + e);
+  if (kX == kFromBoth) x = _mm256_add_ps(x, _mm256_loadu_ps(residual + e));
+  const __m256 prob256 = _mm256_mul_ps(_mm256_min_ps(Abs(x), c.clip), c.scale256);
+  const __m256 take = _mm256_cmp_ps(uni256, prob256, _CMP_LT_OQ);
+  if (kX != kFromGrad) {
+    // x - copysign(s, x) where taken, x - 0 elsewhere: the portable
+    // x -/+ s and x, bit for bit (a taken x is never 0).
+    const __m256 sent = _mm256_and_ps(take, _mm256_or_ps(_mm256_and_ps(x, c.sign), c.s));
+    _mm256_storeu_ps(residual + e, _mm256_sub_ps(x, sent));
   }
-  const __m256 clip = _mm256_set1_ps(p.clip), s = _mm256_set1_ps(p.scale);
-  const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
-  const __m256 scale256 = _mm256_set1_ps(inv_s256), half_bin = _mm256_set1_ps(0.5f);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  constexpr uint32_t kStep = 8 * kDrawsPerBlock;  // eight blocks, one per lane
-  const uint32_t n_vec = n / kStep * kStep;
-  for (uint32_t i = 0; i < n_vec; i += kStep) {
-    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(i / kDrawsPerBlock)), lane);
-    __m256i c1 = _mm256_set1_epi32(static_cast<int>(worker));
-    __m256i c2 = _mm256_set1_epi32(static_cast<int>(clock));
-    __m256i c3 = _mm256_setzero_si256();
-    Philox8(c0, c1, c2, c3, key);
-    // Transpose 4 words x 8 blocks so each block's 128 bits are contiguous:
-    // u0 = blocks 0|4, u1 = 1|5, u2 = 2|6, u3 = 3|7.
-    const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
-    const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
-    const __m256i u[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                          _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
-#pragma GCC unroll 8
-    for (int blk = 0; blk < 8; ++blk) {
-      const __m128i words =
-          blk < 4 ? _mm256_castsi256_si128(u[blk]) : _mm256_extracti128_si256(u[blk - 4], 1);
-#pragma GCC unroll 2
-      for (int half = 0; half < 2; ++half) {
-        // Bytes 8*half .. 8*half+7 of the block, in element order, widened;
-        // 256 * Uniform8(b) = b + 0.5.
-        const __m256i b = _mm256_cvtepu8_epi32(half == 0 ? words : _mm_srli_si128(words, 8));
-        const __m256 uni256 = _mm256_add_ps(_mm256_cvtepi32_ps(b), half_bin);
-        const uint32_t e = i + kDrawsPerBlock * blk + 8 * half;
-        if (half == 0) PrefetchAhead(grad, residual, e);  // see [prefetch]
-        const __m256 x = kResidual ? _mm256_add_ps(_mm256_loadu_ps(grad + e),
-                                                   _mm256_loadu_ps(residual + e))
-                                   : _mm256_loadu_ps(grad + e);
-        const __m256 prob256 = _mm256_mul_ps(_mm256_min_ps(Abs(x), clip), scale256);
-        const __m256 take = _mm256_cmp_ps(uni256, prob256, _CMP_LT_OQ);
-        const __m256 gt0 = _mm256_cmp_ps(x, zero, _CMP_GT_OQ);
-        StoreCodes(out + e / 4, _mm256_movemask_ps(_mm256_and_ps(take, gt0)),
-                   _mm256_movemask_ps(_mm256_andnot_ps(gt0, take)));
-        if (kResidual) {
-          // x - copysign(s, x) where taken, x - 0 elsewhere: the portable
-          // x -/+ s and x, bit for bit (a taken x is never 0).
-          const __m256 sent = _mm256_and_ps(take, _mm256_or_ps(_mm256_and_ps(x, sign), s));
-          _mm256_storeu_ps(residual + e, _mm256_sub_ps(x, sent));
-        }
-      }
+  *x_out = x;
+  return take;
+}
+
+// Encodes elements [begin, end) (multiples of 16) from their draws
+// (draws[e - begin] for element e), 16 elements and 4 payload bytes a step.
+template <XSource kX, bool kBackward = false>
+inline void EncodeWithDraws(const float* grad, float* residual, const uint8_t* draws,
+                            uint32_t begin, uint32_t end, const TernaryConsts& c, uint8_t* out) {
+  const float* x_src = kX == kFromResidual ? residual : grad;
+  for (uint32_t k = begin; k < end; k += 16) {
+    const uint32_t e = kBackward ? end - 16 - (k - begin) : k;
+    if (!kBackward) {
+      PrefetchAhead(x_src, kX == kFromBoth ? residual : nullptr, e);  // see [prefetch]
+    } else if (e >= kPrefetchElems) {
+      _mm_prefetch(reinterpret_cast<const char*>(x_src + e - kPrefetchElems), _MM_HINT_T0);
     }
+    __m256 xa, xb;
+    const __m256 ta = Take8<kX>(grad, residual, draws + (e - begin), e, c, &xa);
+    const __m256 tb = Take8<kX>(grad, residual, draws + (e - begin) + 8, e + 8, c, &xb);
+    // The 2-bit codes of 16 elements as one movemask: element j's int16
+    // lane is 0x00FF when it is taken and x > 0 (code 01), 0xFF00 when
+    // taken and x < 0 (code 10), 0 else; the byte signs are then bits 2j
+    // and 2j+1. A taken x is neither 0 nor NaN (callers reject NaN first),
+    // so the sign bit of x is the code's sign. packs works per 128-bit
+    // half, hence the permute back to element order.
+    const __m256i take16 = _mm256_packs_epi32(_mm256_castps_si256(ta), _mm256_castps_si256(tb));
+    const __m256i neg16 = _mm256_srai_epi16(
+        _mm256_packs_epi32(_mm256_castps_si256(xa), _mm256_castps_si256(xb)), 15);
+    const __m256i codes = _mm256_permute4x64_epi64(
+        _mm256_and_si256(take16, _mm256_xor_si256(neg16, c.low_byte)), 0xD8);
+    const uint32_t word = static_cast<uint32_t>(_mm256_movemask_epi8(codes));
+    std::memcpy(out + e / 4, &word, 4);
   }
-  EncodeTernaryRange(grad, residual, n_vec, n, p, key, worker, clock, out);
+}
+
+// Uniform8(b) < prob, scaled by 256 on both sides: b + 0.5 < a * (inv_s *
+// 256) with a = min(|x|, clip). Scaling by a power of two is exact, so this
+// is the portable comparison bit for bit, except when inv_s * 256
+// overflows (s below about 2^-120) -- then the portable loop does the chunk
+// -- or a * inv_s is subnormal, where both sides say "not taken"
+// (b + 0.5 >= 0.5). Returns false in the overflow case.
+inline bool InverseScale256(float scale, float* inv_s256) {
+  *inv_s256 = InverseScale(scale) * 256.0f;
+  return *inv_s256 <= FLT_MAX;
+}
+
+constexpr uint32_t kStep = 8 * kDrawsPerBlock;  // one Draws128
+
+// The encode pass over [0, n_vec) (n_vec % kStep == 0), last block first (see
+// [ternary passes]), with the draws from `draws` (draws[e] for element e) or,
+// when it is null, from Philox here.
+template <XSource kX>
+void EncodeBlocks(const float* grad, float* residual, const uint8_t* draws, uint32_t n_vec,
+                  const TernaryConsts& c, const RoundKeys& keys, uint32_t worker, uint32_t clock,
+                  uint8_t* out) {
+  alignas(32) uint8_t local[kStep];
+  for (uint32_t i = n_vec; i > 0;) {
+    i -= kStep;
+    if (draws == nullptr) Draws128(i, worker, clock, keys, local);
+    EncodeWithDraws<kX, /*kBackward=*/true>(grad, residual, draws ? draws + i : local, i,
+                                            i + kStep, c, out);
+  }
 }
 
 void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams p, PhiloxKey key,
                    uint32_t worker, uint32_t clock, uint8_t* out) {
   std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
-  if (residual) {
-    EncodeTernaryT<true>(grad, residual, n, p, key, worker, clock, out);
-  } else {
-    EncodeTernaryT<false>(grad, nullptr, n, p, key, worker, clock, out);
+  float inv_s256;
+  if (!InverseScale256(p.scale, &inv_s256)) {
+    return EncodeTernaryRange(grad, residual, residual, 0, n, p, key, worker, clock, out);
   }
+  const TernaryConsts c(p, inv_s256);
+  const RoundKeys keys(key);
+  const uint32_t n_vec = n / kStep * kStep;
+  if (residual) {
+    EncodeBlocks<kFromBoth>(grad, residual, nullptr, n_vec, c, keys, worker, clock, out);
+  } else {
+    EncodeBlocks<kFromGrad>(grad, nullptr, nullptr, n_vec, c, keys, worker, clock, out);
+  }
+  EncodeTernaryRange(grad, residual, residual, n_vec, n, p, key, worker, clock, out);
+}
+
+// Chunks up to this many elements get their draws in the statistics pass
+// (a scratch of one byte per element); larger ones in the encode pass. See
+// [ternary passes].
+constexpr uint32_t kMaxScratchElems = uint32_t{1} << 21;
+
+// The draws of a chunk, n bytes, reused by the thread (see [ternary passes]).
+uint8_t* DrawScratch(uint32_t n) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// NOTE: [ternary passes] The scale of a ternary chunk needs the statistics
+// of the whole chunk before the first code, so the encode reads x twice.
+// The statistics pass streams grad and residual from memory and mostly
+// waits on it; the encode pass, when the chunk is still in cache, was bound
+// by the Philox rounds. Hence, with results bit for bit those of moments +
+// encode_ternary (codec_test checks it):
+// - With error feedback the statistics pass stores x = grad + residual into
+//   the residual, so the encode pass reads one stream, not two.
+// - The draws depend only on the key and the element index, so for a chunk
+//   of at most kMaxScratchElems the statistics pass computes them too, into
+//   a per-thread scratch of one byte per element, where they cost no time.
+//   A larger chunk comes back from memory in the encode pass anyway, whose
+//   wait then hides the rounds, and the scratch would only add traffic.
+// - The encode pass runs from the chunk's end back to its start, so that it
+//   first meets what the statistics pass left in the caches.
+template <bool kResidual>
+bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float clip_factor,
+                         PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out,
+                         float* scale) {
+  const uint32_t n_vec = n / kStep * kStep;
+  uint8_t* draws = n_vec <= kMaxScratchElems ? DrawScratch(n_vec) : nullptr;
+  const RoundKeys keys(key);
+  MomentAcc acc;
+  for (uint32_t i = 0; i < n_vec; i += kStep) {
+    if (draws) Draws128(i, worker, clock, keys, draws + i);
+#pragma GCC unroll 8
+    for (uint32_t k = 0; k < kStep; k += 16) {
+      PrefetchAhead(grad, residual, i + k);  // see [prefetch]
+      const __m256 x0 = LoadX(grad, residual, i + k), x1 = LoadX(grad, residual, i + k + 8);
+      if (kResidual) {
+        _mm256_storeu_ps(residual + i + k, x0);
+        _mm256_storeu_ps(residual + i + k + 8, x1);
+      }
+      // No NaN flag: a NaN or Inf makes the sum of squares non-finite.
+      acc.Add16</*kTrackNaN=*/false>(x0, x1);
+    }
+  }
+  float max_abs;
+  double sum, sum_sq;
+  acc.Finish<kResidual>(grad, residual, residual, n_vec, n, &max_abs, &sum, &sum_sq);
+  if (!std::isfinite(max_abs) || !std::isfinite(sum_sq)) return false;
+  const TernaryParams p = TernaryParamsFromMoments(max_abs, sum, sum_sq, n, clip_factor);
+  *scale = p.scale;
+  // From here x is grad (no residual) or residual.
+  const float* x = kResidual ? residual : grad;
+  float inv_s256;
+  if (!(p.scale > 0.0f) || !InverseScale256(p.scale, &inv_s256)) {
+    std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
+    // A zero scale sends zero codes, and the residual holds x already.
+    if (p.scale > 0.0f) EncodeTernaryRange(x, nullptr, residual, 0, n, p, key, worker, clock, out);
+    return true;
+  }
+  // The vector pass writes every byte of its range.
+  std::memset(out + n_vec / 4, 0, (static_cast<size_t>(n) + 3) / 4 - n_vec / 4);
+  EncodeBlocks<kResidual ? kFromResidual : kFromGrad>(
+      grad, residual, draws, n_vec, TernaryConsts(p, inv_s256), keys, worker, clock, out);
+  EncodeTernaryRange(x, nullptr, residual, n_vec, n, p, key, worker, clock, out);
+  return true;
+}
+
+bool EncodeTernaryChunk(const float* grad, float* residual, uint32_t n, float clip_factor,
+                        PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out,
+                        float* scale) {
+  return residual ? EncodeTernaryChunkT<true>(grad, residual, n, clip_factor, key, worker, clock,
+                                              out, scale)
+                  : EncodeTernaryChunkT<false>(grad, nullptr, n, clip_factor, key, worker, clock,
+                                               out, scale);
 }
 
 // bit = x > 0 (kCmp = _CMP_GT_OQ), or x >= 0 when zeros take the 1 bit
@@ -450,10 +636,10 @@ bool Valid2Bit(const uint8_t* payload, uint32_t n) {
 }  // namespace
 
 const CodecKernels* Avx2Kernels() {
-  static const CodecKernels k = {Moments,       SumAbs,        SignSums,      EncodeF32,
-                                 EncodeTwoBit,  EncodeTernary, EncodeOneBit,  Valid2Bit,
-                                 MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit, DecodeAddF32,
-                                 Decode2Bit,    Decode1Bit};
+  static const CodecKernels k = {
+      Moments,   SumAbs,        SignSums,      EncodeF32,    EncodeTwoBit,
+      EncodeTernary, EncodeTernaryChunk, EncodeOneBit, Valid2Bit, MaxAbsF32,
+      DecodeAdd2Bit, DecodeAdd1Bit, DecodeAddF32, Decode2Bit, Decode1Bit};
   return &k;
 }
 

@@ -108,7 +108,24 @@ bool EncodeTwoBit(const float* grad, float* residual, uint32_t n, float t, uint8
 void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams p, PhiloxKey key,
                    uint32_t worker, uint32_t clock, uint8_t* out) {
   std::memset(out, 0, (static_cast<size_t>(n) + 3) / 4);
-  EncodeTernaryRange(grad, residual, 0, n, p, key, worker, clock, out);
+  EncodeTernaryRange(grad, residual, residual, 0, n, p, key, worker, clock, out);
+}
+
+bool EncodeTernaryChunk(const float* grad, float* residual, uint32_t n, float clip_factor,
+                        PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out,
+                        float* scale) {
+  float max_abs;
+  double sum, sum_sq;
+  Moments(grad, residual, n, &max_abs, &sum, &sum_sq);
+  if (!std::isfinite(max_abs) || !std::isfinite(sum_sq)) return false;
+  const TernaryParams p = TernaryParamsFromMoments(max_abs, sum, sum_sq, n, clip_factor);
+  *scale = p.scale;
+  if (p.scale > 0.0f) {
+    EncodeTernary(grad, residual, n, p, key, worker, clock, out);
+  } else {  // nothing to send: zero codes, residual = x
+    (void)EncodeTwoBit(grad, residual, n, INFINITY, out);
+  }
+  return true;
 }
 
 void EncodeOneBit(const float* grad, float* residual, uint32_t n, OneBitParams p, uint8_t* out) {
@@ -172,9 +189,9 @@ void Decode1Bit(const uint8_t* payload, uint32_t n, float pos, float neg, float*
 
 }  // namespace
 
-void EncodeTernaryRange(const float* grad, float* residual, uint32_t begin, uint32_t end,
-                        TernaryParams p, PhiloxKey key, uint32_t worker, uint32_t clock,
-                        uint8_t* out) {
+void EncodeTernaryRange(const float* grad, const float* residual_in, float* residual_out,
+                        uint32_t begin, uint32_t end, TernaryParams p, PhiloxKey key,
+                        uint32_t worker, uint32_t clock, uint8_t* out) {
   PhiloxCounter rnd{};
   const float inv_s = InverseScale(p.scale);
   for (uint32_t i = begin; i < end; ++i) {
@@ -182,7 +199,7 @@ void EncodeTernaryRange(const float* grad, float* residual, uint32_t begin, uint
     if (j == 0 || i == begin) {
       rnd = CodecPhilox(PhiloxCounter{i / kDrawsPerBlock, worker, clock, 0}, key);
     }
-    const float x = X(grad, residual, i);
+    const float x = X(grad, residual_in, i);
     // |clamp(x, -clip, clip)| and the sign of x (clip > 0 whenever s > 0).
     const float prob = std::min(std::fabs(x), p.clip) * inv_s;
     uint32_t code = 0;
@@ -197,15 +214,15 @@ void EncodeTernaryRange(const float* grad, float* residual, uint32_t begin, uint
       }
     }
     out[i / 4] |= static_cast<uint8_t>(code << (2 * (i % 4)));
-    if (residual) residual[i] = r;
+    if (residual_out) residual_out[i] = r;
   }
 }
 
 const CodecKernels& PortableKernels() {
-  static const CodecKernels k = {Moments,       SumAbs,        SignSums,      EncodeF32,
-                                 EncodeTwoBit,  EncodeTernary, EncodeOneBit,  Valid2Bit,
-                                 MaxAbsF32,     DecodeAdd2Bit, DecodeAdd1Bit, DecodeAddF32,
-                                 Decode2Bit,    Decode1Bit};
+  static const CodecKernels k = {
+      Moments,   SumAbs,        SignSums,      EncodeF32,    EncodeTwoBit,
+      EncodeTernary, EncodeTernaryChunk, EncodeOneBit, Valid2Bit, MaxAbsF32,
+      DecodeAdd2Bit, DecodeAdd1Bit, DecodeAddF32, Decode2Bit, Decode1Bit};
   return k;
 }
 
