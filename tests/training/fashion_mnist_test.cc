@@ -120,7 +120,8 @@ TEST_F(FashionMnist, DefaultPolicyKeepsEveryCodecWithinHalfAPointOfFp32) {
   both_ways.mutable_codec()->set_pull_codec("twobit");
   const Result pulled = Run(both_ways);
   EXPECT_GE(pulled.accuracy, fp32.accuracy - kMargin);
-  EXPECT_GT(pulled.pull_ratio, 8.0) << "pulls must be compressed, not fp32";
+  // fc1.weight (89% of elements) at 16x, the rest fp32: about 6x.
+  EXPECT_GT(pulled.pull_ratio, 5.0) << "pulls must be compressed, not fp32";
 
   // 1-bit SGD's lesson: without error feedback a biased codec loses what it
   // does not send. Under the default policy only fc1.weight is twobit (the
