@@ -348,16 +348,15 @@ inline __m256 Take8(const float* grad, float* residual, const uint8_t* draws, ui
 }
 
 // Encodes elements [begin, end) (multiples of 16) from their draws
-// (draws[e - begin] for element e), 16 elements and 4 payload bytes a step.
-template <XSource kX, bool kBackward = false>
+// (draws[e - begin] for element e), 16 elements and 4 payload bytes a step,
+// last first (see [ternary passes]).
+template <XSource kX>
 inline void EncodeWithDraws(const float* grad, float* residual, const uint8_t* draws,
                             uint32_t begin, uint32_t end, const TernaryConsts& c, uint8_t* out) {
   const float* x_src = kX == kFromResidual ? residual : grad;
   for (uint32_t k = begin; k < end; k += 16) {
-    const uint32_t e = kBackward ? end - 16 - (k - begin) : k;
-    if (!kBackward) {
-      PrefetchAhead(x_src, kX == kFromBoth ? residual : nullptr, e);  // see [prefetch]
-    } else if (e >= kPrefetchElems) {
+    const uint32_t e = end - 16 - (k - begin);
+    if (e >= kPrefetchElems) {
       _mm_prefetch(reinterpret_cast<const char*>(x_src + e - kPrefetchElems), _MM_HINT_T0);
     }
     __m256 xa, xb;
@@ -403,8 +402,7 @@ void EncodeBlocks(const float* grad, float* residual, const uint8_t* draws, uint
   for (uint32_t i = n_vec; i > 0;) {
     i -= kStep;
     if (draws == nullptr) Draws128(i, worker, clock, keys, local);
-    EncodeWithDraws<kX, /*kBackward=*/true>(grad, residual, draws ? draws + i : local, i,
-                                            i + kStep, c, out);
+    EncodeWithDraws<kX>(grad, residual, draws ? draws + i : local, i, i + kStep, c, out);
   }
 }
 
