@@ -159,6 +159,9 @@ TEST_F(Convergence, CompressedPullsMatchFp32Pulls) {
     v1::JobSpec spec = fp32_pull;
     spec.set_name(absl::StrCat("twobit-push-", codec, "-pull"));
     spec.mutable_codec()->set_pull_codec(codec);
+    // Every tensor of this small MLP is under the layer-wise pull rule's
+    // size ([layer-wise pull]); compress them all, as twobit pushes above.
+    spec.mutable_codec()->set_pull_min_elems(1);
     const Result r = Run(spec);
     EXPECT_GE(r.accuracy, base.accuracy - 0.005) << codec;
     // Mostly 2-bit deltas; each worker's first pull of a chunk is a snapshot.
