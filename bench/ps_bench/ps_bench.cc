@@ -293,6 +293,9 @@ class Bench {
     c->pull_codec = pull_codec;
     CodecPolicy policy;
     policy.default_codec = codec;
+    // The map says per tensor what its pulls carry (see [layer-wise pull]);
+    // the job's pull codec alone would leave every chunk pulled fp32.
+    policy.pull_codec = pull_codec;
     auto map = SplitModel({{"model", static_cast<int64_t>(floats)}}, addresses,
                           absl::GetFlag(FLAGS_chunk_elems), policy);
     if (!map.ok()) return map.status();

@@ -14,7 +14,7 @@
 // than the wall time); "quit" or EOF ends it. A step pushes the whole model as
 // one tensor (chunks of --chunk_elems), waits for every ack, advances the
 // clock and pulls it back (--pull=false: push only, pull ms 0). The shard
-// runs the job in ASYNC mode with SGD, as ps_bench does.
+// runs the job in --mode (ASYNC by default) with SGD, as ps_bench does.
 #include <unistd.h>
 
 #include <filesystem>
@@ -32,12 +32,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/codec/codec.h"
 #include "worker/client/ps_client.h"
 #include "worker/client/testing/shard_process.h"
 
 ABSL_FLAG(uint64_t, model_floats, uint64_t{16} << 20, "Model size in floats (default 64 MiB).");
 ABSL_FLAG(uint32_t, chunk_elems, 262144, "Elements per chunk (<= 262144, 1 MiB of fp32).");
 ABSL_FLAG(std::string, codec, "none", "Push codec (none, twobit, ternary, onebit).");
+ABSL_FLAG(std::string, pull_codec, "none", "Pull codec (see [pull codec]).");
+ABSL_FLAG(std::string, mode, "async", "Consistency mode: async or sync.");
 ABSL_FLAG(bool, pull, true, "Pull the model back after each push.");
 ABSL_FLAG(std::string, shard_binary, GS_SHARD_BINARY, "gs_shard binary to start.");
 ABSL_FLAG(std::string, shard_args, "", "Extra flags for gs_shard, comma-separated.");
@@ -96,6 +99,7 @@ int Run() {
   }
   CodecPolicy policy;
   policy.default_codec = absl::GetFlag(FLAGS_codec);
+  policy.pull_codec = absl::GetFlag(FLAGS_pull_codec);
   auto map = SplitModel({{"model", static_cast<int64_t>(floats)}}, {(*shard)->address()},
                         absl::GetFlag(FLAGS_chunk_elems), policy);
   if (!map.ok()) {
@@ -106,7 +110,13 @@ int Run() {
   setup.job_id = absl::StrCat("gs_step_loop-", ::getpid());
   setup.optimizer.set_type("sgd");
   setup.optimizer.set_learning_rate(1e-6f);
-  setup.consistency.set_mode(v1::ASYNC);
+  absl::StatusOr<CodecType> pull_codec = CodecTypeFromName(policy.pull_codec);
+  if (!pull_codec.ok()) {
+    std::fprintf(stderr, "gs_step_loop: %s\n", pull_codec.status().ToString().c_str());
+    return 1;
+  }
+  setup.pull_codec = static_cast<v1::Codec>(static_cast<int>(*pull_codec));
+  setup.consistency.set_mode(absl::GetFlag(FLAGS_mode) == "sync" ? v1::SYNC : v1::ASYNC);
   if (auto created = client::testing::CreateJob(*map, setup, absl::Seconds(30)); !created.ok()) {
     std::fprintf(stderr, "gs_step_loop: %s\n", created.status().ToString().c_str());
     return 1;
