@@ -41,6 +41,15 @@ absl::StatusOr<ChunkDecoder> ChunkDecoder::Create(const ChunkHeader& h, absl::st
 
 void ChunkDecoder::AddTo(float* acc) const { row_->decode_add(header_, payload_, weight_, acc); }
 
+void ChunkDecoder::AddRangeTo(uint32_t begin, uint32_t n, float* acc) const {
+  // A range starting on a multiple of 8 starts on a payload byte for every
+  // layout (32, 2 and 1 bits per element), and the decode kernels keep no
+  // state across elements, so the range is a chunk of its own.
+  ChunkHeader range = header_;
+  range.num_elems = n;
+  row_->decode_add(range, payload_ + size_t{begin} * row_->bits_per_elem / 8, weight_, acc);
+}
+
 const float* ChunkDecoder::Block(uint32_t begin, uint32_t n, float* scratch) const {
   return row_->decode_block(header_, payload_, begin, n, scratch);
 }

@@ -46,6 +46,11 @@ class ChunkDecoder {
 
   // acc[i] += weight * value_i; acc has num_elems() elements.
   void AddTo(float* acc) const;
+  // The same for elements [begin, begin + n) only (begin % 8 == 0, begin +
+  // n <= num_elems()): acc[i] += weight * value_{begin + i}, with the same
+  // arithmetic per element as AddTo, so a chunk added range by range is
+  // bit-identical to AddTo.
+  void AddRangeTo(uint32_t begin, uint32_t n, float* acc) const;
 
   // Elements [begin, begin + n) (begin % 8 == 0, begin + n <= num_elems())
   // as u with weight * value_i == block_scale() * u_i: fills `scratch` (n

@@ -32,8 +32,12 @@
 #define GRADSTREAM_COMMON_CODEC_PUBLISHED_H_
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
@@ -43,13 +47,69 @@ namespace gradstream {
 // CRC32C of the little-endian fp32 bits of `copy` (little-endian hosts).
 uint32_t PublishedChecksum(absl::Span<const float> copy);
 
+// NOTE: [fused apply] Applying a delta, checksumming the result and (on a
+// worker) copying it into the caller's parameters were three passes over
+// every pulled chunk, each reading it back from L2 or memory; on a worker
+// they run on the stream's reader thread, in the pull's critical path. Done
+// block by block (kPublishBlock elements, 16 KiB: the block is still in L1
+// when it is checksummed and copied), a chunk is read from memory once. The
+// arithmetic is DecodeAdd's per element and the checksum is extended block
+// by block, so the results are the same bits as the three passes.
+inline constexpr uint32_t kPublishBlock = 4096;
+static_assert(kPublishBlock % 8 == 0, "a block starts on a payload byte of every codec");
+
 // copy += decoded delta, with weight exactly 1 so the result does not depend
 // on the decode path (portable or AVX2; a product with 1 is exact, so fused
-// or not the add rounds once). InvalidArgument as DecodeAdd; `copy` is then
-// unchanged.
-[[nodiscard]] absl::Status ApplyPublishedDelta(const ChunkHeader& header,
-                                               absl::string_view payload,
-                                               absl::Span<float> copy);
+// or not the add rounds once); then, when `out` is not null, out = copy.
+// Returns PublishedChecksum(copy) of the result (see [fused apply]).
+// InvalidArgument as DecodeAdd; `copy` and `out` are then unchanged.
+[[nodiscard]] absl::StatusOr<uint32_t> ApplyPublishedDelta(const ChunkHeader& header,
+                                                           absl::string_view payload,
+                                                           absl::Span<float> copy,
+                                                           float* out = nullptr);
+
+// PublishedChecksum(copy), copying `copy` to `out` (copy.size() floats) on
+// the way, in one pass (see [fused apply]).
+uint32_t ChecksumAndCopy(absl::Span<const float> copy, float* out);
+
+// NOTE: [fused publish] Publishing a chunk was five passes: d = p - q into a
+// scratch chunk, mean |d| (twobit's adaptive threshold), the encode, q +=
+// decoded(d), the checksum of q; p and q come from memory (q was last
+// touched a step ago) and the scratch from L3. For twobit -- what a
+// compressed pull job mostly uses -- DeltaPublisher makes it two passes over
+// kPublishBlock-element blocks: the first sums |p - q| block by block, the
+// second recomputes each block of d into an L1 scratch, encodes it with the
+// threshold, adds the decoded block to q the way every worker will
+// (DecodeAdd's arithmetic, weight 1) and checksums it while it is in L1.
+// The threshold is mean |d| summed in another order than the one-call
+// encoder's (per block, then across blocks), so it may differ from it in
+// the last bits; nothing depends on that: the header carries it and shard
+// and workers both decode with it. Other codecs take the five passes.
+class DeltaPublisher {
+ public:
+  // The pull codec `type` (not kNone) for chunks of `num_elems` elements,
+  // with PullCodecOptions().
+  static absl::StatusOr<std::unique_ptr<DeltaPublisher>> Create(CodecType type,
+                                                                uint32_t num_elems);
+
+  // Encodes d = params - copy (the sizes must be num_elems) with `key`,
+  // then copy += decoded(d) exactly as ApplyPublishedDelta does on a worker.
+  // Returns PublishedChecksum(copy). InvalidArgument when d holds NaN or Inf;
+  // `copy` is then unspecified (the caller publishes a snapshot instead).
+  [[nodiscard]] absl::StatusOr<uint32_t> Publish(absl::Span<const float> params,
+                                                 const EncodeKey& key, absl::Span<float> copy,
+                                                 ChunkHeader* header, std::string* payload);
+
+ private:
+  DeltaPublisher(CodecType type, uint32_t num_elems, std::unique_ptr<Codec> encoder);
+  absl::StatusOr<uint32_t> PublishTwoBit(absl::Span<const float> params, absl::Span<float> copy,
+                                         ChunkHeader* header, std::string* payload);
+
+  const CodecType type_;
+  const uint32_t num_elems_;
+  const std::unique_ptr<Codec> encoder_;  // null for twobit (fused, see [fused publish])
+  std::vector<float> scratch_;            // d: a block (twobit) or the chunk
+};
 
 // Options of the pull codec's encoder: twobit takes the adaptive threshold
 // (parameter changes are orders of magnitude below a gradient threshold such

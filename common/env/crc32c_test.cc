@@ -22,5 +22,25 @@ TEST(Crc32c, WordsAgreeWithBytes) {
   EXPECT_EQ(Crc32c(data), bytewise);
 }
 
+// The three-chain bulk ([crc streams]) at lengths around its block sizes
+// (3 x 256 and 3 x 8192 bytes) and at every start offset mod 8 agrees with
+// 1-byte steps, which never take it; and splitting anywhere agrees too.
+TEST(Crc32c, StreamsAgreeWithBytes) {
+  std::string data(3 * 8192 * 2 + 3 * 256 + 64, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
+  for (size_t len : {767, 768, 769, 3 * 256 + 8, 24575, 24576, 24577, 24576 + 768 + 5,
+                     2 * 24576 + 3 * 256 + 57}) {
+    for (size_t off = 0; off < 8; ++off) {
+      const std::string_view view(data.data() + off, len);
+      uint32_t bytewise = 0;
+      for (char ch : view) bytewise = Crc32c(std::string_view(&ch, 1), bytewise);
+      EXPECT_EQ(Crc32c(view), bytewise) << "len " << len << " offset " << off;
+      const size_t cut = len / 3 + off;
+      EXPECT_EQ(Crc32c(view.substr(cut), Crc32c(view.substr(0, cut))), bytewise)
+          << "len " << len << " split at " << cut;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gradstream

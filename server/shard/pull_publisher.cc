@@ -1,10 +1,7 @@
 // PullPublisher. See pull_publisher.h and [pull codec].
 #include "server/shard/pull_publisher.h"
 
-#include <cstring>
-
 #include "common/codec/published.h"
-#include "common/codec/registry.h"
 #include "glog/logging.h"
 
 namespace gradstream::shard {
@@ -16,22 +13,6 @@ constexpr size_t kDeltaHeaderBytes = 16;
 constexpr uint64_t kPullSeed = 0x70756c6c636f6465;  // "pullcode"
 constexpr uint32_t kPullWorker = 0xffffffff;
 
-// out = a - b, 8 floats at a time in a GCC/Clang vector (SSE2 at least; -O2
-// does not vectorize the plain loop). Exact either way: one IEEE
-// subtraction per element.
-void Subtract(const float* a, const float* b, float* out, uint32_t n) {
-  using Float8 = float __attribute__((vector_size(32)));
-  uint32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    Float8 x, y;
-    std::memcpy(&x, a + i, sizeof(x));
-    std::memcpy(&y, b + i, sizeof(y));
-    x -= y;
-    std::memcpy(out + i, &x, sizeof(x));
-  }
-  for (; i < n; ++i) out[i] = a[i] - b[i];
-}
-
 }  // namespace
 
 PullPublisher::PullPublisher(CodecType codec, bool once_per_clock,
@@ -42,9 +23,7 @@ PullPublisher::PullPublisher(CodecType codec, bool once_per_clock,
     auto c = std::make_unique<Chunk>(spec.num_elems, spec.pull_fp32);
     if (!c->fp32) {
       absl::MutexLock l(&c->mu);
-      // No error feedback decorator: the residual is params - copy (see [pull codec]).
-      c->encoder = *MakeChunkEncoder(CodecTypeName(codec), PullCodecOptions(),
-                                     /*error_feedback=*/false, spec.num_elems);
+      c->publisher = *DeltaPublisher::Create(codec, spec.num_elems);
     }
     chunks_[spec.chunk_id] = std::move(c);
   }
@@ -65,8 +44,6 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
     Reset(c, params, version);
     return;
   }
-  c.scratch.resize(c.num_elems);
-  Subtract(params.data(), c.copy.data(), c.scratch.data(), c.num_elems);
   Delta d;
   d.from_version = c.version;
   d.from_checksum = c.checksum;
@@ -75,17 +52,17 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
   key.worker = kPullWorker;
   key.clock = static_cast<uint32_t>(version);
   key.chunk = static_cast<uint32_t>(chunk_id);
-  absl::Status s = c.encoder->Encode(c.scratch, key, &d.delta.header, &d.delta.payload);
-  if (s.ok()) s = ApplyPublishedDelta(d.delta.header, d.delta.payload, absl::MakeSpan(c.copy));
-  if (!s.ok()) {
+  const absl::StatusOr<uint32_t> checksum = c.publisher->Publish(
+      params, key, absl::MakeSpan(c.copy), &d.delta.header, &d.delta.payload);
+  if (!checksum.ok()) {
     // Non-finite parameters: nothing to encode them with; workers get them whole.
     LOG(WARNING) << "chunk " << chunk_id << ": pull codec cannot encode version " << version
-                 << " (" << s << "); publishing a snapshot";
+                 << " (" << checksum.status() << "); publishing a snapshot";
     Reset(c, params, version);
     return;
   }
   c.version = version;
-  c.checksum = PublishedChecksum(c.copy);
+  c.checksum = *checksum;
   c.history_bytes += d.delta.payload.size() + kDeltaHeaderBytes;
   c.history.push_back(std::move(d));
   // A chain heavier than a snapshot is never sent, so it is not kept.

@@ -33,12 +33,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
+#include "common/codec/published.h"
 #include "server/shard/types.h"
 
 namespace gradstream::shard {
 
 // Thread-safe (one lock per chunk). Memory per chunk: the published copy,
-// a scratch buffer, and deltas weighing at most one fp32 snapshot (16 twobit
+// the DeltaPublisher's scratch, and deltas weighing at most one fp32 snapshot (16 twobit
 // or ternary deltas, 32 onebit ones): the history is bounded by the codec,
 // not by the job's length. Sync mode needs one delta per clock; SSP with s
 // publishes at most once per reader clock, so a worker at the bound is about
@@ -91,10 +92,9 @@ class PullPublisher {
     uint32_t checksum ABSL_GUARDED_BY(mu) = 0;
     uint64_t published_clock ABSL_GUARDED_BY(mu) = 0;  // reader clock of the last publication
     std::vector<float> copy ABSL_GUARDED_BY(mu);
-    std::vector<float> scratch ABSL_GUARDED_BY(mu);  // params - copy
     std::deque<Delta> history ABSL_GUARDED_BY(mu);   // oldest first
     size_t history_bytes ABSL_GUARDED_BY(mu) = 0;
-    std::unique_ptr<Codec> encoder ABSL_GUARDED_BY(mu);  // null for fp32 chunks
+    std::unique_ptr<DeltaPublisher> publisher ABSL_GUARDED_BY(mu);  // null for fp32 chunks
   };
 
   Chunk& Find(uint64_t chunk_id) const;

@@ -33,31 +33,36 @@ absl::Status PublishedCopies::Apply(uint64_t chunk_id, const PublishedAnswer& an
   Copy& c = *copies_[chunk_id];
   absl::MutexLock l(&c.mu);
   const size_t bytes = c.values.size() * sizeof(float);
-  absl::Status s;
+  // The copy's checksum and dst = the copy come out of one pass over the
+  // chunk (see [fused apply]): dst is written before the checksum is known.
+  absl::StatusOr<uint32_t> mine = absl::InternalError("no answer applied");
   if (!answer.snapshot.empty()) {
     if (answer.snapshot.size() != bytes) {
-      s = absl::InvalidArgumentError(absl::StrCat("published snapshot of chunk ", chunk_id, " has ",
-                                                  answer.snapshot.size(), " bytes, want ", bytes));
+      mine = absl::InvalidArgumentError(absl::StrCat("published snapshot of chunk ", chunk_id,
+                                                     " has ", answer.snapshot.size(),
+                                                     " bytes, want ", bytes));
     } else {
       std::memcpy(c.values.data(), answer.snapshot.data(), bytes);  // little-endian hosts only
+      mine = ChecksumAndCopy(c.values, dst);
     }
   } else if (!c.has) {
-    s = absl::InvalidArgumentError(
+    mine = absl::InvalidArgumentError(
         absl::StrCat("chunk ", chunk_id, ": the shard sent deltas, but no copy is held"));
+  } else if (answer.deltas.empty()) {
+    mine = ChecksumAndCopy(c.values, dst);
   } else {
-    for (const auto& [header, payload] : answer.deltas) {
-      s = ApplyPublishedDelta(header, absl::string_view(payload.data(), payload.size()),
-                              absl::MakeSpan(c.values));
-      if (!s.ok()) break;
+    for (size_t i = 0; i < answer.deltas.size() && (i == 0 || mine.ok()); ++i) {
+      const auto& [header, payload] = answer.deltas[i];
+      const bool last = i + 1 == answer.deltas.size();
+      mine = ApplyPublishedDelta(header, absl::string_view(payload.data(), payload.size()),
+                                 absl::MakeSpan(c.values), last ? dst : nullptr);
     }
   }
-  if (s.ok()) {
-    const uint32_t mine = PublishedChecksum(c.values);
-    if (mine != answer.checksum) {
-      s = absl::DataLossError(absl::StrCat(
-          "chunk ", chunk_id, ": published copy at version ", answer.version, " has checksum ",
-          mine, ", the shard's has ", answer.checksum, " (the next pull asks for a snapshot)"));
-    }
+  absl::Status s = mine.status();
+  if (s.ok() && *mine != answer.checksum) {
+    s = absl::DataLossError(absl::StrCat(
+        "chunk ", chunk_id, ": published copy at version ", answer.version, " has checksum ",
+        *mine, ", the shard's has ", answer.checksum, " (the next pull asks for a snapshot)"));
   }
   if (!s.ok()) {
     c.has = false;
@@ -65,7 +70,6 @@ absl::Status PublishedCopies::Apply(uint64_t chunk_id, const PublishedAnswer& an
   }
   c.has = true;
   c.held = Held{answer.version, answer.checksum};
-  std::memcpy(dst, c.values.data(), bytes);
   return absl::OkStatus();
 }
 

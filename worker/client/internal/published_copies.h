@@ -45,8 +45,13 @@ class PublishedCopies {
   // (chunk_elems floats). DataLoss when the result's checksum is not the
   // shard's; InvalidArgument for a snapshot of the wrong size, deltas with
   // no copy to apply them to, or a delta that does not decode. On any error
-  // the copy is dropped (the next pull asks for a snapshot) and `dst` is
-  // untouched.
+  // the copy is dropped (the next pull asks for a snapshot). `dst` is
+  // untouched on InvalidArgument; on DataLoss it holds the mismatched
+  // result: it is written in the same pass that computes the checksum (see
+  // [fused apply] in common/codec/published.h), so a copy that diverged --
+  // a bug or corrupted memory, never expected -- reaches `dst` as a value
+  // within rounding of the shard's until the next pull's snapshot replaces
+  // it; every caller pulls again or fails on DataLoss.
   [[nodiscard]] absl::Status Apply(uint64_t chunk_id, const PublishedAnswer& answer, float* dst);
 
   // (chunk id, held) of every chunk with a copy, by chunk id.
