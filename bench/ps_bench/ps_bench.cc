@@ -15,8 +15,9 @@
 // (chunks of --chunk_elems on the shard map's shards) and pulls it back at the
 // next clock; each repetition times one serial step (push, wait for every ack,
 // advance the clock, pull: the "push" and "pull" rows and their sum,
-// "serial") and one overlapped step (the pull asked for right after the push,
-// see [overlapped pull] in worker/client/ps_client.h: the "step" row). Times
+// "serial") and one overlapped step (the pull asked for with the push:
+// before it in sync mode, right after it in async; see [overlapped pull] in
+// worker/client/ps_client.h: the "step" row). Times
 // are medians over --reps after --warmup, the slowest worker's; ratios are
 // paired (see [paired baseline]). The jobs run in --mode (sync: a chunk's
 // pull is answered when its round closed; async: nothing waits on a clock)
@@ -345,7 +346,7 @@ class Bench {
   };
 
   // One worker's communication of one step at c.clock: serial (push, wait,
-  // advance the clock, pull) or overlapped (push, pull the next clock at once,
+  // advance the clock, pull) or overlapped (pull the next clock and push at once,
   // advance, wait for both: see [overlapped pull]). `pull` is the time from
   // the push to the pulled parameters when overlapped.
   static absl::StatusOr<StepTimes> WorkerStep(PsClient& ps, std::vector<float>& params,
@@ -353,11 +354,16 @@ class Bench {
                                               bool overlapped) {
     StepTimes t;
     const bool pull = !absl::GetFlag(FLAGS_skip_pull);
+    // In sync mode the overlapped pull goes out first, so that its requests
+    // are not queued in the transport behind the whole push; under async it
+    // must follow the pushes to read them (see [overlapped pull]).
+    const bool pull_first = absl::GetFlag(FLAGS_mode) == "sync";
     const absl::Time t0 = absl::Now();
+    client::PullHandle p;
+    if (overlapped && pull && pull_first) p = ps.Pull(clock + 1, {absl::MakeSpan(params)});
     client::PushHandle h = ps.Push(0, grad, clock);
     t.caller = Seconds(absl::Now() - t0);
-    client::PullHandle p;
-    if (overlapped && pull) p = ps.Pull(clock + 1, {absl::MakeSpan(params)});
+    if (overlapped && pull && !pull_first) p = ps.Pull(clock + 1, {absl::MakeSpan(params)});
     if (overlapped) GS_RETURN_IF_ERROR(ps.AdvanceClock(clock + 1));
     GS_RETURN_IF_ERROR(PsClient::Wait(h, absl::Seconds(60)));
     t.push = Seconds(absl::Now() - t0);

@@ -467,6 +467,50 @@ TEST_F(PsClientTest, OverlappedPullWaitsForEveryMembersRound) {
   ExpectNear(got2, want);
 }
 
+// Sync mode: a pull asked for before the pushes of its clock (its requests,
+// split in two for the shard's 8 chunks, reach the shard first) waits there
+// for the rounds and answers with every member's pushes in, clock after
+// clock (see [overlapped pull]).
+TEST_F(PsClientTest, SyncPullAskedBeforeThePushesReadsThem) {
+  StartShards(1);
+  ShardMap map = Map("none");
+  testing::JobSetup setup = Sgd(0.5f);
+  setup.workers = {1, 2};
+  ASSERT_TRUE(testing::CreateJob(map, setup, kWait).ok());
+  auto c1 = PsClient::Connect(map, Options(1));
+  auto c2 = PsClient::Connect(map, Options(2));
+  ASSERT_TRUE(c1.ok() && c2.ok());
+  auto want = InitValues(map);
+  ASSERT_TRUE((*c1)->InitParams(Spans(want), kWait).ok());
+  for (uint64_t clock = 0; clock < 3; ++clock) {
+    std::vector<std::vector<float>> got1 = {std::vector<float>(100000), std::vector<float>(10)};
+    std::vector<std::vector<float>> got2 = got1;
+    PullHandle pull1 = (*c1)->Pull(clock + 1, MutableSpans(got1));
+    PullHandle pull2 = (*c2)->Pull(clock + 1, MutableSpans(got2));
+    std::vector<PushHandle> pushes;
+    for (const TensorInfo& t : map.tensors) {
+      const auto g1 = Random(t.num_elems, 31 + t.index + 10 * clock);
+      const auto g2 = Random(t.num_elems, 41 + t.index + 10 * clock);
+      pushes.push_back((*c1)->Push(t.index, g1, clock));
+      if (t.index == 0) {
+        // Only worker 1 has pushed the big tensor: none of its rounds closed.
+        EXPECT_EQ(PsClient::Wait(pull1, absl::Milliseconds(200)).code(),
+                  absl::StatusCode::kDeadlineExceeded);
+        pull1 = (*c1)->Pull(clock + 1, MutableSpans(got1));  // the timed-out one was abandoned
+      }
+      pushes.push_back((*c2)->Push(t.index, g2, clock));
+      for (size_t i = 0; i < g1.size(); ++i) want[t.index][i] -= 0.5f * (g1[i] + g2[i]) / 2.0f;
+    }
+    ASSERT_TRUE((*c1)->AdvanceClock(clock + 1).ok());
+    ASSERT_TRUE((*c2)->AdvanceClock(clock + 1).ok());
+    for (auto& h : pushes) ASSERT_TRUE(PsClient::Wait(h, kWait).ok());
+    ASSERT_TRUE(PsClient::Wait(pull1, kWait).ok());
+    ASSERT_TRUE(PsClient::Wait(pull2, kWait).ok());
+    ExpectNear(got1, want);
+    ExpectNear(got2, want);
+  }
+}
+
 // Async answers a pull at once; the overlapped pull still follows the
 // worker's own pushes of its chunks on the stream, so it reads its writes.
 TEST_F(PsClientTest, OverlappedAsyncPullReadsItsOwnPushes) {

@@ -18,6 +18,8 @@ namespace {
 // pull]): with a second pull of the stream they stay under the shard's cap
 // of parked pulls per stream (SessionHandler::kMaxPullsPerStream, 16).
 constexpr size_t kMaxPullRequests = 6;
+// Chunks per request at least when a pull with no push to follow is split.
+constexpr size_t kMinChunksPerRequest = 4;
 
 absl::Status Annotate(const absl::Status& s, const std::string& prefix) {
   if (s.ok()) return s;
@@ -152,8 +154,23 @@ std::vector<ShardStream::PullGroup> ShardStream::GroupByPendingPush(
     }
   }
   std::vector<PullGroup> groups;
-  if (!settled.chunks.empty() || pending.empty()) groups.push_back(std::move(settled));
-  if (pending.empty()) return groups;
+  if (pending.empty()) {
+    // Nothing to follow. Still a few requests, each answered as soon as its
+    // own chunks may be read: a sync-mode pull issued before the pushes of
+    // its clock ([overlapped pull]) gets its first answers while later
+    // chunks are still being pushed, and an ordinary one is served in
+    // parallel. Small pulls stay one request.
+    const size_t n = std::max<size_t>(
+        1, std::min(kMaxPullRequests, settled.chunks.size() / kMinChunksPerRequest));
+    for (size_t g = 0; g < n; ++g) {
+      PullGroup& group = groups.emplace_back();
+      const size_t begin = settled.chunks.size() * g / n;
+      const size_t end = settled.chunks.size() * (g + 1) / n;
+      group.chunks.assign(settled.chunks.begin() + begin, settled.chunks.begin() + end);
+    }
+    return groups;
+  }
+  if (!settled.chunks.empty()) groups.push_back(std::move(settled));
   std::sort(pending.begin(), pending.end());
   const size_t n = std::min(pending.size(), kMaxPullRequests - groups.size());
   for (size_t g = 0; g < n; ++g) {
