@@ -19,6 +19,7 @@
 #
 #   sudo bench/netns_shaped.sh                    # build dir: build-client
 #   sudo BUILD=build ROUNDS=3 RATE=500mbit MODEL_FLOATS=4194304 bench/netns_shaped.sh
+#   sudo BENCH_ARGS=--pull_first=false bench/netns_shaped.sh   # pull after the pushes
 #
 # Needs root (ip netns, tc). Everything it creates -- two namespaces, the veth
 # pair and the private 10.213.77.0/30 addresses inside them -- is removed on
@@ -36,6 +37,7 @@ WIDE=${WIDE:-1}
 CODECS=${CODECS:-none,twobit,ternary}
 PULL_CODECS=${PULL_CODECS:-same}
 PYTHON=${PYTHON:-/usr/bin/python3}
+BENCH_ARGS=${BENCH_ARGS:-}  # more ps_bench flags, e.g. --pull_first=false
 
 for bin in "$PS_BENCH" "$GS_SHARD"; do
   [[ -x $bin ]] || { echo "missing $bin (build ps_bench and gs_shard first)" >&2; exit 1; }
@@ -134,7 +136,7 @@ for round in $(seq 1 "$ROUNDS"); do
   ip netns exec "$NS_CLI" "$PS_BENCH" \
     --shard_addresses="$SRV_IP:$SHARD_PORT" --raw_address="$SRV_IP:$RAW_PORT" \
     --codecs="$CODECS" --pull_codecs="$PULL_CODECS" --model_floats="$MODEL_FLOATS" --reps=1 \
-    --warmup=1 --time_budget_s=300 2>"$WORK/bench.err.$round" | tee "$WORK/bench.$round"
+    --warmup=1 --time_budget_s=300 $BENCH_ARGS 2>"$WORK/bench.err.$round" | tee "$WORK/bench.$round"
   if [[ $HAVE_TORCH == 1 ]]; then
     ar=$(allreduce "$round")
     echo "allreduce $ar ms"
@@ -145,7 +147,7 @@ for round in $(seq 1 "$ROUNDS"); do
     ip netns exec "$NS_CLI" "$PS_BENCH" \
       --shard_addresses="$SRV_IP:$SHARD_PORT,$SRV_IP:$SHARD2_PORT" --skip_raw --workers=4 \
       --codecs="$CODECS" --pull_codecs="$PULL_CODECS" --model_floats="$MODEL_FLOATS" --reps=1 \
-      --warmup=1 --time_budget_s=300 2>"$WORK/wide.err.$round" | tee "$WORK/wide.$round"
+      --warmup=1 --time_budget_s=300 $BENCH_ARGS 2>"$WORK/wide.err.$round" | tee "$WORK/wide.$round"
   fi
 done
 

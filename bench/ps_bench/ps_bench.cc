@@ -69,6 +69,9 @@ ABSL_FLAG(bool, skip_raw, false, "Do not measure the raw gRPC baseline.");
 ABSL_FLAG(int, workers, 1, "Workers (one client each, all in one job) stepping at once.");
 ABSL_FLAG(std::string, mode, "sync", "Consistency mode of the jobs: sync or async.");
 ABSL_FLAG(bool, skip_pull, false, "Measure pushes only.");
+ABSL_FLAG(bool, pull_first, true,
+          "Overlapped step in sync mode: ask for the pull before the pushes (false: right "
+          "after them, as async must).");
 ABSL_FLAG(bool, serve_raw, false, "Only serve the raw sink on --port (see raw.proto).");
 ABSL_FLAG(int, port, 0, "--serve_raw: port to listen on (0 = any).");
 ABSL_FLAG(std::string, port_file, "", "--serve_raw: write the bound port here.");
@@ -357,7 +360,7 @@ class Bench {
     // In sync mode the overlapped pull goes out first, so that its requests
     // are not queued in the transport behind the whole push; under async it
     // must follow the pushes to read them (see [overlapped pull]).
-    const bool pull_first = absl::GetFlag(FLAGS_mode) == "sync";
+    const bool pull_first = absl::GetFlag(FLAGS_mode) == "sync" && absl::GetFlag(FLAGS_pull_first);
     const absl::Time t0 = absl::Now();
     client::PullHandle p;
     if (overlapped && pull && pull_first) p = ps.Pull(clock + 1, {absl::MakeSpan(params)});
