@@ -19,7 +19,8 @@ with its fixed threshold 0.5 stays at 11%: the BatchNorm scales and biases
 are small tensors whose gradients a fixed threshold mostly zeroes (see the
 README's codec-policy notes).
 BatchNorm's running statistics are buffers, not parameters: each worker
-keeps its own, and rank 0 evaluates with its own.
+keeps its own (the package warns once in a job), and rank 0 evaluates with
+its own (see [buffers] in gradstream/torch.py).
 """
 
 import argparse
