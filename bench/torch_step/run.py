@@ -16,9 +16,12 @@ allocation. With glibc's defaults (--malloc default) the two did not do the
 same work: a pull answer is ~100 MB of gRPC buffers, and the C++ driver,
 which frees no large block of its own, kept the default 128 KiB mmap
 threshold, so every step mapped its receive memory afresh (median ~12,000
-minor page faults per step), while in the Python process torch's freed
-temporaries (randn_like(p) * 1e-3, 25 MB each) had raised glibc's dynamic
-thresholds and the same buffers were reused (~1,000 faults per step). The
+minor page faults per step), while in the Python process torch had freed
+large mmapped blocks (its import already; then the 25 MB temporaries of
+randn_like(p) * 1e-3), which raises glibc's dynamic thresholds (checked: a
+1 MiB malloc is mmapped before `import torch`, from the heap after it, and
+so is a 20 MiB one after such a temporary), and the same buffers were
+reused (~1,000 faults per step). The
 package came out 1.09-1.19x "faster" than the C++ PsClient it wraps; with
 the same settings on both sides the ratio is the package's overhead.
 Measured (25M parameters, twobit, 7 rounds of a --malloc default run then a
