@@ -19,11 +19,11 @@ threshold, so every step mapped its receive memory afresh (median ~12,000
 minor page faults per step), while in the Python process torch had freed
 large mmapped blocks (its import already; then the 25 MB temporaries of
 randn_like(p) * 1e-3), which raises glibc's dynamic thresholds (checked: a
-1 MiB malloc is mmapped before `import torch`, from the heap after it, and
-so is a 20 MiB one after such a temporary), and the same buffers were
-reused (~1,000 faults per step). The
-package came out 1.09-1.19x "faster" than the C++ PsClient it wraps; with
-the same settings on both sides the ratio is the package's overhead.
+1 MiB malloc is mmapped before `import torch` and comes from the heap after
+it; a 20 MiB one comes from the heap after such a temporary), and the same
+buffers were reused (~1,000 faults per step). So the package came out
+"faster" than the C++ PsClient it wraps; with the same settings on both
+sides the ratio is the package's overhead.
 Measured (25M parameters, twobit, 7 rounds of a --malloc default run then a
 --malloc worker run, --steps 15 or 21, nice -n 10, load 4-16 on 2 cores):
 default 1.059-1.380x (median 1.165x; C++ 9,000-15,400 faults per step, the
