@@ -8,8 +8,11 @@
 //
 // Steps run in lock-step with step_bench.py (another job on the same shards)
 // over two FIFOs in --pair_dir: it reads a line from "to_cpp" ("step", or
-// "stop"), makes one step and writes its time in seconds to "to_py"; the
-// package side decides the order within each pair.
+// "stop"), makes one step and writes its time in seconds and the page faults
+// the process took during it to "to_py"; the package side decides the order
+// within each pair.
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -63,6 +66,13 @@ absl::Status Step(PsClient& ps, const std::vector<std::vector<float>>& grads,
   return PsClient::Wait(ps.Pull(clock, std::move(out)), absl::Milliseconds(kTimeoutMs));
 }
 
+// Minor page faults of this process so far (all its threads).
+long MinorFaults() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+
 absl::Status Run() {
   const char* agent = std::getenv("GRADSTREAM_AGENT");
   if (agent == nullptr) {
@@ -111,10 +121,11 @@ absl::Status Run() {
   std::string line;
   absl::Status st;
   while (st.ok() && std::getline(to_cpp, line) && line != "stop") {
+    const long faults = MinorFaults();
     const auto start = std::chrono::steady_clock::now();
     st = Step(ps, grads, params, clock);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    to_py << (st.ok() ? took.count() : -1.0) << std::endl;
+    to_py << (st.ok() ? took.count() : -1.0) << " " << MinorFaults() - faults << std::endl;
   }
   if (st.ok()) st = Check(gs_leave(s, kTimeoutMs));
   gs_close(s);

@@ -6,13 +6,39 @@ through the C++ PsClient, for a ~25M-parameter model, on a local cluster
 stepping in lock-step (a pair is one step of each, in alternating order);
 it prints the median of the per-pair speed ratios.
 
-    python3 bench/torch_step/run.py [--build build] [--codec twobit] [--steps 10]
+    python3 bench/torch_step/run.py [--build build] [--codec twobit] [--pull_codec none]
+                                    [--steps 10] [--malloc worker|default]
+
+NOTE: [torch_step malloc] Both sides' processes start with gs_worker's
+malloc settings (see [receive memory] in common/rpc/malloc_tuning.h), given
+here through GLIBC_TUNABLES so that the two get them alike, from their first
+allocation. With glibc's defaults (--malloc default) the two did not do the
+same work: a pull answer is ~100 MB of gRPC buffers, and the C++ driver,
+which frees no large block of its own, kept the default 128 KiB mmap
+threshold, so every step mapped its receive memory afresh (median ~12,000
+minor page faults per step), while in the Python process torch had freed
+large mmapped blocks (its import already; then the 25 MB temporaries of
+randn_like(p) * 1e-3), which raises glibc's dynamic thresholds (checked: a
+1 MiB malloc is mmapped before `import torch` and comes from the heap after
+it; a 20 MiB one comes from the heap after such a temporary), and the same
+buffers were reused (~1,000 faults per step). So the package came out
+"faster" than the C++ PsClient it wraps; with the same settings on both
+sides the ratio is the package's overhead.
+Measured (25M parameters, twobit, 7 rounds of a --malloc default run then a
+--malloc worker run, --steps 15 or 21, nice -n 10, load 4-16 on 2 cores):
+default 1.059-1.380x (median 1.165x; C++ 9,000-15,400 faults per step, the
+package 0-1,600); worker 0.925-1.100x (median 0.969x; C++ 50-2,300, the
+package 0-600); per round, worker/default has a median of 0.862.
 """
 
 import argparse
 import os
 import sys
 import tempfile
+
+# [receive memory]'s values (KeepFreedMemoryForReuse); setting them also
+# turns off glibc's dynamic thresholds, as mallopt does.
+WORKER_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -24,6 +50,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--codec", default="twobit")
+    ap.add_argument("--pull_codec", default="none")
+    ap.add_argument("--malloc", choices=("worker", "default"), default="worker",
+                    help="worker: both sides with gs_worker's malloc settings; default: "
+                         "glibc's (see [torch_step malloc])")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--width", type=int, default=2500)
     ap.add_argument("--layers", type=int, default=4)
@@ -32,8 +62,12 @@ def main():
     for fifo in ("to_cpp", "to_py"):
         os.mkfifo(os.path.join(pair_dir, fifo))
     model = "--width %d --layers %d --pair_dir %s" % (args.width, args.layers, pair_dir)
+    if args.malloc == "worker":  # inherited by the cluster and, through gs_worker, both sides
+        os.environ["GLIBC_TUNABLES"] = ":".join(
+            t for t in (os.environ.get("GLIBC_TUNABLES"), WORKER_MALLOC) if t)
     with cluster.Cluster(args.build, workers=2) as c:
         jobs = [c.submit("--name=torch-step-" + name, "--workers=1", "--codec=" + args.codec,
+                         "--pull_codec=" + args.pull_codec,
                          "--entrypoint", cmd + " " + model)
                 for name, cmd in (
                     ("package", "%s %s --steps %d" % (sys.executable,

@@ -25,6 +25,23 @@ gradient is encoded where it lies, no copy. A CUDA gradient is copied to
 host memory first and encoded on the CPU (encode path "host"): the
 device-encode path of gs_worker's built-in models (the codec library's CUDA
 kernels, only codes cross PCIe) is not wired to the package yet.
+
+NOTE: [buffers] Only parameters live on the shards. A model's buffers
+(model.named_buffers(): BatchNorm's running_mean and running_var, and
+anything a module registers with register_buffer) are neither declared,
+pushed nor pulled: in a job each worker keeps its own, updated from its own
+share of the data, and a worker that joins mid-job starts from its freshly
+built module's values (BatchNorm: mean 0, variance 1), and after a
+scale-down rank 0 may be such a worker. Training in train() mode never reads
+them; eval() mode does. What to do: evaluate where the buffers have seen
+data for a while (rank 0 from the start, as the examples do), or, before
+an evaluation that must not depend on which worker makes it, recompute
+them from the current parameters: set each BatchNorm's momentum to None
+(a cumulative average), reset_running_stats(), run a few training batches
+forward under torch.no_grad() in train() mode, then eval(). In a job
+ParameterServer warns once when the model has floating-point buffers;
+silence it with warnings.filterwarnings("ignore", category=gs.BufferWarning).
+Integer buffers (num_batches_tracked) are counters and pass silently.
 """
 
 import atexit
@@ -143,6 +160,27 @@ def is_distributed():
     return _session().distributed
 
 
+class BufferWarning(UserWarning):
+    """The model has floating-point buffers the job does not synchronize
+    (see [buffers])."""
+
+
+def unsynced_buffers(model):
+    """Names of the model's floating-point buffers: what a job leaves to each
+    worker (see [buffers])."""
+    return [n for n, b in model.named_buffers() if b is not None and b.is_floating_point()]
+
+
+def _warn_unsynced_buffers(model):
+    names = unsynced_buffers(model)
+    if names:
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        warnings.warn("gradstream: the model has %d floating-point buffers (%s) that the job "
+                      "does not synchronize: each worker keeps its own (BatchNorm running "
+                      "statistics, for one); see [buffers] in gradstream/torch.py"
+                      % (len(names), shown), BufferWarning, stacklevel=3)
+
+
 # The shards' optimizers as torch.optim (common/optim: the same formulas), for
 # local mode and for checking an update against the shards'.
 def local_optimizer(params, optimizer="momentum", lr=0.05, momentum=0.9, epsilon=None,
@@ -207,6 +245,7 @@ class ParameterServer:
             self._local = local_optimizer(self._params, **optimizer)
             return
         self._local = None
+        _warn_unsynced_buffers(model)
         lib = s.lib
         n = len(self._params)
         names = (ctypes.c_char_p * n)(*[x.encode() for x in self._names])
