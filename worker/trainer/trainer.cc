@@ -91,11 +91,12 @@ absl::Status Trainer::PullInto(uint64_t clock) {
   int reinits = 0;
   // The first wait is on the pull Step issued early, when it did; every
   // retry below asks again, as before.
-  client::PullHandle issued = std::exchange(next_pull_, client::PullHandle());
-  if (next_pull_clock_ != clock) issued = client::PullHandle();
+  std::optional<IssuedPull> issued = std::exchange(next_pull_, std::nullopt);
+  if (issued.has_value() && issued->clock != clock) issued.reset();
   for (;;) {
-    const client::PullHandle h = issued.valid() ? std::exchange(issued, client::PullHandle())
-                                                : client_->Pull(clock, PullTargets());
+    const client::PullHandle h =
+        issued.has_value() ? issued->handle : client_->Pull(clock, PullTargets());
+    issued.reset();
     absl::Status s = client::PsClient::Wait(h, options_.pull_wait);
     if (s.ok()) break;
     if (absl::IsDataLoss(s) && reinits++ < kMaxReinits) {
@@ -175,18 +176,19 @@ absl::Status Trainer::Step(uint64_t clock) {
   GS_RETURN_IF_ERROR(push_status);
   // Every push of this clock is on its way: ask for the next clock's
   // parameters now, so that the answers come back while the pushes still go
-  // out and a step costs about max(push, pull) rather than their sum (see
-  // [overlapped pull] in worker/client/ps_client.h: the client orders the
-  // pull behind the pushes it must see, so in sync, SSP and async alike it
-  // is answered with what a pull sent after the acks would get). The pull
-  // writes into the parameters, which nothing reads again before PullInto
-  // waits on it -- except an evaluation after this clock, so none then; nor
-  // when the loop will not pull clock + 1 (the last step, a leave, a stop).
+  // out and a step costs about max(push, pull) rather than their sum. See
+  // [overlapped pull] in worker/client/ps_client.h: the client sends the
+  // pull behind the pushes it must follow, so the shard answers it under the
+  // rule a pull sent after the acks would meet (sync: once round `clock`
+  // closed; SSP/async: once the staleness bound holds for clock + 1), with
+  // this worker's own pushes in it. The pull writes into the parameters,
+  // which nothing reads before PullInto waits on it -- except an evaluation
+  // after this clock, so none then; nor when the loop will not pull
+  // clock + 1 (the last step, a leave, a stop).
   const Assignment a = feed_->Get();
   if (clock + 1 < setup_->steps && !EvaluatesAfter(clock) && Active(a) && !Stopping() &&
       !(a.leave && clock + 1 >= a.leave_clock)) {
-    next_pull_ = client_->Pull(clock + 1, PullTargets());
-    next_pull_clock_ = clock + 1;
+    next_pull_ = IssuedPull{clock + 1, client_->Pull(clock + 1, PullTargets())};
   }
   for (const auto& h : pushes) GS_RETURN_IF_ERROR(client::PsClient::Wait(h, options_.push_wait));
   GS_RETURN_IF_ERROR(client_->AdvanceClock(clock + 1));
@@ -248,7 +250,7 @@ void Trainer::Publish(uint64_t clock) {
 absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
   // However Run ends, a pull Step issued early is abandoned: nothing writes
   // into the model after Run returns.
-  absl::Cleanup drop_next_pull = [this] { next_pull_ = client::PullHandle(); };
+  absl::Cleanup drop_next_pull = [this] { next_pull_.reset(); };
   rate_start_ = absl::Now();
   if (options_.device_encode && pusher_ == nullptr) {
     internal::DevicePusherOptions popt;

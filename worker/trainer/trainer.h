@@ -1,5 +1,6 @@
 // The worker's training loop for one job: pull -> forward/backward -> encode
-// and push each tensor as soon as backward produces it -> clock.
+// and push each tensor as soon as backward produces it -> ask for the next
+// clock's pull -> clock.
 //
 // The trainer knows nothing of the coordinator's RPCs: the heartbeat thread
 // drops the newest assignment into an AssignmentFeed and reads progress from
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -161,9 +163,12 @@ class Trainer {
   std::vector<std::vector<float>> host_params_;  // staging for GPU models
   std::vector<std::vector<float>> host_grads_;
   std::unique_ptr<internal::DevicePusher> pusher_;  // null: the host path
-  // The pull Step issued for the next clock (invalid: none); see Step.
-  client::PullHandle next_pull_;
-  uint64_t next_pull_clock_ = 0;
+  // The pull Step issued for the next clock, if it did; see Step.
+  struct IssuedPull {
+    uint64_t clock = 0;
+    client::PullHandle handle;
+  };
+  std::optional<IssuedPull> next_pull_;
   double encode_seconds_ = 0;  // see Progress::encode_share
   double step_seconds_ = 0;
   Progress progress_;
