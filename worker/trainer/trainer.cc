@@ -178,14 +178,15 @@ absl::Status Trainer::Step(uint64_t clock) {
   // parameters now, so that the answers come back while the pushes still go
   // out and a step costs about max(push, pull) rather than their sum. See
   // [overlapped pull] in worker/client/ps_client.h: the client sends the
-  // pull behind the pushes it must follow, so in sync mode the shard answers
-  // it once round `clock` closed, with what a pull sent after the acks
-  // would get (options_.overlap_pull says why only there). The pull writes
-  // into the parameters, which nothing reads before PullInto waits on it --
-  // except an evaluation after this clock, so none then; nor when the loop
-  // will not pull clock + 1 (the last step, a leave, a stop).
+  // pull behind the pushes it must follow, so the shard answers it under the
+  // rule a pull sent after the acks would meet (sync: once round `clock`
+  // closed; SSP/async: once the staleness bound holds for clock + 1), with
+  // this worker's own pushes in it. The pull writes into the parameters,
+  // which nothing reads before PullInto waits on it -- except an evaluation
+  // after this clock, so none then; nor when the loop will not pull
+  // clock + 1 (the last step, a leave, a stop).
   const Assignment a = feed_->Get();
-  if (options_.overlap_pull && clock + 1 < setup_->steps && !EvaluatesAfter(clock) && Active(a) && !Stopping() &&
+  if (clock + 1 < setup_->steps && !EvaluatesAfter(clock) && Active(a) && !Stopping() &&
       !(a.leave && clock + 1 >= a.leave_clock)) {
     next_pull_ = IssuedPull{clock + 1, client_->Pull(clock + 1, PullTargets())};
   }

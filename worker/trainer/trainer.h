@@ -1,6 +1,6 @@
 // The worker's training loop for one job: pull -> forward/backward -> encode
-// and push each tensor as soon as backward produces it -> (sync jobs) ask for
-// the next clock's pull -> clock.
+// and push each tensor as soon as backward produces it -> ask for the next
+// clock's pull -> clock.
 //
 // The trainer knows nothing of the coordinator's RPCs: the heartbeat thread
 // drops the newest assignment into an AssignmentFeed and reads progress from
@@ -100,14 +100,6 @@ struct TrainerOptions {
   // Final pull clock = steps + final_pull_slack, so that in bounded
   // staleness (s) rank 0 evaluates only once every member finished.
   uint64_t final_pull_slack = 0;
-  // Ask for the next clock's pull right after a step's pushes (see Step and
-  // [overlapped pull] in worker/client/ps_client.h). For sync jobs: there
-  // the answer is the one a pull after the acks gets, bit for bit (the round
-  // must close first). Under SSP/async an earlier pull is answered earlier,
-  // with fewer of the other workers' pushes in it: still within the bound,
-  // but it measured lower accuracy (Fashion-MNIST, twobit, s = 3: mean of 3
-  // runs 0.8719, against 0.8725 .. 0.8776 in 5 runs without), so off there.
-  bool overlap_pull = false;
   // Encode a GPU model's gradients on the device (see [device encode]);
   // Run() fails with FailedPrecondition when that is unavailable.
   bool device_encode = false;

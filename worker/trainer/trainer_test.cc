@@ -103,7 +103,7 @@ struct Fixture {
   }
 
   absl::StatusOr<TrainOutcome> Run() {
-    Trainer trainer(&setup, model.get(), &client, &feed, &board, options);
+    Trainer trainer(&setup, model.get(), &client, &feed, &board, TrainerOptions{});
     return trainer.Run(0);
   }
 
@@ -130,7 +130,6 @@ struct Fixture {
     return ev.size();
   }
 
-  TrainerOptions options{.overlap_pull = true};
   TrainSetup setup;
   std::unique_ptr<Model> model;
   RecordingClient client;
@@ -170,17 +169,6 @@ TEST(Trainer, NoEarlyPullWhenAnEvaluationReadsTheParameters) {
   }
   for (uint64_t c : {1, 3}) {
     EXPECT_LT(f.Find(absl::StrCat("pull ", c)), f.Find(absl::StrCat("clock ", c))) << c;
-  }
-}
-
-TEST(Trainer, PullsAfterTheClockWhenNotOverlapping) {
-  Fixture f(/*steps=*/3, /*eval_every=*/0);
-  f.options.overlap_pull = false;
-  absl::StatusOr<TrainOutcome> outcome = f.Run();
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
-  for (uint64_t c = 1; c <= 3; ++c) {
-    EXPECT_EQ(f.Count(absl::StrCat("pull ", c)), 1u);
-    EXPECT_GT(f.Find(absl::StrCat("pull ", c)), f.Find(absl::StrCat("clock ", c))) << c;
   }
 }
 

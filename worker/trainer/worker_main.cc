@@ -362,7 +362,6 @@ class Worker {
     if (a.spec().consistency().mode() == v1::BOUNDED) {
       topt.final_pull_slack = a.spec().consistency().staleness();
     }
-    topt.overlap_pull = a.spec().consistency().mode() == v1::SYNC;
     Trainer trainer(&setup, model.get(), ps.get(), &feed_, &board_, topt);
     LOG(INFO) << "job " << a.job_id() << ": training " << ModelTypeName(setup.model.type)
               << " on " << DeviceName(device_) << " from clock " << a.join_clock();
