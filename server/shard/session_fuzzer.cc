@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/buffer_pool.h"
 #include "common/codec/codec.h"
 #include "common/codec/registry.h"
 #include "common/codec/wire.h"
@@ -486,7 +487,7 @@ class Run {
   // Every stream ever opened (parked pulls' callbacks point at them), the
   // one open per index, and its handler.
   std::vector<std::unique_ptr<FuzzStream>> streams_;
-  internal::PayloadPool payloads_{size_t{4} << 20};
+  BufferPool payloads_{size_t{4} << 20};
   FuzzStream* live_[kStreams] = {};
   std::unique_ptr<SessionHandler> handlers_[kStreams];
 

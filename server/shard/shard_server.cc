@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/buffer_pool.h"
 #include "common/grpc_util.h"
 #include "common/job/job_spec.h"
 #include "common/rpc/rpc.h"
@@ -155,7 +156,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   // `payloads` (shard-wide) recycles push payload buffers.
   static SessionReactor* Start(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
                                absl::Duration default_pull_timeout, ShardMetrics* metrics,
-                               internal::PayloadPool* payloads) {
+                               BufferPool* payloads) {
     auto s = std::shared_ptr<SessionReactor>(new SessionReactor(
         std::move(find_job), executor, env, default_pull_timeout, metrics, payloads));
     {
@@ -243,7 +244,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
  private:
   SessionReactor(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
                  absl::Duration default_pull_timeout, ShardMetrics* metrics,
-                 internal::PayloadPool* payloads)
+                 BufferPool* payloads)
       : executor_(executor),
         metrics_(metrics),
         payloads_(payloads),
@@ -345,7 +346,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
 
   Executor* const executor_;
   ShardMetrics* const metrics_;  // nullable
-  internal::PayloadPool* const payloads_;
+  BufferPool* const payloads_;
   const uint64_t id_;            // PullArgs::stream of this stream's pulls
   // Used by the strand only (one Handle at a time): no lock.
   SessionHandler handler_;
@@ -610,7 +611,7 @@ class ShardService final : public ServiceBase {
 
   const ShardServerOptions options_;
   Executor* const executor_;
-  internal::PayloadPool payloads_{kPayloadPoolBytes};  // see [push frames]
+  BufferPool payloads_{kPayloadPoolBytes};  // see [push frames]
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   // Last member: its collector (which lists jobs_) is registered once the

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/buffer_pool.h"
 #include "common/codec/codec.h"
 #include "common/codec/wire.h"
 #include "common/status.h"
@@ -295,7 +296,7 @@ class PsClientImpl final : public PsClient {
   std::vector<std::unique_ptr<absl::Mutex>> tensor_mu_;   // guards encoders_[t]
   std::vector<std::unique_ptr<ShardStream>> streams_;     // by shard index
   internal::StreamCounters counters_;
-  internal::BufferPool buffers_;
+  BufferPool buffers_;
   internal::PublishedCopies published_;  // pull codec: the copies pulls apply to
   std::unique_ptr<internal::EncodePool> encode_pool_;  // null: encode on the caller
   std::atomic<uint64_t> push_calls_{0}, chunks_pushed_{0}, bytes_pushed_{0},

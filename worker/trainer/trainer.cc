@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "glog/logging.h"
@@ -71,21 +72,31 @@ absl::Status Trainer::SendParams() {
   return client_->InitParams(spans, options_.push_wait);
 }
 
+std::vector<absl::Span<float>> Trainer::PullTargets() {
+  std::vector<absl::Span<float>> out;
+  for (int i = 0; i < model_->num_tensors(); ++i) {
+    const size_t n = model_->params()[i].num_elems;
+    out.emplace_back(model_->device() == Device::kCpu ? model_->param_data(i)
+                                                      : host_params_[i].data(),
+                     n);
+  }
+  return out;
+}
+
 absl::Status Trainer::PullInto(uint64_t clock) {
   const absl::Time give_up = absl::Now() + options_.stall_deadline;
   // Re-initializations of a restarted shard answered per pull (each is one
   // InitChunk per chunk; the first one takes): more means it keeps losing them.
   constexpr int kMaxReinits = 3;
   int reinits = 0;
+  // The first wait is on the pull Step issued early, when it did; every
+  // retry below asks again, as before.
+  std::optional<IssuedPull> issued = std::exchange(next_pull_, std::nullopt);
+  if (issued.has_value() && issued->clock != clock) issued.reset();
   for (;;) {
-    std::vector<absl::Span<float>> out;
-    for (int i = 0; i < model_->num_tensors(); ++i) {
-      const size_t n = model_->params()[i].num_elems;
-      out.emplace_back(model_->device() == Device::kCpu ? model_->param_data(i)
-                                                        : host_params_[i].data(),
-                       n);
-    }
-    const client::PullHandle h = client_->Pull(clock, std::move(out));
+    const client::PullHandle h =
+        issued.has_value() ? issued->handle : client_->Pull(clock, PullTargets());
+    issued.reset();
     absl::Status s = client::PsClient::Wait(h, options_.pull_wait);
     if (s.ok()) break;
     if (absl::IsDataLoss(s) && reinits++ < kMaxReinits) {
@@ -163,12 +174,33 @@ absl::Status Trainer::Step(uint64_t clock) {
   }
   GS_RETURN_IF_ERROR(fb);
   GS_RETURN_IF_ERROR(push_status);
+  // Every push of this clock is on its way: ask for the next clock's
+  // parameters now, so that the answers come back while the pushes still go
+  // out and a step costs about max(push, pull) rather than their sum. See
+  // [overlapped pull] in worker/client/ps_client.h: the client sends the
+  // pull behind the pushes it must follow, so the shard answers it under the
+  // rule a pull sent after the acks would meet (sync: once round `clock`
+  // closed; SSP/async: once the staleness bound holds for clock + 1), with
+  // this worker's own pushes in it. The pull writes into the parameters,
+  // which nothing reads before PullInto waits on it -- except an evaluation
+  // after this clock, so none then; nor when the loop will not pull
+  // clock + 1 (the last step, a leave, a stop).
+  const Assignment a = feed_->Get();
+  if (clock + 1 < setup_->steps && !EvaluatesAfter(clock) && Active(a) && !Stopping() &&
+      !(a.leave && clock + 1 >= a.leave_clock)) {
+    next_pull_ = IssuedPull{clock + 1, client_->Pull(clock + 1, PullTargets())};
+  }
   for (const auto& h : pushes) GS_RETURN_IF_ERROR(client::PsClient::Wait(h, options_.push_wait));
   GS_RETURN_IF_ERROR(client_->AdvanceClock(clock + 1));
 
   loss_ema_ = loss_ema_ < 0 ? stats.loss : 0.9 * loss_ema_ + 0.1 * stats.loss;
   rate_samples_ += batch.size;
   return absl::OkStatus();
+}
+
+bool Trainer::EvaluatesAfter(uint64_t clock) const {
+  return rank_ == 0 && setup_->eval_every > 0 && (clock + 1) % setup_->eval_every == 0 &&
+         clock + 1 < setup_->steps;
 }
 
 absl::Status Trainer::Evaluate(uint64_t clock) {
@@ -216,6 +248,9 @@ void Trainer::Publish(uint64_t clock) {
 }
 
 absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
+  // However Run ends, a pull Step issued early is abandoned: nothing writes
+  // into the model after Run returns.
+  absl::Cleanup drop_next_pull = [this] { next_pull_.reset(); };
   rate_start_ = absl::Now();
   if (options_.device_encode && pusher_ == nullptr) {
     internal::DevicePusherOptions popt;
@@ -261,8 +296,7 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
     GS_RETURN_IF_ERROR(s);
     GS_RETURN_IF_ERROR(Step(clock));
     step_seconds_ += absl::ToDoubleSeconds(absl::Now() - step_start);
-    if (rank_ == 0 && setup_->eval_every > 0 && (clock + 1) % setup_->eval_every == 0 &&
-        clock + 1 < setup_->steps) {
+    if (EvaluatesAfter(clock)) {
       GS_RETURN_IF_ERROR(Evaluate(clock + 1));
     }
     Publish(clock + 1);

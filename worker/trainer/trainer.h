@@ -1,5 +1,6 @@
 // The worker's training loop for one job: pull -> forward/backward -> encode
-// and push each tensor as soon as backward produces it -> clock.
+// and push each tensor as soon as backward produces it -> ask for the next
+// clock's pull -> clock.
 //
 // The trainer knows nothing of the coordinator's RPCs: the heartbeat thread
 // drops the newest assignment into an AssignmentFeed and reads progress from
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,15 +133,20 @@ class Trainer {
 
  private:
   absl::Status Reshard(uint32_t rank, uint32_t world_size);
-  // Pulls every tensor at reader clock `clock` into the model. Returns
-  // kStopped-worthy Cancelled when the assignment ends while waiting.
+  // Pulls every tensor at reader clock `clock` into the model (waiting on
+  // the pull Step issued for it, if any). Returns kStopped-worthy Cancelled
+  // when the assignment ends while waiting.
   absl::Status PullInto(uint64_t clock);
+  // Where a pull writes: the model's parameters, or host staging for a GPU.
+  std::vector<absl::Span<float>> PullTargets();
   // Sends the model's current parameters as every chunk's InitChunk (only
   // chunks without parameters take them).
   absl::Status SendParams();
   bool Stopping() const { return options_.stop != nullptr && options_.stop->load(); }
   absl::Status Evaluate(uint64_t clock);
   absl::Status Step(uint64_t clock);
+  // Whether rank 0 evaluates the parameters once `clock` is done.
+  bool EvaluatesAfter(uint64_t clock) const;
   void Publish(uint64_t clock);
   bool Active(const Assignment& a) const { return a.job_active && a.job_id == job_id_; }
 
@@ -156,6 +163,12 @@ class Trainer {
   std::vector<std::vector<float>> host_params_;  // staging for GPU models
   std::vector<std::vector<float>> host_grads_;
   std::unique_ptr<internal::DevicePusher> pusher_;  // null: the host path
+  // The pull Step issued for the next clock, if it did; see Step.
+  struct IssuedPull {
+    uint64_t clock = 0;
+    client::PullHandle handle;
+  };
+  std::optional<IssuedPull> next_pull_;
   double encode_seconds_ = 0;  // see Progress::encode_share
   double step_seconds_ = 0;
   Progress progress_;

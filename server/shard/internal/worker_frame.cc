@@ -124,7 +124,7 @@ float FloatFromBits(uint32_t bits) {
 }
 
 // The EncodedChunk that ends at `end`. False: not the fast path's layout.
-bool ParseChunk(Cursor& in, size_t end, PayloadPool* pool, pb::EncodedChunk* chunk) {
+bool ParseChunk(Cursor& in, size_t end, BufferPool* pool, pb::EncodedChunk* chunk) {
   bool have_payload = false;
   while (in.position() < end) {
     uint8_t tag;
@@ -153,11 +153,10 @@ bool ParseChunk(Cursor& in, size_t end, PayloadPool* pool, pb::EncodedChunk* chu
         if (have_payload || !in.ReadLength(end, &n)) return false;
         have_payload = true;
         std::string* payload = chunk->mutable_payload();
-        if (pool != nullptr) {
-          *payload = pool->Take(n);
-        } else {
-          payload->reserve(n);
-        }
+        // Small payloads are cheap to allocate and would tie up a big pooled
+        // buffer; a pool miss gives an empty string, so reserve either way.
+        if (pool != nullptr && n >= BufferPool::kMinPooledBytes) *payload = pool->Take(n);
+        payload->reserve(n);
         in.AppendTo(n, payload);
         break;
       }
@@ -170,7 +169,7 @@ bool ParseChunk(Cursor& in, size_t end, PayloadPool* pool, pb::EncodedChunk* chu
 
 // The fast path of [push frames]. False: not its layout (`msg` is then
 // partly filled).
-bool ParseCanonicalPush(absl::Span<const absl::string_view> pieces, PayloadPool* pool,
+bool ParseCanonicalPush(absl::Span<const absl::string_view> pieces, BufferPool* pool,
                         pb::WorkerMessage* msg) {
   Cursor in(pieces);
   const size_t end = in.total();
@@ -213,43 +212,7 @@ bool ParseCanonicalPush(absl::Span<const absl::string_view> pieces, PayloadPool*
 
 }  // namespace
 
-std::string PayloadPool::Take(size_t bytes) {
-  if (bytes >= kMinPooledBytes) {
-    absl::MutexLock lock(&mu_);
-    size_t best = free_.size();
-    for (size_t i = 0; i < free_.size(); ++i) {
-      const size_t cap = free_[i].capacity();
-      if (cap >= bytes && (best == free_.size() || cap < free_[best].capacity())) best = i;
-    }
-    if (best < free_.size()) {
-      std::string out = std::move(free_[best]);
-      free_[best] = std::move(free_.back());
-      free_.pop_back();
-      bytes_ -= out.capacity();
-      out.clear();
-      return out;
-    }
-  }
-  std::string out;
-  out.reserve(bytes);
-  return out;
-}
-
-void PayloadPool::Give(std::string buffer) {
-  const size_t cap = buffer.capacity();
-  if (cap < kMinPooledBytes) return;
-  absl::MutexLock lock(&mu_);
-  if (bytes_ + cap > max_bytes_) return;
-  bytes_ += cap;
-  free_.push_back(std::move(buffer));
-}
-
-size_t PayloadPool::pooled_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return bytes_;
-}
-
-bool ParseWorkerMessage(absl::Span<const absl::string_view> pieces, PayloadPool* pool,
+bool ParseWorkerMessage(absl::Span<const absl::string_view> pieces, BufferPool* pool,
                         pb::WorkerMessage* msg) {
   if (ParseCanonicalPush(pieces, pool, msg)) return true;
   if (pool != nullptr && msg->has_push()) {

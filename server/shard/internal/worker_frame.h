@@ -4,44 +4,12 @@
 #ifndef GRADSTREAM_SERVER_SHARD_INTERNAL_WORKER_FRAME_H_
 #define GRADSTREAM_SERVER_SHARD_INTERNAL_WORKER_FRAME_H_
 
-#include <cstddef>
-#include <string>
-#include <vector>
-
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/buffer_pool.h"
 #include "ps.pb.h"
 
 namespace gradstream::shard::internal {
-
-// Push payload buffers handed back after their push was handled, for the next
-// frame to be copied into (no allocation, no page faults on warm memory).
-// Thread-safe.
-class PayloadPool {
- public:
-  // Keeps at most `max_bytes` of capacity.
-  explicit PayloadPool(size_t max_bytes) : max_bytes_(max_bytes) {}
-
-  // An empty string with capacity >= `bytes`: a pooled one (the smallest that
-  // fits) when there is one, else a new one with that capacity reserved.
-  std::string Take(size_t bytes);
-  // Returns a buffer (a push's payload once it was handled). Small ones, and
-  // any that would take the pool past its capacity, are dropped.
-  void Give(std::string buffer);
-
-  size_t pooled_bytes() const;
-
-  // Payloads smaller than this are not worth pooling.
-  static constexpr size_t kMinPooledBytes = 4096;
-
- private:
-  const size_t max_bytes_;
-  mutable absl::Mutex mu_;
-  std::vector<std::string> free_ ABSL_GUARDED_BY(mu_);
-  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // NOTE: [push frames] Parses the serialized WorkerMessage held in `pieces`
 // (in order) into `msg`, which must be empty. Returns false exactly when
@@ -52,10 +20,11 @@ class PayloadPool {
 // only field, one-byte tags, each field of Push and EncodedChunk known and
 // with its own wire type, `chunk` and `payload` at most once, lengths within
 // the frame) is read here, bounds-checked, and its payload is copied once from
-// `pieces` into a buffer from `pool` (its capacity reused: see
-// PayloadPool). Anything else (other messages, unknown or repeated fields, odd
-// encodings, a truncated frame) goes to protobuf's own parser, so errors stay
-// protobuf's. `pool` may be null: fresh buffers.
+// `pieces` into a buffer from `pool` (its capacity reused; a payload under
+// BufferPool::kMinPooledBytes gets a fresh one). Anything else (other
+// messages, unknown or repeated fields, odd encodings, a truncated frame)
+// goes to protobuf's own parser, so errors stay protobuf's. `pool` may be
+// null: fresh buffers.
 //
 // Why this and not the alternatives (measured on loopback, 64 MiB fp32 push
 // of 1 MiB chunks, shard CPU time per push, medians of 21 pairs,
@@ -70,7 +39,7 @@ class PayloadPool {
 // decoders want it contiguous. A protobuf Arena does not help either: in
 // protobuf 3.21 a bytes field on an arena still allocates its std::string
 // buffer on the heap and copies into it.
-[[nodiscard]] bool ParseWorkerMessage(absl::Span<const absl::string_view> pieces, PayloadPool* pool,
+[[nodiscard]] bool ParseWorkerMessage(absl::Span<const absl::string_view> pieces, BufferPool* pool,
                                       v1::WorkerMessage* msg);
 
 }  // namespace gradstream::shard::internal

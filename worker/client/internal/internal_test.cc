@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/client/internal/buffer_pool.h"
 #include "worker/client/internal/encode_pool.h"
 #include "worker/client/internal/pending.h"
 #include "worker/client/internal/stream_lifecycle.h"
@@ -83,30 +82,6 @@ TEST(PullState, ShardFailureCarriesItsStatus) {
   f.state->Fail(0, absl::DeadlineExceededError("parked too long"));
   EXPECT_EQ(f.state->completion().Wait(absl::ZeroDuration()).code(),
             absl::StatusCode::kDeadlineExceeded);
-}
-
-TEST(BufferPool, HandsBackTheSmallestBufferThatFits) {
-  BufferPool pool(10 << 20);
-  std::string big(1 << 20, 'x'), small(64 << 10, 'y');
-  const size_t big_cap = big.capacity(), small_cap = small.capacity();
-  pool.Give(std::move(big));
-  pool.Give(std::move(small));
-  std::string a = pool.Take(32 << 10);
-  EXPECT_EQ(a.capacity(), small_cap);
-  EXPECT_TRUE(a.empty());
-  std::string b = pool.Take(512 << 10);
-  EXPECT_EQ(b.capacity(), big_cap);
-  EXPECT_EQ(pool.Take(1).capacity(), std::string().capacity());  // empty pool: a new string
-}
-
-TEST(BufferPool, KeepsWithinItsBudget) {
-  BufferPool pool(1 << 20);
-  pool.Give(std::string(700 << 10, 'x'));
-  pool.Give(std::string(700 << 10, 'x'));  // over budget: dropped
-  EXPECT_LE(pool.pooled_bytes(), size_t{1} << 20);
-  BufferPool off(0);
-  off.Give(std::string(1 << 20, 'x'));
-  EXPECT_EQ(off.pooled_bytes(), 0u);
 }
 
 TEST(EncodePool, RunsEveryIndexExactlyOnce) {

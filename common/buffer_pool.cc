@@ -1,7 +1,9 @@
 // See buffer_pool.h.
-#include "worker/client/internal/buffer_pool.h"
+#include "common/buffer_pool.h"
 
-namespace gradstream::client::internal {
+#include <utility>
+
+namespace gradstream {
 
 std::string BufferPool::Take(size_t bytes) {
   absl::MutexLock lock(&mu_);
@@ -15,13 +17,13 @@ std::string BufferPool::Take(size_t bytes) {
   free_[best] = std::move(free_.back());
   free_.pop_back();
   bytes_ -= out.capacity();
-  out.clear();
+  out.clear();  // keeps the capacity
   return out;
 }
 
 void BufferPool::Give(std::string buffer) {
   const size_t cap = buffer.capacity();
-  if (cap < 4096) return;  // small strings are cheap to make
+  if (cap < kMinPooledBytes) return;
   absl::MutexLock lock(&mu_);
   if (bytes_ + cap > max_bytes_) return;
   bytes_ += cap;
@@ -33,4 +35,4 @@ size_t BufferPool::pooled_bytes() const {
   return bytes_;
 }
 
-}  // namespace gradstream::client::internal
+}  // namespace gradstream
