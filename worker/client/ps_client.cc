@@ -87,7 +87,9 @@ class PsClientImpl final : public PsClient {
       const ChunkInfo& c = enc.chunk(i);
       std::unique_ptr<v1::WorkerMessage> message = NewPush(c, clock);
       v1::EncodedChunk* chunk = message->mutable_push()->mutable_chunk();
-      *chunk->mutable_payload() = buffers_.Take(size_t{c.num_elems} * sizeof(float));
+      // The encoded size: a compressed push returns a buffer of that size to
+      // the pool, so asking for the fp32 size would never find it again.
+      *chunk->mutable_payload() = buffers_.Take(PayloadBytes(enc.codec(), c.num_elems));
       ChunkHeader header;
       absl::Status s = enc.EncodeChunk(i, grad, options_.seed, options_.worker_id, clock, &header,
                                        chunk->mutable_payload());
