@@ -570,7 +570,7 @@ void Coordinator::CheckCompletionLocked(const JobRecord& job) {
     if (m.leaving()) continue;
     const WorkerRecord* w = workers_.Find(m.worker_id());
     if (w == nullptr) return;
-    // DONE, not clock >= steps: rank 0 still pulls the final parameters and
+    // DONE, not clock >= steps: every member still pulls the final parameters and
     // evaluates after its last clock, and the job's accuracy comes from that.
     if (w->status.state() != v1::DONE) return;
     ++active;

@@ -301,9 +301,13 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
     }
     Publish(clock + 1);
   }
-  // Rank 0 reads the final parameters once every member is done, evaluates,
-  // and reports the job's accuracy.
-  if (feed_->Get().rank == 0) {
+  // Every member reads the final parameters once every member is done,
+  // evaluates and reports the accuracy: all get the same parameters and the
+  // same figure, and the job's accuracy no longer depends on one process
+  // living through its report. Only rank 0 did this once; a chaos run
+  // killed rank 0 between its final evaluation and its report, and the job
+  // completed with the other members DONE and no accuracy.
+  {
     absl::Status s = PullInto(setup_->steps + options_.final_pull_slack);
     if (absl::IsCancelled(s)) return TrainOutcome::kStopped;
     GS_RETURN_IF_ERROR(s);

@@ -59,7 +59,7 @@ struct Progress {
   uint32_t world_size = 0;     // 0 before the first data shard is cut
   uint64_t clock = 0;          // clocks completed
   float loss = 0;              // moving average of the training loss
-  float accuracy = 0;          // last test accuracy (rank 0)
+  float accuracy = 0;          // last test accuracy (rank 0; every member at the end)
   uint64_t accuracy_clock = 0;
   float samples_per_sec = 0;
   uint64_t bytes_pushed = 0;
@@ -98,7 +98,7 @@ struct TrainerOptions {
   absl::Duration stall_deadline = absl::Minutes(3);
   absl::Duration push_wait = absl::Minutes(1);
   // Final pull clock = steps + final_pull_slack, so that in bounded
-  // staleness (s) rank 0 evaluates only once every member finished.
+  // staleness (s) the members evaluate only once every member finished.
   uint64_t final_pull_slack = 0;
   // Encode a GPU model's gradients on the device (see [device encode]);
   // Run() fails with FailedPrecondition when that is unavailable.
