@@ -157,3 +157,15 @@ def main_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True, help="the CMake build folder")
     return ap.parse_args()
+
+
+def package_without_cluster(build):
+    """Makes the build's package importable as a single-process script sees
+    it (no GRADSTREAM_AGENT): for tests of the package alone."""
+    sys.path.insert(0, os.path.join(os.path.abspath(build), "python"))
+    os.environ.pop("GRADSTREAM_AGENT", None)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)

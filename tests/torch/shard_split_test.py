@@ -13,17 +13,13 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster  # noqa: E402
 
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
+check = cluster.check
 
 
 def main():
     args = cluster.main_args()
     cluster.require_torch()
-    sys.path.insert(0, os.path.join(os.path.abspath(args.build), "python"))
-    os.environ.pop("GRADSTREAM_AGENT", None)
+    cluster.package_without_cluster(args.build)
     import torch
     import gradstream.torch as gs
     split = gs._split

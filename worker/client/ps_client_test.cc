@@ -49,6 +49,21 @@ class PsClientTest : public ::testing::Test {
     for (auto& s : shards_) a.push_back(s->address());
     return a;
   }
+  // A job of workers 1 and 2 on `map` with `setup`'s optimizer and mode,
+  // both connected (c1_, c2_) and the parameters initialized by worker 1 to
+  // *init.
+  void StartTwoWorkers(const ShardMap& map, testing::JobSetup setup,
+                       std::vector<std::vector<float>>* init) {
+    setup.workers = {1, 2};
+    ASSERT_TRUE(testing::CreateJob(map, setup, kWait).ok());
+    auto c1 = PsClient::Connect(map, Options(1));
+    auto c2 = PsClient::Connect(map, Options(2));
+    ASSERT_TRUE(c1.ok() && c2.ok());
+    c1_ = *std::move(c1);
+    c2_ = *std::move(c2);
+    *init = InitValues(map);
+    ASSERT_TRUE(c1_->InitParams(Spans(*init), kWait).ok());
+  }
   ShardMap Map(const std::string& codec, std::vector<std::string> addresses = {}) {
     if (addresses.empty()) addresses = Addresses();
     CodecPolicy policy;
@@ -171,6 +186,8 @@ class PsClientTest : public ::testing::Test {
   }
 
   std::vector<std::unique_ptr<ShardProcess>> shards_;
+  // Clients of StartTwoWorkers; destroyed before the shards.
+  std::unique_ptr<PsClient> c1_, c2_;
 };
 
 TEST_F(PsClientTest, RoundTripNoneTwoShards) { RoundTrip("none", 2); }
@@ -403,24 +420,18 @@ TEST_F(PsClientTest, LostAckIsReplayedAndAppliedOnce) {
 TEST_F(PsClientTest, TwoWorkersSyncAverage) {
   StartShards(2);
   ShardMap map = Map("none");
-  testing::JobSetup setup = Sgd(1.0f);
-  setup.workers = {1, 2};
-  ASSERT_TRUE(testing::CreateJob(map, setup, kWait).ok());
-  auto c1 = PsClient::Connect(map, Options(1));
-  auto c2 = PsClient::Connect(map, Options(2));
-  ASSERT_TRUE(c1.ok() && c2.ok());
-  auto init = InitValues(map);
-  ASSERT_TRUE((*c1)->InitParams(Spans(init), kWait).ok());
+  std::vector<std::vector<float>> init;
+  ASSERT_NO_FATAL_FAILURE(StartTwoWorkers(map, Sgd(1.0f), &init));
   std::vector<std::vector<float>> g1 = {Random(100000, 11), Random(10, 12)};
   std::vector<std::vector<float>> g2 = {Random(100000, 13), Random(10, 14)};
   for (uint32_t t = 0; t < 2; ++t) {
-    ASSERT_TRUE(PsClient::Wait((*c1)->Push(t, g1[t], 0), kWait).ok());
-    ASSERT_TRUE(PsClient::Wait((*c2)->Push(t, g2[t], 0), kWait).ok());
+    ASSERT_TRUE(PsClient::Wait(c1_->Push(t, g1[t], 0), kWait).ok());
+    ASSERT_TRUE(PsClient::Wait(c2_->Push(t, g2[t], 0), kWait).ok());
   }
-  ASSERT_TRUE((*c1)->AdvanceClock(1).ok());
-  ASSERT_TRUE((*c2)->AdvanceClock(1).ok());
+  ASSERT_TRUE(c1_->AdvanceClock(1).ok());
+  ASSERT_TRUE(c2_->AdvanceClock(1).ok());
   std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
-  ASSERT_TRUE(PsClient::Wait((*c2)->Pull(1, MutableSpans(got)), kWait).ok());
+  ASSERT_TRUE(PsClient::Wait(c2_->Pull(1, MutableSpans(got)), kWait).ok());
   auto want = init;
   for (size_t t = 0; t < 2; ++t) {
     for (size_t i = 0; i < want[t].size(); ++i) want[t][i] -= (g1[t][i] + g2[t][i]) / 2.0f;
@@ -433,29 +444,23 @@ TEST_F(PsClientTest, TwoWorkersSyncAverage) {
 TEST_F(PsClientTest, OverlappedPullWaitsForEveryMembersRound) {
   StartShards(2);
   ShardMap map = Map("none");
-  testing::JobSetup setup = Sgd(1.0f);
-  setup.workers = {1, 2};
-  ASSERT_TRUE(testing::CreateJob(map, setup, kWait).ok());
-  auto c1 = PsClient::Connect(map, Options(1));
-  auto c2 = PsClient::Connect(map, Options(2));
-  ASSERT_TRUE(c1.ok() && c2.ok());
-  auto init = InitValues(map);
-  ASSERT_TRUE((*c1)->InitParams(Spans(init), kWait).ok());
+  std::vector<std::vector<float>> init;
+  ASSERT_NO_FATAL_FAILURE(StartTwoWorkers(map, Sgd(1.0f), &init));
   std::vector<std::vector<float>> g1 = {Random(100000, 11), Random(10, 12)};
   std::vector<std::vector<float>> g2 = {Random(100000, 13), Random(10, 14)};
   std::vector<std::vector<float>> got1 = {std::vector<float>(100000), std::vector<float>(10)};
   std::vector<std::vector<float>> got2 = got1;
   std::vector<PushHandle> pushes;
-  for (uint32_t t = 0; t < 2; ++t) pushes.push_back((*c1)->Push(t, g1[t], 0));
-  PullHandle pull1 = (*c1)->Pull(1, MutableSpans(got1));
-  ASSERT_TRUE((*c1)->AdvanceClock(1).ok());
+  for (uint32_t t = 0; t < 2; ++t) pushes.push_back(c1_->Push(t, g1[t], 0));
+  PullHandle pull1 = c1_->Pull(1, MutableSpans(got1));
+  ASSERT_TRUE(c1_->AdvanceClock(1).ok());
   // Worker 2 has not pushed: no round closed, the pull waits.
   EXPECT_EQ(PsClient::Wait(pull1, absl::Milliseconds(300)).code(),
             absl::StatusCode::kDeadlineExceeded);
-  pull1 = (*c1)->Pull(1, MutableSpans(got1));  // the timed-out pull was abandoned
-  for (uint32_t t = 0; t < 2; ++t) pushes.push_back((*c2)->Push(t, g2[t], 0));
-  PullHandle pull2 = (*c2)->Pull(1, MutableSpans(got2));
-  ASSERT_TRUE((*c2)->AdvanceClock(1).ok());
+  pull1 = c1_->Pull(1, MutableSpans(got1));  // the timed-out pull was abandoned
+  for (uint32_t t = 0; t < 2; ++t) pushes.push_back(c2_->Push(t, g2[t], 0));
+  PullHandle pull2 = c2_->Pull(1, MutableSpans(got2));
+  ASSERT_TRUE(c2_->AdvanceClock(1).ok());
   for (auto& h : pushes) ASSERT_TRUE(PsClient::Wait(h, kWait).ok());
   ASSERT_TRUE(PsClient::Wait(pull1, kWait).ok());
   ASSERT_TRUE(PsClient::Wait(pull2, kWait).ok());
@@ -474,35 +479,29 @@ TEST_F(PsClientTest, OverlappedPullWaitsForEveryMembersRound) {
 TEST_F(PsClientTest, SyncPullAskedBeforeThePushesReadsThem) {
   StartShards(1);
   ShardMap map = Map("none");
-  testing::JobSetup setup = Sgd(0.5f);
-  setup.workers = {1, 2};
-  ASSERT_TRUE(testing::CreateJob(map, setup, kWait).ok());
-  auto c1 = PsClient::Connect(map, Options(1));
-  auto c2 = PsClient::Connect(map, Options(2));
-  ASSERT_TRUE(c1.ok() && c2.ok());
-  auto want = InitValues(map);
-  ASSERT_TRUE((*c1)->InitParams(Spans(want), kWait).ok());
+  std::vector<std::vector<float>> want;
+  ASSERT_NO_FATAL_FAILURE(StartTwoWorkers(map, Sgd(0.5f), &want));
   for (uint64_t clock = 0; clock < 3; ++clock) {
     std::vector<std::vector<float>> got1 = {std::vector<float>(100000), std::vector<float>(10)};
     std::vector<std::vector<float>> got2 = got1;
-    PullHandle pull1 = (*c1)->Pull(clock + 1, MutableSpans(got1));
-    PullHandle pull2 = (*c2)->Pull(clock + 1, MutableSpans(got2));
+    PullHandle pull1 = c1_->Pull(clock + 1, MutableSpans(got1));
+    PullHandle pull2 = c2_->Pull(clock + 1, MutableSpans(got2));
     std::vector<PushHandle> pushes;
     for (const TensorInfo& t : map.tensors) {
       const auto g1 = Random(t.num_elems, 31 + t.index + 10 * clock);
       const auto g2 = Random(t.num_elems, 41 + t.index + 10 * clock);
-      pushes.push_back((*c1)->Push(t.index, g1, clock));
+      pushes.push_back(c1_->Push(t.index, g1, clock));
       if (t.index == 0) {
         // Only worker 1 has pushed the big tensor: none of its rounds closed.
         EXPECT_EQ(PsClient::Wait(pull1, absl::Milliseconds(200)).code(),
                   absl::StatusCode::kDeadlineExceeded);
-        pull1 = (*c1)->Pull(clock + 1, MutableSpans(got1));  // the timed-out one was abandoned
+        pull1 = c1_->Pull(clock + 1, MutableSpans(got1));  // the timed-out one was abandoned
       }
-      pushes.push_back((*c2)->Push(t.index, g2, clock));
+      pushes.push_back(c2_->Push(t.index, g2, clock));
       for (size_t i = 0; i < g1.size(); ++i) want[t.index][i] -= 0.5f * (g1[i] + g2[i]) / 2.0f;
     }
-    ASSERT_TRUE((*c1)->AdvanceClock(clock + 1).ok());
-    ASSERT_TRUE((*c2)->AdvanceClock(clock + 1).ok());
+    ASSERT_TRUE(c1_->AdvanceClock(clock + 1).ok());
+    ASSERT_TRUE(c2_->AdvanceClock(clock + 1).ok());
     for (auto& h : pushes) ASSERT_TRUE(PsClient::Wait(h, kWait).ok());
     ASSERT_TRUE(PsClient::Wait(pull1, kWait).ok());
     ASSERT_TRUE(PsClient::Wait(pull2, kWait).ok());

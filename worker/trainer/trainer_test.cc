@@ -184,6 +184,20 @@ TEST(Trainer, NoEarlyPullOfAClockItLeavesBefore) {
   EXPECT_EQ(f.client.events().back(), "leave");
 }
 
+// Not only rank 0: every member pulls the final parameters and reports
+// their accuracy, so the job's accuracy survives rank 0 dying after its last
+// clock (faults_chaos_test hit that).
+TEST(Trainer, EveryMemberEvaluatesTheFinalParameters) {
+  Fixture f(/*steps=*/3, /*eval_every=*/0);
+  f.feed.Set(Assignment{.job_id = "job", .job_active = true, .rank = 1, .world_size = 2});
+  absl::StatusOr<TrainOutcome> outcome = f.Run();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(*outcome, TrainOutcome::kDone);
+  EXPECT_EQ(f.Count("pull 3"), 1u);
+  EXPECT_GT(f.Find("pull 3"), f.Find("clock 3"));
+  EXPECT_EQ(f.board.Get().accuracy_clock, 3u);
+}
+
 TEST(Trainer, AFailedEarlyPullReinitializesAndPullsAgain) {
   Fixture f(/*steps=*/3, /*eval_every=*/0);
   f.client.FailPull(2);

@@ -51,11 +51,12 @@ absl::Status PublishedCopies::Apply(uint64_t chunk_id, const PublishedAnswer& an
   } else if (answer.deltas.empty()) {
     mine = ChecksumAndCopy(c.values, dst);
   } else {
-    for (size_t i = 0; i < answer.deltas.size() && (i == 0 || mine.ok()); ++i) {
+    for (size_t i = 0; i < answer.deltas.size(); ++i) {
       const auto& [header, payload] = answer.deltas[i];
       const bool last = i + 1 == answer.deltas.size();
       mine = ApplyPublishedDelta(header, absl::string_view(payload.data(), payload.size()),
                                  absl::MakeSpan(c.values), last ? dst : nullptr);
+      if (!mine.ok()) break;
     }
   }
   absl::Status s = mine.status();

@@ -154,25 +154,21 @@ std::vector<ShardStream::PullGroup> ShardStream::GroupByPendingPush(
     }
   }
   std::vector<PullGroup> groups;
+  size_t n = 0;  // groups of pending chunks, evenly split in push order
   if (pending.empty()) {
     // Nothing to follow. Still a few requests, each answered as soon as its
     // own chunks may be read: a sync-mode pull issued before the pushes of
     // its clock ([overlapped pull]) gets its first answers while later
     // chunks are still being pushed, and an ordinary one is served in
     // parallel. Small pulls stay one request.
-    const size_t n = std::max<size_t>(
-        1, std::min(kMaxPullRequests, settled.chunks.size() / kMinChunksPerRequest));
-    for (size_t g = 0; g < n; ++g) {
-      PullGroup& group = groups.emplace_back();
-      const size_t begin = settled.chunks.size() * g / n;
-      const size_t end = settled.chunks.size() * (g + 1) / n;
-      group.chunks.assign(settled.chunks.begin() + begin, settled.chunks.begin() + end);
-    }
-    return groups;
+    if (settled.chunks.empty()) return {std::move(settled)};  // one empty request, as before
+    for (uint64_t id : settled.chunks) pending.emplace_back(0, id);  // order 0: none
+    n = std::clamp<size_t>(pending.size() / kMinChunksPerRequest, 1, kMaxPullRequests);
+  } else {
+    if (!settled.chunks.empty()) groups.push_back(std::move(settled));
+    std::sort(pending.begin(), pending.end());
+    n = std::min(pending.size(), kMaxPullRequests - groups.size());
   }
-  if (!settled.chunks.empty()) groups.push_back(std::move(settled));
-  std::sort(pending.begin(), pending.end());
-  const size_t n = std::min(pending.size(), kMaxPullRequests - groups.size());
   for (size_t g = 0; g < n; ++g) {
     PullGroup& group = groups.emplace_back();
     const size_t begin = pending.size() * g / n, end = pending.size() * (g + 1) / n;
