@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Load test under sanitizers: builds gs_shard and tests/load/ps_load with
-# ThreadSanitizer (build-tsan) and with AddressSanitizer + UBSan (build-asan)
-# and runs ps_load in each: 128 workers x 2 shards on loopback for a bounded
-# time. Fails on any sanitizer report (in the shards or in the load driver
+# Load test under sanitizers: builds gs_shard, tests/load/ps_load and
+# worker/capi/capi_threads_test with ThreadSanitizer (build-tsan) and with
+# AddressSanitizer + UBSan (build-asan) and runs, in each, ps_load (128
+# workers x 2 shards on loopback for a bounded time) and capi_threads_test
+# (the C ABI called from several threads at once, see [C ABI threads]). Fails on any sanitizer report (in the shards or in the load driver
 # with its 128 PsClients), any error, or RSS growth (see ps_load.cc).
 #   ./scripts/sanitize.sh [seconds]      (default 20; the load phase of each run)
 #   SANITIZERS="thread address"          which runs (default both)
@@ -28,7 +29,7 @@ run() {  # run <name> <build dir> <GS_SANITIZE> <extra CXX flags>
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGS_SANITIZE="$sanitize" \
     -DGS_CUDA=OFF -DGS_BUILD_BENCHMARKS=OFF -DCMAKE_CXX_FLAGS="$cxxflags" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" >/dev/null || return 1
-  cmake --build "$dir" -j "$JOBS" --target gs_shard ps_load || return 1
+  cmake --build "$dir" -j "$JOBS" --target gs_shard ps_load capi_threads_test || return 1
   local built=$SECONDS
   local logs="$ROOT/$dir/sanitizer-logs"
   rm -rf "$logs"
@@ -40,12 +41,18 @@ run() {  # run <name> <build dir> <GS_SANITIZE> <extra CXX flags>
   # the uninstrumented gRPC/protobuf are ignored, and gRPC-internal races are
   # suppressed (see tests/sanitizers/tsan.supp; history_size=7 restores the
   # earlier access's stack those entries may need).
-  TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 history_size=7 ignore_noninstrumented_modules=1 log_path=$logs/tsan suppressions=$ROOT/tests/sanitizers/tsan.supp" \
-  ASAN_OPTIONS="halt_on_error=1 detect_leaks=1 quarantine_size_mb=32 log_path=$logs/asan" \
-  LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp" \
-  UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 log_path=$logs/ubsan" \
-    "$dir/tests/load/ps_load" --duration_s="$DURATION" --wait_timeout_s=120 \
+  export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 history_size=7 ignore_noninstrumented_modules=1 log_path=$logs/tsan suppressions=$ROOT/tests/sanitizers/tsan.supp"
+  export ASAN_OPTIONS="halt_on_error=1 detect_leaks=1 quarantine_size_mb=32 log_path=$logs/asan"
+  export LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp"
+  export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 log_path=$logs/ubsan"
+  "$dir/tests/load/ps_load" --duration_s="$DURATION" --wait_timeout_s=120 \
     --drain_timeout_s=240 >"$logs/ps_load.out" 2>"$logs/ps_load.err" || rc=$?
+  if ! "$dir/worker/capi/capi_threads_test" >"$logs/capi_threads.out" 2>&1; then
+    echo "sanitize: [$name] capi_threads_test failed:" >&2
+    grep -v '^I[0-9]' "$logs/capi_threads.out" | tail -n 30 >&2 || true
+    [[ $rc -ne 0 ]] || rc=1
+  fi
+  unset TSAN_OPTIONS ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
   sed -n '/^ps_load:/,$p' "$logs/ps_load.out"
   local reports
   reports=$(find "$logs" -name 'tsan.*' -o -name 'asan.*' -o -name 'ubsan.*')

@@ -20,7 +20,7 @@ are small tensors whose gradients a fixed threshold mostly zeroes (see the
 README's codec-policy notes).
 BatchNorm's running statistics are buffers, not parameters: each worker
 keeps its own (the package warns once in a job), and rank 0 evaluates with
-its own (see [buffers] in gradstream/torch.py).
+its own (see [buffers] in gradstream/parameter_server.py).
 """
 
 import argparse

@@ -34,6 +34,8 @@ void FoldOut(JobRecord& job, uint64_t id, const v1::WorkerProgress& progress) {
     job.retired.set_bytes_pulled(job.retired.bytes_pulled() + progress.bytes_pulled());
     job.retired.set_fp32_bytes_pulled(job.retired.fp32_bytes_pulled() +
                                       progress.fp32_bytes_pulled());
+    job.retired.set_bytes_pulled_discarded(job.retired.bytes_pulled_discarded() +
+                                           progress.bytes_pulled_discarded());
     job.retired.set_max_staleness(std::max(job.retired.max_staleness(), progress.max_staleness()));
     members->DeleteSubrange(i, 1);
     break;

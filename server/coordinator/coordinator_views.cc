@@ -30,6 +30,7 @@ v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
   p.set_accuracy_clock(saved.accuracy_clock());
   uint64_t bytes = job.retired.bytes_pushed(), fp32 = job.retired.fp32_bytes_pushed();
   uint64_t pulled = job.retired.bytes_pulled(), fp32_pulled = job.retired.fp32_bytes_pulled();
+  uint64_t discarded = job.retired.bytes_pulled_discarded();
   uint64_t staleness = saved.max_staleness();
   if (auto it = job_shards_.find(job.status.job_id()); it != job_shards_.end()) {
     staleness = std::max(staleness, it->second.max_staleness);
@@ -42,6 +43,7 @@ v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
     fp32 += w.fp32_bytes_pushed();
     pulled += w.bytes_pulled();
     fp32_pulled += w.fp32_bytes_pulled();
+    discarded += w.bytes_pulled_discarded();
     staleness = std::max(staleness, w.max_staleness());
     p.set_residual_norm(std::max(p.residual_norm(), w.residual_norm()));
     if (w.accuracy_clock() > p.accuracy_clock()) {
@@ -101,6 +103,7 @@ v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
   }
   p.set_bytes_pulled(std::max(pulled, saved.bytes_pulled()));
   p.set_fp32_bytes_pulled(std::max(fp32_pulled, saved.fp32_bytes_pulled()));
+  p.set_bytes_pulled_discarded(std::max(discarded, saved.bytes_pulled_discarded()));
   p.set_max_staleness(staleness);
   return p;
 }

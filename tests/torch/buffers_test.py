@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Buffers, without a cluster (see [buffers] in gradstream/torch.py): the
+"""Buffers, without a cluster (see [buffers] in gradstream/parameter_server.py): the
 package names a model's floating-point buffers (BatchNorm's running
 statistics, not its integer counter), warns about them once with
 BufferWarning in a job and not single-process, and the recipe [buffers]
@@ -22,6 +22,7 @@ def main():
     import torch
     import torch.nn as nn
     import gradstream.torch as gs
+    from gradstream.parameter_server import _warn_unsynced_buffers
 
     bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 16, 2))
     check(gs.unsynced_buffers(bn) == ["1.running_mean", "1.running_var"],
@@ -31,8 +32,8 @@ def main():
 
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        gs._warn_unsynced_buffers(bn)
-        gs._warn_unsynced_buffers(plain)
+        _warn_unsynced_buffers(bn)
+        _warn_unsynced_buffers(plain)
     check(len(got) == 1 and issubclass(got[0].category, gs.BufferWarning)
           and "1.running_mean, 1.running_var" in str(got[0].message),
           "one BufferWarning naming the buffers: %s" % [str(w.message) for w in got])

@@ -26,12 +26,18 @@ def require_torch():
 
 
 class Cluster:
-    def __init__(self, build, workers=2, shards=2, worker_flags=()):
+    """`link`: a ShapedLink (below) to put the shards and the coordinator on
+    one side and the workers on the other; None = everything on loopback."""
+
+    def __init__(self, build, workers=2, shards=2, worker_flags=(), link=None, shard_flags=()):
         self.build = os.path.abspath(build)
         self.run_dir = tempfile.mkdtemp(prefix="gs-torch-test-")
         self.procs = []
         self.n_workers = 0
         self.worker_flags = list(worker_flags)
+        self.shard_flags = list(shard_flags)
+        self.link = link
+        self.host = link.server_ip if link else "127.0.0.1"
         try:
             self._start(workers, shards)
         except BaseException:
@@ -42,9 +48,16 @@ class Cluster:
     def bin(self, rel):
         return os.path.join(self.build, rel)
 
-    def _spawn(self, name, argv):
+    def _in(self, side, argv):
+        """argv run in the link's namespace for `side` ("server"/"worker")."""
+        if self.link is None:
+            return argv
+        return ["ip", "netns", "exec", getattr(self.link, side + "_ns")] + argv
+
+    def _spawn(self, name, argv, side="server"):
         log = open(os.path.join(self.run_dir, name + ".log"), "w")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.run_dir)
+        p = subprocess.Popen(self._in(side, argv), stdout=log, stderr=subprocess.STDOUT,
+                             cwd=self.run_dir)
         self.procs.append((name, p))
         return p
 
@@ -60,16 +73,20 @@ class Cluster:
         addrs = []
         for i in range(shards):
             pf = os.path.join(self.run_dir, "shard%d.port" % i)
+            mf = os.path.join(self.run_dir, "shard%d.metrics" % i)
             self._spawn("shard%d" % i, [self.bin("server/shard/gs_shard"), "--port=0",
                                         "--port_file=" + pf, "--shard_index=%d" % i,
-                                        "--executor_threads=2"])
+                                        "--executor_threads=2", "--metrics_port=0",
+                                        "--metrics_port_file=" + mf] + self.shard_flags)
             addrs.append(pf)
-        addrs = ["127.0.0.1:" + self._wait_file(pf) for pf in addrs]
+        addrs = ["%s:%s" % (self.host, self._wait_file(pf)) for pf in addrs]
+        self.shard_metrics_ports = [self._wait_file(os.path.join(self.run_dir, "shard%d.metrics" % i))
+                                    for i in range(shards)]
         pf = os.path.join(self.run_dir, "coordinator.port")
         self._spawn("coordinator", [self.bin("server/coordinator/gs_coordinator"), "--port=0",
                                     "--port_file=" + pf, "--heartbeat_timeout=3s",
                                     "--start_grace=1s", "--shards=" + ",".join(addrs)])
-        self.coordinator = "127.0.0.1:" + self._wait_file(pf)
+        self.coordinator = "%s:%s" % (self.host, self._wait_file(pf))
         for _ in range(workers):
             self.add_worker()
         self.wait_for(lambda: len(self.cli_json("cluster").get("workers", [])) >= workers, 30,
@@ -79,15 +96,18 @@ class Cluster:
         self.n_workers += 1
         env = dict(os.environ, GRADSTREAM_COORDINATOR=self.coordinator)
         log = open(os.path.join(self.run_dir, "worker%d.log" % self.n_workers), "w")
-        p = subprocess.Popen([self.bin("worker/trainer/gs_worker"), "--device=cpu",
-                              "--name=torch-test-%d" % self.n_workers] + self.worker_flags,
+        p = subprocess.Popen(self._in("worker", [self.bin("worker/trainer/gs_worker"),
+                                                 "--device=cpu",
+                                                 "--name=torch-test-%d" % self.n_workers] +
+                                      self.worker_flags),
                              stdout=log, stderr=subprocess.STDOUT, cwd=self.run_dir, env=env)
         self.procs.append(("worker%d" % self.n_workers, p))
         return p
 
     def cli(self, *args, check=True, timeout=60):
-        r = subprocess.run([self.bin("cli/gradstream"), "--coordinator=" + self.coordinator] +
-                           list(args), capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(self._in("server", [self.bin("cli/gradstream"),
+                                               "--coordinator=" + self.coordinator] + list(args)),
+                           capture_output=True, text=True, timeout=timeout)
         if check and r.returncode != 0:
             raise RuntimeError("gradstream %s: exit %d\n%s%s" % (" ".join(args), r.returncode,
                                                                  r.stdout, r.stderr))
@@ -120,6 +140,20 @@ class Cluster:
         self.wait_for(ended, timeout, "job %s to end" % job_id)
         return out["s"]
 
+    def shard_metric(self, name):
+        """The sum over the shards of Prometheus series `name` (all labels)."""
+        total = 0.0
+        for port in self.shard_metrics_ports:
+            fetch = ("import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
+                     "sys.argv[1], timeout=10).read().decode())")
+            r = subprocess.run(self._in("server", [sys.executable, "-c", fetch,
+                                                   "http://127.0.0.1:%s/metrics" % port]),
+                               capture_output=True, text=True, timeout=20)
+            for line in r.stdout.splitlines():
+                if line.startswith(name + "{") or line.startswith(name + " "):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+
     def dump_logs(self):
         for name, _ in self.procs:
             path = os.path.join(self.run_dir, name + ".log")
@@ -150,6 +184,52 @@ class Cluster:
             self.dump_logs()
         self.close()
         return False
+
+
+class ShapedLink:
+    """Two network namespaces joined by a veth pair that tc's token bucket
+    limits to `rate` in both directions (as bench/netns_shaped.sh): the
+    cluster's servers on one side, its workers on the other. Needs root and
+    iproute2; `available()` says whether this machine can. Everything it
+    creates is removed by close(); the host's own interfaces are not
+    touched."""
+
+    def __init__(self, rate):
+        tag = "%d" % os.getpid()
+        self.server_ns, self.worker_ns = "gs_ts_" + tag, "gs_tw_" + tag
+        self.server_ip, self.worker_ip = "10.213.78.1", "10.213.78.2"
+        vs, vw = "gsts" + tag, "gstw" + tag
+        self._cmds = [
+            ["ip", "netns", "add", self.server_ns], ["ip", "netns", "add", self.worker_ns],
+            ["ip", "link", "add", vs, "type", "veth", "peer", "name", vw],
+            ["ip", "link", "set", vs, "netns", self.server_ns],
+            ["ip", "link", "set", vw, "netns", self.worker_ns],
+            ["ip", "-n", self.server_ns, "addr", "add", self.server_ip + "/30", "dev", vs],
+            ["ip", "-n", self.worker_ns, "addr", "add", self.worker_ip + "/30", "dev", vw]]
+        for ns, dev in ((self.server_ns, vs), (self.worker_ns, vw)):
+            self._cmds += [["ip", "-n", ns, "link", "set", "lo", "up"],
+                           ["ip", "-n", ns, "link", "set", dev, "up"],
+                           ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root",
+                            "tbf", "rate", rate, "burst", "64kb", "latency", "400ms"]]
+        try:
+            for c in self._cmds:
+                subprocess.run(c, check=True, capture_output=True, timeout=30)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def available():
+        if os.geteuid() != 0:
+            return "not root (ip netns and tc need it)"
+        for tool in ("ip", "tc"):
+            if subprocess.run(["sh", "-c", "command -v " + tool], capture_output=True).returncode:
+                return "no %s" % tool
+        return None
+
+    def close(self):
+        for ns in (self.worker_ns, self.server_ns):  # removes the veth pair too
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
 def main_args():

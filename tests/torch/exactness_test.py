@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Exactness: one step with codec none on 2 workers equals, within 1e-6
 relative, a torch reference that averages the two gradients and applies the
-same update (SGD, momentum, AdaGrad), through the real processes and the CLI."""
+same update (SGD, momentum, AdaGrad), through the real processes and the CLI;
+and the forward after the step waits per module for its own parameters."""
 
 import os
 import sys
@@ -52,6 +53,13 @@ def main():
             if st["state"] != "COMPLETED":
                 raise AssertionError("job %s: %s %s" % (job, st["state"], st.get("message")))
             runs = [torch.load(os.path.join(out, "rank%d.pt" % r)) for r in (0, 1)]
+            # [layer-wise wait]: the forward after the step waited for the
+            # first Linear's weight and bias, then the second's -- each
+            # module for its own parameters only, in forward order.
+            for r in runs:
+                if r["waits"] != [[0, 1], [2, 3]]:
+                    failures.append("%s: rank %d's forward waited for %s, want [[0, 1], [2, 3]]"
+                                    % (optimizer, r["rank"], r["waits"]))
             for i, (a, b) in enumerate(zip(runs[0]["before"], runs[1]["before"])):
                 assert torch.equal(a, b), "ranks pulled different initial tensor %d" % i
             want = reference(runs, optimizer, lr)
@@ -68,9 +76,9 @@ def main():
             print("%-8s lr %-5g: max relative difference to the torch reference %.2e "
                   "(parameters moved by up to %.3g)" % (optimizer, lr, worst, moved))
             if not (worst <= 1e-6 and moved > 0):
-                failures.append(optimizer)
+                failures.append("%s differs from the reference by more than 1e-6" % optimizer)
     if failures:
-        print("FAIL: %s differ from the reference by more than 1e-6" % ", ".join(failures))
+        print("FAIL: %s" % "; ".join(failures))
         return 1
     print("PASS")
     return 0

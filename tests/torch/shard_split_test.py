@@ -21,8 +21,9 @@ def main():
     cluster.require_torch()
     cluster.package_without_cluster(args.build)
     import torch
-    import gradstream.torch as gs
-    split = gs._split
+    import gradstream.torch as gs  # noqa: F401 (the package loads)
+    from gradstream.data import _split
+    split = _split
 
     for n, g in ((600, 64), (129, 64), (128, 64), (1000, 30), (7, 4)):
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(n))

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,10 +23,11 @@
 #include "grpcpp/grpcpp.h"
 #include "worker/capi/internal/session.h"
 #include "worker/client/ps_client.h"
+#include "worker/client/step_loop.h"
 
 namespace v1 = gradstream::v1;
 using gradstream::client::PsClient;
-using gradstream::client::PushHandle;
+using gradstream::client::StepLoop;
 
 namespace {
 
@@ -42,16 +45,33 @@ int Ok() {
 
 }  // namespace
 
+// Thread-safe as [C ABI threads] says: `client`, `loop` and `sizes` are
+// written by gs_declare before any other thread uses the session and only
+// read afterwards; everything else is guarded.
 struct gs_session {
   std::unique_ptr<v1::WorkerAgent::Stub> agent;
   std::unique_ptr<gradstream::client::ChannelFactory> channels;
+  std::unique_ptr<PsClient> client;  // set by gs_declare
+  std::unique_ptr<StepLoop> loop;    // set by gs_declare
+  std::vector<uint64_t> sizes;       // elements per tensor, map order
+
   absl::Mutex mu;
   v1::SyncResponse latest ABSL_GUARDED_BY(mu);
-  std::unique_ptr<PsClient> client;  // set by gs_declare
-  std::string encode_path = "host";
-  std::vector<uint64_t> sizes;       // elements per tensor, map order
-  absl::Mutex push_mu;
-  std::vector<PushHandle> pushes ABSL_GUARDED_BY(push_mu);
+  std::string encode_path ABSL_GUARDED_BY(mu) = "host";
+  // The reporter thread's mailbox (see gs_report).
+  std::optional<v1::SyncRequest> report ABSL_GUARDED_BY(mu);
+  absl::Status report_error ABSL_GUARDED_BY(mu);
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  std::thread reporter;
+
+  ~gs_session() {
+    {
+      absl::MutexLock l(&mu);
+      stopping = true;
+    }
+    if (reporter.joinable()) reporter.join();
+    loop.reset();  // abandons the pull in flight before the client goes
+  }
 
   absl::Status Sync(const v1::SyncRequest& req) {
     grpc::ClientContext ctx;
@@ -74,6 +94,70 @@ struct gs_session {
     const v1::SyncResponse r = Latest();
     const auto st = r.assignment().job_state();
     return !r.assignment().job_id().empty() && (st == v1::PENDING || st == v1::RUNNING);
+  }
+
+  // Sends the newest report, or an empty request to refresh the membership
+  // every 250 ms; a new report goes out at once when the last one is at
+  // least 50 ms old, so a fast step loop does not call the agent per step.
+  void ReportLoop() {
+    absl::Time last = absl::InfinitePast();
+    for (;;) {
+      v1::SyncRequest req;
+      {
+        absl::MutexLock l(&mu);
+        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+          return stopping || report.has_value();
+        };
+        mu.AwaitWithDeadline(absl::Condition(&wake), last + absl::Milliseconds(250));
+        if (stopping) return;
+        if (report.has_value()) {
+          const absl::Time due = last + absl::Milliseconds(50);
+          if (absl::Now() < due) {
+            auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stopping; };
+            mu.AwaitWithDeadline(absl::Condition(&stop), due);
+            if (stopping) return;
+          }
+          req = *std::exchange(report, std::nullopt);
+        }
+      }
+      last = absl::Now();
+      const absl::Status st = Sync(req);
+      absl::MutexLock l(&mu);
+      report_error = st;
+    }
+  }
+
+  // A progress report with the client's byte counters.
+  v1::SyncRequest Progress(uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
+                           float samples_per_sec, int32_t state) {
+    v1::SyncRequest req;
+    req.set_state(state == 2 ? v1::SCRIPT_LEFT : v1::SCRIPT_RUNNING);
+    v1::WorkerProgress* p = req.mutable_progress();
+    p->set_clock(clock);
+    p->set_loss(loss);
+    p->set_accuracy(accuracy);
+    p->set_accuracy_clock(accuracy_clock);
+    p->set_samples_per_sec(samples_per_sec);
+    {
+      absl::MutexLock l(&mu);
+      p->set_encode_path(encode_path);
+    }
+    if (client != nullptr) {
+      const gradstream::client::ClientStats cs = client->stats();
+      p->set_bytes_pushed(cs.bytes_pushed);
+      p->set_fp32_bytes_pushed(cs.fp32_bytes_pushed);
+      p->set_bytes_pulled(cs.bytes_pulled);
+      p->set_fp32_bytes_pulled(cs.fp32_bytes_pulled);
+      p->set_bytes_pulled_discarded(cs.bytes_pulled_discarded);
+    }
+    return req;
+  }
+
+  // One span per tensor over `params`.
+  std::vector<absl::Span<float>> Spans(float* const* params) const {
+    std::vector<absl::Span<float>> out;
+    for (size_t i = 0; i < sizes.size(); ++i) out.emplace_back(params[i], sizes[i]);
+    return out;
   }
 };
 
@@ -111,8 +195,10 @@ gs_session* gs_open(const char* agent, int64_t timeout_ms) {
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
+  gs_session* raw = s.release();
+  raw->reporter = std::thread([raw] { raw->ReportLoop(); });
   Ok();
-  return s.release();
+  return raw;
 }
 
 int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, const int32_t* ndims,
@@ -179,6 +265,19 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, con
   if (!client.ok()) return Fail(client.status());
   s->client = *std::move(client);
   for (const auto& t : map->tensors) s->sizes.push_back(t.num_elems);
+  gradstream::client::StepLoopHooks hooks;
+  hooks.check = [s]() -> absl::Status {
+    if (!s->Active()) return absl::CancelledError("gradstream: the job is no longer active");
+    return absl::OkStatus();
+  };
+  // A shard that lost its parameters gets this worker's: what the pull's
+  // buffers hold (the parameters last pulled; see [step loop]).
+  hooks.reinit = [s](absl::Span<const absl::Span<float>> held) {
+    std::vector<absl::Span<const float>> values(held.begin(), held.end());
+    return s->client->InitParams(values, absl::Minutes(1));
+  };
+  s->loop = std::make_unique<StepLoop>(s->client.get(), gradstream::client::StepLoopOptions(),
+                                       std::move(hooks));
   return Ok();
 }
 
@@ -233,25 +332,24 @@ int gs_job_spec(gs_session* s, char* buf, int64_t size, int64_t* len) {
 
 int gs_sync(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
             float samples_per_sec, int32_t state) {
-  v1::SyncRequest req;
-  req.set_state(state == 2 ? v1::SCRIPT_LEFT : v1::SCRIPT_RUNNING);
-  v1::WorkerProgress* p = req.mutable_progress();
-  p->set_clock(clock);
-  p->set_loss(loss);
-  p->set_accuracy(accuracy);
-  p->set_accuracy_clock(accuracy_clock);
-  p->set_samples_per_sec(samples_per_sec);
-  p->set_encode_path(s->encode_path);
-  if (s->client != nullptr) {
-    const gradstream::client::ClientStats cs = s->client->stats();
-    p->set_bytes_pushed(cs.bytes_pushed);
-    p->set_fp32_bytes_pushed(cs.fp32_bytes_pushed);
+  if (absl::Status st = s->Sync(s->Progress(clock, loss, accuracy, accuracy_clock,
+                                            samples_per_sec, state));
+      !st.ok()) {
+    return Fail(st);
   }
-  if (absl::Status st = s->Sync(req); !st.ok()) return Fail(st);
   return Ok();
 }
 
+int gs_report(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
+              float samples_per_sec) {
+  v1::SyncRequest req = s->Progress(clock, loss, accuracy, accuracy_clock, samples_per_sec, 1);
+  absl::MutexLock l(&s->mu);
+  s->report = std::move(req);
+  return Fail(s->report_error);
+}
+
 int gs_set_encode_path(gs_session* s, const char* path) {
+  absl::MutexLock l(&s->mu);
   s->encode_path = path;
   return Ok();
 }
@@ -264,56 +362,56 @@ int gs_init_params(gs_session* s, const float* const* params, int64_t timeout_ms
 }
 
 int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elems, uint64_t clock) {
-  if (s->client == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
-  PushHandle h = s->client->Push(tensor, absl::MakeConstSpan(grad, num_elems), clock);
-  absl::MutexLock l(&s->push_mu);
-  s->pushes.push_back(std::move(h));
+  if (s->loop == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  return Fail(s->loop->Push(tensor, absl::MakeConstSpan(grad, num_elems), clock));
+}
+
+int gs_end_clock(gs_session* s, uint64_t clock, float* const* next) {
+  if (s->loop == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  std::optional<std::vector<absl::Span<float>>> spans;
+  if (next != nullptr) spans = s->Spans(next);
+  return Fail(s->loop->EndClock(clock, std::move(spans)));
+}
+
+int gs_pull_start(gs_session* s, uint64_t clock, float* const* params) {
+  if (s->loop == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  s->loop->StartPull(clock, s->Spans(params));
   return Ok();
 }
 
+int gs_wait_tensors(gs_session* s, const uint32_t* tensors, int32_t n) {
+  if (s->loop == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  return Fail(s->loop->WaitTensors(absl::MakeConstSpan(tensors, n > 0 ? n : 0)));
+}
+
+int gs_tensors_ready(gs_session* s, const uint32_t* tensors, int32_t n) {
+  if (s->loop == nullptr) return 0;
+  return s->loop->TensorsReady(absl::MakeConstSpan(tensors, n > 0 ? n : 0)) ? 1 : 0;
+}
+
+int gs_abandon_pull(gs_session* s) {
+  if (s->loop != nullptr) s->loop->AbandonPull();
+  return Ok();
+}
+
+int gs_pull(gs_session* s, uint64_t clock, float* const* params) {
+  if (int rc = gs_pull_start(s, clock, params); rc != 0) return rc;
+  return gs_wait_tensors(s, nullptr, 0);
+}
+
 int gs_wait_pushes(gs_session* s, int64_t timeout_ms) {
-  std::vector<PushHandle> pushes;
-  {
-    absl::MutexLock l(&s->push_mu);
-    pushes.swap(s->pushes);
-  }
-  absl::Status first;
-  for (const PushHandle& h : pushes) {
-    first.Update(PsClient::Wait(h, absl::Milliseconds(timeout_ms)));
-  }
-  return Fail(first);
-}
-
-int gs_advance_clock(gs_session* s, uint64_t clock) {
-  if (s->client == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
-  return Fail(s->client->AdvanceClock(clock));
-}
-
-int gs_pull(gs_session* s, uint64_t clock, float* const* params, int64_t timeout_ms) {
-  if (s->client == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
-  const absl::Time give_up = absl::Now() + absl::Milliseconds(timeout_ms);
-  for (;;) {
-    std::vector<absl::Span<float>> out;
-    for (size_t i = 0; i < s->sizes.size(); ++i) out.emplace_back(params[i], s->sizes[i]);
-    // One wait at most 2 s, then ask again: a membership change or the end
-    // of the job is noticed while the consistency mode holds the pull.
-    const absl::Status st = PsClient::Wait(s->client->Pull(clock, std::move(out)),
-                                           std::min(absl::Seconds(2), give_up - absl::Now()));
-    if (st.ok()) return Ok();
-    if (!absl::IsDeadlineExceeded(st)) return Fail(st);
-    if (absl::Status sync = s->Sync(v1::SyncRequest()); !sync.ok()) return Fail(sync);
-    if (!s->Active()) return Fail(absl::CancelledError("gradstream: the job is no longer active"));
-    if (absl::Now() >= give_up) {
-      return Fail(absl::DeadlineExceededError(absl::StrCat(
-          "gradstream: pull at clock ", clock, " got no answer in ", timeout_ms, " ms")));
-    }
-  }
+  if (s->loop == nullptr) return Ok();
+  return Fail(s->loop->WaitPushes(absl::Milliseconds(timeout_ms)));
 }
 
 int gs_leave(gs_session* s, int64_t timeout_ms) {
-  if (s->client == nullptr) return Ok();
-  if (int rc = gs_wait_pushes(s, timeout_ms); rc != 0) return rc;
-  return Fail(s->client->Leave(absl::Milliseconds(timeout_ms)));
+  if (s->loop == nullptr) return Ok();
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
+  s->loop->AbandonPull();
+  if (absl::Status st = s->loop->WaitPushes(absl::Milliseconds(timeout_ms)); !st.ok()) {
+    return Fail(st);
+  }
+  return Fail(s->client->Leave(std::max(absl::ZeroDuration(), deadline - absl::Now())));
 }
 
 int gs_stats_get(gs_session* s, gs_stats* out) {
@@ -325,9 +423,11 @@ int gs_stats_get(gs_session* s, gs_stats* out) {
   out->chunks_pushed = cs.chunks_pushed;
   out->bytes_pulled = cs.bytes_pulled;
   out->reconnects = cs.reconnects;
+  out->fp32_bytes_pulled = cs.fp32_bytes_pulled;
+  out->bytes_pulled_discarded = cs.bytes_pulled_discarded;
   return Ok();
 }
 
-void gs_close(gs_session* s) { delete s; }
+void gs_close(gs_session* s) { delete s; }  // NULL: delete is a no-op
 
 }  // extern "C"

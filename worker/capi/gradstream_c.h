@@ -18,8 +18,20 @@
  * Every int-returning call returns 0 on success, otherwise an absl status
  * code (3 InvalidArgument, 4 DeadlineExceeded, 9 FailedPrecondition, 1
  * Cancelled = the job ended, ...) with the message in gs_last_error() (per
- * thread). Thread-safe: gs_push may be called from several threads (torch's
- * autograd threads) at once. */
+ * thread).
+ *
+ * The data path is worker/client/step_loop.h's StepLoop, the loop the
+ * built-in trainer runs too (see [step loop]): gs_push per tensor as
+ * backward produces it, gs_end_clock (asks for the next clock's pull at
+ * once and returns without waiting for the network), gs_wait_tensors before
+ * a layer reads its parameters.
+ *
+ * NOTE: [C ABI threads] gs_open, gs_declare and gs_close are called by one
+ * thread, with no other call of the same session running; gs_close last.
+ * Every other call is thread-safe: gs_push in particular may run on several
+ * threads at once (torch's autograd threads) while the main thread steps,
+ * waits, reports, reads the membership or leaves. worker/capi/capi_threads_test.cc
+ * checks this under ThreadSanitizer. */
 #ifndef GRADSTREAM_WORKER_CAPI_GRADSTREAM_C_H_
 #define GRADSTREAM_WORKER_CAPI_GRADSTREAM_C_H_
 
@@ -50,6 +62,8 @@ typedef struct gs_stats {
   uint64_t chunks_pushed;
   uint64_t bytes_pulled;
   uint64_t reconnects;
+  uint64_t fp32_bytes_pulled;       /* the same pulls as fp32 */
+  uint64_t bytes_pulled_discarded;  /* answers to pulls given up, part of bytes_pulled */
 } gs_stats;
 
 /* The message of the calling thread's last failed call ("" if none). */
@@ -83,9 +97,16 @@ int gs_job_spec(gs_session* s, char* buf, int64_t size, int64_t* len);
 
 /* Reports progress (clock completed, training loss, test accuracy at
  * accuracy_clock, samples/s; state 1 = running, 2 = left) to the agent and
- * refreshes the membership. */
+ * refreshes the membership; waits for the agent's answer (up to 10 s). */
 int gs_sync(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
             float samples_per_sec, int32_t state);
+
+/* gs_sync's report (state running) without waiting: the session's reporter
+ * thread sends the newest one, and refreshes the membership at least every
+ * 250 ms, off the training step's critical path. The last error of the
+ * reporter (the agent no longer answers) is returned by the next call. */
+int gs_report(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
+              float samples_per_sec);
 
 /* What gs_sync reports as the encode path (WorkerProgress.encode_path,
  * shown by `gradstream status`): "host" by default; the Python package says
@@ -98,29 +119,55 @@ int gs_init_params(gs_session* s, const float* const* params, int64_t timeout_ms
 
 /* Encodes tensor `tensor`'s gradient (num_elems floats) on the calling
  * thread and queues it to the shards for clock `clock`; `grad` may be reused
- * when it returns. The acknowledgement is waited for by gs_wait_pushes. */
+ * when it returns. FailedPrecondition for a second push of a tensor in one
+ * clock. Acknowledgements are waited for by the next gs_end_clock (one clock
+ * later) or gs_wait_pushes. */
 int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elems,
             uint64_t clock);
 
-/* Waits until every queued push is acknowledged (the first error is
- * returned). */
+/* Ends clock `clock`: pushes zeros for every tensor not pushed in it, asks
+ * for the pull of clock + 1 into next[i] (one pointer per tensor, valid
+ * until that pull is waited for or abandoned; NULL = no pull: the last
+ * clock, a leave), advances the clock on every shard, and waits for the
+ * pushes of clock - 1 (at most 60 s). Does not wait for this clock's
+ * pushes or the pull. */
+int gs_end_clock(gs_session* s, uint64_t clock, float* const* next);
+
+/* Asks for the pull of `clock` into params[i] unless that pull is in
+ * flight already (another is abandoned). */
+int gs_pull_start(gs_session* s, uint64_t clock, float* const* params);
+
+/* Waits until tensors[0..n) (every tensor when n == 0) of the pull in
+ * flight are in place. A pull is asked once, however long it takes on the
+ * wire; DATA_LOSS (a shard lost its parameters) is answered by sending
+ * this worker's parameters and asking again. Cancelled when the job ended
+ * while waiting; DeadlineExceeded when no part of the pull arrived for
+ * 3 minutes; FailedPrecondition when no pull was asked for. */
+int gs_wait_tensors(gs_session* s, const uint32_t* tensors, int32_t n);
+
+/* 1 when tensors[0..n) of the pull in flight are in place, else 0 (no
+ * wait; for tests and schedulers). */
+int gs_tensors_ready(gs_session* s, const uint32_t* tensors, int32_t n);
+
+/* Gives up the pull in flight: nothing is written into its buffers once
+ * this returns. */
+int gs_abandon_pull(gs_session* s);
+
+/* gs_pull_start then gs_wait_tensors for every tensor. */
+int gs_pull(gs_session* s, uint64_t clock, float* const* params);
+
+/* Waits until every push made so far is acknowledged: one deadline for
+ * all (DeadlineExceeded), else the first push error. */
 int gs_wait_pushes(gs_session* s, int64_t timeout_ms);
 
-/* Tells every shard this worker's clock is now `clock`. */
-int gs_advance_clock(gs_session* s, uint64_t clock);
-
-/* Pulls every tensor at reader clock `clock` into params[i] (the shard
- * answers when the consistency mode allows). Asks again while the job is
- * active; Cancelled when it ended, DeadlineExceeded after timeout_ms
- * without an answer. */
-int gs_pull(gs_session* s, uint64_t clock, float* const* params, int64_t timeout_ms);
-
-/* Waits for the pushes, sends Leave to every shard. */
+/* Abandons the pull in flight, waits for the pushes and sends Leave to
+ * every shard; timeout_ms bounds the whole call. */
 int gs_leave(gs_session* s, int64_t timeout_ms);
 
 int gs_stats_get(gs_session* s, gs_stats* out);
 
-/* Closes the streams (no Leave) and frees the session. */
+/* Stops the reporter, closes the streams (no Leave) and frees the
+ * session. NULL is a no-op. */
 void gs_close(gs_session* s);
 
 #ifdef __cplusplus

@@ -172,7 +172,7 @@ class PsClientImpl final : public PsClient {
     for (const ChunkInfo& c : map_.chunks) {
       absl::Span<float> dst = out[c.tensor];
       if (dst.empty()) continue;
-      targets[c.chunk_id] = PullTarget{dst.data() + c.offset, c.num_elems};
+      targets[c.chunk_id] = PullTarget{dst.data() + c.offset, c.num_elems, c.tensor};
       per_shard[c.shard].push_back(c.chunk_id);
     }
     auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard), &published_);
@@ -237,6 +237,7 @@ class PsClientImpl final : public PsClient {
     st.chunks_pulled = counters_.chunks_pulled.load();
     st.bytes_pulled = counters_.bytes_pulled.load();
     st.fp32_bytes_pulled = counters_.fp32_bytes_pulled.load();
+    st.bytes_pulled_discarded = counters_.bytes_pulled_discarded.load();
     st.reconnects = counters_.reconnects.load();
     st.replayed = counters_.replayed.load();
     return st;
@@ -323,11 +324,26 @@ absl::Status PsClient::Wait(const PushHandle& handle, absl::Duration timeout) {
 }
 
 absl::Status PsClient::Wait(const PullHandle& handle, absl::Duration timeout) {
+  return WaitTensors(handle, {}, timeout);
+}
+
+absl::Status PsClient::WaitTensors(const PullHandle& handle, absl::Span<const uint32_t> tensors,
+                                   absl::Duration timeout) {
   if (!handle.valid()) return absl::OkStatus();
-  absl::Status s = handle.state_->completion().Wait(timeout);
-  // Whatever went wrong, no reader may touch the caller's buffers after this.
-  if (!s.ok()) handle.state_->Abandon();
+  absl::Status s = handle.state_->WaitTensors(tensors, timeout);
+  // A pull that failed writes nothing more into the caller's buffers; one
+  // that is only slower than `timeout` goes on (see [step loop]).
+  if (!s.ok() && handle.state_->settled()) handle.state_->Abandon();
   return s;
+}
+
+void PsClient::Abandon(const PullHandle& handle) {
+  if (handle.valid()) handle.state_->Abandon();
+}
+
+PsClient::PullProgress PsClient::Progress(const PullHandle& handle) {
+  if (!handle.valid()) return PullProgress{0, true};
+  return PullProgress{handle.state_->chunks_done(), handle.state_->settled()};
 }
 
 }  // namespace gradstream::client

@@ -156,6 +156,10 @@ struct ClientStats {
   uint64_t chunks_pulled = 0;
   uint64_t bytes_pulled = 0;       // parameter bytes received (fp32 values or pull-codec deltas)
   uint64_t fp32_bytes_pulled = 0;  // what the same chunks weigh as fp32
+  // Answers that arrived for a pull already abandoned (its waiter gave up or
+  // it failed elsewhere): sent by a shard and thrown away here. Part of
+  // bytes_pulled too.
+  uint64_t bytes_pulled_discarded = 0;
   uint64_t reconnects = 0;         // connection attempts after the first
   uint64_t replayed = 0;           // messages re-sent after a reconnect
 };
@@ -240,16 +244,35 @@ class PsClient {
   // pushes of clock-1 are acknowledged, see [overlapped pull]) and writes
   // them into `out`:
   // one span per tensor, in map order, either empty (tensor skipped) or of
-  // the tensor's size. The spans must stay valid until Wait() returns or the
-  // last copy of the handle is destroyed; a Wait that fails (e.g. times out)
-  // and dropping the handle both abandon the pull: nothing is written after.
+  // the tensor's size. The spans must stay valid until Wait() returns OK or
+  // the pull failed, or the last copy of the handle is destroyed: dropping
+  // it abandons the pull, and nothing is written after.
   virtual PullHandle Pull(uint64_t clock, std::vector<absl::Span<float>> out) = 0;
 
   // Waits for a handle. OK, the handle's error, or DeadlineExceeded when
-  // `timeout` passes first (a push keeps going and can be waited on again; a
-  // pull is abandoned).
+  // `timeout` passes first: the push or pull keeps going and can be waited
+  // on again (a pull is asked once and answered once, however long it takes
+  // on the wire; see [step loop] in step_loop.h). A pull that failed is
+  // abandoned (nothing is written after); to give up on one that has not,
+  // drop every copy of its handle.
   [[nodiscard]] static absl::Status Wait(const PushHandle& handle, absl::Duration timeout);
   [[nodiscard]] static absl::Status Wait(const PullHandle& handle, absl::Duration timeout);
+  // Waits only until the chunks of `tensors` (tensor indices in map order;
+  // every tensor when empty) are in place, as Wait otherwise: a forward
+  // that reads its first layers first need not wait for the rest.
+  [[nodiscard]] static absl::Status WaitTensors(const PullHandle& handle,
+                                                absl::Span<const uint32_t> tensors,
+                                                absl::Duration timeout);
+  // How far a pull got: chunks in place, and whether it ended (answered in
+  // full, or failed). A default handle is settled.
+  struct PullProgress {
+    uint64_t chunks_done = 0;
+    bool settled = false;
+  };
+  static PullProgress Progress(const PullHandle& handle);
+  // Gives a pull up: once this returns nothing is written into its buffers,
+  // and waits on it end with Cancelled.
+  static void Abandon(const PullHandle& handle);
 
   // Sends every chunk's initial values (InitChunk; only the first init of a
   // chunk takes effect, so rank 0 calls it) and waits for all acks.

@@ -4,13 +4,17 @@
 // sleeping.
 #include "worker/client/ps_client.h"
 
+#include <signal.h>
+
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "worker/client/internal/tensor_encoder.h"
+#include "worker/client/step_loop.h"
 #include "worker/client/testing/shard_process.h"
 #include "worker/client/testing/tcp_proxy.h"
 
@@ -295,21 +299,56 @@ TEST_F(PsClientTest, PushRejectedByTheShardCarriesItsStatus) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(PsClientTest, PullWaitHasADeadline) {
+// A wait on a pull has a deadline, and a wait that runs out leaves the pull
+// going: it is answered once, into its buffers, when the shard may answer
+// it (see [step loop]). A pull whose handle is dropped writes nothing, and
+// the answers the shard still sends it count as discarded bytes.
+TEST_F(PsClientTest, AWaitThatTimesOutLeavesThePullGoing) {
   StartShards(1);
   ShardMap map = Map("none");
   ASSERT_TRUE(testing::CreateJob(map, Sgd(0.1f), kWait).ok());
   auto client = PsClient::Connect(map, Options());
   ASSERT_TRUE(client.ok());
+  PsClient& c = **client;
   auto init = InitValues(map);
-  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
-  // Sync mode: version 5 never comes, so the pull stays parked.
-  std::vector<std::vector<float>> got = {std::vector<float>(100000, -1.0f), std::vector<float>(10, -1.0f)};
+  ASSERT_TRUE(c.InitParams(Spans(init), kWait).ok());
+  // Sync mode, one worker: version 3 comes once clocks 0..2 are pushed.
+  std::vector<std::vector<float>> got = {std::vector<float>(100000, -1.0f),
+                                         std::vector<float>(10, -1.0f)};
+  std::vector<std::vector<float>> dropped = got;
+  PullHandle pull = c.Pull(3, MutableSpans(got));
+  {
+    // Given up after it went out (one that is still queued is not sent).
+    PullHandle gone = c.Pull(3, MutableSpans(dropped));
+    EXPECT_EQ(PsClient::Wait(gone, absl::Milliseconds(300)).code(),
+              absl::StatusCode::kDeadlineExceeded);
+  }
   const absl::Time start = absl::Now();
-  EXPECT_EQ(PsClient::Wait((*client)->Pull(5, MutableSpans(got)), absl::Milliseconds(300)).code(),
+  EXPECT_EQ(PsClient::Wait(pull, absl::Milliseconds(300)).code(),
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   EXPECT_EQ(got[1][0], -1.0f);
+  EXPECT_FALSE(PsClient::Progress(pull).settled);
+  for (uint64_t clock = 0; clock < 3; ++clock) {
+    for (const TensorInfo& t : map.tensors) {
+      ASSERT_TRUE(PsClient::Wait(c.Push(t.index, std::vector<float>(t.num_elems, 1.0f), clock),
+                                 kWait).ok());
+    }
+    ASSERT_TRUE(c.AdvanceClock(clock + 1).ok());
+  }
+  ASSERT_TRUE(PsClient::Wait(pull, kWait).ok());
+  EXPECT_FLOAT_EQ(got[1][0], init[1][0] - 3 * 0.1f);
+  // Asked once, answered once: every chunk of the model once into `got`, and
+  // once more for the dropped pull, whose buffers stay untouched.
+  const uint64_t model_bytes = (100000 + 10) * sizeof(float);
+  const absl::Time give_up = absl::Now() + kWait;
+  while (c.stats().bytes_pulled < 2 * model_bytes && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(c.stats().bytes_pulled, 2 * model_bytes);
+  EXPECT_EQ(c.stats().bytes_pulled_discarded, model_bytes);
+  EXPECT_EQ(dropped[1][0], -1.0f);
+  EXPECT_EQ(dropped[0][99999], -1.0f);
 }
 
 TEST_F(PsClientTest, WaitOnADeadShardTimesOut) {
@@ -454,10 +493,9 @@ TEST_F(PsClientTest, OverlappedPullWaitsForEveryMembersRound) {
   for (uint32_t t = 0; t < 2; ++t) pushes.push_back(c1_->Push(t, g1[t], 0));
   PullHandle pull1 = c1_->Pull(1, MutableSpans(got1));
   ASSERT_TRUE(c1_->AdvanceClock(1).ok());
-  // Worker 2 has not pushed: no round closed, the pull waits.
+  // Worker 2 has not pushed: no round closed, the pull waits (and goes on).
   EXPECT_EQ(PsClient::Wait(pull1, absl::Milliseconds(300)).code(),
             absl::StatusCode::kDeadlineExceeded);
-  pull1 = c1_->Pull(1, MutableSpans(got1));  // the timed-out pull was abandoned
   for (uint32_t t = 0; t < 2; ++t) pushes.push_back(c2_->Push(t, g2[t], 0));
   PullHandle pull2 = c2_->Pull(1, MutableSpans(got2));
   ASSERT_TRUE(c2_->AdvanceClock(1).ok());
@@ -495,7 +533,6 @@ TEST_F(PsClientTest, SyncPullAskedBeforeThePushesReadsThem) {
         // Only worker 1 has pushed the big tensor: none of its rounds closed.
         EXPECT_EQ(PsClient::Wait(pull1, absl::Milliseconds(200)).code(),
                   absl::StatusCode::kDeadlineExceeded);
-        pull1 = c1_->Pull(clock + 1, MutableSpans(got1));  // the timed-out one was abandoned
       }
       pushes.push_back(c2_->Push(t.index, g2, clock));
       for (size_t i = 0; i < g1.size(); ++i) want[t.index][i] -= 0.5f * (g1[i] + g2[i]) / 2.0f;
@@ -551,6 +588,104 @@ TEST_F(PsClientTest, LeaveClosesTheClient) {
   std::vector<float> g(10, 1.0f);
   EXPECT_FALSE(PsClient::Wait((*client)->Push(1, g, 0), kWait).ok());
   EXPECT_FALSE((*client)->AdvanceClock(2).ok());
+}
+
+// [step loop]: a pull held by a straggler for longer than many wait slices
+// is asked once. The loop it replaces asked again every 2 s (the C ABI)
+// without cancelling the parked one; with 25 chunks on the shard each ask
+// parks 6 requests, and the third ask passed the shard's cap of 16 parked
+// pulls per stream: RESOURCE_EXHAUSTED for the healthy worker.
+TEST_F(PsClientTest, StepLoopAsksOnceForAPullHeldByAStraggler) {
+  StartShards(1);
+  CodecPolicy fp32;
+  fp32.default_codec = "none";
+  auto map = SplitModel({{"w", 100000}}, Addresses(), 4096, fp32);
+  ASSERT_TRUE(map.ok());
+  ASSERT_GE(map->chunks.size(), 24u);
+  std::vector<std::vector<float>> init;
+  ASSERT_NO_FATAL_FAILURE(StartTwoWorkers(*map, Sgd(1.0f), &init));
+  StepLoopOptions lo;
+  lo.wait_slice = absl::Milliseconds(100);
+  StepLoop loop(c1_.get(), lo, {});
+  std::vector<float> params(100000), grad(100000, 1.0f);
+  ASSERT_TRUE(loop.Push(0, grad, 0).ok());
+  ASSERT_TRUE(loop.EndClock(0, std::vector<absl::Span<float>>{absl::MakeSpan(params)}).ok());
+  std::thread straggler([&] {
+    absl::SleepFor(absl::Seconds(10));  // 100 wait slices
+    ASSERT_TRUE(PsClient::Wait(c2_->Push(0, grad, 0), kWait).ok());
+    ASSERT_TRUE(c2_->AdvanceClock(1).ok());
+  });
+  const absl::Status waited = loop.WaitTensors({});
+  straggler.join();
+  ASSERT_TRUE(waited.ok()) << waited;
+  EXPECT_EQ(c1_->stats().pull_calls, 1u);
+  EXPECT_FLOAT_EQ(params[0], init[0][0] - 1.0f);
+}
+
+// [step loop]: WaitTensors waits for the tensors asked for only -- here
+// while the shard that holds the other tensor does not answer at all.
+TEST_F(PsClientTest, StepLoopWaitsOnlyForTheTensorsAskedFor) {
+  StartShards(2);
+  CodecPolicy fp32;
+  fp32.default_codec = "none";
+  auto map = SplitModel({{"first", 50000}, {"second", 50000}}, Addresses(), 16384, fp32);
+  ASSERT_TRUE(map.ok());
+  for (ChunkInfo& c : map->chunks) c.shard = c.tensor;  // one tensor per shard
+  const uint32_t second_shard = 1;
+  ASSERT_TRUE(testing::CreateJob(*map, Sgd(1.0f), kWait).ok());
+  auto client = PsClient::Connect(*map, Options());
+  ASSERT_TRUE(client.ok());
+  auto init = InitValues(*map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  StepLoop loop(client->get(), StepLoopOptions(), {});
+  std::vector<std::vector<float>> params = {std::vector<float>(50000), std::vector<float>(50000)};
+  ASSERT_TRUE(loop.Push(0, std::vector<float>(50000, 1.0f), 0).ok());
+  ASSERT_TRUE(loop.Push(1, std::vector<float>(50000, 1.0f), 0).ok());
+  ASSERT_TRUE(loop.WaitPushes(kWait).ok());
+  const pid_t stopped = shards_[second_shard]->pid();
+  ASSERT_EQ(::kill(stopped, SIGSTOP), 0);
+  ASSERT_TRUE(loop.EndClock(0, MutableSpans(params)).ok());
+  const uint32_t first = 0, second = 1;
+  ASSERT_TRUE(loop.WaitTensors({&first, 1}).ok());
+  EXPECT_FLOAT_EQ(params[0][0], init[0][0] - 1.0f);
+  EXPECT_FALSE(loop.TensorsReady({&second, 1}));
+  ASSERT_EQ(::kill(stopped, SIGCONT), 0);
+  ASSERT_TRUE(loop.WaitTensors({&second, 1}).ok());
+  EXPECT_FLOAT_EQ(params[1][0], init[1][0] - 1.0f);
+}
+
+// [step loop]: a shard restarted without a checkpoint answers the pull with
+// DATA_LOSS; the loop sends the parameters it holds (reinit) and asks again.
+TEST_F(PsClientTest, StepLoopReinitializesAShardThatLostItsParameters) {
+  StartShards(1);
+  ShardMap map = Map("none");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(1.0f), kWait).ok());
+  auto client = PsClient::Connect(map, Options());
+  ASSERT_TRUE(client.ok());
+  auto init = InitValues(map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  int reinits = 0;
+  StepLoopHooks hooks;
+  hooks.reinit = [&](absl::Span<const absl::Span<float>> held) {
+    ++reinits;
+    return (*client)->InitParams(std::vector<absl::Span<const float>>(held.begin(), held.end()),
+                                 kWait);
+  };
+  StepLoop loop(client->get(), StepLoopOptions(), std::move(hooks));
+  std::vector<std::vector<float>> params = {std::vector<float>(100000), std::vector<float>(10)};
+  loop.StartPull(0, MutableSpans(params));
+  ASSERT_TRUE(loop.WaitTensors({}).ok());
+  shards_[0]->Kill();
+  ASSERT_TRUE(shards_[0]->Restart().ok());
+  testing::JobSetup resumed = Sgd(1.0f);  // as the coordinator re-creates it
+  resumed.resume = true;
+  ASSERT_TRUE(testing::CreateJob(map, resumed, kWait).ok());
+  loop.AbandonPull();
+  loop.StartPull(0, MutableSpans(params));
+  const absl::Status s = loop.WaitTensors({});
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(reinits, 1);
+  EXPECT_EQ(params[0][7], init[0][7]);
 }
 
 }  // namespace

@@ -52,6 +52,9 @@ class Agent final : public v1::WorkerAgent::Service {
       p.samples_per_sec = in.samples_per_sec();
       p.bytes_pushed = in.bytes_pushed();
       p.fp32_bytes_pushed = in.fp32_bytes_pushed();
+      p.bytes_pulled = in.bytes_pulled();
+      p.fp32_bytes_pulled = in.fp32_bytes_pulled();
+      p.bytes_pulled_discarded = in.bytes_pulled_discarded();
       p.encode_path = in.encode_path();
       hooks_.board->Set(p);
     }

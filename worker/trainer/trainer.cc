@@ -84,44 +84,11 @@ std::vector<absl::Span<float>> Trainer::PullTargets() {
 }
 
 absl::Status Trainer::PullInto(uint64_t clock) {
-  const absl::Time give_up = absl::Now() + options_.stall_deadline;
-  // Re-initializations of a restarted shard answered per pull (each is one
-  // InitChunk per chunk; the first one takes): more means it keeps losing them.
-  constexpr int kMaxReinits = 3;
-  int reinits = 0;
-  // The first wait is on the pull Step issued early, when it did; every
-  // retry below asks again, as before.
-  std::optional<IssuedPull> issued = std::exchange(next_pull_, std::nullopt);
-  if (issued.has_value() && issued->clock != clock) issued.reset();
-  for (;;) {
-    const client::PullHandle h =
-        issued.has_value() ? issued->handle : client_->Pull(clock, PullTargets());
-    issued.reset();
-    absl::Status s = client::PsClient::Wait(h, options_.pull_wait);
-    if (s.ok()) break;
-    if (absl::IsDataLoss(s) && reinits++ < kMaxReinits) {
-      // Two things end a pull with DATA_LOSS and one answer serves both. A
-      // shard that restarted without a checkpoint asks for parameters: give
-      // it ours (the last pulled, see [re-initialization] in
-      // server/shard/job.h); a chunk that has parameters ignores them (the
-      // first InitChunk wins). A published copy that failed its checksum was
-      // dropped (see [pull codec]): the next pull gets a snapshot.
-      LOG(WARNING) << "job " << job_id_ << " clock " << clock << ": " << s.message()
-                   << "; sending this worker's parameters and pulling again";
-      GS_RETURN_IF_ERROR(SendParams());
-      continue;
-    }
-    if (Stopping()) return absl::CancelledError("stopping (signal)");
-    // The consistency mode may hold a pull for a long time (a straggler, a
-    // dead member the coordinator has not removed yet): ask again, but stop
-    // when the job ends or nothing moves for stall_deadline.
-    if (!absl::IsDeadlineExceeded(s)) return s;
-    if (!Active(feed_->Get())) return absl::CancelledError("job is no longer active");
-    if (absl::Now() > give_up) {
-      return absl::DeadlineExceededError(absl::StrCat("pull at clock ", clock, " made no progress for ",
-                                                      absl::FormatDuration(options_.stall_deadline)));
-    }
-  }
+  // The pull Step asked for is waited on; any other is asked now. Waits,
+  // re-initialization after DATA_LOSS and giving up are the loop's (see
+  // [step loop] in worker/client/step_loop.h).
+  loop_->StartPull(clock, PullTargets());
+  GS_RETURN_IF_ERROR(loop_->WaitTensors({}));
   if (model_->device() == Device::kGpu) {
     for (int i = 0; i < model_->num_tensors(); ++i) {
       GS_RETURN_IF_ERROR(model_->SetParam(i, host_params_[i]));
@@ -130,10 +97,15 @@ absl::Status Trainer::PullInto(uint64_t clock) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::CheckActive() const {
+  if (Stopping()) return absl::CancelledError("stopping (signal)");
+  if (!Active(feed_->Get())) return absl::CancelledError("job is no longer active");
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Step(uint64_t clock) {
   const Batch& batch = batches_->Next();
-  std::vector<client::PushHandle> pushes;
-  pushes.reserve(model_->num_tensors());
+  std::vector<int> enqueued;  // the device path's tensors, in push order
   absl::Status push_status;
   // Push each tensor the moment backward has produced its gradient, so
   // encoding and the network overlap the rest of backward (see [grad ready]).
@@ -141,6 +113,7 @@ absl::Status Trainer::Step(uint64_t clock) {
     if (pusher_ != nullptr) {
       // Queued on the model's stream; GPU time is counted in Finish().
       push_status.Update(pusher_->Enqueue(t, clock));
+      enqueued.push_back(t);
       return;
     }
     // Wait for backward first (GetGrad would), so that what is timed is the
@@ -148,12 +121,11 @@ absl::Status Trainer::Step(uint64_t clock) {
     if (model_->device() == Device::kGpu) push_status.Update(model_->Synchronize());
     const absl::Time start = absl::Now();
     if (model_->device() == Device::kCpu) {
-      pushes.push_back(client_->Push(t, absl::MakeConstSpan(model_->grad_data(t),
-                                                            model_->params()[t].num_elems),
-                                     clock));
+      push_status.Update(loop_->Push(
+          t, absl::MakeConstSpan(model_->grad_data(t), model_->params()[t].num_elems), clock));
     } else if (absl::Status s = model_->GetGrad(t, host_grads_[t]); s.ok()) {
       // The host path of a GPU model: copy the fp32 gradient, encode here.
-      pushes.push_back(client_->Push(t, host_grads_[t], clock));
+      push_status.Update(loop_->Push(t, host_grads_[t], clock));
     } else {
       push_status.Update(s);
     }
@@ -166,10 +138,13 @@ absl::Status Trainer::Step(uint64_t clock) {
     // Whatever was enqueued is waited for, even after an error, so no push
     // thread work outlives the step.
     absl::StatusOr<std::vector<client::PushHandle>> handles = pusher_->Finish(&encode_seconds_);
-    if (handles.ok()) {
-      pushes = *std::move(handles);
+    if (handles.ok() && handles->size() == enqueued.size()) {
+      for (size_t i = 0; i < enqueued.size(); ++i) {
+        loop_->AddPush(static_cast<uint32_t>(enqueued[i]), (*handles)[i]);
+      }
     } else {
-      push_status.Update(handles.status());
+      push_status.Update(handles.ok() ? absl::InternalError("device pusher: one handle per push")
+                                      : handles.status());
     }
   }
   GS_RETURN_IF_ERROR(fb);
@@ -186,12 +161,12 @@ absl::Status Trainer::Step(uint64_t clock) {
   // after this clock, so none then; nor when the loop will not pull
   // clock + 1 (the last step, a leave, a stop).
   const Assignment a = feed_->Get();
+  std::optional<std::vector<absl::Span<float>>> next;
   if (clock + 1 < setup_->steps && !EvaluatesAfter(clock) && Active(a) && !Stopping() &&
       !(a.leave && clock + 1 >= a.leave_clock)) {
-    next_pull_ = IssuedPull{clock + 1, client_->Pull(clock + 1, PullTargets())};
+    next = PullTargets();
   }
-  for (const auto& h : pushes) GS_RETURN_IF_ERROR(client::PsClient::Wait(h, options_.push_wait));
-  GS_RETURN_IF_ERROR(client_->AdvanceClock(clock + 1));
+  GS_RETURN_IF_ERROR(loop_->EndClock(clock, std::move(next)));
 
   loss_ema_ = loss_ema_ < 0 ? stats.loss : 0.9 * loss_ema_ + 0.1 * stats.loss;
   rate_samples_ += batch.size;
@@ -231,6 +206,7 @@ void Trainer::Publish(uint64_t clock) {
   progress_.fp32_bytes_pushed = cs.fp32_bytes_pushed;
   progress_.bytes_pulled = cs.bytes_pulled;
   progress_.fp32_bytes_pulled = cs.fp32_bytes_pulled;
+  progress_.bytes_pulled_discarded = cs.bytes_pulled_discarded;
   progress_.encode_path = pusher_ != nullptr ? "device" : "host";
   progress_.encode_share =
       step_seconds_ > 0 ? static_cast<float>(encode_seconds_ / step_seconds_) : 0.0f;
@@ -248,9 +224,27 @@ void Trainer::Publish(uint64_t clock) {
 }
 
 absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
-  // However Run ends, a pull Step issued early is abandoned: nothing writes
-  // into the model after Run returns.
-  absl::Cleanup drop_next_pull = [this] { next_pull_.reset(); };
+  client::StepLoopOptions lo;
+  lo.wait_slice = options_.pull_wait;
+  lo.stall_deadline = options_.stall_deadline;
+  lo.push_wait = options_.push_wait;
+  client::StepLoopHooks hooks;
+  hooks.check = [this] { return CheckActive(); };
+  // Two things end a pull with DATA_LOSS and one answer serves both. A shard
+  // that restarted without a checkpoint asks for parameters: give it ours
+  // (the last pulled, see [re-initialization] in server/shard/job.h); a
+  // chunk that has parameters ignores them (the first InitChunk wins). A
+  // published copy that failed its checksum was dropped (see [pull codec]):
+  // the next pull gets a snapshot.
+  hooks.reinit = [this](absl::Span<const absl::Span<float>>) {
+    LOG(WARNING) << "job " << job_id_ << ": a shard lost its parameters; sending this "
+                 << "worker's and pulling again";
+    return SendParams();
+  };
+  loop_ = std::make_unique<client::StepLoop>(client_, lo, std::move(hooks));
+  // However Run ends, the pull in flight is abandoned: nothing writes into
+  // the model after Run returns.
+  absl::Cleanup drop_loop = [this] { loop_.reset(); };
   rate_start_ = absl::Now();
   if (options_.device_encode && pusher_ == nullptr) {
     internal::DevicePusherOptions popt;

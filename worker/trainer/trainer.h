@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/client/ps_client.h"
+#include "worker/client/step_loop.h"
 #include "worker/model/model.h"
 #include "worker/trainer/internal/device_pusher.h"
 #include "worker/trainer/job_setup.h"
@@ -66,6 +67,7 @@ struct Progress {
   uint64_t fp32_bytes_pushed = 0;
   uint64_t bytes_pulled = 0;
   uint64_t fp32_bytes_pulled = 0;
+  uint64_t bytes_pulled_discarded = 0;  // answers to pulls given up (ClientStats)
   double residual_norm = 0;
   uint64_t reconnects = 0;     // the client's reconnects to shards
   // "host" (gradients encoded on the CPU; a GPU model's are copied to host
@@ -91,10 +93,10 @@ class ProgressBoard {
 };
 
 struct TrainerOptions {
-  // One wait on a pull; a pull that the consistency mode holds longer is
-  // asked again (so cancellation and membership changes are noticed).
-  absl::Duration pull_wait = absl::Seconds(5);
-  // No progress for this long (pulls keep timing out) is an error.
+  // How often a waiting pull looks at the assignment and the stop flag (the
+  // pull itself is asked once however long it takes, see [step loop]).
+  absl::Duration pull_wait = absl::Milliseconds(500);
+  // No chunk of a pull arrives for this long: an error.
   absl::Duration stall_deadline = absl::Minutes(3);
   absl::Duration push_wait = absl::Minutes(1);
   // Final pull clock = steps + final_pull_slack, so that in bounded
@@ -134,9 +136,11 @@ class Trainer {
  private:
   absl::Status Reshard(uint32_t rank, uint32_t world_size);
   // Pulls every tensor at reader clock `clock` into the model (waiting on
-  // the pull Step issued for it, if any). Returns kStopped-worthy Cancelled
+  // the pull Step asked for, if any). Returns kStopped-worthy Cancelled
   // when the assignment ends while waiting.
   absl::Status PullInto(uint64_t clock);
+  // Cancelled when the worker is stopping or the job no longer active.
+  absl::Status CheckActive() const;
   // Where a pull writes: the model's parameters, or host staging for a GPU.
   std::vector<absl::Span<float>> PullTargets();
   // Sends the model's current parameters as every chunk's InitChunk (only
@@ -163,12 +167,7 @@ class Trainer {
   std::vector<std::vector<float>> host_params_;  // staging for GPU models
   std::vector<std::vector<float>> host_grads_;
   std::unique_ptr<internal::DevicePusher> pusher_;  // null: the host path
-  // The pull Step issued for the next clock, if it did; see Step.
-  struct IssuedPull {
-    uint64_t clock = 0;
-    client::PullHandle handle;
-  };
-  std::optional<IssuedPull> next_pull_;
+  std::unique_ptr<client::StepLoop> loop_;          // during Run
   double encode_seconds_ = 0;  // see Progress::encode_share
   double step_seconds_ = 0;
   Progress progress_;

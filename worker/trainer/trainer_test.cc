@@ -64,6 +64,17 @@ class RecordingClient final : public client::PsClient {
   double ResidualNorm() const override { return 0; }
   const ShardMap& shard_map() const override { return map_; }
 
+  // The model's tensors, as the shard map would list them (StepLoop checks
+  // tensor indices against it).
+  void SetTensors(const std::vector<TensorSpec>& params) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      TensorInfo t;
+      t.name = params[i].name;
+      t.num_elems = params[i].num_elems;
+      t.index = static_cast<uint32_t>(i);
+      map_.tensors.push_back(t);
+    }
+  }
   void FailPull(uint64_t clock) {
     absl::MutexLock lock(&mu_);
     fail_pulls_.push_back(clock);
@@ -99,6 +110,7 @@ struct Fixture {
     absl::StatusOr<std::unique_ptr<Model>> m = CreateModel(setup.model, Device::kCpu);
     CHECK(m.ok()) << m.status();
     model = *std::move(m);
+    client.SetTensors(model->params());
     feed.Set(Assignment{.job_id = "job", .job_active = true, .rank = 0, .world_size = 1});
   }
 

@@ -157,6 +157,7 @@ class WorkerState {
     out->set_fp32_bytes_pushed(p.fp32_bytes_pushed);
     out->set_bytes_pulled(p.bytes_pulled);
     out->set_fp32_bytes_pulled(p.fp32_bytes_pulled);
+    out->set_bytes_pulled_discarded(p.bytes_pulled_discarded);
     out->set_residual_norm(p.residual_norm);
     out->set_encode_path(p.encode_path);
     out->set_encode_share(p.encode_share);

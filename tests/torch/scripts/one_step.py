@@ -1,6 +1,7 @@
 """One training step through gradstream, recorded for exactness_test.py:
 each rank saves the parameters it pulled before the step (the initial ones),
-its batch, and the parameters it pulled after the step, in --out."""
+its batch, the parameters it pulled after the step, and which tensors the
+forward after the step waited for, module by module, in --out."""
 
 import argparse
 import os
@@ -30,8 +31,22 @@ def main():
     before = [p.detach().clone() for p in model.parameters()]
     F.cross_entropy(model(x), y).backward()
     ps.step()
+    # The next forward waits per module for the module's own parameters, in
+    # forward order ([layer-wise wait]): record which tensors each wait asks
+    # for (the library call, wrapped).
+    lib, waits = ps._session.lib, []
+    real = lib.gs_wait_tensors
+
+    def recording(handle, tensors, n):
+        waits.append([tensors[i] for i in range(n)])
+        return real(handle, tensors, n)
+    lib.gs_wait_tensors = recording
+    with torch.no_grad():
+        model(x)
+    lib.gs_wait_tensors = real
+    ps.synchronize()  # nothing left: every module waited for its own
     after = [p.detach().clone() for p in model.parameters()]
-    torch.save({"rank": rank, "before": before, "after": after, "x": x, "y": y},
+    torch.save({"rank": rank, "before": before, "after": after, "x": x, "y": y, "waits": waits},
                os.path.join(args.out, "rank%d.pt" % rank))
 
 

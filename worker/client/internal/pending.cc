@@ -47,6 +47,14 @@ PullState::PullState(std::vector<PullTarget> targets,
     : targets_(std::move(targets)),
       published_(published),
       completion_(std::make_shared<Completion>(0)) {
+  {
+    absl::MutexLock lock(&progress_mu_);
+    for (const PullTarget& t : targets_) {
+      if (t.dst == nullptr) continue;
+      if (t.tensor >= tensor_pending_.size()) tensor_pending_.resize(t.tensor + 1, 0);
+      ++tensor_pending_[t.tensor];
+    }
+  }
   int involved = 0;
   for (auto& chunks : shard_chunks) {
     auto part = std::make_unique<Part>();
@@ -57,10 +65,51 @@ PullState::PullState(std::vector<PullTarget> targets,
   completion_->Add(involved);
 }
 
+void PullState::End(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&progress_mu_);
+    if (error_.ok()) error_ = status;
+  }
+  completion_->Done(status);
+}
+
+void PullState::Arrived(uint64_t chunk_id) {
+  absl::MutexLock lock(&progress_mu_);
+  ++chunks_done_;
+  --tensor_pending_[targets_[chunk_id].tensor];
+}
+
+absl::Status PullState::WaitTensors(absl::Span<const uint32_t> tensors, absl::Duration timeout) {
+  absl::MutexLock lock(&progress_mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(progress_mu_) {
+    if (!error_.ok()) return true;
+    if (tensors.empty()) {
+      for (uint32_t n : tensor_pending_) {
+        if (n > 0) return false;
+      }
+      return true;
+    }
+    for (uint32_t t : tensors) {
+      if (t < tensor_pending_.size() && tensor_pending_[t] > 0) return false;
+    }
+    return true;
+  };
+  if (!progress_mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("pull: no answer within ", absl::FormatDuration(timeout)));
+  }
+  return error_;
+}
+
+uint64_t PullState::chunks_done() const {
+  absl::MutexLock lock(&progress_mu_);
+  return chunks_done_;
+}
+
 bool PullState::Expected(Part& part, uint32_t shard, uint64_t chunk_id) {
   if (chunk_id < targets_.size() && targets_[chunk_id].dst != nullptr) return true;
   part.finished = true;
-  completion_->Done(absl::InternalError(
+  End(absl::InternalError(
       absl::StrCat("shard ", shard, " sent chunk ", chunk_id, " that was not asked for")));
   return false;
 }
@@ -75,7 +124,7 @@ void PullState::Finish(Part& part, uint32_t shard, bool last) {
   if (!last || --part.open_requests > 0) return;
   part.finished = true;
   if (part.received.size() != part.expected.size()) {
-    completion_->Done(absl::InternalError(absl::StrCat(
+    End(absl::InternalError(absl::StrCat(
         "shard ", shard, " answered ", part.received.size(), " of ", part.expected.size(),
         " chunks")));
   } else {
@@ -96,13 +145,13 @@ size_t PullState::OnChunk(uint32_t shard, uint64_t chunk_id, std::string_view va
     const PullTarget& t = targets_[chunk_id];
     if (values.size() != size_t{t.num_elems} * sizeof(float)) {
       part.finished = true;
-      completion_->Done(absl::InternalError(
+      End(absl::InternalError(
           absl::StrCat("shard ", shard, " sent ", values.size(), " bytes for chunk ", chunk_id,
                        " of ", t.num_elems, " elements")));
       return 0;
     }
     std::memcpy(t.dst, values.data(), values.size());  // little-endian hosts only
-    part.received.insert(chunk_id);
+    if (part.received.insert(chunk_id).second) Arrived(chunk_id);
     copied = values.size();
   }
   Finish(part, shard, last);
@@ -121,10 +170,10 @@ void PullState::OnPublished(uint32_t shard, uint64_t chunk_id, const PublishedAn
                        : published_->Apply(chunk_id, answer, targets_[chunk_id].dst);
   if (!s.ok()) {
     part.finished = true;
-    completion_->Done(absl::Status(s.code(), absl::StrCat("shard ", shard, ": ", s.message())));
+    End(absl::Status(s.code(), absl::StrCat("shard ", shard, ": ", s.message())));
     return;
   }
-  part.received.insert(chunk_id);
+  if (part.received.insert(chunk_id).second) Arrived(chunk_id);
   Finish(part, shard, last);
 }
 
@@ -134,7 +183,7 @@ void PullState::Fail(uint32_t shard, const absl::Status& status) {
   absl::MutexLock lock(&part.mu);
   if (part.finished) return;
   part.finished = true;
-  completion_->Done(status);
+  End(status);
 }
 
 void PullState::Abandon() {
@@ -142,6 +191,8 @@ void PullState::Abandon() {
     absl::MutexLock lock(&part->mu);
     part->abandoned = true;
   }
+  // Anyone still waiting learns it (a pull that ended keeps its status).
+  if (!completion_->done()) End(absl::CancelledError("pull abandoned"));
 }
 
 bool PullState::abandoned(uint32_t shard) const {

@@ -43,12 +43,14 @@ class Completion {
 struct PullTarget {
   float* dst = nullptr;  // null: not requested
   uint32_t num_elems = 0;
+  uint32_t tensor = 0;   // the tensor it is part of (see PullState::WaitTensors)
 };
 
 // One pull request, shared by the shard streams that answer parts of it.
 // Thread-safe: each shard's part has its own lock so two shards' readers copy
 // in parallel; Abandon() takes every part lock, so once it returns no reader
-// writes into the caller's buffers again.
+// writes into the caller's buffers again. Lock order: a part's lock, then
+// progress_mu_.
 class PullState {
  public:
   // `targets` is indexed by chunk id; `shard_chunks[s]` lists what shard s
@@ -59,6 +61,15 @@ class PullState {
             PublishedCopies* published = nullptr);
 
   Completion& completion() { return *completion_; }
+  // Waits until every asked-for chunk of each tensor in `tensors` (of every
+  // tensor when empty) is in place, or the pull failed: OK, the pull's
+  // error, or DeadlineExceeded when `timeout` passes first -- the pull goes
+  // on (see [step loop] in ../step_loop.h).
+  absl::Status WaitTensors(absl::Span<const uint32_t> tensors, absl::Duration timeout);
+  // Chunks in place so far: a pull that moves is not stalled.
+  uint64_t chunks_done() const;
+  // Whether the pull ended, with every answer or with an error.
+  bool settled() const { return completion_->done(); }
   const std::vector<uint64_t>& chunks_of(uint32_t shard) const { return parts_[shard]->expected; }
   // The shard's part is asked for in `n` requests (see [overlapped pull]):
   // it completes at the `last` of the n-th one. Before any answer can
@@ -86,6 +97,11 @@ class PullState {
   bool abandoned(uint32_t shard) const;
 
  private:
+  // Ends the pull with `status` (the first error wins).
+  void End(const absl::Status& status);
+  // `chunk_id` is in place.
+  void Arrived(uint64_t chunk_id);
+
   struct Part {
     std::vector<uint64_t> expected;
     mutable absl::Mutex mu;
@@ -104,6 +120,12 @@ class PullState {
   PublishedCopies* const published_;
   std::vector<std::unique_ptr<Part>> parts_;
   const std::shared_ptr<Completion> completion_;
+  // Per-tensor readiness, for waits on some tensors (a forward that needs
+  // its first layers first).
+  mutable absl::Mutex progress_mu_;
+  std::vector<uint32_t> tensor_pending_ ABSL_GUARDED_BY(progress_mu_);  // chunks not yet in place
+  uint64_t chunks_done_ ABSL_GUARDED_BY(progress_mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(progress_mu_);
 };
 
 }  // namespace gradstream::client::internal

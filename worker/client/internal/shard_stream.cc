@@ -415,6 +415,12 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
       send_queue_.pop_front();
       auto it = journal_.find(order);
       if (it == journal_.end()) continue;  // answered or superseded meanwhile
+      if (it->second.kind == Kind::kPull && it->second.pull->abandoned(shard_)) {
+        // Given up before it went out: not asked at all.
+        request_order_.erase(it->second.message->pull().request_id());
+        journal_.erase(it);
+        continue;
+      }
       entry = it->second;
     }
     if (!stream->Write(*entry.message)) {
@@ -514,14 +520,23 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
       {
         absl::MutexLock lock(&mu_);
         auto it = request_order_.find(pc.request_id());
-        if (it == request_order_.end()) return;
-        auto je = journal_.find(it->second);
-        if (je == journal_.end()) return;
-        pull = je->second.pull;
-        if (pc.last() || pc.code() != 0) {
-          journal_.erase(je);
-          request_order_.erase(it);
+        auto je = it == request_order_.end() ? journal_.end() : journal_.find(it->second);
+        if (je != journal_.end()) {
+          pull = je->second.pull;
+          if (pc.last() || pc.code() != 0) {
+            journal_.erase(je);
+            request_order_.erase(it);
+          }
         }
+      }
+      if (pull == nullptr || pull->abandoned(shard_)) {
+        // Sent by the shard for nobody: a pull its waiter gave up on. The
+        // bytes crossed the network all the same, so they are counted.
+        uint64_t bytes = pc.values().size();
+        for (const v1::EncodedChunk& d : pc.deltas()) bytes += d.payload().size();
+        counters_->bytes_pulled.fetch_add(bytes, std::memory_order_relaxed);
+        counters_->bytes_pulled_discarded.fetch_add(bytes, std::memory_order_relaxed);
+        return;
       }
       if (pc.code() != 0) {
         pull->Fail(shard_, Annotate(StatusFromWire(pc.code(), pc.message()),

@@ -36,6 +36,7 @@ struct StreamCounters {
   std::atomic<uint64_t> chunks_pulled{0};
   std::atomic<uint64_t> bytes_pulled{0};
   std::atomic<uint64_t> fp32_bytes_pulled{0};
+  std::atomic<uint64_t> bytes_pulled_discarded{0};
   std::atomic<uint64_t> reconnects{0};
   std::atomic<uint64_t> replayed{0};
 };

@@ -154,6 +154,8 @@ absl::StatusOr<v1::CreateJobResponse> CreateJobOn(const ShardMap& map, uint32_t 
   req.set_checkpoint_every(setup.checkpoint_every);
   req.set_shard_index(shard);
   req.set_pull_codec(setup.pull_codec);
+  req.set_resume(setup.resume);
+  req.set_resume_clock(setup.resume_clock);
   grpc::ClientContext ctx;
   SetDeadline(&ctx, deadline);
   v1::CreateJobResponse resp;

@@ -67,6 +67,10 @@ struct JobSetup {
   uint64_t epoch = 1;
   uint32_t checkpoint_every = 0;
   v1::Codec pull_codec = v1::CODEC_NONE;  // see [pull codec]
+  // The coordinator's re-creation of a running job on a shard that lost it
+  // (see [re-initialization] in server/shard/job.h).
+  bool resume = false;
+  uint64_t resume_clock = 0;
 };
 
 // CreateJob on every shard of `map` with the chunks the map gives it.

@@ -1,0 +1,316 @@
+"""The ParameterServer: the model's parameters on the shards, and the
+training step over libgradstream_c's step loop (worker/client/step_loop.h,
+the loop the built-in trainer runs too: see [step loop] there).
+
+One step of clock c: backward pushes each gradient from its hook (encoded
+on the autograd thread, by pointer, no copy); ps.step() ends the clock in
+C++ -- zeros for the tensors backward did not reach, the pull of clock
+c + 1 asked for at once, the clock advanced -- and returns without waiting
+for the network; the progress report goes out on the session's reporter
+thread. The next forward waits per module: a forward pre-hook on every
+module that owns parameters waits only for those (gs_wait_tensors), so the
+first layers compute while the rest of the pull is still on the wire
+(ByteScheduler's priority, see [layer-wise wait]).
+
+NOTE: [layer-wise wait] After ps.step() a pull writes the parameters until
+each is waited for. A module's forward waits for its own parameters (the
+pre-hooks), which covers training and evaluation forwards, tied weights
+(each owner waits) and the top-level module's own parameters. Code that
+reads parameters outside a module's forward -- p.detach().clone(), a
+custom norm -- calls ps.synchronize() first, which waits for every tensor;
+model.state_dict() (and so torch.save of it) does that itself.
+
+NOTE: [buffers] Only parameters live on the shards. A model's buffers
+(model.named_buffers(): BatchNorm's running_mean and running_var, and
+anything a module registers with register_buffer) are neither declared,
+pushed nor pulled: in a job each worker keeps its own, updated from its own
+share of the data, and a worker that joins mid-job starts from its freshly
+built module's values (BatchNorm: mean 0, variance 1), and after a
+scale-down rank 0 may be such a worker. Training in train() mode never reads
+them; eval() mode does. What to do: evaluate where the buffers have seen
+data for a while (rank 0 from the start, as the examples do), or, before
+an evaluation that must not depend on which worker makes it, recompute
+them from the current parameters: set each BatchNorm's momentum to None
+(a cumulative average), reset_running_stats(), run a few training batches
+forward under torch.no_grad() in train() mode, then eval(). In a job
+ParameterServer warns once when the model has floating-point buffers;
+silence it with warnings.filterwarnings("ignore", category=gs.BufferWarning).
+Integer buffers (num_batches_tracked) are counters and pass silently.
+"""
+
+import atexit
+import ctypes
+import sys
+import time
+import warnings
+
+import torch
+
+from gradstream import _lib
+from gradstream.local import local_optimizer
+from gradstream.session import DEFAULT_TIMEOUT_S, _session
+
+PUSH_TIMEOUT_MS = 60_000
+
+
+class BufferWarning(UserWarning):
+    """The model has floating-point buffers the job does not synchronize
+    (see [buffers])."""
+
+
+def unsynced_buffers(model):
+    """Names of the model's floating-point buffers: what a job leaves to each
+    worker (see [buffers])."""
+    return [n for n, b in model.named_buffers() if b is not None and b.is_floating_point()]
+
+
+def _warn_unsynced_buffers(model):
+    names = unsynced_buffers(model)
+    if names:
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        warnings.warn("gradstream: the model has %d floating-point buffers (%s) that the job "
+                      "does not synchronize: each worker keeps its own (BatchNorm running "
+                      "statistics, for one); see [buffers] in gradstream/parameter_server.py"
+                      % (len(names), shown), BufferWarning, stacklevel=3)
+
+
+class ParameterServer:
+    """The model's parameters on the shards.
+
+    Declares every parameter that requires a gradient (name and shape, in
+    model.named_parameters() order). Rank 0's declaration becomes the job's
+    tensor list; another rank's must equal it. Rank 0 of a job at clock 0
+    sends the initial values; every rank then pulls the current parameters
+    into the model, in place.
+
+    The optimizer arguments (see local_optimizer) apply in local mode only;
+    in a job the shards apply the job's optimizer (`gradstream submit
+    --optimizer ... --lr ...`).
+    """
+
+    def __init__(self, model, timeout=DEFAULT_TIMEOUT_S, **optimizer):
+        s = _session()
+        if s.ps is not None:
+            raise RuntimeError("gradstream: one ParameterServer per process")
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not named:
+            raise ValueError("gradstream: the model has no parameter that requires a gradient")
+        for n, p in named:
+            if p.dtype != torch.float32:
+                raise TypeError("gradstream: parameter %r is %s; only torch.float32 parameters "
+                                "are supported (call model.float())" % (n, p.dtype))
+        self._names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        self._session = s
+        self._loss = None
+        self._accuracy = (0.0, 0)
+        self._rate_start = time.monotonic()
+        self._rate_samples = 0
+        self._rate = 0.0
+        # Where gradients are encoded (`gradstream status` shows it): "host",
+        # or "host-from-cuda" when CUDA gradients are copied to host memory
+        # and encoded on the CPU (the device-encode path is not wired yet).
+        self.encode_path = "host-from-cuda" if any(p.is_cuda for p in self._params) else "host"
+        s.ps = self
+        if not s.distributed:
+            self._local = local_optimizer(self._params, **optimizer)
+            return
+        self._local = None
+        _warn_unsynced_buffers(model)
+        lib = s.lib
+        n = len(self._params)
+        names = (ctypes.c_char_p * n)(*[x.encode() for x in self._names])
+        ndims = (ctypes.c_int32 * n)(*[p.dim() for p in self._params])
+        flat = [d for p in self._params for d in p.shape]
+        dims = (ctypes.c_int64 * max(1, len(flat)))(*flat)
+        _lib.check(lib, lib.gs_declare(s.handle, n, names, ndims, dims, int(timeout * 1000)))
+        _lib.check(lib, lib.gs_set_encode_path(s.handle, self.encode_path.encode()))
+        s.clock = s.latest().join_clock
+        s.adopt(force=True)
+        # Host staging only where a parameter is not a contiguous CPU tensor.
+        self._staging = [None if (not p.is_cuda and p.is_contiguous()) else
+                         torch.empty(p.shape, dtype=torch.float32,
+                                     pin_memory=p.is_cuda and torch.cuda.is_available())
+                         for p in self._params]
+        self._pushed = [False] * n
+        self._ready = [True] * n  # in place since the last ps.step()
+        self._left = False
+        if s.clock == 0 and s.current.rank == 0:
+            hosts = [p.detach().cpu().contiguous() for p in self._params]
+            ptrs = (ctypes.c_void_p * n)(*[h.data_ptr() for h in hosts])
+            _lib.check(lib, lib.gs_init_params(s.handle, ptrs, PUSH_TIMEOUT_MS))
+        self._call(lib.gs_pull(s.handle, s.clock, self._targets()))
+        self._copy_staged(range(n))
+        for i, p in enumerate(self._params):
+            p.register_hook(self._make_hook(i))
+        index = {id(p): i for i, p in enumerate(self._params)}
+        for module in model.modules():
+            own = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
+            if own:
+                module.register_forward_pre_hook(self._make_pre_hook(own))
+        # state_dict() holds the parameters themselves: it returns once the
+        # pull in flight is in place (see [layer-wise wait]).
+        model._register_state_dict_hook(lambda *args: self.synchronize())
+        atexit.register(self._finish)
+        self._call(lib.gs_sync(s.handle, s.clock, 0.0, 0.0, 0, 0.0, 1))
+
+    def _finish(self):
+        """At exit: the last report, then Leave (the shards close the streams)."""
+        if self._left:
+            return
+        self._left = True
+        s = self._session
+        if not s.handle:
+            return
+        s.lib.gs_abandon_pull(s.handle)
+        self._report(wait=True, check=False)
+        s.lib.gs_leave(s.handle, 10_000)
+
+    # -- data path
+
+    def _targets(self):
+        """Where a pull writes: each parameter's memory, or its staging."""
+        return (ctypes.c_void_p * len(self._params))(
+            *[(st if st is not None else p.data).data_ptr()
+              for p, st in zip(self._params, self._staging)])
+
+    def _call(self, rc):
+        """Checks a library call; the job's end (Cancelled) exits cleanly."""
+        if rc == _lib.CANCELLED:
+            self._exit("the job ended")
+        _lib.check(self._session.lib, rc)
+
+    def _copy_staged(self, indices):
+        with torch.no_grad():
+            for i in indices:
+                st = self._staging[i]
+                if st is not None:
+                    self._params[i].data.copy_(st, non_blocking=False)
+
+    def _make_hook(self, i):
+        def hook(grad):
+            self._push(i, grad)
+            return grad
+        return hook
+
+    def _make_pre_hook(self, indices):
+        wanted = (ctypes.c_uint32 * len(indices))(*indices)
+        ready = self._ready
+
+        def pre_hook(module, inputs):
+            if all(ready[i] for i in indices):
+                return
+            self._wait(wanted, indices)
+        return pre_hook
+
+    def _wait(self, wanted, indices):
+        s = self._session
+        self._call(s.lib.gs_wait_tensors(s.handle, wanted, len(indices)))
+        self._copy_staged(indices)
+        for i in indices:
+            self._ready[i] = True
+
+    def synchronize(self):
+        """Waits until every parameter of the pull in flight is in place (see
+        [layer-wise wait]): before reading parameters outside a forward."""
+        if self._local is not None or all(self._ready):
+            return
+        n = len(self._params)
+        self._wait((ctypes.c_uint32 * 0)(), list(range(n)))
+
+    def _push(self, i, grad):
+        s = self._session
+        if self._pushed[i]:
+            raise RuntimeError("gradstream: a second gradient for %r in clock %d: call "
+                               "ps.step() after each backward()" % (self._names[i], s.clock))
+        g = grad.detach()
+        if g.dtype != torch.float32:
+            raise TypeError("gradstream: gradient of %r is %s, want torch.float32" %
+                            (self._names[i], g.dtype))
+        if tuple(g.shape) != tuple(self._params[i].shape):
+            raise ValueError("gradstream: gradient of %r has shape %s, the parameter %s" %
+                             (self._names[i], tuple(g.shape), tuple(self._params[i].shape)))
+        if g.is_cuda:
+            g = g.to("cpu")
+        g = g.contiguous()
+        _lib.check(s.lib, s.lib.gs_push(s.handle, i, g.data_ptr(), g.numel(), s.clock))
+        self._pushed[i] = True
+
+    def _exit(self, why):
+        self._left = True  # nothing left to tell the shards
+        print("gradstream: %s; exiting" % why, file=sys.stderr)
+        raise SystemExit(0)
+
+    # -- the training step
+
+    def step(self, loss=None):
+        """Ends this worker's clock (see [step loop] in
+        worker/client/step_loop.h): pushes zeros for every parameter backward
+        gave no gradient, asks for the parameters of the next clock (the
+        consistency mode decides which version) and advances the clock,
+        without waiting for the network: each module's next forward waits
+        for its own parameters (see [layer-wise wait]). Reports progress in
+        the background. Clears the parameters' .grad."""
+        s = self._session
+        if loss is not None:
+            v = float(loss.detach()) if torch.is_tensor(loss) else float(loss)
+            self._loss = v if self._loss is None else 0.9 * self._loss + 0.1 * v
+        if self._local is not None:
+            self._local.step()
+            self._local.zero_grad(set_to_none=True)
+            s.clock += 1
+            return
+        for p in self._params:
+            p.grad = None
+        ended = s.clock
+        s.clock += 1
+        m = s.latest()
+        if not m.active:
+            self._exit("the job ended")
+        leaving = bool(m.leave) and s.clock >= m.leave_clock
+        self._call(s.lib.gs_end_clock(s.handle, ended, None if leaving else self._targets()))
+        self._pushed = [False] * len(self._params)
+        if leaving:
+            self._left = True
+            _lib.check(s.lib, s.lib.gs_leave(s.handle, PUSH_TIMEOUT_MS))
+            s.lib.gs_sync(s.handle, s.clock, self._loss or 0.0, 0.0, 0, 0.0, 2)
+            self._exit("scaled down: left the job after clock %d" % s.clock)
+        for i in range(len(self._ready)):
+            self._ready[i] = False
+        self._report()
+        s.adopt()
+
+    def report(self, accuracy):
+        """Reports a test-set accuracy (0..1) measured at the current clock."""
+        self._accuracy = (float(accuracy), max(1, self._session.clock))
+        if self._local is None:
+            self._report()
+
+    def _report(self, wait=False, check=True):
+        s = self._session
+        now = time.monotonic()
+        if now - self._rate_start >= 1.0:
+            self._rate = (s.samples - self._rate_samples) / (now - self._rate_start)
+            self._rate_start, self._rate_samples = now, s.samples
+        acc, acc_clock = self._accuracy
+        args = (s.handle, s.clock, self._loss or 0.0, acc, acc_clock, self._rate)
+        rc = s.lib.gs_sync(*args, 1) if wait else s.lib.gs_report(*args)
+        if check:
+            _lib.check(s.lib, rc)
+
+    @property
+    def clock(self):
+        return self._session.clock
+
+    def stats(self):
+        """Bytes pushed and pulled (encoded and as fp32) since init; zeros in
+        local mode."""
+        s = self._session
+        out = _lib.Stats()
+        if s.distributed:
+            _lib.check(s.lib, s.lib.gs_stats_get(s.handle, ctypes.byref(out)))
+        return {f: getattr(out, f) for f, _ in _lib.Stats._fields_}
+
+    def job_spec(self):
+        """The job's spec (proto text format); "" in local mode."""
+        return self._session.job_spec_text() if self._session.distributed else ""

@@ -1,0 +1,186 @@
+// StepLoop: see [step loop] in step_loop.h.
+#include "worker/client/step_loop.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+
+namespace gradstream::client {
+
+StepLoop::StepLoop(PsClient* client, StepLoopOptions options, StepLoopHooks hooks)
+    : client_(client),
+      options_(options),
+      hooks_(std::move(hooks)),
+      num_tensors_(static_cast<uint32_t>(client->shard_map().tensors.size())),
+      pushed_(num_tensors_, false) {}
+
+StepLoop::~StepLoop() { AbandonPull(); }
+
+absl::Status StepLoop::Push(uint32_t tensor, absl::Span<const float> grad, uint64_t clock) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (tensor >= num_tensors_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push of tensor ", tensor, ": the model has ", num_tensors_));
+    }
+    if (pushed_[tensor]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "a second gradient for tensor '", client_->shard_map().tensors[tensor].name,
+          "' in clock ", clock, ": one backward per step"));
+    }
+    pushed_[tensor] = true;
+  }
+  // Encoded on this thread, outside the lock: other tensors push meanwhile.
+  PushHandle h = client_->Push(tensor, grad, clock);
+  absl::MutexLock lock(&mu_);
+  open_.push_back(std::move(h));
+  return absl::OkStatus();
+}
+
+void StepLoop::AddPush(uint32_t tensor, PushHandle handle) {
+  absl::MutexLock lock(&mu_);
+  if (tensor < num_tensors_) pushed_[tensor] = true;
+  open_.push_back(std::move(handle));
+}
+
+absl::Status StepLoop::EndClock(uint64_t clock,
+                                std::optional<std::vector<absl::Span<float>>> next) {
+  std::vector<uint32_t> missing;
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint32_t t = 0; t < num_tensors_; ++t) {
+      if (!pushed_[t]) missing.push_back(t);
+    }
+  }
+  for (uint32_t t : missing) {
+    const size_t n = client_->shard_map().tensors[t].num_elems;
+    if (zeros_.size() < n) zeros_.resize(n, 0.0f);
+    GS_RETURN_IF_ERROR(Push(t, absl::MakeConstSpan(zeros_.data(), n), clock));
+  }
+  std::vector<PushHandle> before;
+  {
+    absl::MutexLock lock(&mu_);
+    before = std::exchange(ended_, std::exchange(open_, {}));
+    pushed_.assign(num_tensors_, false);
+  }
+  if (next.has_value()) StartPull(clock + 1, *std::move(next));
+  GS_RETURN_IF_ERROR(client_->AdvanceClock(clock + 1));
+  return WaitHandles(std::move(before), absl::Now() + options_.push_wait);
+}
+
+void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets) {
+  std::optional<Pull> dropped;
+  absl::MutexLock lock(&mu_);
+  if (pull_.has_value() && pull_->clock == clock) return;
+  if (pull_.has_value()) PsClient::Abandon(pull_->handle);
+  dropped = std::exchange(pull_, Pull{clock, targets, client_->Pull(clock, targets), 0, 0});
+}
+
+std::optional<uint64_t> StepLoop::pull_clock() const {
+  absl::MutexLock lock(&mu_);
+  if (!pull_.has_value()) return std::nullopt;
+  return pull_->clock;
+}
+
+void StepLoop::AbandonPull() {
+  std::optional<Pull> dropped;
+  absl::MutexLock lock(&mu_);
+  if (pull_.has_value()) PsClient::Abandon(pull_->handle);
+  dropped = std::exchange(pull_, std::nullopt);
+}
+
+bool StepLoop::TensorsReady(absl::Span<const uint32_t> tensors) {
+  PullHandle h;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!pull_.has_value()) return false;
+    h = pull_->handle;
+  }
+  return PsClient::WaitTensors(h, tensors, absl::ZeroDuration()).ok();
+}
+
+absl::Status StepLoop::WaitTensors(absl::Span<const uint32_t> tensors) {
+  uint64_t seen = 0;
+  absl::Time moved = absl::Now();
+  for (;;) {
+    PullHandle h;
+    uint64_t generation = 0, clock = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!pull_.has_value()) {
+        return absl::FailedPreconditionError("no pull was asked for (StartPull or EndClock)");
+      }
+      h = pull_->handle;
+      generation = pull_->generation;
+      clock = pull_->clock;
+    }
+    absl::Status s = PsClient::WaitTensors(h, tensors, options_.wait_slice);
+    if (s.ok()) return s;
+    const PsClient::PullProgress progress = PsClient::Progress(h);
+    if (!progress.settled) {
+      // Only this wait's slice ran out: the same pull goes on (see [step loop]).
+      if (hooks_.check) GS_RETURN_IF_ERROR(hooks_.check());
+      if (progress.chunks_done != seen) {
+        seen = progress.chunks_done;
+        moved = absl::Now();
+      } else if (absl::Now() - moved > options_.stall_deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("pull at clock ", clock, ": no answer for ",
+                         absl::FormatDuration(options_.stall_deadline), " (", s.message(), ")"));
+      }
+      continue;
+    }
+    // The pull ended with an error; ask again only where that can help.
+    const bool lost = absl::IsDataLoss(s);
+    if (!lost && !absl::IsDeadlineExceeded(s)) return s;
+    if (hooks_.check) GS_RETURN_IF_ERROR(hooks_.check());
+    if (lost) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (pull_.has_value() && pull_->generation == generation &&
+            pull_->reinits >= options_.max_reinits) {
+          return s;
+        }
+      }
+      if (!hooks_.reinit) return s;
+      std::vector<absl::Span<float>> targets;
+      {
+        absl::MutexLock lock(&mu_);
+        if (pull_.has_value()) targets = pull_->targets;
+      }
+      GS_RETURN_IF_ERROR(hooks_.reinit(targets));
+    } else if (absl::Now() - moved > options_.stall_deadline) {
+      return s;  // the shard held it past its limit, again and again
+    }
+    absl::MutexLock lock(&mu_);
+    // Another waiter may have asked again already.
+    if (!pull_.has_value() || pull_->generation != generation) continue;
+    PsClient::Abandon(pull_->handle);
+    pull_->handle = client_->Pull(pull_->clock, pull_->targets);
+    ++pull_->generation;
+    if (lost) ++pull_->reinits;
+  }
+}
+
+absl::Status StepLoop::WaitPushes(absl::Duration timeout) {
+  std::vector<PushHandle> all;
+  {
+    absl::MutexLock lock(&mu_);
+    all = ended_;
+    all.insert(all.end(), open_.begin(), open_.end());
+  }
+  return WaitHandles(std::move(all), absl::Now() + timeout);
+}
+
+absl::Status StepLoop::WaitHandles(std::vector<PushHandle> handles, absl::Time deadline) {
+  absl::Status first;
+  for (const PushHandle& h : handles) {
+    first.Update(PsClient::Wait(h, std::max(absl::ZeroDuration(), deadline - absl::Now())));
+  }
+  return first;
+}
+
+}  // namespace gradstream::client

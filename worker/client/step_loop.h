@@ -1,0 +1,149 @@
+// The one training-step loop over a PsClient: what a worker does around its
+// forward and backward, shared by the built-in trainer
+// (worker/trainer/trainer.cc) and the C ABI the Python package calls
+// (worker/capi/gradstream_c.cc), so the two cannot drift.
+//
+// NOTE: [step loop] One step of clock c, in order:
+//   1. Push(t, grad, c) for each tensor as backward produces its gradient
+//      (from any thread; each tensor once per clock);
+//   2. EndClock(c, next): zeros for every tensor not pushed (a parameter
+//      without a gradient still counts in the round), the pull of clock
+//      c + 1 asked for at once into `next` (see [overlapped pull] in
+//      ps_client.h: it travels while the pushes still go out), the clock
+//      advanced on every shard. Nothing here waits for the network except
+//      the pushes of clock c - 1, which are long acknowledged in a healthy
+//      job: a step keeps at most one clock of pushes in flight, and a push
+//      error surfaces one clock late rather than never;
+//   3. WaitTensors(ts) before tensors ts are read -- per module, first layers
+//      first (ByteScheduler's priority) -- or WaitTensors({}) for all.
+// A pull is asked once and answered once, however long it takes on the wire:
+// a wait that runs out of its slice looks at the job (`check`) and at the
+// pull's progress, and waits again on the same pull. The old loops (2 s in
+// the C ABI, 5 s in the trainer) asked again instead; when a whole pull took
+// longer than that on the wire -- 25 MB at 100 Mbit/s, 4 GB at 10 Gbit/s --
+// no pull ever completed and each shard re-sent the model forever, and a
+// pull parked behind a straggler piled up re-asks until the shard's cap of
+// parked pulls per stream failed the healthy worker. A pull is asked again
+// only when it ended with an error that a new one can cure: DATA_LOSS (a
+// shard lost its parameters or a published copy failed its checksum: the
+// loop sends this worker's parameters through `reinit` first, see
+// [re-initialization] in server/shard/job.h) and DeadlineExceeded from the
+// shard itself (it held the pull past its own limit). A wait gives up only
+// when no chunk arrived for `stall_deadline`, or `check` says stop.
+#ifndef GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
+#define GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "worker/client/ps_client.h"
+
+namespace gradstream::client {
+
+struct StepLoopOptions {
+  // How often a waiting pull looks at `check` and at its progress.
+  absl::Duration wait_slice = absl::Milliseconds(500);
+  // No chunk of the pull arrived for this long: DeadlineExceeded.
+  absl::Duration stall_deadline = absl::Minutes(3);
+  // Pushes of one clock are acknowledged within this (one deadline for all).
+  absl::Duration push_wait = absl::Minutes(1);
+  // DATA_LOSS answers cured by re-sending parameters, per pull: more means
+  // a shard keeps losing them.
+  int max_reinits = 3;
+};
+
+struct StepLoopHooks {
+  // Called while a pull waits, every wait_slice: a non-OK status (Cancelled
+  // when the job ended or the worker is stopping) ends the wait with it.
+  // Null: always OK.
+  std::function<absl::Status()> check;
+  // DATA_LOSS: sends this worker's parameters as every chunk's InitChunk
+  // (PsClient::InitParams; only chunks without parameters take them). It is
+  // given the failed pull's targets, which hold the parameters last pulled
+  // (a shard that lost its chunks wrote nothing into theirs). Null:
+  // DATA_LOSS is returned.
+  std::function<absl::Status(absl::Span<const absl::Span<float>> targets)> reinit;
+};
+
+// Thread-safe: Push may be called from several threads at once (torch's
+// autograd threads), and waits from any thread; EndClock, StartPull and
+// AbandonPull are the training thread's. `client` is not owned and must
+// outlive the loop.
+class StepLoop {
+ public:
+  StepLoop(PsClient* client, StepLoopOptions options, StepLoopHooks hooks);
+  // Abandons the pull in flight: nothing is written into its targets after.
+  ~StepLoop();
+  StepLoop(const StepLoop&) = delete;
+  StepLoop& operator=(const StepLoop&) = delete;
+
+  // Encodes and queues tensor `tensor`'s gradient for clock `clock` (see
+  // PsClient::Push; `grad` may be reused when it returns).
+  // FailedPrecondition when the tensor was already pushed this clock,
+  // InvalidArgument for an index out of range.
+  [[nodiscard]] absl::Status Push(uint32_t tensor, absl::Span<const float> grad, uint64_t clock);
+  // A push made elsewhere (PsClient::PushEncoded: the GPU path) of tensor
+  // `tensor`, waited for as Push's are.
+  void AddPush(uint32_t tensor, PushHandle handle);
+
+  // Ends clock `clock` (see [step loop]): waits for the pushes of the clock
+  // before, pushes zeros for the tensors not pushed in this one, asks for
+  // the pull of clock + 1 into `next` (one span per tensor, see
+  // PsClient::Pull) unless it is nullopt, and advances every shard's clock.
+  // The push wait's or AdvanceClock's error.
+  [[nodiscard]] absl::Status EndClock(uint64_t clock,
+                                      std::optional<std::vector<absl::Span<float>>> next);
+
+  // Asks for the pull of `clock` into `targets` unless that pull is in
+  // flight already (EndClock asked for it); any other pull is abandoned.
+  void StartPull(uint64_t clock, std::vector<absl::Span<float>> targets);
+  // Waits until `tensors` (every tensor when empty) of the pull in flight
+  // are in place (see [step loop]). OK; Cancelled or another error from
+  // `check`; DeadlineExceeded after stall_deadline without a chunk;
+  // FailedPrecondition when no pull was asked for; the pull's own error.
+  [[nodiscard]] absl::Status WaitTensors(absl::Span<const uint32_t> tensors);
+  // Whether `tensors` of the pull in flight are in place, without waiting.
+  bool TensorsReady(absl::Span<const uint32_t> tensors);
+  // The clock of the pull in flight, if any.
+  std::optional<uint64_t> pull_clock() const;
+  // Gives up the pull in flight (nothing is written into its targets once
+  // this returns).
+  void AbandonPull();
+
+  // Waits for every push made so far, one deadline for all (DeadlineExceeded
+  // when it passes; the first push error otherwise).
+  [[nodiscard]] absl::Status WaitPushes(absl::Duration timeout);
+
+ private:
+  struct Pull {
+    uint64_t clock = 0;
+    std::vector<absl::Span<float>> targets;
+    PullHandle handle;
+    int reinits = 0;
+    uint64_t generation = 0;  // asked again this many times
+  };
+  absl::Status WaitHandles(std::vector<PushHandle> handles, absl::Time deadline);
+
+  PsClient* const client_;
+  const StepLoopOptions options_;
+  const StepLoopHooks hooks_;
+  const uint32_t num_tensors_;
+  std::vector<float> zeros_;  // the largest tensor's worth, for unpushed tensors
+
+  mutable absl::Mutex mu_;
+  std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);       // this clock, by tensor
+  std::vector<PushHandle> open_ ABSL_GUARDED_BY(mu_);   // pushes of the clock in progress
+  std::vector<PushHandle> ended_ ABSL_GUARDED_BY(mu_);  // pushes of the clock before
+  std::optional<Pull> pull_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gradstream::client
+
+#endif  // GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
