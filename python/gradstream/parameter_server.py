@@ -5,11 +5,12 @@ the loop the built-in trainer runs too: see [step loop] there).
 One step of clock c: backward pushes each gradient from its hook (encoded
 on the autograd thread, by pointer, no copy); ps.step() ends the clock in
 C++ -- zeros for the tensors backward did not reach, the pull of clock
-c + 1 asked for at once, the clock advanced -- and returns without waiting
-for the network; the progress report goes out on the session's reporter
-thread. The next forward waits per module: a forward pre-hook on every
-module that owns parameters waits only for those (gs_wait_tensors), so the
-first layers compute while the rest of the pull is still on the wire
+c + 1 asked for at once, the clock advanced -- and returns once the
+clock's pushes are acknowledged, without waiting for the pull; the
+progress report goes out on the session's reporter thread. The next
+forward waits per module: a forward pre-hook on every module that owns
+parameters waits only for those (gs_wait_tensors), so the first layers
+compute while the rest of the pull is still on the wire
 (ByteScheduler's priority, see [layer-wise wait]).
 
 NOTE: [layer-wise wait] After ps.step() a pull writes the parameters until
@@ -247,9 +248,10 @@ class ParameterServer:
         """Ends this worker's clock (see [step loop] in
         worker/client/step_loop.h): pushes zeros for every parameter backward
         gave no gradient, asks for the parameters of the next clock (the
-        consistency mode decides which version) and advances the clock,
-        without waiting for the network: each module's next forward waits
-        for its own parameters (see [layer-wise wait]). Reports progress in
+        consistency mode decides which version), advances the clock and
+        waits until the shards acknowledged the clock's pushes -- not for
+        the pull: each module's next forward waits for its own parameters
+        (see [layer-wise wait]). Reports progress in
         the background. Clears the parameters' .grad."""
         s = self._session
         if loss is not None:

@@ -38,6 +38,8 @@ class Cluster:
         self.shard_flags = list(shard_flags)
         self.link = link
         self.host = link.server_ip if link else "127.0.0.1"
+        self.argv = {}   # process name -> (argv, side), for restart()
+        self.ports = {}  # process name -> the port it bound
         try:
             self._start(workers, shards)
         except BaseException:
@@ -55,7 +57,8 @@ class Cluster:
         return ["ip", "netns", "exec", getattr(self.link, side + "_ns")] + argv
 
     def _spawn(self, name, argv, side="server"):
-        log = open(os.path.join(self.run_dir, name + ".log"), "w")
+        self.argv[name] = (argv, side)
+        log = open(os.path.join(self.run_dir, name + ".log"), "a")
         p = subprocess.Popen(self._in(side, argv), stdout=log, stderr=subprocess.STDOUT,
                              cwd=self.run_dir)
         self.procs.append((name, p))
@@ -77,16 +80,24 @@ class Cluster:
             self._spawn("shard%d" % i, [self.bin("server/shard/gs_shard"), "--port=0",
                                         "--port_file=" + pf, "--shard_index=%d" % i,
                                         "--executor_threads=2", "--metrics_port=0",
-                                        "--metrics_port_file=" + mf] + self.shard_flags)
+                                        "--metrics_port_file=" + mf,
+                                        "--checkpoint_dir=" + os.path.join(self.run_dir,
+                                                                           "ckpt%d" % i)] +
+                        self.shard_flags)
             addrs.append(pf)
-        addrs = ["%s:%s" % (self.host, self._wait_file(pf)) for pf in addrs]
+        for i, pf in enumerate(addrs):
+            self.ports["shard%d" % i] = self._wait_file(pf)
+        addrs = ["%s:%s" % (self.host, self.ports["shard%d" % i]) for i in range(shards)]
         self.shard_metrics_ports = [self._wait_file(os.path.join(self.run_dir, "shard%d.metrics" % i))
                                     for i in range(shards)]
         pf = os.path.join(self.run_dir, "coordinator.port")
         self._spawn("coordinator", [self.bin("server/coordinator/gs_coordinator"), "--port=0",
                                     "--port_file=" + pf, "--heartbeat_timeout=3s",
-                                    "--start_grace=1s", "--shards=" + ",".join(addrs)])
-        self.coordinator = "%s:%s" % (self.host, self._wait_file(pf))
+                                    "--start_grace=1s", "--shards=" + ",".join(addrs),
+                                    "--state_file=" + os.path.join(self.run_dir,
+                                                                   "coordinator.state")])
+        self.ports["coordinator"] = self._wait_file(pf)
+        self.coordinator = "%s:%s" % (self.host, self.ports["coordinator"])
         for _ in range(workers):
             self.add_worker()
         self.wait_for(lambda: len(self.cli_json("cluster").get("workers", [])) >= workers, 30,
@@ -96,13 +107,39 @@ class Cluster:
         self.n_workers += 1
         env = dict(os.environ, GRADSTREAM_COORDINATOR=self.coordinator)
         log = open(os.path.join(self.run_dir, "worker%d.log" % self.n_workers), "w")
-        p = subprocess.Popen(self._in("worker", [self.bin("worker/trainer/gs_worker"),
-                                                 "--device=cpu",
-                                                 "--name=torch-test-%d" % self.n_workers] +
-                                      self.worker_flags),
-                             stdout=log, stderr=subprocess.STDOUT, cwd=self.run_dir, env=env)
+        argv = [self.bin("worker/trainer/gs_worker"), "--device=cpu",
+                "--name=torch-test-%d" % self.n_workers] + self.worker_flags
+        self.argv["worker%d" % self.n_workers] = (argv, "worker")
+        p = subprocess.Popen(self._in("worker", argv), stdout=log, stderr=subprocess.STDOUT,
+                             cwd=self.run_dir, env=env)
         self.procs.append(("worker%d" % self.n_workers, p))
         return p
+
+    def process(self, name):
+        """The newest process started as `name` ("shard0", "coordinator", "worker2")."""
+        return [p for n, p in self.procs if n == name][-1]
+
+    def kill(self, name, sig=signal.SIGKILL, timeout=30):
+        """Sends `sig` to process `name` and waits for it to exit."""
+        p = self.process(name)
+        p.send_signal(sig)
+        p.wait(timeout)
+
+    def restart(self, name):
+        """Starts process `name` again with its arguments, on the port it had."""
+        argv, side = self.argv[name]
+        if name in self.ports:
+            argv = ["--port=" + self.ports[name] if a == "--port=0" else a for a in argv]
+        for a in argv:  # a fresh port file, read once the process serves again
+            if a.startswith("--port_file="):
+                try:
+                    os.unlink(a.split("=", 1)[1])
+                except FileNotFoundError:
+                    pass
+        self._spawn(name, argv, side)
+        for a in argv:
+            if a.startswith("--port_file="):
+                self._wait_file(a.split("=", 1)[1])
 
     def cli(self, *args, check=True, timeout=60):
         r = subprocess.run(self._in("server", [self.bin("cli/gradstream"),

@@ -23,7 +23,8 @@
  * The data path is worker/client/step_loop.h's StepLoop, the loop the
  * built-in trainer runs too (see [step loop]): gs_push per tensor as
  * backward produces it, gs_end_clock (asks for the next clock's pull at
- * once and returns without waiting for the network), gs_wait_tensors before
+ * once and returns when the pushes are acknowledged, without waiting for
+ * the pull), gs_wait_tensors before
  * a layer reads its parameters.
  *
  * NOTE: [C ABI threads] gs_open, gs_declare and gs_close are called by one
@@ -120,17 +121,17 @@ int gs_init_params(gs_session* s, const float* const* params, int64_t timeout_ms
 /* Encodes tensor `tensor`'s gradient (num_elems floats) on the calling
  * thread and queues it to the shards for clock `clock`; `grad` may be reused
  * when it returns. FailedPrecondition for a second push of a tensor in one
- * clock. Acknowledgements are waited for by the next gs_end_clock (one clock
- * later) or gs_wait_pushes. */
+ * clock. Acknowledgements are waited for by gs_end_clock or gs_wait_pushes. */
 int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elems,
             uint64_t clock);
 
 /* Ends clock `clock`: pushes zeros for every tensor not pushed in it, asks
  * for the pull of clock + 1 into next[i] (one pointer per tensor, valid
  * until that pull is waited for or abandoned; NULL = no pull: the last
- * clock, a leave), advances the clock on every shard, and waits for the
- * pushes of clock - 1 (at most 60 s). Does not wait for this clock's
- * pushes or the pull. */
+ * clock, a leave), waits (at most 60 s) until the clock's pushes are
+ * acknowledged, then advances the clock on every shard: a clock reported
+ * complete has its pushes on every shard (see [step loop]). Does not wait
+ * for the pull. */
 int gs_end_clock(gs_session* s, uint64_t clock, float* const* next);
 
 /* Asks for the pull of `clock` into params[i] unless that pull is in

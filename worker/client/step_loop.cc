@@ -60,15 +60,17 @@ absl::Status StepLoop::EndClock(uint64_t clock,
     if (zeros_.size() < n) zeros_.resize(n, 0.0f);
     GS_RETURN_IF_ERROR(Push(t, absl::MakeConstSpan(zeros_.data(), n), clock));
   }
-  std::vector<PushHandle> before;
+  std::vector<PushHandle> pushes;
   {
     absl::MutexLock lock(&mu_);
-    before = std::exchange(ended_, std::exchange(open_, {}));
+    pushes = std::exchange(open_, {});
     pushed_.assign(num_tensors_, false);
   }
   if (next.has_value()) StartPull(clock + 1, *std::move(next));
-  GS_RETURN_IF_ERROR(client_->AdvanceClock(clock + 1));
-  return WaitHandles(std::move(before), absl::Now() + options_.push_wait);
+  // Acknowledged everywhere before any shard hears the clock is done (see
+  // [step loop]).
+  GS_RETURN_IF_ERROR(WaitHandles(std::move(pushes), absl::Now() + options_.push_wait));
+  return client_->AdvanceClock(clock + 1);
 }
 
 void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets) {
@@ -169,8 +171,7 @@ absl::Status StepLoop::WaitPushes(absl::Duration timeout) {
   std::vector<PushHandle> all;
   {
     absl::MutexLock lock(&mu_);
-    all = ended_;
-    all.insert(all.end(), open_.begin(), open_.end());
+    all = open_;
   }
   return WaitHandles(std::move(all), absl::Now() + timeout);
 }

@@ -9,11 +9,18 @@
 //   2. EndClock(c, next): zeros for every tensor not pushed (a parameter
 //      without a gradient still counts in the round), the pull of clock
 //      c + 1 asked for at once into `next` (see [overlapped pull] in
-//      ps_client.h: it travels while the pushes still go out), the clock
-//      advanced on every shard. Nothing here waits for the network except
-//      the pushes of clock c - 1, which are long acknowledged in a healthy
-//      job: a step keeps at most one clock of pushes in flight, and a push
-//      error surfaces one clock late rather than never;
+//      ps_client.h: it travels while the pushes still go out), a wait for
+//      the acknowledgements of clock c's pushes -- not for the pull -- and
+//      only then the clock advanced on every shard. So no shard, and no
+//      report, says a worker finished clock c before every shard has its
+//      clock-c pushes; the coordinator relies on it when it re-creates a
+//      job on a restarted shard at the slowest member's clock it saw
+//      ([re-initialization] in server/shard/job.h) and when it removes a
+//      member at its last clock ([lost rounds] in bsp_controller.cc).
+//      Advancing before the acks let a restarted shard resume past a push
+//      still in flight and refuse it (faults_test shard_no_checkpoint). In
+//      sync mode the wait costs little: the pull cannot be answered before
+//      the pushes of its round arrived anyway;
 //   3. WaitTensors(ts) before tensors ts are read -- per module, first layers
 //      first (ByteScheduler's priority) -- or WaitTensors({}) for all.
 // A pull is asked once and answered once, however long it takes on the wire:
@@ -93,11 +100,11 @@ class StepLoop {
   // `tensor`, waited for as Push's are.
   void AddPush(uint32_t tensor, PushHandle handle);
 
-  // Ends clock `clock` (see [step loop]): waits for the pushes of the clock
-  // before, pushes zeros for the tensors not pushed in this one, asks for
-  // the pull of clock + 1 into `next` (one span per tensor, see
-  // PsClient::Pull) unless it is nullopt, and advances every shard's clock.
-  // The push wait's or AdvanceClock's error.
+  // Ends clock `clock` (see [step loop]): pushes zeros for the tensors not
+  // pushed in it, asks for the pull of clock + 1 into `next` (one span per
+  // tensor, see PsClient::Pull) unless it is nullopt, waits (push_wait)
+  // until the clock's pushes are acknowledged and advances every shard's
+  // clock. The pushes' or AdvanceClock's error.
   [[nodiscard]] absl::Status EndClock(uint64_t clock,
                                       std::optional<std::vector<absl::Span<float>>> next);
 
@@ -139,8 +146,7 @@ class StepLoop {
 
   mutable absl::Mutex mu_;
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);       // this clock, by tensor
-  std::vector<PushHandle> open_ ABSL_GUARDED_BY(mu_);   // pushes of the clock in progress
-  std::vector<PushHandle> ended_ ABSL_GUARDED_BY(mu_);  // pushes of the clock before
+  std::vector<PushHandle> open_ ABSL_GUARDED_BY(mu_);  // pushes of the clock in progress
   std::optional<Pull> pull_ ABSL_GUARDED_BY(mu_);
 };
 
