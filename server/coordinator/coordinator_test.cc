@@ -122,6 +122,16 @@ class CoordinatorTest : public ::testing::Test {
     return resp.ok() ? resp->assignment() : v1::Assignment();
   }
 
+  // Starts the submitted job_ on one shard with two new workers.
+  std::pair<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> StartWithTwoWorkers() {
+    AddShards(1);
+    auto w1 = AddWorker();
+    auto w2 = AddWorker();
+    c_->Tick();
+    EXPECT_EQ(Job().state(), v1::RUNNING);
+    return {w1, w2};
+  }
+
   std::string Submit(uint32_t workers, uint32_t steps = 100) {
     v1::SubmitJobRequest r;
     r.mutable_spec()->set_workers(workers);
@@ -594,12 +604,8 @@ v1::WorkerProgress Progress(uint64_t clock, float loss, float samples_per_sec) {
 // Issue 23 ([not measured]): before a member reports, the job's loss, rate
 // and bytes are unset, not zeros; each appears with the first report of it.
 TEST_F(CoordinatorTest, NothingReadsAsMeasuredBeforeTheFirstReport) {
-  AddShards(1);
   job_ = Submit(2);
-  auto w1 = AddWorker();
-  auto w2 = AddWorker();
-  c_->Tick();
-  ASSERT_EQ(Job().state(), v1::RUNNING);
+  const auto [w1, w2] = StartWithTwoWorkers();
   Report(w1, v1::WorkerProgress());  // assigned, nothing trained yet
   v1::JobStatus job = Job();
   EXPECT_FALSE(job.progress().has_loss());
@@ -635,12 +641,8 @@ TEST_F(CoordinatorTest, NothingReadsAsMeasuredBeforeTheFirstReport) {
 // samples (clocks x batch per member) over its elapsed time, per job and
 // per rank, also after its members left; not the members' last windows.
 TEST_F(CoordinatorTest, AFinishedJobShowsItsRunAverage) {
-  AddShards(1);
   job_ = Submit(2, 50);  // batch 32
-  auto w1 = AddWorker();
-  auto w2 = AddWorker();
-  c_->Tick();
-  ASSERT_EQ(Job().state(), v1::RUNNING);
+  const auto [w1, w2] = StartWithTwoWorkers();
   now_ += absl::Seconds(4);
   Report(w1, Progress(30, 1.0f, 900));
   Report(w2, Progress(30, 1.0f, 900));
@@ -669,12 +671,8 @@ TEST_F(CoordinatorTest, AFinishedJobShowsItsRunAverage) {
 // A script's batches are its own: its samples are the reported rates
 // integrated over the heartbeats that saw its clock move (see [run average]).
 TEST_F(CoordinatorTest, AFinishedScriptJobAveragesItsReportedRates) {
-  AddShards(1);
   job_ = SubmitScript(*c_, 2);
-  auto w1 = AddWorker();
-  auto w2 = AddWorker();
-  c_->Tick();
-  ASSERT_EQ(Job().state(), v1::RUNNING);
+  const auto [w1, w2] = StartWithTwoWorkers();
   for (auto w : {w1, w2}) Report(w, Progress(1, 2.0f, 0));
   now_ += absl::Seconds(1);
   for (auto w : {w1, w2}) Report(w, Progress(5, 1.0f, 100));  // +100 each
@@ -694,12 +692,8 @@ TEST_F(CoordinatorTest, AFinishedScriptJobAveragesItsReportedRates) {
 // The ETA comes from the shards' recent clock rate, and only while the
 // clock moves.
 TEST_F(CoordinatorTest, ARunningJobHasAnEtaFromItsClockRate) {
-  AddShards(1);
   job_ = Submit(2, 100);
-  AddWorker();
-  AddWorker();
-  c_->Tick();
-  ASSERT_EQ(Job().state(), v1::RUNNING);
+  StartWithTwoWorkers();
   EXPECT_FALSE(Job().progress().has_eta_seconds());  // no rate yet
   now_ += absl::Seconds(1);
   shards_.min_clock = shards_.rounds = 10;
