@@ -616,6 +616,11 @@ TEST_F(CoordinatorTest, NothingReadsAsMeasuredBeforeTheFirstReport) {
   ASSERT_EQ(job.members_size(), 2);
   EXPECT_FALSE(job.members(0).has_loss());
   EXPECT_FALSE(job.members(0).has_samples_per_sec());
+  c_->Tick();  // exports the gauges: no series for what is not measured
+  EXPECT_TRUE(absl::StrContains(metrics_.Render(), "gs_job_clock{")) << metrics_.Render();
+  EXPECT_FALSE(absl::StrContains(metrics_.Render(), "gs_job_loss{")) << metrics_.Render();
+  EXPECT_FALSE(absl::StrContains(metrics_.Render(), "gs_job_samples_per_second{"));
+  EXPECT_FALSE(absl::StrContains(metrics_.Render(), "gs_job_compression_ratio{"));
   // A loss, but no rate window closed yet and nothing pushed.
   Report(w1, Progress(3, 2.5f, 0));
   job = Job();
@@ -635,6 +640,10 @@ TEST_F(CoordinatorTest, NothingReadsAsMeasuredBeforeTheFirstReport) {
   EXPECT_FLOAT_EQ(job.progress().loss(), 2.25f);
   EXPECT_DOUBLE_EQ(job.progress().compression_ratio(), 16.0);
   EXPECT_FLOAT_EQ(job.members(1).samples_per_sec(), 480);
+  c_->Tick();
+  EXPECT_TRUE(absl::StrContains(metrics_.Render(), "gs_job_samples_per_second{job=\"" + job_ +
+                                                       "\"} 480"))
+      << metrics_.Render();
 }
 
 // Issue 23 ([run average]): a finished built-in job's throughput is its
