@@ -114,11 +114,62 @@ TEST(Render, ProgressLineHasEveryField) {
   p->set_accuracy_clock(40);
   p->set_samples_per_sec(1234);
   p->set_bytes_pushed(2048);
+  p->set_fp32_bytes_pushed(32563);
   p->set_compression_ratio(15.9);
   p->set_max_staleness(2);
+  p->set_eta_seconds(187.4);
   EXPECT_EQ(ProgressLine(j, 10),
-            "[#####.....]  50% clock 50/100 | loss 0.2500 | acc 90.0% | 1234 samples/s | "
-            "pushed 2.0 KiB (x15.9) | staleness 2 | workers 3/4 | RUNNING");
+            "[#####.....]  50% clock 50/100 (ETA 3m07s) | loss 0.2500 | acc 90.0% | "
+            "1234 samples/s | pushed 2.0 KiB (x15.9) | staleness 2 | workers 3/4 | RUNNING");
+  EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), "clock:        50/100 (fastest 0), ETA 3m07s\n"))
+      << RenderJob(j, 0);
+}
+
+// Issue 23: before the first report nothing reads as measured (see
+// [not measured]): loss, rate, bytes and ratio are "-", in watch, status and
+// the per-rank table; bytes reported before the first push have no ratio.
+TEST(Render, WhatIsNotMeasuredShowsADash) {
+  gradstream::v1::JobStatus j;
+  j.mutable_spec()->set_steps(100);
+  j.set_state(gradstream::v1::RUNNING);
+  j.add_members()->set_worker_id(7);
+  EXPECT_EQ(ProgressLine(j, 0),
+            "clock 0/100 | loss - | acc - | - samples/s | pushed - | staleness 0 | workers 0/0 | "
+            "RUNNING");
+  const std::string out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "loss:         -\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "throughput:   - samples/s\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "pushed:       -\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "pulled:       -\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "0     7       0      -     -          -")) << out;
+  gradstream::v1::ListJobsResponse list;
+  *list.add_jobs() = j;
+  EXPECT_TRUE(absl::StrContains(RenderJobList(list), "0/100  0/0      -     ")) << RenderJobList(list);
+  j.mutable_progress()->set_bytes_pushed(0);
+  j.mutable_progress()->set_loss(0);
+  EXPECT_TRUE(absl::StrContains(ProgressLine(j, 0), "loss 0.0000 | acc - | - samples/s | pushed 0 B (x-)"))
+      << ProgressLine(j, 0);
+}
+
+// Issue 23: a finished job shows its run's average throughput, per job and
+// per rank, and says so (see [run average]).
+TEST(Render, AFinishedJobShowsItsRunAverage) {
+  gradstream::v1::JobStatus j;
+  j.mutable_spec()->set_steps(100);
+  j.set_state(gradstream::v1::COMPLETED);
+  j.mutable_progress()->set_clock(100);
+  j.mutable_progress()->set_samples_per_sec(13012.4f);
+  auto* m = j.add_members();
+  m->set_worker_id(7);
+  m->set_clock(100);
+  m->set_loss(0.5f);
+  m->set_samples_per_sec(6506.2f);
+  EXPECT_TRUE(absl::StrContains(ProgressLine(j, 0), "| 13012 samples/s (run average) |"))
+      << ProgressLine(j, 0);
+  const std::string out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "throughput:   13012 samples/s (run average)\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "AVG SAMPLES/S")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "0     7       100    0.5000  6506 ")) << out;
 }
 
 TEST(Render, ProgressLineShowsPullsOnceReported) {
@@ -127,6 +178,7 @@ TEST(Render, ProgressLineShowsPullsOnceReported) {
   j.set_state(gradstream::v1::RUNNING);
   auto* p = j.mutable_progress();
   p->set_bytes_pushed(2048);
+  p->set_fp32_bytes_pushed(32768);
   p->set_compression_ratio(16);
   p->set_bytes_pulled(4096);
   p->set_fp32_bytes_pulled(40960);
@@ -216,6 +268,22 @@ TEST(Render, MembersShowWhereTheyEncode) {
   const std::string out = RenderJob(j, 0);
   EXPECT_TRUE(absl::StrContains(out, "ENCODE")) << out;
   EXPECT_TRUE(absl::StrContains(out, "device 3.1%")) << out;
+}
+
+// Pull answers a worker threw away (a pull it gave up on; see [step loop])
+// are shown beside what was pulled.
+TEST(Render, StatusShowsDiscardedPullBytes) {
+  gradstream::v1::JobStatus j;
+  j.set_state(gradstream::v1::RUNNING);
+  j.mutable_progress()->set_bytes_pulled(8192);
+  j.mutable_progress()->set_fp32_bytes_pulled(8192);
+  EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), "pulled:       8.0 KiB (fp32 8.0 KiB, x1.0)\n"))
+      << RenderJob(j, 0);
+  j.mutable_progress()->set_bytes_pulled_discarded(2048);
+  EXPECT_TRUE(absl::StrContains(RenderJob(j, 0),
+                                "pulled:       8.0 KiB (fp32 8.0 KiB, x1.0), 2.0 KiB of it "
+                                "discarded (pulls given up)\n"))
+      << RenderJob(j, 0);
 }
 
 TEST(Render, StatusShowsTheCodecOfEveryTensor) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/job/job_state.h"
 
 namespace gradstream::cli {
 
@@ -52,6 +53,45 @@ std::string ModelText(const v1::JobSpec& spec) {
   if (d.has_cifar10_dir()) return absl::StrCat(model, " on cifar10:", d.cifar10_dir());
   return absl::StrCat(model, " on synthetic(", d.synthetic().dims(), " dims, ",
                       d.synthetic().classes(), " classes)");
+}
+
+// "12.4s", "3m07s", "1h02m".
+std::string Duration(double s) {
+  if (s < 60) return absl::StrFormat("%.1fs", s);
+  const int64_t whole = static_cast<int64_t>(s);
+  if (whole < 3600) return absl::StrFormat("%dm%02ds", whole / 60, whole % 60);
+  return absl::StrFormat("%dh%02dm", whole / 3600, whole % 3600 / 60);
+}
+
+// What the coordinator has not measured yet shows as "-", never as a 0 that
+// reads as a measurement (see [not measured] in proto/coordinator.proto).
+std::string LossText(const v1::JobProgress& p) {
+  return p.has_loss() ? absl::StrFormat("%.4f", p.loss()) : "-";
+}
+
+// "20391 samples/s", "-", or once the job ended "20391 samples/s (run
+// average)" (see [run average] in server/coordinator/coordinator_views.cc).
+std::string RateText(const v1::JobStatus& j) {
+  const auto& p = j.progress();
+  if (!p.has_samples_per_sec()) return "- samples/s";
+  return absl::StrFormat("%.0f samples/s%s", p.samples_per_sec(),
+                         IsTerminal(j.state()) ? " (run average)" : "");
+}
+
+// "1.4 MiB (x16.0)", with `with_fp32` "1.4 MiB (fp32 22.8 MiB, x16.0)"; the
+// ratio is "x-" before the first byte, the whole "-" before any report.
+std::string BytesText(uint64_t bytes, uint64_t fp32, bool measured, bool with_fp32) {
+  if (!measured) return "-";
+  return absl::StrCat(HumanBytes(bytes), " (",
+                      with_fp32 ? absl::StrCat("fp32 ", HumanBytes(fp32), ", ") : "",
+                      bytes > 0 ? absl::StrFormat("x%.1f", static_cast<double>(fp32) / bytes)
+                                : std::string("x-"),
+                      ")");
+}
+
+// " (ETA 3m07s)" while the coordinator has one, else "".
+std::string EtaText(const v1::JobProgress& p) {
+  return p.has_eta_seconds() ? absl::StrCat(" (ETA ", Duration(p.eta_seconds()), ")") : "";
 }
 
 std::string ConsistencyText(const v1::ConsistencySpec& c) {
@@ -110,7 +150,7 @@ std::string RenderJobList(const v1::ListJobsResponse& jobs) {
     rows.push_back({j.job_id(), j.spec().name().empty() ? "-" : j.spec().name(),
                     StateName(j.state()), ClockText(j.progress().clock(), j.spec()),
                     absl::StrCat(j.active_workers(), "/", j.desired_workers()),
-                    absl::StrFormat("%.4f", j.progress().loss()),
+                    LossText(j.progress()),
                     j.progress().accuracy_clock()
                         ? absl::StrFormat("%.1f%%", 100 * j.progress().accuracy())
                         : "-",
@@ -122,11 +162,7 @@ std::string RenderJobList(const v1::ListJobsResponse& jobs) {
 std::string Elapsed(const v1::JobStatus& j, int64_t now_ms) {
   if (j.started_unix_ms() <= 0) return "-";
   const int64_t end = j.finished_unix_ms() > 0 ? j.finished_unix_ms() : now_ms;
-  const double s = std::max<int64_t>(0, end - j.started_unix_ms()) / 1000.0;
-  if (s < 60) return absl::StrFormat("%.1fs", s);
-  const int64_t whole = static_cast<int64_t>(s);
-  if (whole < 3600) return absl::StrFormat("%dm%02ds", whole / 60, whole % 60);
-  return absl::StrFormat("%dh%02dm", whole / 3600, whole % 3600 / 60);
+  return Duration(std::max<int64_t>(0, end - j.started_unix_ms()) / 1000.0);
 }
 
 // The codec each tensor travels with, grouped by codec, as the coordinator
@@ -193,20 +229,22 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
       {"workers",
        absl::StrCat(j.active_workers(), " active / ", j.desired_workers(), " desired, epoch ",
                     j.epochs_size(), " (committed ", j.committed_epoch(), ")")},
-      {"clock", absl::StrCat(ClockText(p.clock(), s), " (fastest ", p.max_clock(), ")")},
-      {"loss", absl::StrFormat("%.4f", p.loss())},
+      {"clock",
+       absl::StrCat(ClockText(p.clock(), s), " (fastest ", p.max_clock(), ")",
+                    p.has_eta_seconds() ? absl::StrCat(", ETA ", Duration(p.eta_seconds())) : "")},
+      {"loss", LossText(p)},
       {"accuracy", p.accuracy_clock() ? absl::StrFormat("%.2f%% at clock %d", 100 * p.accuracy(),
                                                         p.accuracy_clock())
                                       : "-"},
-      {"throughput", absl::StrFormat("%.0f samples/s", p.samples_per_sec())},
+      {"throughput", RateText(j)},
       {"elapsed", absl::StrCat(Elapsed(j, now_ms), j.finished_unix_ms() > 0 ? "" : " (running)")},
-      {"pushed", absl::StrFormat("%s (fp32 %s, x%.1f)", HumanBytes(p.bytes_pushed()),
-                                 HumanBytes(p.fp32_bytes_pushed()), p.compression_ratio())},
-      {"pulled", absl::StrFormat("%s (fp32 %s, x%.1f)", HumanBytes(p.bytes_pulled()),
-                                 HumanBytes(p.fp32_bytes_pulled()),
-                                 p.bytes_pulled() > 0
-                                     ? static_cast<double>(p.fp32_bytes_pulled()) / p.bytes_pulled()
-                                     : 0.0)},
+      {"pushed", BytesText(p.bytes_pushed(), p.fp32_bytes_pushed(), p.has_bytes_pushed(), true)},
+      {"pulled", absl::StrCat(BytesText(p.bytes_pulled(), p.fp32_bytes_pulled(),
+                                        p.has_bytes_pulled(), true),
+                              p.bytes_pulled_discarded() > 0
+                                  ? absl::StrCat(", ", HumanBytes(p.bytes_pulled_discarded()),
+                                                 " of it discarded (pulls given up)")
+                                  : "")},
       {"staleness", absl::StrCat("max ", p.max_staleness())},
   };
   if (!s.codec().pull_codec().empty() && s.codec().pull_codec() != "none" &&
@@ -231,8 +269,10 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
   for (auto& row : head) row[0] += ":";
   out += Table(head);
   if (!j.members().empty()) {
+    // A finished job's ranks show their run average (see [run average]).
     std::vector<std::vector<std::string>> rows = {
-        {"RANK", "WORKER", "CLOCK", "LOSS", "SAMPLES/S", "ENCODE", "NOTE"}};
+        {"RANK", "WORKER", "CLOCK", "LOSS", IsTerminal(j.state()) ? "AVG SAMPLES/S" : "SAMPLES/S",
+         "ENCODE", "NOTE"}};
     for (const auto& m : j.members()) {
       std::string note = m.join_clock() ? absl::StrCat("joined at ", m.join_clock()) : "";
       if (m.leaving()) note = absl::StrCat("leaving at ", m.leave_clock());
@@ -243,8 +283,10 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
               ? "-"
               : absl::StrFormat("%s %.1f%%", m.encode_path(), 100 * m.encode_share());
       rows.push_back({m.leaving() ? "-" : absl::StrCat(m.rank()), absl::StrCat(m.worker_id()),
-                      absl::StrCat(m.clock()), absl::StrFormat("%.4f", m.loss()),
-                      absl::StrFormat("%.0f", m.samples_per_sec()), encode, note});
+                      absl::StrCat(m.clock()),
+                      m.has_loss() ? absl::StrFormat("%.4f", m.loss()) : "-",
+                      m.has_samples_per_sec() ? absl::StrFormat("%.0f", m.samples_per_sec()) : "-",
+                      encode, note});
     }
     out += "\n" + Table(rows);
   }
@@ -299,21 +341,18 @@ std::string ProgressLine(const v1::JobStatus& j, int width) {
     bar = absl::StrCat("[", std::string(done, '#'), std::string(width - done, '.'), "] ",
                        absl::StrFormat("%3.0f%% ", 100 * frac));
   }
-  return absl::StrCat(bar, "clock ", ClockText(p.clock(), j.spec()), " | loss ",
-                      absl::StrFormat("%.4f", p.loss()), " | acc ",
+  return absl::StrCat(bar, "clock ", ClockText(p.clock(), j.spec()), EtaText(p), " | loss ",
+                      LossText(p), " | acc ",
                       p.accuracy_clock() ? absl::StrFormat("%.1f%%", 100 * p.accuracy()) : "-",
-                      " | ", absl::StrFormat("%.0f", p.samples_per_sec()), " samples/s | pushed ",
-                      HumanBytes(p.bytes_pushed()),
-                      absl::StrFormat(" (x%.1f)", p.compression_ratio()),
+                      " | ", RateText(j), " | pushed ",
+                      BytesText(p.bytes_pushed(), p.fp32_bytes_pushed(), p.has_bytes_pushed(),
+                                false),
                       // Shown once a worker reported pulls (older workers do not).
                       p.bytes_pulled() > 0
-                          ? absl::StrCat(" | pulled ", HumanBytes(p.bytes_pulled()),
-                                         absl::StrFormat(" (x%.1f)",
-                                                         static_cast<double>(p.fp32_bytes_pulled()) /
-                                                             p.bytes_pulled()))
+                          ? absl::StrCat(" | pulled ", BytesText(p.bytes_pulled(),
+                                                                 p.fp32_bytes_pulled(), true, false))
                           : "",
-                      " | staleness ",
-                      p.max_staleness(), " | workers ", j.active_workers(), "/",
+                      " | staleness ", p.max_staleness(), " | workers ", j.active_workers(), "/",
                       j.desired_workers(), " | ", StateName(j.state()),
                       j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds
                           ? absl::StrFormat(" | stalled for %.0f s", p.stalled_seconds())

@@ -22,12 +22,17 @@ namespace {
 
 int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
-// Removes worker `id` from `job`'s members, keeping what it pushed in the
-// job's retired counters and its accuracy if it is the newest.
-void FoldOut(JobRecord& job, uint64_t id, const v1::WorkerProgress& progress) {
+// Removes `worker` from `job`'s members, keeping what it pushed and trained
+// in the job's retired counters and its accuracy if it is the newest.
+void FoldOut(JobRecord& job, const WorkerRecord& worker) {
+  const uint64_t id = worker.status.worker_id();
+  const v1::WorkerProgress& progress = worker.progress;
   auto* members = job.status.mutable_members();
   for (int i = 0; i < members->size(); ++i) {
     if (members->Get(i).worker_id() != id) continue;
+    job.retired.set_samples(job.retired.samples() +
+                            WorkerPool::Samples(worker, job.status.spec(),
+                                                members->Get(i).join_clock()));
     job.retired.set_bytes_pushed(job.retired.bytes_pushed() + progress.bytes_pushed());
     job.retired.set_fp32_bytes_pushed(job.retired.fp32_bytes_pushed() +
                                       progress.fp32_bytes_pushed());
@@ -395,7 +400,7 @@ absl::Status Coordinator::DetachLocked(const std::string& job_id, WorkerRecord& 
   const absl::Time now = Now();
   GS_RETURN_IF_ERROR(jobs_.Update(job_id, [&](JobRecord& job) {
     if (also) also(job);
-    FoldOut(job, id, worker.progress);
+    FoldOut(job, worker);
     if (!epoch_reason.empty() && !IsTerminal(job.status.state())) {
       AppendEpoch(job, clock, epoch_reason, now);
       // Gone for good: no round waits for it, even one before a later

@@ -46,11 +46,21 @@ void CoordinatorMetrics::ExportJob(const std::string& job, const v1::JobProgress
   gauge("gs_job_active_workers", "Workers pushing for the job (leaving ones included).", members);
   gauge("gs_job_desired_workers", "Desired workers of the job.", desired_workers);
   gauge("gs_job_epoch", "Newest membership epoch.", epochs);
-  gauge("gs_job_loss", "Mean training loss of the active workers.", p.loss());
+  // What is not measured yet has no series rather than a 0 (see [not
+  // measured] in proto/coordinator.proto).
+  if (p.has_loss()) gauge("gs_job_loss", "Mean training loss of the active workers.", p.loss());
   gauge("gs_job_accuracy", "Latest test accuracy.", p.accuracy());
-  gauge("gs_job_samples_per_second", "Training throughput over all workers.", p.samples_per_sec());
-  gauge("gs_job_bytes_pushed", "Encoded gradient bytes pushed.", p.bytes_pushed());
-  gauge("gs_job_compression_ratio", "fp32 bytes / encoded bytes pushed.", p.compression_ratio());
+  if (p.has_samples_per_sec()) {
+    gauge("gs_job_samples_per_second",
+          "Training throughput over all workers; once the job ended, the run's average.",
+          p.samples_per_sec());
+  }
+  if (p.has_bytes_pushed()) {
+    gauge("gs_job_bytes_pushed", "Encoded gradient bytes pushed.", p.bytes_pushed());
+  }
+  if (p.has_compression_ratio()) {
+    gauge("gs_job_compression_ratio", "fp32 bytes / encoded bytes pushed.", p.compression_ratio());
+  }
   gauge("gs_job_max_staleness", "Largest staleness observed.", p.max_staleness());
   gauge("gs_job_residual_norm", "Largest error-feedback residual norm.", p.residual_norm());
 }

@@ -46,12 +46,15 @@ class RecordingShards final : public ShardClient {
     if (request.job_id().empty()) return absl::InvalidArgumentError("no job");
     v1::StatsResponse r;
     r.set_min_clock(min_clock);
+    r.set_min_version(rounds);
+    r.set_max_version(rounds);
     return r;
   }
 
   absl::Mutex mu_;
   bool down = false;
   uint64_t min_clock = 0;
+  uint64_t rounds = 0;  // sync rounds applied (see [shard progress])
   std::vector<std::pair<std::string, v1::CreateJobRequest>> creates;
   std::vector<std::pair<std::string, v1::MembershipUpdate>> updates;
   std::vector<std::string> drops;
@@ -99,17 +102,34 @@ class CoordinatorTest : public ::testing::Test {
 
   v1::Assignment Beat(std::pair<uint64_t, uint64_t> w, uint64_t clock,
                       v1::WorkerState state = v1::TRAINING, const std::string& job = "") {
+    v1::WorkerProgress p;
+    p.set_clock(clock);
+    p.set_bytes_pushed(100);
+    p.set_fp32_bytes_pushed(1600);
+    return Report(w, p, state, job);
+  }
+
+  v1::Assignment Report(std::pair<uint64_t, uint64_t> w, const v1::WorkerProgress& progress,
+                        v1::WorkerState state = v1::TRAINING, const std::string& job = "") {
     v1::HeartbeatRequest r;
     r.set_worker_id(w.first);
     r.set_incarnation(w.second);
     r.set_job_id(job.empty() ? job_ : job);
     r.set_state(state);
-    r.mutable_progress()->set_clock(clock);
-    r.mutable_progress()->set_bytes_pushed(100);
-    r.mutable_progress()->set_fp32_bytes_pushed(1600);
+    *r.mutable_progress() = progress;
     auto resp = c_->Heartbeat(r);
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->assignment() : v1::Assignment();
+  }
+
+  // Starts the submitted job_ on one shard with two new workers.
+  std::pair<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> StartWithTwoWorkers() {
+    AddShards(1);
+    auto w1 = AddWorker();
+    auto w2 = AddWorker();
+    c_->Tick();
+    EXPECT_EQ(Job().state(), v1::RUNNING);
+    return {w1, w2};
   }
 
   std::string Submit(uint32_t workers, uint32_t steps = 100) {
@@ -571,6 +591,131 @@ TEST_F(CoordinatorTest, ScriptDoneBeforeTheOthersLeavesAndIsNotReplaced) {
   Beat(w1, 12, v1::DONE);
   c_->Tick();
   EXPECT_EQ(Job().state(), v1::COMPLETED);
+}
+
+v1::WorkerProgress Progress(uint64_t clock, float loss, float samples_per_sec) {
+  v1::WorkerProgress p;
+  p.set_clock(clock);
+  p.set_loss(loss);
+  p.set_samples_per_sec(samples_per_sec);
+  return p;
+}
+
+// Issue 23 ([not measured]): before a member reports, the job's loss, rate
+// and bytes are unset, not zeros; each appears with the first report of it.
+TEST_F(CoordinatorTest, NothingReadsAsMeasuredBeforeTheFirstReport) {
+  job_ = Submit(2);
+  const auto [w1, w2] = StartWithTwoWorkers();
+  Report(w1, v1::WorkerProgress());  // assigned, nothing trained yet
+  v1::JobStatus job = Job();
+  EXPECT_FALSE(job.progress().has_loss());
+  EXPECT_FALSE(job.progress().has_samples_per_sec());
+  EXPECT_FALSE(job.progress().has_bytes_pushed());
+  EXPECT_FALSE(job.progress().has_bytes_pulled());
+  EXPECT_FALSE(job.progress().has_compression_ratio());
+  ASSERT_EQ(job.members_size(), 2);
+  EXPECT_FALSE(job.members(0).has_loss());
+  EXPECT_FALSE(job.members(0).has_samples_per_sec());
+  c_->Tick();  // exports the gauges: no series for what is not measured
+  EXPECT_TRUE(absl::StrContains(metrics_.Render(), "gs_job_clock{")) << metrics_.Render();
+  EXPECT_FALSE(absl::StrContains(metrics_.Render(), "gs_job_loss{")) << metrics_.Render();
+  EXPECT_FALSE(absl::StrContains(metrics_.Render(), "gs_job_samples_per_second{"));
+  EXPECT_FALSE(absl::StrContains(metrics_.Render(), "gs_job_compression_ratio{"));
+  // A loss, but no rate window closed yet and nothing pushed.
+  Report(w1, Progress(3, 2.5f, 0));
+  job = Job();
+  EXPECT_FLOAT_EQ(job.progress().loss(), 2.5f);
+  EXPECT_FALSE(job.progress().has_samples_per_sec());
+  EXPECT_EQ(job.progress().bytes_pushed(), 0u);
+  EXPECT_TRUE(job.progress().has_bytes_pushed());
+  EXPECT_FALSE(job.progress().has_compression_ratio());
+  EXPECT_TRUE(job.members(0).has_loss());
+  EXPECT_FALSE(job.members(1).has_loss());
+  v1::WorkerProgress p = Progress(5, 2.0f, 480);
+  p.set_bytes_pushed(100);
+  p.set_fp32_bytes_pushed(1600);
+  Report(w2, p);
+  job = Job();
+  EXPECT_FLOAT_EQ(job.progress().samples_per_sec(), 480);
+  EXPECT_FLOAT_EQ(job.progress().loss(), 2.25f);
+  EXPECT_DOUBLE_EQ(job.progress().compression_ratio(), 16.0);
+  EXPECT_FLOAT_EQ(job.members(1).samples_per_sec(), 480);
+  c_->Tick();
+  EXPECT_TRUE(absl::StrContains(metrics_.Render(), "gs_job_samples_per_second{job=\"" + job_ +
+                                                       "\"} 480"))
+      << metrics_.Render();
+}
+
+// Issue 23 ([run average]): a finished built-in job's throughput is its
+// samples (clocks x batch per member) over its elapsed time, per job and
+// per rank, also after its members left; not the members' last windows.
+TEST_F(CoordinatorTest, AFinishedJobShowsItsRunAverage) {
+  job_ = Submit(2, 50);  // batch 32
+  const auto [w1, w2] = StartWithTwoWorkers();
+  now_ += absl::Seconds(4);
+  Report(w1, Progress(30, 1.0f, 900));
+  Report(w2, Progress(30, 1.0f, 900));
+  EXPECT_FLOAT_EQ(Job().progress().samples_per_sec(), 1800);  // running: the current rate
+  now_ += absl::Seconds(6);
+  Report(w1, Progress(50, 0.5f, 0), v1::DONE);  // the last window reads 0
+  Report(w2, Progress(50, 0.5f, 0), v1::DONE);
+  c_->Tick();
+  v1::JobStatus done = Job();
+  ASSERT_EQ(done.state(), v1::COMPLETED);
+  EXPECT_EQ(done.progress().samples(), 2u * 50 * 32);
+  EXPECT_FLOAT_EQ(done.progress().samples_per_sec(), 2 * 50 * 32 / 10.0);
+  ASSERT_EQ(done.members_size(), 2);
+  EXPECT_FLOAT_EQ(done.members(0).samples_per_sec(), 50 * 32 / 10.0);
+  // Told of the end, the members leave the job; the average stays, and
+  // survives a restart.
+  Beat(w1, 50, v1::DONE);
+  Beat(w2, 50, v1::DONE);
+  EXPECT_EQ(Job().members_size(), 0);
+  EXPECT_FLOAT_EQ(Job().progress().samples_per_sec(), 2 * 50 * 32 / 10.0);
+  c_->Tick();
+  Open();
+  EXPECT_FLOAT_EQ(Job().progress().samples_per_sec(), 2 * 50 * 32 / 10.0);
+}
+
+// A script's batches are its own: its samples are the reported rates
+// integrated over the heartbeats that saw its clock move (see [run average]).
+TEST_F(CoordinatorTest, AFinishedScriptJobAveragesItsReportedRates) {
+  job_ = SubmitScript(*c_, 2);
+  const auto [w1, w2] = StartWithTwoWorkers();
+  for (auto w : {w1, w2}) Report(w, Progress(1, 2.0f, 0));
+  now_ += absl::Seconds(1);
+  for (auto w : {w1, w2}) Report(w, Progress(5, 1.0f, 100));  // +100 each
+  now_ += absl::Seconds(1);
+  for (auto w : {w1, w2}) Report(w, Progress(5, 1.0f, 100));  // waiting: +0
+  now_ += absl::Seconds(2);
+  Report(w1, Progress(9, 1.0f, 50), v1::DONE);  // +100; done first, leaves
+  EXPECT_EQ(Job().members_size(), 1);
+  Report(w2, Progress(9, 1.0f, 50), v1::DONE);
+  c_->Tick();
+  v1::JobStatus done = Job();
+  ASSERT_EQ(done.state(), v1::COMPLETED);
+  EXPECT_EQ(done.progress().samples(), 400u);
+  EXPECT_FLOAT_EQ(done.progress().samples_per_sec(), 400 / 4.0);
+}
+
+// The ETA comes from the shards' recent clock rate, and only while the
+// clock moves.
+TEST_F(CoordinatorTest, ARunningJobHasAnEtaFromItsClockRate) {
+  job_ = Submit(2, 100);
+  StartWithTwoWorkers();
+  EXPECT_FALSE(Job().progress().has_eta_seconds());  // no rate yet
+  now_ += absl::Seconds(1);
+  shards_.min_clock = shards_.rounds = 10;
+  c_->Tick();
+  now_ += absl::Seconds(1);
+  shards_.min_clock = shards_.rounds = 20;
+  c_->Tick();
+  EXPECT_EQ(Job().progress().clock(), 20u);
+  EXPECT_DOUBLE_EQ(Job().progress().eta_seconds(), (100 - 20) / 10.0);
+  now_ += absl::Seconds(5);  // the clock stands still: a stall, no ETA
+  c_->Tick();
+  EXPECT_GE(Job().progress().stalled_seconds(), 5);
+  EXPECT_FALSE(Job().progress().has_eta_seconds());
 }
 
 }  // namespace

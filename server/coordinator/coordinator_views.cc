@@ -17,20 +17,48 @@ namespace {
 // throughput (see [shard progress]); the CLI prints "stalled" from there on.
 constexpr absl::Duration kStallShown = absl::Seconds(2);
 
+// A member that reported neither a clock, a loss nor a rate has measured
+// nothing yet: its zeros are not measurements (see [not measured]).
+bool HasMeasured(const v1::WorkerProgress& w) {
+  return w.clock() != 0 || w.loss() != 0 || w.samples_per_sec() != 0;
+}
+
+// NOTE: [run average]
+// `samples` counts the examples a job's members trained: for a built-in job
+// (clock - join_clock) x batch_size per member, exact; for a script job,
+// whose batches are the script's, each member's reported rate integrated
+// over the heartbeats that saw its clock move (WorkerPool::Report; an
+// estimate that misses about one rate window per member, and that a
+// coordinator restart drops for the members of the moment). Once the job
+// ended its throughput, and each rank's, is the run's average: samples over
+// the job's elapsed time (started to finished). The members' last rate
+// windows say nothing about a run that is over (they read 0 after the last
+// step), and the average is what a user compares between runs.
+// 0 for a job that never started or has not ended.
+double RunSeconds(const v1::JobStatus& job) {
+  if (job.started_unix_ms() <= 0 || job.finished_unix_ms() <= job.started_unix_ms()) return 0;
+  return (job.finished_unix_ms() - job.started_unix_ms()) / 1000.0;
+}
+
 }  // namespace
 
 v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
   const v1::JobProgress& saved = job.status.progress();
+  const v1::JobSpec& spec = job.status.spec();
   v1::JobProgress p;
   uint64_t min_clock = UINT64_MAX, max_clock = 0;
   double loss = 0;
   int losses = 0;
+  float rate = 0;
+  bool rated = false;     // a member reported a rate (see [not measured])
   bool all_done = true;  // every active member finished its last step
   p.set_accuracy(saved.accuracy());
   p.set_accuracy_clock(saved.accuracy_clock());
   uint64_t bytes = job.retired.bytes_pushed(), fp32 = job.retired.fp32_bytes_pushed();
   uint64_t pulled = job.retired.bytes_pulled(), fp32_pulled = job.retired.fp32_bytes_pulled();
   uint64_t discarded = job.retired.bytes_pulled_discarded();
+  uint64_t samples = job.retired.samples();
+  bool reported = bytes > 0 || pulled > 0 || saved.has_bytes_pushed();
   uint64_t staleness = saved.max_staleness();
   if (auto it = job_shards_.find(job.status.job_id()); it != job_shards_.end()) {
     staleness = std::max(staleness, it->second.max_staleness);
@@ -44,6 +72,8 @@ v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
     pulled += w.bytes_pulled();
     fp32_pulled += w.fp32_bytes_pulled();
     discarded += w.bytes_pulled_discarded();
+    samples += WorkerPool::Samples(*worker, spec, m.join_clock());
+    reported = reported || HasMeasured(w) || w.bytes_pushed() > 0;
     staleness = std::max(staleness, w.max_staleness());
     p.set_residual_norm(std::max(p.residual_norm(), w.residual_norm()));
     if (w.accuracy_clock() > p.accuracy_clock()) {
@@ -51,13 +81,15 @@ v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
       p.set_accuracy_clock(w.accuracy_clock());
     }
     if (!m.leaving() && worker->status.state() != v1::DONE) all_done = false;
-    if (m.leaving() || (w.clock() == 0 && w.loss() == 0 && w.samples_per_sec() == 0)) continue;
+    if (m.leaving() || !HasMeasured(w)) continue;
     min_clock = std::min(min_clock, w.clock());
     max_clock = std::max(max_clock, w.clock());
     loss += w.loss();
     ++losses;
-    p.set_samples_per_sec(p.samples_per_sec() + w.samples_per_sec());
+    rate += w.samples_per_sec();
+    rated = rated || w.samples_per_sec() > 0;
   }
+  if (rated) p.set_samples_per_sec(rate);
   const auto js = job_shards_.find(job.status.job_id());
   const bool running = job.status.state() == v1::RUNNING;
   if (js != job_shards_.end()) {
@@ -69,40 +101,53 @@ v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
       if (!e.empty()) p.set_checkpoint_error(e);
     }
   }
+  if (losses > 0) {
+    p.set_loss(static_cast<float>(loss / losses));
+  } else if (saved.has_loss()) {
+    p.set_loss(saved.loss());
+  }
   if (running && js != job_shards_.end() && js->second.progress_known) {
     // The shards' clock, not the members' (see [shard progress]); once every
     // member is done the shards are too, whenever they were last asked.
     p.set_clock(all_done && losses > 0 ? std::max(min_clock, js->second.progress_clock)
                                        : js->second.progress_clock);
     p.set_max_clock(std::max(max_clock, js->second.clocks.max_clock));
-    p.set_loss(losses > 0 ? static_cast<float>(loss / losses) : saved.loss());
     const absl::Duration still = Now() - js->second.progress_since;
     if (!all_done && still > absl::ZeroDuration()) {
       p.set_stalled_seconds(absl::ToDoubleSeconds(still));
-      // The members' last rates are from before the stall.
+      // The members' last rates are from before the stall: nothing moves.
       if (still >= kStallShown) p.set_samples_per_sec(0);
+    }
+    // From the shards' recent clock rate; a script decides its own end.
+    const double clocks_per_sec = js->second.clock_rate.rate;
+    if (spec.entrypoint().empty() && clocks_per_sec > 0 && still < kStallShown &&
+        p.clock() < spec.steps()) {
+      p.set_eta_seconds((spec.steps() - p.clock()) / clocks_per_sec);
     }
   } else if (losses > 0) {
     p.set_clock(std::max(min_clock, IsTerminal(job.status.state()) ? saved.clock() : 0));
     p.set_max_clock(max_clock);
-    p.set_loss(static_cast<float>(loss / losses));
   } else {
     p.set_clock(saved.clock());
     p.set_max_clock(saved.max_clock());
-    p.set_loss(saved.loss());
-    // No live member (e.g. the job completed): its last recorded throughput,
-    // not 0 (see [progress history]).
-    const auto& history = job.status.history();
-    p.set_samples_per_sec(history.empty() ? saved.samples_per_sec()
-                                          : history[history.size() - 1].samples_per_sec());
   }
-  p.set_bytes_pushed(std::max(bytes, saved.bytes_pushed()));
-  p.set_fp32_bytes_pushed(std::max(fp32, saved.fp32_bytes_pushed()));
+  p.set_samples(std::max(samples, saved.samples()));
+  if (IsTerminal(job.status.state())) {
+    // See [run average]; a job that trained nothing has no throughput.
+    p.clear_samples_per_sec();
+    if (p.samples() > 0 && RunSeconds(job.status) > 0) {
+      p.set_samples_per_sec(static_cast<float>(p.samples() / RunSeconds(job.status)));
+    }
+  }
+  if (reported) {
+    p.set_bytes_pushed(std::max(bytes, saved.bytes_pushed()));
+    p.set_fp32_bytes_pushed(std::max(fp32, saved.fp32_bytes_pushed()));
+    p.set_bytes_pulled(std::max(pulled, saved.bytes_pulled()));
+    p.set_fp32_bytes_pulled(std::max(fp32_pulled, saved.fp32_bytes_pulled()));
+  }
   if (p.bytes_pushed() > 0) {
     p.set_compression_ratio(static_cast<double>(p.fp32_bytes_pushed()) / p.bytes_pushed());
   }
-  p.set_bytes_pulled(std::max(pulled, saved.bytes_pulled()));
-  p.set_fp32_bytes_pulled(std::max(fp32_pulled, saved.fp32_bytes_pulled()));
   p.set_bytes_pulled_discarded(std::max(discarded, saved.bytes_pulled_discarded()));
   p.set_max_staleness(staleness);
   return p;
@@ -111,14 +156,21 @@ v1::JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
 v1::JobStatus Coordinator::RenderJobLocked(const JobRecord& job, bool full) const {
   v1::JobStatus out = job.status;
   *out.mutable_progress() = ProgressLocked(job);
+  const bool ended = IsTerminal(job.status.state()) && RunSeconds(job.status) > 0;
   // Leaving members still push until their leave clock: they count.
   uint32_t active = static_cast<uint32_t>(out.members_size());
   for (auto& m : *out.mutable_members()) {
     const WorkerRecord* w = workers_.Find(m.worker_id());
     if (w == nullptr) continue;
     m.set_clock(w->progress.clock());
-    m.set_loss(w->progress.loss());
-    m.set_samples_per_sec(w->progress.samples_per_sec());
+    // See [not measured] and [run average].
+    if (HasMeasured(w->progress)) m.set_loss(w->progress.loss());
+    if (ended) {
+      m.set_samples_per_sec(static_cast<float>(
+          WorkerPool::Samples(*w, job.status.spec(), m.join_clock()) / RunSeconds(job.status)));
+    } else if (w->progress.samples_per_sec() > 0) {
+      m.set_samples_per_sec(w->progress.samples_per_sec());
+    }
     m.set_encode_path(w->progress.encode_path());
     m.set_encode_share(w->progress.encode_share());
   }

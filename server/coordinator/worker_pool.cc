@@ -54,9 +54,7 @@ WorkerRecord& WorkerPool::Register(const v1::RegisterWorkerRequest& request, abs
     worker->status.set_incarnation(std::max(worker->status.incarnation(), request.incarnation()) +
                                    1);
     worker->dead = false;
-    worker->progress.Clear();
-    worker->status.set_state(v1::IDLE);
-    worker->status.set_job_id("");
+    Release(*worker);
   } else {
     if (id == 0) id = next_worker_id_++;
     next_worker_id_ = std::max(next_worker_id_, id + 1);
@@ -101,8 +99,25 @@ absl::StatusOr<WorkerRecord*> WorkerPool::Beat(const v1::HeartbeatRequest& reque
 
 void WorkerPool::Report(WorkerRecord& worker, const v1::WorkerProgress& progress, absl::Time now) {
   worker.clock_rate.Observe(now, progress.clock());
+  // The time since the last report trained at about the reported rate, if
+  // the clock moved: a member waiting on the others reports its last rate.
+  if (worker.last_report != absl::InfinitePast() && progress.clock() > worker.progress.clock()) {
+    worker.reported_samples +=
+        progress.samples_per_sec() * absl::ToDoubleSeconds(now - worker.last_report);
+  }
+  worker.last_report = now;
   worker.progress = progress;
   worker.status.set_clock(progress.clock());
+}
+
+uint64_t WorkerPool::Samples(const WorkerRecord& worker, const v1::JobSpec& spec,
+                             uint64_t join_clock) {
+  // A built-in job's batches are the spec's: exact.
+  if (spec.entrypoint().empty()) {
+    const uint64_t clock = worker.progress.clock();
+    return clock > join_clock ? (clock - join_clock) * spec.batch_size() : 0;
+  }
+  return static_cast<uint64_t>(worker.reported_samples);
 }
 
 std::vector<uint64_t> WorkerPool::Overdue(absl::Time now) const {
@@ -140,6 +155,8 @@ void WorkerPool::Release(WorkerRecord& worker) {
   worker.status.set_state(v1::IDLE);
   worker.progress.Clear();
   worker.clock_rate.Reset();
+  worker.reported_samples = 0;
+  worker.last_report = absl::InfinitePast();
 }
 
 }  // namespace gradstream::coordinator

@@ -23,6 +23,10 @@ struct WorkerRecord {
   absl::Time last_heartbeat;
   bool dead = false;  // missed heartbeats or declared dead: must register again
   ClockRate clock_rate{absl::Milliseconds(50)};
+  // Examples trained in its current job, integrated from its reported rates
+  // (a script job's estimate, see [run average] in coordinator_views.cc).
+  double reported_samples = 0;
+  absl::Time last_report = absl::InfinitePast();
 };
 
 // Not thread-safe: the Coordinator calls it under its mutex. Records stay at
@@ -65,6 +69,10 @@ class WorkerPool {
   // Records a heartbeat's progress for the worker's current job.
   static void Report(WorkerRecord& worker, const gradstream::v1::WorkerProgress& progress,
                      absl::Time now);
+  // Examples `worker` trained in its job of `spec` since `join_clock` (see
+  // [run average] in coordinator_views.cc).
+  static uint64_t Samples(const WorkerRecord& worker, const gradstream::v1::JobSpec& spec,
+                          uint64_t join_clock);
 
   // Live workers whose last heartbeat is older than the timeout at `now`.
   std::vector<uint64_t> Overdue(absl::Time now) const;

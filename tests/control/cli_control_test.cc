@@ -119,6 +119,10 @@ TEST_F(CliTest, HumanOutput) {
   ASSERT_EQ(status.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(status.out, "state:")) << status.out;
   EXPECT_TRUE(absl::StrContains(status.out, "waiting for shards")) << status.out;
+  // Nothing measured yet: dashes, not zeros (see [not measured]).
+  EXPECT_TRUE(absl::StrContains(status.out, "loss:         -\n")) << status.out;
+  EXPECT_TRUE(absl::StrContains(status.out, "throughput:   - samples/s\n")) << status.out;
+  EXPECT_TRUE(absl::StrContains(status.out, "pushed:       -\n")) << status.out;
   CommandResult cluster = Run({"cluster"});
   ASSERT_EQ(cluster.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(cluster.out, "no shards registered")) << cluster.out;
@@ -146,6 +150,12 @@ TEST_F(CliTest, WatchEndsWhenTheJobEnds) {
   auto first = ParseJson<v1::JobStatus>(lines.front(), &error);
   EXPECT_TRUE(error.empty()) << error;
   EXPECT_EQ(first.state(), v1::PENDING);
+  // What is not measured is left out of the JSON, not printed as 0.
+  for (const char* field : {"\"loss\"", "\"samples_per_sec\"", "\"bytes_pushed\"",
+                            "\"compression_ratio\"", "\"eta_seconds\""}) {
+    EXPECT_FALSE(absl::StrContains(lines.front(), field)) << field << " in " << lines.front();
+  }
+  EXPECT_TRUE(absl::StrContains(lines.front(), "\"clock\"")) << lines.front();
   auto last = ParseJson<v1::JobStatus>(lines.back(), &error);
   EXPECT_TRUE(error.empty()) << error;
   EXPECT_EQ(last.state(), v1::CANCELLED);

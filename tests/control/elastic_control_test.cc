@@ -336,8 +336,17 @@ TEST_F(ElasticTest, SyncJobScaledTwoFourOneFinishesEveryStep) {
     EXPECT_LE(done.history(i - 1).bytes_pushed(), done.history(i).bytes_pushed());
   }
   EXPECT_GE(done.history(done.history_size() - 1).clock(), kSteps - 100);
-  EXPECT_GT(done.progress().samples_per_sec(), 0);
-  // Every chunk got exactly one update per clock.
+  // A finished job shows its run average (see [run average]): every clock
+  // trained at least one batch of 32 on each of at least one member.
+  EXPECT_GE(done.progress().samples(), uint64_t{kSteps} * 32);
+  EXPECT_LE(done.progress().samples(), uint64_t{kSteps} * 32 * 4);
+  const double seconds = (done.finished_unix_ms() - done.started_unix_ms()) / 1000.0;
+  ASSERT_GT(seconds, 0);
+  EXPECT_NEAR(done.progress().samples_per_sec(), done.progress().samples() / seconds,
+              1e-3 * done.progress().samples_per_sec());
+  // Every chunk got exactly one update per clock (on both shards: an empty
+  // map would check nothing).
+  ASSERT_EQ(rounds.stats().size(), 2u) << "a shard never answered GetStats";
   for (const auto& [i, s] : rounds.stats()) {
     EXPECT_EQ(s.min_version(), kSteps) << "shard " << i;
     EXPECT_EQ(s.max_version(), kSteps) << "shard " << i;
@@ -446,6 +455,7 @@ TEST_F(ElasticTest, KilledWorkerIsRemovedAndTheJobFinishes) {
   rounds.Stop();
   ASSERT_EQ(done.state(), v1::COMPLETED) << done.message();
   EXPECT_EQ(done.progress().clock(), kSteps / 2);
+  ASSERT_EQ(rounds.stats().size(), 2u) << "a shard never answered GetStats";
   for (const auto& [i, s] : rounds.stats()) EXPECT_EQ(s.min_version(), kSteps / 2);
   std::map<uint64_t, int> checked = CheckRounds(done, rounds.rounds());
   EXPECT_GT(checked[2], 0) << "no rounds seen after the removal";

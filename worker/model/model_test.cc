@@ -215,8 +215,31 @@ TEST(Model, LossAtInitIsNearLogClasses) {
   ASSERT_TRUE((*m)->ForwardBackward(b.x.data(), b.y.data(), b.size, &s).ok());
   EXPECT_GT(s.loss, 1.0);
   EXPECT_LT(s.loss, 6.0);
-  EXPECT_GE(s.correct, 0);
-  EXPECT_LE(s.correct, 64);
+}
+
+// `correct` counts the examples whose argmax logit is the label: with every
+// weight 0 the logits are the output bias, so the model predicts class 2 for
+// every example, and exactly the examples labelled 2 are correct.
+TEST(Model, CorrectCountsTheExamplesWhoseArgmaxIsTheLabel) {
+  ModelConfig c;
+  auto m = CreateModel(c, Device::kCpu);
+  ASSERT_TRUE(m.ok());
+  for (int i = 0; i < (*m)->num_tensors(); ++i) {
+    std::vector<float> zeros((*m)->params()[i].num_elems, 0.0f);
+    ASSERT_TRUE((*m)->SetParam(i, zeros).ok());
+  }
+  const int out_bias = (*m)->num_tensors() - 1;
+  ASSERT_EQ((*m)->params()[out_bias].num_elems, c.num_classes);
+  std::vector<float> bias(c.num_classes, 0.0f);
+  bias[2] = 1.0f;
+  ASSERT_TRUE((*m)->SetParam(out_bias, bias).ok());
+  const TestBatch b = RandomBatch(c, 64, 5);
+  const int labelled_2 = static_cast<int>(std::count(b.y.begin(), b.y.end(), 2));
+  ASSERT_GT(labelled_2, 0);
+  ASSERT_LT(labelled_2, 64);
+  StepStats s;
+  ASSERT_TRUE((*m)->ForwardBackward(b.x.data(), b.y.data(), b.size, &s).ok());
+  EXPECT_EQ(s.correct, labelled_2);
 }
 
 TEST(GradientCheck, Softmax) {
