@@ -309,6 +309,8 @@ absl::Status RunPoint(int workers, int jobs, PointResult& r) {
   // ---- push window
   const int push_seconds = absl::GetFlag(FLAGS_push_seconds);
   if (push_seconds <= 0) return absl::OkStatus();
+  // The last churn may have replaced a job: let its members hear of it.
+  absl::SleepFor(absl::Milliseconds(2 * fleet.heartbeat_interval_ms() + 500));
   GS_ASSIGN_OR_RETURN(running, Running(c));
   if (running.empty()) return absl::OkStatus();
   v1::GetJobRequest get;
