@@ -41,17 +41,14 @@ absl::StatusOr<ProcSample> SampleProcess(pid_t pid) {
 }
 
 void PrintHeader(std::FILE* out) {
-  std::fprintf(out,
-               "%7s %4s %5s %4s | %5s %6s | %7s %7s | %7s %7s %4s | %7s %7s %5s | %8s %7s %6s | "
-               "%7s %10s %7s %5s\n",
-               "workers", "jobs", "w/job", "run", "coord", "RSS", "hb p50", "hb p99", "submit",
-               "submit", "", "scale", "scale", "", "state", "writes", "ms/", "pushers",
-               "chunk push", "push", "shard");
-  std::fprintf(out,
-               "%7s %4s %5s %4s | %5s %6s | %7s %7s | %7s %7s %4s | %7s %7s %5s | %8s %7s %6s | "
-               "%7s %10s %7s %5s\n",
-               "", "", "", "", "cores", "MB", "ms", "ms", "p50 ms", "p99 ms", "n", "p50 ms",
-               "p99 ms", "n/to", "KB", "/s", "write", "", "/s/shard", "p99 ms", "cores");
+  constexpr char kFormat[] =
+      "%7s %4s %5s %4s | %5s %6s | %7s %7s | %7s %7s %4s | %7s %7s %5s | %8s %7s %6s | "
+      "%7s %10s %7s %5s\n";
+  std::fprintf(out, kFormat, "workers", "jobs", "w/job", "run", "coord", "RSS", "hb p50",
+               "hb p99", "submit", "submit", "", "scale", "scale", "", "state", "writes", "ms/",
+               "pushers", "chunk push", "push", "shard");
+  std::fprintf(out, kFormat, "", "", "", "", "cores", "MB", "ms", "ms", "p50 ms", "p99 ms", "n",
+               "p50 ms", "p99 ms", "n/to", "KB", "/s", "write", "", "/s/shard", "p99 ms", "cores");
   std::fprintf(out, "%s\n", std::string(168, '-').c_str());
 }
 

@@ -223,7 +223,6 @@ void SimFleet::Beat(Worker& w) {
   } else if (a.leave()) {
     // Scaled down: a simulated member has no clock to finish, so it leaves
     // at its leave clock at once.
-    if (w.state != v1::LEFT) lefts_.fetch_add(1);
     w.job = a.job_id();
     w.state = v1::LEFT;
     w.clock.store(std::max(w.clock.load(), a.leave_clock()));
@@ -300,7 +299,6 @@ FleetCounters SimFleet::counters() const {
   c.heartbeats = heartbeats_.load();
   c.heartbeat_errors = heartbeat_errors_.load();
   c.reregistrations = reregistrations_.load();
-  c.lefts = lefts_.load();
   c.pushes = pushes_.load();
   c.push_errors = push_errors_.load();
   return c;
@@ -309,7 +307,7 @@ FleetCounters SimFleet::counters() const {
 void SimFleet::ResetWindow() {
   heartbeat_ms_.Clear();
   push_ms_.Clear();
-  for (auto* c : {&heartbeats_, &heartbeat_errors_, &reregistrations_, &lefts_, &pushes_,
+  for (auto* c : {&heartbeats_, &heartbeat_errors_, &reregistrations_, &pushes_,
                   &push_errors_}) {
     c->store(0);
   }

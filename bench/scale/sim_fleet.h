@@ -50,7 +50,6 @@ struct FleetCounters {
   uint64_t heartbeats = 0;
   uint64_t heartbeat_errors = 0;  // failed RPCs (deadline, unavailable, ...)
   uint64_t reregistrations = 0;   // NOT_FOUND / FAILED_PRECONDITION: removed by the coordinator
-  uint64_t lefts = 0;             // LEFT reports after a scale-down
   uint64_t pushes = 0;            // tensor pushes acknowledged by every shard
   uint64_t push_errors = 0;
 };
@@ -101,7 +100,7 @@ class SimFleet {
 
   Samples heartbeat_ms_;
   Samples push_ms_;
-  std::atomic<uint64_t> heartbeats_{0}, heartbeat_errors_{0}, reregistrations_{0}, lefts_{0};
+  std::atomic<uint64_t> heartbeats_{0}, heartbeat_errors_{0}, reregistrations_{0};
   std::atomic<uint64_t> pushes_{0}, push_errors_{0};
 
   absl::Mutex pushers_mu_;

@@ -265,7 +265,8 @@ bool Coordinator::HeartbeatWritesLocked(const v1::HeartbeatRequest& request,
   const std::string& job_id = worker->status.job_id();
   const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id);
   if (job == nullptr) return false;
-  if (IsTerminal(job->status.state())) return true;  // told of the end: amended ([ended jobs])
+  // Told of the end, or leaving it: amended, not written ([ended jobs]).
+  if (IsTerminal(job->status.state())) return false;
   if (request.job_id() != job_id) return false;
   if (request.state() == v1::LEFT || request.state() == v1::ERROR ||
       ScriptDoneEarlyLocked(*job, worker->status.worker_id(), request.state())) {
@@ -452,14 +453,16 @@ absl::Status Coordinator::DetachLocked(const std::string& job_id, WorkerRecord& 
     }
   };
   // NOTE: [ended jobs] A member of a job that ended leaves it as it hears of
-  // the end: nothing is decided on that, so it is amended in memory and
-  // written with the next tick's save, not once per member (a cancelled
-  // 512-worker job was 512 writes of the whole state in a row; see
-  // bench/scale). A crash before that save restores the member in the ended
-  // job, and its next heartbeat detaches it again.
+  // the end: nothing is decided on that (no epoch, no state), so the record
+  // is amended in memory and written with the next tick's save, not once per
+  // member (a cancelled 512-worker job was 512 writes of the whole state in
+  // a row; see bench/scale). A crash before that save restores the member in
+  // the ended job, and its next heartbeat detaches it again. Nothing else
+  // changes an ended job's record but the progress a save installs, so an
+  // amendment needs no write_mu_: it cannot be lost under a write in flight
+  // (see [state writes off the lock]).
   const JobRecord* current = jobs_.Find(job_id);
-  const bool ended = current != nullptr && IsTerminal(current->status.state()) &&
-                     epoch_reason.empty() && !also;
+  const bool ended = current != nullptr && IsTerminal(current->status.state());
   GS_RETURN_IF_ERROR(ended ? jobs_.Amend(job_id, edit) : jobs_.Update(job_id, edit));
   WorkerPool::Release(worker);
   dirty_ = true;

@@ -220,7 +220,7 @@ class Coordinator {
   // epoch at `clock` without it. Releases the worker once that is durable
   // (see [write durably, then apply]); on a failed write nothing changed.
   // `also`, if set, changes the record in the same write. Leaving a job that
-  // ended without `also` writes nothing at once (see [ended jobs]).
+  // ended writes nothing at once (see [ended jobs]).
   [[nodiscard]] absl::Status DetachLocked(const std::string& job_id, WorkerRecord& worker,
                                           uint64_t clock, const std::string& epoch_reason,
                                           const std::function<void(JobRecord&)>& also = nullptr)
