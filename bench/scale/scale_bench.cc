@@ -48,7 +48,9 @@ ABSL_FLAG(int, seconds, 15, "control window per point");
 ABSL_FLAG(int, push_seconds, 8, "push window per point (0 = none)");
 ABSL_FLAG(int, churn_ms, 1000, "one cancel+submit or one scale this often");
 ABSL_FLAG(int, max_pushers, 256, "simulated workers that push in the push window");
-ABSL_FLAG(int, heartbeat_threads, 32, "threads the simulated workers' heartbeats share");
+ABSL_FLAG(int, heartbeat_threads, 0,
+          "threads the simulated workers' heartbeats share; 0 = one per worker, as separate "
+          "processes would (a shared thread turns one slow answer into missed heartbeats)");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "the coordinator's --heartbeat_timeout (it asks for a heartbeat every fifth of it)");
 ABSL_FLAG(std::vector<std::string>, hidden, std::vector<std::string>({"256"}),
@@ -207,7 +209,8 @@ absl::Status RunPoint(int workers, int jobs, PointResult& r) {
   r.jobs = jobs;
   r.workers_per_job = std::max(1, workers / (2 * jobs));
   GS_ASSIGN_OR_RETURN(Cluster c, StartCluster());
-  SimFleet fleet({c.address, workers, absl::GetFlag(FLAGS_heartbeat_threads)});
+  const int threads = absl::GetFlag(FLAGS_heartbeat_threads);
+  SimFleet fleet({c.address, workers, threads > 0 ? threads : workers});
   absl::Time t = absl::Now();
   GS_RETURN_IF_ERROR(fleet.Start(absl::Seconds(60) + absl::Milliseconds(100) * workers));
   r.register_s = absl::ToDoubleSeconds(absl::Now() - t);
