@@ -68,15 +68,19 @@ Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards)
                                                options_.env ? options_.env : Env::Default())),
       jobs_(store_.get(),
             [this](v1::CoordinatorState& state) {
-              mu_.AssertHeld();  // JobLog writes only under mu_
+              // JobLog writes only under mu_, and releases it for the write
+              // only under write_mu_ (see [state writes off the lock]).
+              mu_.AssertHeld();
+              write_mu_.AssertHeld();
               WriteRestLocked(state);
             },
-            &metrics_),
+            &metrics_, &mu_),
       workers_(options_.heartbeat_timeout) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions options,
                                                                ShardClient* shards) {
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), shards));
+  absl::MutexLock write(&c->write_mu_);
   absl::MutexLock lock(&c->mu_);
   if (absl::Status s = c->LoadLocked(); !s.ok()) return s;
   return c;
@@ -191,6 +195,7 @@ absl::StatusOr<uint32_t> Coordinator::AddShardLocked(const std::string& address,
 
 absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
     const v1::RegisterShardRequest& request) {
+  absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
   GS_ASSIGN_OR_RETURN(uint32_t id, AddShardLocked(request.address(), /*healthy=*/true));
   v1::RegisterShardResponse response;
@@ -200,6 +205,7 @@ absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
 }
 
 absl::Status Coordinator::AddConfiguredShards(const std::vector<std::string>& addresses) {
+  absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
   for (const std::string& a : addresses) {
     if (absl::StatusOr<uint32_t> id = AddShardLocked(a, /*healthy=*/false); !id.ok()) {
@@ -211,6 +217,7 @@ absl::Status Coordinator::AddConfiguredShards(const std::vector<std::string>& ad
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
+  absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
   const uint64_t known_id = request.worker_id();
   WorkerRecord* known = known_id == 0 ? nullptr : workers_.Find(known_id);
@@ -242,8 +249,49 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 }
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& request) {
+  {
+    // Most heartbeats change nothing durable: they must not wait for a
+    // write on disk (see [state writes off the lock]).
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = Now();
+    if (!HeartbeatWritesLocked(request, now)) return HeartbeatLocked(request, now);
+  }
+  absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
-  const absl::Time now = Now();
+  return HeartbeatLocked(request, Now());
+}
+
+bool Coordinator::HeartbeatWritesLocked(const v1::HeartbeatRequest& request,
+                                        absl::Time now) const {
+  // Mirrors the branches of HeartbeatLocked that change the job log.
+  const WorkerRecord* worker = workers_.Find(request.worker_id());
+  if (worker == nullptr || worker->dead ||
+      worker->status.incarnation() != request.incarnation()) {
+    return false;  // refused before anything changes
+  }
+  const std::string& job_id = worker->status.job_id();
+  const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id);
+  if (job == nullptr) return false;
+  // Told of the end, or leaving it: amended, not written ([ended jobs]).
+  if (IsTerminal(job->status.state())) return false;
+  if (request.job_id() != job_id) return false;
+  if (request.state() == v1::LEFT || request.state() == v1::ERROR ||
+      ScriptDoneEarlyLocked(*job, worker->status.worker_id(), request.state())) {
+    return true;
+  }
+  // Script jobs place their map from rank 0's declaration ([script jobs]).
+  if (job->status.spec().model().type() == "script" &&
+      job->status.shard_map().shards_size() == 0) {
+    return true;
+  }
+  v1::ProgressPoint point;  // see RecordProgressLocked
+  point.set_clock(request.progress().accuracy_clock());
+  point.set_unix_ms(UnixMs(now));
+  return ShouldRecordProgress(job->status, point);
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(
+    const v1::HeartbeatRequest& request, absl::Time now) {
   GS_ASSIGN_OR_RETURN(WorkerRecord * worker, workers_.Beat(request, now));
   const uint64_t id = worker->status.worker_id();
   const std::string job_id = worker->status.job_id();
@@ -285,8 +333,8 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   v1::HeartbeatResponse response;
   *response.mutable_assignment() = AssignmentLocked(*worker);
   if (job != nullptr && IsTerminal(job->status.state()) && worker->status.job_id() == job_id) {
-    // The worker has now been told. If the write fails it stays attached
-    // and the next heartbeat tries again.
+    // The worker has now been told; written with the next save (see
+    // [ended jobs]).
     (void)DetachLocked(job_id, *worker, 0, "");
   }
   metrics_.HeartbeatReceived();
@@ -317,6 +365,7 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::SubmitJob(const v1::SubmitJob
   GS_ASSIGN_OR_RETURN(v1::JobSpec spec, NormalizeJobSpec(request.spec()));
   // Dry-run the split so chunking errors surface now, not when shards exist.
   if (!AwaitsDeclaration(spec)) GS_RETURN_IF_ERROR(BuildShardMap(spec, {"dry-run:0"}).status());
+  absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
   JobRecord record;
   *record.status.mutable_spec() = spec;
@@ -361,6 +410,7 @@ absl::StatusOr<v1::ScaleJobResponse> Coordinator::ScaleJob(const v1::ScaleJobReq
     return absl::InvalidArgumentError(
         absl::StrCat("workers: ", request.workers(), " too many (max 4096)"));
   }
+  absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
   const JobRecord* job = jobs_.Find(request.job_id());
   if (job == nullptr) return JobNotFound(request.job_id());
@@ -378,6 +428,7 @@ absl::StatusOr<v1::ScaleJobResponse> Coordinator::ScaleJob(const v1::ScaleJobReq
 }
 
 absl::StatusOr<v1::CancelJobResponse> Coordinator::CancelJob(const v1::CancelJobRequest& request) {
+  absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
   const JobRecord* job = jobs_.Find(request.job_id());
   if (job == nullptr) return JobNotFound(request.job_id());
@@ -398,7 +449,7 @@ absl::Status Coordinator::DetachLocked(const std::string& job_id, WorkerRecord& 
                                        const std::function<void(JobRecord&)>& also) {
   const uint64_t id = worker.status.worker_id();
   const absl::Time now = Now();
-  GS_RETURN_IF_ERROR(jobs_.Update(job_id, [&](JobRecord& job) {
+  auto edit = [&](JobRecord& job) {
     if (also) also(job);
     FoldOut(job, worker);
     if (!epoch_reason.empty() && !IsTerminal(job.status.state())) {
@@ -407,7 +458,19 @@ absl::Status Coordinator::DetachLocked(const std::string& job_id, WorkerRecord& 
       // planned epoch's clock this one was pushed to (see [departed]).
       job.status.mutable_epochs()->rbegin()->add_departed(id);
     }
-  }));
+  };
+  // NOTE: [ended jobs] A member of a job that ended leaves it as it hears of
+  // the end: nothing is decided on that (no epoch, no state), so the record
+  // is amended in memory and written with the next tick's save, not once per
+  // member (a cancelled 512-worker job was 512 writes of the whole state in
+  // a row; see bench/scale). A crash before that save restores the member in
+  // the ended job, and its next heartbeat detaches it again. Nothing else
+  // changes an ended job's record but the progress a save installs, so an
+  // amendment needs no write_mu_: it cannot be lost under a write in flight
+  // (see [state writes off the lock]).
+  const JobRecord* current = jobs_.Find(job_id);
+  const bool ended = current != nullptr && IsTerminal(current->status.state());
+  GS_RETURN_IF_ERROR(ended ? jobs_.Amend(job_id, edit) : jobs_.Update(job_id, edit));
   WorkerPool::Release(worker);
   dirty_ = true;
   return absl::OkStatus();

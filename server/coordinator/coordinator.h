@@ -89,6 +89,10 @@ struct CoordinatorOptions {
 // Thread-safe. RPC handlers may run concurrently with the background ticker;
 // one mutex guards the parts (job log, worker pool, shard table), which are
 // not thread-safe themselves, and shard RPCs are never made while holding it.
+// Whatever may change durable state also holds write_mu_, and the state file
+// is written with mu_ released (see [state writes off the lock] in
+// job_log.h): a heartbeat that changes nothing durable, and the status
+// reads, never wait for the disk.
 //
 // Every call that changes durable state writes it before it answers; when
 // the write fails (Internal / Unavailable from the StateStore) a job record
@@ -201,13 +205,22 @@ class Coordinator {
   gradstream::v1::Assignment AssignmentLocked(const WorkerRecord& worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Whether HeartbeatLocked(request, now) may change the job log; when it
+  // returns false, HeartbeatLocked writes nothing and needs no write_mu_.
+  bool HeartbeatWritesLocked(const gradstream::v1::HeartbeatRequest& request,
+                             absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<gradstream::v1::HeartbeatResponse> HeartbeatLocked(
+      const gradstream::v1::HeartbeatRequest& request, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Membership changes, each one JobLog::Update. A `job_id` argument must
   // not refer into a record (an Update replaces the record's content).
   // Takes `worker` out of its job: folds its counters into the job's record
   // and, when `epoch_reason` is not empty and the job has not ended, adds an
   // epoch at `clock` without it. Releases the worker once that is durable
   // (see [write durably, then apply]); on a failed write nothing changed.
-  // `also`, if set, changes the record in the same write.
+  // `also`, if set, changes the record in the same write. Leaving a job that
+  // ended writes nothing at once (see [ended jobs]).
   [[nodiscard]] absl::Status DetachLocked(const std::string& job_id, WorkerRecord& worker,
                                           uint64_t clock, const std::string& epoch_reason,
                                           const std::function<void(JobRecord&)>& also = nullptr)
@@ -262,6 +275,10 @@ class Coordinator {
   CoordinatorMetrics metrics_;
   const std::unique_ptr<StateStore> store_;  // nullptr: memory only
 
+  // Held by everything that may write the state file, before mu_ (see
+  // [state writes off the lock]): one write at a time, and nothing changes
+  // the job log while mu_ is released for a write.
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   JobLog jobs_ ABSL_GUARDED_BY(mu_);
   WorkerPool workers_ ABSL_GUARDED_BY(mu_);
@@ -271,7 +288,7 @@ class Coordinator {
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_probe_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
-  absl::Mutex tick_mu_;  // one Tick at a time
+  absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(write_mu_);  // one Tick at a time
   absl::Notification stop_;
   std::thread ticker_;
 };

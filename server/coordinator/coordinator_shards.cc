@@ -36,6 +36,7 @@ void Coordinator::Tick() {
   absl::MutexLock tick_lock(&tick_mu_);
   std::vector<ShardCall> calls;
   {
+    absl::MutexLock write(&write_mu_);
     absl::MutexLock lock(&mu_);
     ReapDeadWorkersLocked();
     for (const auto& [id, job] : jobs_.records()) {
@@ -53,6 +54,7 @@ void Coordinator::Tick() {
     calls = PlanShardCallsLocked(probe);
   }
   RunShardCalls(calls);
+  absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
   ApplyShardResultsLocked(calls);
   for (const auto& [id, job] : jobs_.records()) {

@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <future>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "common/env/testing/fault_injection_env.h"
 #include "gtest/gtest.h"
 
@@ -73,7 +76,7 @@ class CoordinatorTest : public ::testing::Test {
     c_.reset();
     CoordinatorOptions o;
     o.state_file = state_file_;
-    o.env = &env_;
+    o.env = env_override_ != nullptr ? env_override_ : &env_;
     o.heartbeat_timeout = absl::Seconds(10);
     o.start_grace = absl::Seconds(2);
     o.probe_interval = absl::ZeroDuration();
@@ -149,6 +152,7 @@ class CoordinatorTest : public ::testing::Test {
 
   std::string state_file_;
   testing::FaultInjectionEnv env_{Env::Default()};  // no faults unless a test asks
+  Env* env_override_ = nullptr;                       // instead of env_ at the next Open()
   absl::Time now_ = absl::FromUnixSeconds(1700000000);
   metrics::Registry metrics_;
   RecordingShards shards_;
@@ -716,6 +720,91 @@ TEST_F(CoordinatorTest, ARunningJobHasAnEtaFromItsClockRate) {
   c_->Tick();
   EXPECT_GE(Job().progress().stalled_seconds(), 5);
   EXPECT_FALSE(Job().progress().has_eta_seconds());
+}
+
+TEST_F(CoordinatorTest, MembersOfACancelledJobLeaveItWithOneWriteNotOneEach) {
+  AddShards(1);
+  job_ = Submit(4);
+  std::vector<std::pair<uint64_t, uint64_t>> w;
+  for (int i = 0; i < 4; ++i) w.push_back(AddWorker());
+  c_->Tick();
+  for (const auto& x : w) ASSERT_EQ(Beat(x, 5).job_id(), job_);
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job_);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  metrics::Histogram* saves = metrics_.GetHistogram("gs_coordinator_state_save_seconds", "", {});
+  const uint64_t before = saves->count();
+  for (const auto& x : w) EXPECT_EQ(Beat(x, 5).job_state(), v1::CANCELLED);
+  EXPECT_EQ(saves->count(), before);  // see [ended jobs]
+  EXPECT_EQ(Job().members_size(), 0);
+  for (const auto& x : w) EXPECT_EQ(Beat(x, 0, v1::IDLE, "-").job_id(), "");  // free again
+  c_->Tick();
+  EXPECT_GT(saves->count(), before);  // the tick's save carries the amendments
+  // What the state file says after a crash now: the job without members.
+  Open();
+  EXPECT_EQ(Job().members_size(), 0);
+}
+
+// Holds the next rename of a state file (the middle of a durable write)
+// until Release().
+class StallingEnv : public EnvWrapper {
+ public:
+  StallingEnv() : EnvWrapper(Env::Default()) {}
+  absl::Status RenameFile(const std::string& from, const std::string& to) override {
+    if (armed_.exchange(false)) {
+      stalled_.Notify();
+      release_.WaitForNotificationWithTimeout(absl::Seconds(30));
+    }
+    return EnvWrapper::RenameFile(from, to);
+  }
+  void Arm() { armed_ = true; }
+  bool WaitStalled() { return stalled_.WaitForNotificationWithTimeout(absl::Seconds(10)); }
+  void Release() { release_.Notify(); }
+
+ private:
+  std::atomic<bool> armed_{false};
+  absl::Notification stalled_, release_;
+};
+
+TEST_F(CoordinatorTest, HeartbeatsAndReadsDoNotWaitForAStateWriteOnDisk) {
+  StallingEnv env;
+  env_override_ = &env;
+  Open();
+  AddShards(1);
+  job_ = Submit(1);
+  auto w = AddWorker();
+  c_->Tick();
+  ASSERT_EQ(Beat(w, 0).job_id(), job_);
+  // A scale-up whose write stalls on disk, as a slow fsync does.
+  env.Arm();
+  auto scale = std::async(std::launch::async, [&] {
+    v1::ScaleJobRequest r;
+    r.set_job_id(job_);
+    r.set_workers(2);
+    return c_->ScaleJob(r).status();
+  });
+  ASSERT_TRUE(env.WaitStalled());
+  // A heartbeat that changes nothing durable and a status read answer now,
+  // and show the job as it was: the scale is not durable yet.
+  auto beat = std::async(std::launch::async, [&] { return Beat(w, 3).job_id(); });
+  auto read = std::async(std::launch::async, [&] { return Job().desired_workers(); });
+  const bool beat_answered = beat.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  const bool read_answered = read.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  // Another write waits for the one on disk.
+  auto second = std::async(std::launch::async, [&] { return AddWorker().first; });
+  const bool second_waited =
+      second.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout;
+  env.Release();
+  ASSERT_TRUE(beat_answered && read_answered) << "a heartbeat waited for the state write";
+  EXPECT_EQ(beat.get(), job_);
+  EXPECT_EQ(read.get(), 1u);
+  EXPECT_TRUE(second_waited);
+  EXPECT_TRUE(scale.get().ok());
+  EXPECT_GT(second.get(), 0u);
+  EXPECT_EQ(Job().desired_workers(), 2u);
+  // What the heartbeat reported while the write was on disk is kept.
+  EXPECT_EQ(Job().members(0).clock(), 3u);
+  c_.reset();  // before `env`
 }
 
 }  // namespace

@@ -39,8 +39,9 @@ const v1::JobMember* FindMember(const v1::JobStatus& job, uint64_t worker_id) {
   return nullptr;
 }
 
-JobLog::JobLog(StateStore* store, WriteRest write_rest, CoordinatorMetrics* metrics)
-    : store_(store), write_rest_(std::move(write_rest)), metrics_(metrics) {}
+JobLog::JobLog(StateStore* store, WriteRest write_rest, CoordinatorMetrics* metrics,
+               absl::Mutex* held)
+    : store_(store), write_rest_(std::move(write_rest)), metrics_(metrics), held_(held) {}
 
 void JobLog::Restore(const v1::CoordinatorState& state) {
   records_.clear();
@@ -83,6 +84,14 @@ absl::Status JobLog::Update(const std::string& id, Edit edit) {
   return absl::OkStatus();
 }
 
+absl::Status JobLog::Amend(const std::string& id, Edit edit) {
+  auto it = records_.find(id);
+  if (it == records_.end()) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+  edit(it->second);
+  DCHECK_EQ(it->second.status.job_id(), id);
+  return absl::OkStatus();
+}
+
 absl::Status JobLog::Checkpoint(absl::FunctionRef<v1::JobProgress(const JobRecord&)> progress) {
   std::map<std::string, v1::JobProgress> fresh;
   for (const auto& [id, record] : records_) fresh[id] = progress(record);
@@ -117,9 +126,13 @@ absl::Status JobLog::Write(const std::map<std::string, v1::JobProgress>* progres
   }
   if (replace != nullptr && !replaced) add(replace_id, *replace);  // a new job
   write_rest_(state);
+  // `state` is a copy: see [state writes off the lock].
+  if (held_ != nullptr) held_->Unlock();
   const absl::Time start = absl::Now();
   absl::Status s = store_->Save(state);
-  metrics_->StateSaved(absl::Now() - start);
+  const absl::Duration took = absl::Now() - start;
+  if (held_ != nullptr) held_->Lock();
+  metrics_->StateSaved(took);
   if (!s.ok()) LOG(ERROR) << "coordinator: cannot save state: " << s;
   return s;
 }

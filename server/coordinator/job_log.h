@@ -13,6 +13,18 @@
 // or worker can hear of is always on disk, and a failed write leaves memory
 // as it was (the caller retries on its next tick or RPC).
 //
+// NOTE: [state writes off the lock]
+// The state is built (copied) under the caller's lock, but the file is
+// written, with its fsyncs, with that lock released (see the `held`
+// argument of the constructor), and the caller holds it again before the
+// copy is installed. Measured with bench/scale at 1024 workers and 100 jobs:
+// a write takes 8 ms on average and up to 100 ms on a shared disk, about 9
+// times a second, and every heartbeat waited for it (p99 54-122 ms); on
+// tmpfs the same writes take 1.4 ms. So the caller must also hold a second
+// lock that every writer takes (the Coordinator's write_mu_): while one
+// write is on disk nothing else can change the job table, and only work
+// that writes nothing (heartbeats without a change, status reads) runs.
+//
 // The state file also holds the worker pool, whose changes are saved lazily.
 // To keep the file consistent across a crash between two writes, the
 // Coordinator assigns workers to a job *before* the Update that lists them,
@@ -29,6 +41,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator.pb.h"
 #include "server/coordinator/coordinator_metrics.h"
@@ -64,8 +77,12 @@ class JobLog {
   using Edit = absl::FunctionRef<void(JobRecord&)>;
 
   // `store` == nullptr keeps the state in memory only (every write
-  // succeeds). `store` and `metrics` must outlive the log.
-  JobLog(StateStore* store, WriteRest write_rest, CoordinatorMetrics* metrics);
+  // succeeds). `store` and `metrics` must outlive the log. `held`, if not
+  // nullptr, is the mutex every caller holds: it is released while the file
+  // is written and held again before the change is applied (see [state
+  // writes off the lock]); the caller must keep every other writer out.
+  JobLog(StateStore* store, WriteRest write_rest, CoordinatorMetrics* metrics,
+         absl::Mutex* held = nullptr);
   JobLog(const JobLog&) = delete;
   JobLog& operator=(const JobLog&) = delete;
 
@@ -81,6 +98,13 @@ class JobLog {
   // NotFound for an unknown job; the StateStore's error on a failed write,
   // and then the record is unchanged. `edit` must not change the job id.
   [[nodiscard]] absl::Status Update(const std::string& id, Edit edit);
+
+  // Applies `edit` to job `id`'s record in memory only, for a change a crash
+  // may lose because nothing was decided on it: the next write of anything
+  // carries it (every write is the whole table). The Coordinator amends a
+  // job that ended as its members hear of the end (see [ended jobs]).
+  // NotFound for an unknown job.
+  [[nodiscard]] absl::Status Amend(const std::string& id, Edit edit);
 
   // Sets every job's progress to `progress(record)` (the live counters of
   // its workers, folded into the record) and writes the whole state, e.g.
@@ -108,6 +132,7 @@ class JobLog {
   StateStore* const store_;
   const WriteRest write_rest_;
   CoordinatorMetrics* const metrics_;
+  absl::Mutex* const held_;
   uint64_t next_job_ = 1;
   std::map<std::string, JobRecord> records_;
 };

@@ -90,6 +90,17 @@ TEST_F(JobLogTest, UpdateIsDurableBeforeItIsVisible) {
   EXPECT_EQ(log_->Update("job-999999", [](JobRecord&) {}).code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(JobLogTest, AmendIsVisibleAtOnceAndWrittenWithTheNextWrite) {
+  const std::string id = *log_->Create(Pending(2));
+  const std::string other = *log_->Create(Pending(1));
+  ASSERT_TRUE(log_->Amend(id, [](JobRecord& j) { j.status.set_message("amended"); }).ok());
+  EXPECT_EQ(log_->Find(id)->status.message(), "amended");
+  EXPECT_EQ(OnDisk().jobs(0).message(), "");  // not written by itself
+  ASSERT_TRUE(log_->Update(other, [](JobRecord& j) { j.status.set_desired_workers(3); }).ok());
+  EXPECT_EQ(OnDisk().jobs(0).message(), "amended");  // carried by the next write
+  EXPECT_EQ(log_->Amend("job-999999", [](JobRecord&) {}).code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(JobLogTest, AppendEpochNeverGoesBackAndRanksTheActiveMembers) {
   JobRecord j;
   j.status.add_members()->set_worker_id(1);
