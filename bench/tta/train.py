@@ -146,7 +146,7 @@ class ResNet(nn.Module):
 
 
 class CharLSTM(nn.Module):
-    def __init__(self, vocab, embed=64, hidden=384):
+    def __init__(self, vocab, embed=32, hidden=256):
         super().__init__()
         self.embed = nn.Embedding(vocab, embed)
         self.lstm = nn.LSTM(embed, hidden, batch_first=True)
@@ -239,7 +239,7 @@ def main():
     ap.add_argument("--eval_every", type=int, default=25)
     ap.add_argument("--test_limit", type=int, default=10000,
                     help="test images (vision) / test windows (LM) evaluated")
-    ap.add_argument("--seq_len", type=int, default=64, help="LM: characters per sample")
+    ap.add_argument("--seq_len", type=int, default=32, help="LM: characters per sample")
     ap.add_argument("--lr", type=float, default=0.02, help="DDP and local; a job's is submit --lr")
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=1)
