@@ -83,7 +83,7 @@ def table(runs):
         lm = model == "lstm"
         lines += ["", "### %s at %s, %d steps" % (model, rate, steps), "",
                   "| system | ok/runs | ms/step median | p90 | accuracy at the end%s | "
-                  "time to DDP fp32's final accuracy (s) | MB/step per worker | "
+                  "time to DDP fp32's final accuracy (s) | MB/step per worker (sent + received) | "
                   "CPU s/step: per process (sum) |" % (" (perplexity)" if lm else ""),
                   "|---|---|---|---|---|---|---|---|"]
         for system in sorted(by_sys, key=order.get):
@@ -95,8 +95,8 @@ def table(runs):
             ppl = med([final(r)["perplexity"] for r in use if final(r)])
             reached = [time_to(r, tg.get((model, rate, r["round"]))) for r in use]
             tta = med(reached)
-            mb = med([statistics.mean(r["script_net_bytes_per_step"]) / 1e6 for r in use
-                      if r.get("script_net_bytes_per_step")])
+            mb = med([statistics.mean(sum(x) for x in r["script_tx_rx_per_step"]) / 1e6
+                      for r in use if r.get("script_tx_rx_per_step")])
             cpu = {}
             for r in use:
                 for p, v in (r.get("cpu_s_per_step") or {}).items():

@@ -256,8 +256,9 @@ class Run:
                 for node in last["net"]}
             self.rec["loop_wall_s"] = last["t"] - first["t"]
         self.rec["cpu_s_per_step"] = cpu
-        self.rec["script_net_bytes_per_step"] = [(r["net_tx"] + r["net_rx"]) / r["steps"]
-                                                 for r in ranks if r.get("steps")]
+        # Each rank's own namespace over its loop: [tx, rx] per step.
+        self.rec["script_tx_rx_per_step"] = [[r["net_tx"] / r["steps"], r["net_rx"] / r["steps"]]
+                                             for r in ranks if r.get("steps")]
 
     def stop(self):
         if self.kind == "gradstream" and self.rec.get("job_state") not in (
@@ -309,7 +310,8 @@ def main():
     args = ap.parse_args()
     if args.report:
         runs = [r for f in args.report for r in json.load(open(f))["runs"]]
-        stem = os.path.splitext(args.report[0])[0]
+        stem = (os.path.join(args.results, args.name) if args.name else
+                os.path.splitext(args.report[0])[0])
         report.write(runs, stem)
         return 0
     if os.geteuid() != 0:
