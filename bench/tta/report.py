@@ -39,6 +39,10 @@ def time_to(rec, target):
     return None
 
 
+def label(rate):
+    return "unshaped" if rate == "none" else rate + "/s"
+
+
 def one_line(rec):
     med, p90 = step_ms(rec)
     f = final(rec)
@@ -81,7 +85,7 @@ def table(runs):
     for (model, rate), by_sys in groups(runs).items():
         steps = max(r["steps_wanted"] for rs in by_sys.values() for r in rs)
         lm = model == "lstm"
-        lines += ["", "### %s at %s, %d steps" % (model, rate, steps), "",
+        lines += ["", "### %s, %s, %d steps" % (model, label(rate), steps), "",
                   "| system | ok/runs | ms/step median | p90 | accuracy at the end%s | "
                   "time to DDP fp32's final accuracy (s) | MB/step per worker (sent + received) | "
                   "CPU s/step: per process (sum) |" % (" (perplexity)" if lm else ""),
@@ -158,7 +162,7 @@ def plot(runs, stem):
                         f.write("%f %f\n" % (e["train_s"], e["accuracy"]))
                 plots.append("\"%s\" using 1:2 with linespoints title \"%s%s\"" % (
                     dat, system, "" if r["status"] == "ok" else " (%s)" % r["status"]))
-            script += ["set title \"%s\"" % ("unshaped" if rate == "none" else rate),
+            script += ["set title \"%s\"" % label(rate),
                        "plot " + ", ".join(plots)]
         script.append("unset multiplot")
         r = subprocess.run([gnuplot], input="\n".join(script) + "\n", text=True,

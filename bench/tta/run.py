@@ -30,12 +30,14 @@ Results: bench/tta/results/<stamp>.json, .md (the table), <stamp>-<model>.png
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True   # run as root: no root-owned __pycache__ in the tree
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
@@ -94,6 +96,7 @@ class Run:
         self.rec = {"system": name, "model": model, "rate": net.rate, "round": rnd,
                     "steps_wanted": steps, "status": "failed"}
         self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+                        PYTHONDONTWRITEBYTECODE="1",
                         PYTHONPATH=os.path.join(args.build, "python"))
         if args.blas_dir:
             self.env["LD_LIBRARY_PATH"] = args.blas_dir
@@ -230,6 +233,7 @@ class Run:
         if self.rec["status"] != "ok":
             self.rec["logs"] = {l: tail(os.path.join(self.dir, l + ".log"))
                                 for l in self.procs}
+        shutil.rmtree(self.dir, ignore_errors=True)   # what matters is in the record
         return self.rec
 
     def collect(self, first, last):
@@ -326,6 +330,10 @@ def main():
                   "gs_worker gradstream gs_python" % (rel, args.build, args.build),
                   file=sys.stderr)
             return 2
+    blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    if not args.blas_dir and "/blas/" in blas:
+        print("note: torch will use the reference BLAS (%s), which makes the wide layers' "
+              "compute ~40x slower; see the README's --blas_dir" % blas, file=sys.stderr)
     systems = args.systems.split(",")
     unknown = [s for s in systems if s not in SYSTEMS]
     if unknown:
