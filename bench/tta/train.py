@@ -54,12 +54,18 @@ FORTUNES = "/usr/share/games/fortunes"
 
 # -- data
 
-def fashion_mnist(test_limit):
-    # The example's IDX reader: one piece of code for one job.
+def example(name):
+    """examples/<name>/train.py as a module: its reader and blocks are used
+    as they are (one piece of code for one job)."""
     spec = importlib.util.spec_from_file_location(
-        "fmnist_example", os.path.join(REPO, "examples", "fashion_mnist", "train.py"))
+        name + "_example", os.path.join(REPO, "examples", name, "train.py"))
     ex = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ex)
+    return ex
+
+
+def fashion_mnist(test_limit):
+    ex = example("fashion_mnist")
     x, y = ex.load(FMNIST, "train")
     tx, ty = ex.load(FMNIST, "test")
     return (x, y), (tx[:test_limit], ty[:test_limit]), 10
@@ -108,26 +114,9 @@ class WideCNN(nn.Module):
         return self.fc3(F.relu(self.fc2(x)))
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + (x if self.down is None else self.down(x)))
-
-
 class ResNet(nn.Module):
-    """ResNet-8 style: a stem and three stages of one BasicBlock each."""
+    """ResNet-8 style: a stem and three stages of one basic block each (the
+    resnet_synthetic example's Block), for 1-channel images."""
 
     def __init__(self, widths=(16, 32, 64)):
         super().__init__()
@@ -135,7 +124,7 @@ class ResNet(nn.Module):
                                   nn.BatchNorm2d(widths[0]), nn.ReLU())
         blocks, cin = [], widths[0]
         for i, w in enumerate(widths):
-            blocks.append(BasicBlock(cin, w, 1 if i == 0 else 2))
+            blocks.append(example("resnet_synthetic").Block(cin, w, 1 if i == 0 else 2))
             cin = w
         self.blocks = nn.Sequential(*blocks)
         self.fc = nn.Linear(cin, 10)
