@@ -27,10 +27,11 @@ import statistics
 # Published single-GPU training step times (mixed precision, A100 80GB):
 # NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5
 # README: 2470 img/s at batch 256 per GPU; its PaddlePaddle BERT README,
-# SQuAD fine-tuning, batch 32 per GPU: 123 sequences/s.
+# SQuAD fine-tuning, batch 32 per GPU: 120 sequences/s (123 in another
+# revision of that README).
 WORKLOADS = [
     ("ResNet-50 (25.6M params, batch 256/GPU)", 25.6e6, 256 / 2470),
-    ("BERT-large (336M params, batch 32/GPU)", 336e6, 32 / 123),
+    ("BERT-large (336M params, batch 32/GPU)", 336e6, 32 / 120),
 ]
 WORKERS = (8, 32, 256)
 GBITS = (10, 100)
@@ -83,10 +84,12 @@ def main():
     ap.add_argument("results", nargs="+")
     ap.add_argument("--model", default="widecnn")
     ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--shards_per_worker", type=float, default=1.0,
+                    help="k / n: 1 = a shard beside every worker; 0.125 = one per 8 workers")
     args = ap.parse_args()
     runs = [r for f in args.results for r in json.load(open(f))["runs"]]
     r = ratios(runs, args.model, args.rate)
-    print("\n".join(table(r)))
+    print("\n".join(table(r, args.shards_per_worker)))
 
 
 if __name__ == "__main__":
