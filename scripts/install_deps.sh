@@ -14,6 +14,7 @@ PKGS=(
   clang llvm iproute2 python3 procps gnuplot-nox
   python3-grpcio python3-grpc-tools  # tests/security/hostile_test.py: a second client
   python3-torch python3-pip python3-setuptools  # the PyTorch package (python/) and its tests
+  fortunes  # bench/tta: the language model's text corpus (/usr/share/games/fortunes)
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,373 @@
+#!/usr/bin/python3
+"""Time to accuracy, gradstream against PyTorch DDP, on a shaped network.
+
+    sudo bench/tta/run.py                                  # everything, 3 rounds
+    sudo bench/tta/run.py --models widecnn --rates 1gbit,100mbit --rounds 1 \\
+        --steps 200 --rate_steps 100mbit=60
+    bench/tta/run.py --report bench/tta/results/A.json [B.json ...]   # table + PNGs again
+
+Needs root (ip netns, tc). Every process runs in its own network namespace,
+joined to a bridge by a veth pair shaped with tbf at the rate in both
+directions (bench/tta/netns.py; "none" = unshaped). gradstream: ns a = shard
+0 + coordinator, b = shard 1, c and d = one gs_worker each, which runs the
+training script as its child, so the script is in the worker's namespace;
+the job is submitted with the CLI (`gradstream submit --entrypoint ...`).
+DDP: 2 gloo ranks, in c and d, rendezvous over the shaped network. Both run
+bench/tta/train.py: same model, seeds, samples per step and momentum SGD.
+
+Each round runs every (rate, model, system) once, the systems in an order
+rotated by the round. Per run it records rank 0's step times (median, p90;
+evaluations excluded), test accuracy at every evaluation, the bytes each
+namespace sent and received (switch-port counters over the training loop,
+the same for both systems; and gradstream's ps.stats()), and CPU seconds
+per step of every process of the job (the scripts' own getrusage over their
+loop; the daemons' /proc/PID/stat over the same window). A run past
+--deadline is killed and recorded as "timeout" with what it reached.
+Results: bench/tta/results/<stamp>.json, .md (the table), <stamp>-<model>.png
+(accuracy against training time, every system, one panel per rate).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True   # run as root: no root-owned __pycache__ in the tree
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from netns import Network  # noqa: E402
+import report  # noqa: E402
+
+# name: (system, ddp hook or gradstream codec both ways; None = the defaults)
+SYSTEMS = {
+    "ddp-fp32": ("ddp", "fp32"),
+    "ddp-fp16": ("ddp", "fp16"),
+    "ddp-powersgd": ("ddp", "powersgd"),
+    "gs-defaults": ("gradstream", None),
+    "gs-none": ("gradstream", "none"),
+    "gs-twobit": ("gradstream", "twobit"),
+    "gs-ternary": ("gradstream", "ternary"),
+    "gs-onebit": ("gradstream", "onebit"),
+}
+LR = {"widecnn": 0.02, "resnet": 0.05, "lstm": 0.5}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid):
+    """utime + stime of one process, seconds (None once it is gone)."""
+    try:
+        stat = open("/proc/%d/stat" % pid).read()
+    except OSError:
+        return None
+    f = stat[stat.rindex(")") + 2:].split()
+    return (int(f[11]) + int(f[12])) / CLK_TCK
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def tail(path, n=15):
+    try:
+        return "\n".join(open(path, errors="replace").read().splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+class Run:
+    """One (system, model, rate, round): its processes, logs and record."""
+
+    def __init__(self, args, net, name, model, steps, rnd):
+        self.args, self.net, self.name, self.model, self.steps = args, net, name, model, steps
+        self.kind, self.variant = SYSTEMS[name]
+        self.dir = tempfile.mkdtemp(prefix="tta-%s-%s-" % (model, name))
+        self.out = os.path.join(self.dir, "result.json")
+        self.procs = {}   # label -> Popen
+        self.rec = {"system": name, "model": model, "rate": net.rate, "round": rnd,
+                    "steps_wanted": steps, "status": "failed"}
+        self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+                        PYTHONDONTWRITEBYTECODE="1",
+                        PYTHONPATH=os.path.join(args.build, "python"))
+        if args.blas_dir:
+            self.env["LD_LIBRARY_PATH"] = args.blas_dir
+
+    def spawn(self, label, node, argv, env=None):
+        log = open(os.path.join(self.dir, label + ".log"), "w")
+        p = subprocess.Popen(self.net.exec_argv(node, argv), stdout=log, stderr=subprocess.STDOUT,
+                             cwd=REPO, env=dict(self.env, **(env or {})))
+        self.procs[label] = p
+        return p
+
+    def wait_file(self, path, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if os.path.exists(path) and os.path.getsize(path) > 0:
+                return open(path).read().strip()
+            dead = [l for l, p in self.procs.items() if p.poll() is not None]
+            if dead:
+                raise RuntimeError("%s exited early:\n%s" % (dead[0], tail(os.path.join(
+                    self.dir, dead[0] + ".log"))))
+            time.sleep(0.05)
+        raise TimeoutError("no %s within %ds" % (path, timeout))
+
+    def script_argv(self, extra):
+        a = self.args
+        return ([sys.executable, os.path.join(HERE, "train.py"), "--model", self.model,
+                 "--steps", str(self.steps), "--eval_every", str(a.eval_every),
+                 "--test_limit", str(a.test_limit), "--global_batch", str(a.global_batch),
+                 "--seed", str(a.seed), "--lr", str(LR[self.model]), "--out", self.out] + extra)
+
+    # -- the two kinds of job
+
+    def start_ddp(self, port):
+        master = "%s:%d" % (self.net.nodes["c"]["ip"], port)
+        for rank, node in enumerate(("c", "d")):
+            self.spawn("rank%d" % rank, node, self.script_argv(
+                ["--system", "ddp", "--ddp_hook", self.variant, "--rank", str(rank),
+                 "--world", "2", "--master", master]),
+                env={"GLOO_SOCKET_IFNAME": self.net.nodes[node]["dev"]})
+
+    def cli(self, *argv, timeout=30):
+        r = subprocess.run(self.net.exec_argv("a", [os.path.join(self.args.build, "cli/gradstream"),
+                                                    "--coordinator=" + self.coordinator] +
+                                              list(argv)),
+                           capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError("gradstream %s: exit %d: %s" % (" ".join(argv), r.returncode,
+                                                              r.stderr.strip()))
+        return r.stdout
+
+    def start_gradstream(self):
+        b, n = self.args.build, self.net.nodes
+        shards = []
+        for i, node in enumerate(("a", "b")):
+            pf = os.path.join(self.dir, "shard%d.port" % i)
+            self.spawn("shard%d" % i, node, [os.path.join(b, "server/shard/gs_shard"),
+                                             "--address=" + n[node]["ip"], "--port=0",
+                                             "--port_file=" + pf, "--shard_index=%d" % i])
+            shards.append((n[node]["ip"], pf))
+        shards = ["%s:%s" % (ip, self.wait_file(pf)) for ip, pf in shards]
+        pf = os.path.join(self.dir, "coordinator.port")
+        self.spawn("coordinator", "a", [os.path.join(b, "server/coordinator/gs_coordinator"),
+                                        "--host=" + n["a"]["ip"], "--port=0",
+                                        "--port_file=" + pf, "--start_grace=1s",
+                                        "--shards=" + ",".join(shards)])
+        self.coordinator = "%s:%s" % (n["a"]["ip"], self.wait_file(pf))
+        for node in ("c", "d"):
+            self.spawn("worker_" + node, node, [os.path.join(b, "worker/trainer/gs_worker"),
+                                                "--device=cpu", "--name=tta-" + node],
+                       env={"GRADSTREAM_COORDINATOR": self.coordinator})
+        deadline = time.time() + 60
+        while len(json.loads(self.cli("cluster", "--json")).get("workers", [])) < 2:
+            if time.time() > deadline:
+                raise TimeoutError("the 2 workers did not register within 60 s")
+            time.sleep(0.3)
+        script = " ".join(self.script_argv(["--system", "gradstream"]))
+        codec = [] if self.variant is None else ["--codec", self.variant,
+                                                 "--pull_codec", self.variant]
+        self.job = json.loads(self.cli(
+            "submit", "--json", "--name=tta-%s-%s" % (self.model, self.name), "--workers=2",
+            "--consistency=sync", "--optimizer=momentum", "--lr=%g" % LR[self.model],
+            "--workdir", REPO, "--entrypoint", script, *codec))["job_id"]
+
+    def job_status(self):
+        return json.loads(self.cli("status", self.job, "--json"))
+
+    # -- measuring
+
+    def daemons(self):
+        return {l: p.pid for l, p in self.procs.items() if not l.startswith("rank")}
+
+    def sample(self):
+        return {"t": time.time(), "net": self.net.counters(),
+                "cpu": {l: proc_cpu_s(pid) for l, pid in self.daemons().items()}}
+
+    def ended(self):
+        if self.kind == "ddp":
+            return all(self.procs["rank%d" % r].poll() is not None for r in (0, 1))
+        st = self.job_status()
+        state = st.get("state")
+        # What the job ran with (the codec policy, as `gradstream status` shows it).
+        self.rec.update(job_state=state, job_message=st.get("message"),
+                        job_codec=st.get("spec", {}).get("codec"),
+                        job_progress=st.get("progress"))
+        return state in ("COMPLETED", "FAILED", "CANCELLED")
+
+    def execute(self, port):
+        start = time.time()
+        deadline = start + self.args.deadline
+        try:
+            self.start_ddp(port) if self.kind == "ddp" else self.start_gradstream()
+            first = last = None
+            next_poll = 0.0
+            while True:
+                res = read_json(self.out)
+                if first is None and res is not None:
+                    first = self.sample()   # rank 0 evaluated step 0: the loop starts
+                if last is None and res is not None and "steps" in res:
+                    last = self.sample()    # rank 0 left the loop
+                if time.time() >= next_poll:
+                    next_poll = time.time() + 2.0
+                    if self.ended():
+                        break
+                if time.time() > deadline:
+                    self.rec["status"] = "timeout"
+                    break
+                time.sleep(0.1)
+            self.collect(first, last)
+        except (RuntimeError, TimeoutError, ValueError, subprocess.SubprocessError) as e:
+            self.rec["error"] = str(e)
+        finally:
+            self.stop()
+        self.rec["wall_s"] = time.time() - start
+        if self.rec["status"] != "ok":
+            self.rec["logs"] = {l: tail(os.path.join(self.dir, l + ".log"))
+                                for l in self.procs}
+        shutil.rmtree(self.dir, ignore_errors=True)   # what matters is in the record
+        return self.rec
+
+    def collect(self, first, last):
+        res = read_json(self.out) or {}
+        ranks = [res] + [read_json("%s.rank%d" % (self.out, r)) or {} for r in (1,)]
+        steps = res.get("steps") or len(res.get("step_s", []))
+        self.rec.update(steps=steps, params=res.get("params"), evals=res.get("evals", []),
+                        step_s=res.get("step_s", []), ps_stats=res.get("ps_stats"))
+        if self.rec["status"] != "timeout":
+            ok = "steps" in res and res["steps"] == self.steps and all("steps" in r for r in ranks)
+            if self.kind == "gradstream":
+                ok = ok and self.rec.get("job_state") == "COMPLETED"
+            self.rec["status"] = "ok" if ok else "failed"
+        n = max(1, len(res.get("step_s", [])))
+        cpu = {"script%d" % i: r["cpu_s"] / r["steps"] for i, r in enumerate(ranks)
+               if r.get("steps")}
+        if first and last:
+            for label, c0 in first["cpu"].items():
+                c1 = last["cpu"].get(label)
+                if c0 is not None and c1 is not None:
+                    cpu[label] = (c1 - c0) / n
+            self.rec["net_bytes_per_step"] = {
+                node: (sum(last["net"][node]) - sum(first["net"][node])) / n
+                for node in last["net"]}
+            self.rec["loop_wall_s"] = last["t"] - first["t"]
+        self.rec["cpu_s_per_step"] = cpu
+        # Each rank's own namespace over its loop: [tx, rx] per step.
+        self.rec["script_tx_rx_per_step"] = [[r["net_tx"] / r["steps"], r["net_rx"] / r["steps"]]
+                                             for r in ranks if r.get("steps")]
+
+    def stop(self):
+        if self.kind == "gradstream" and self.rec.get("job_state") not in (
+                "COMPLETED", "FAILED", "CANCELLED") and hasattr(self, "job"):
+            try:
+                self.cli("cancel", self.job, timeout=10)
+            except (RuntimeError, subprocess.SubprocessError):
+                pass
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.time() + 10
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.net.kill_all()   # the scripts gs_worker started, if any outlived it
+
+
+def rotated(names, k):
+    k %= len(names)
+    return names[k:] + names[:k]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="widecnn,resnet,lstm")
+    ap.add_argument("--rates", default="1gbit,100mbit,none", help="tbf rates; none = unshaped")
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--rate_steps", default="",
+                    help="steps at a given rate, e.g. 100mbit=60 (default: --steps)")
+    ap.add_argument("--eval_every", type=int, default=25)
+    ap.add_argument("--test_limit", type=int, default=10000)
+    ap.add_argument("--global_batch", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--deadline", type=float, default=900, help="seconds per run")
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--blas_dir", default="",
+                    help="LD_LIBRARY_PATH for the scripts, e.g. "
+                         "/usr/lib/x86_64-linux-gnu/openblas-pthread (see the README)")
+    ap.add_argument("--results", default=os.path.join(HERE, "results"))
+    ap.add_argument("--name", default="", help="file name stem of the results (default: UTC time)")
+    ap.add_argument("--report", nargs="+", metavar="JSON",
+                    help="only write the table and PNGs from these result files")
+    args = ap.parse_args()
+    if args.report:
+        runs = [r for f in args.report for r in json.load(open(f))["runs"]]
+        stem = (os.path.join(args.results, args.name) if args.name else
+                os.path.splitext(args.report[0])[0])
+        report.write(runs, stem)
+        return 0
+    if os.geteuid() != 0:
+        print("run.py needs root for ip netns and tc: sudo %s" % " ".join(sys.argv),
+              file=sys.stderr)
+        return 2
+    args.build = os.path.abspath(args.build)
+    for rel in ("server/shard/gs_shard", "server/coordinator/gs_coordinator",
+                "worker/trainer/gs_worker", "cli/gradstream", "python/gradstream/_lib.py"):
+        if not os.path.exists(os.path.join(args.build, rel)):
+            print("missing %s in --build %s: cmake --build %s --target gs_shard gs_coordinator "
+                  "gs_worker gradstream gs_python" % (rel, args.build, args.build),
+                  file=sys.stderr)
+            return 2
+    blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    if not args.blas_dir and "/blas/" in blas:
+        print("note: torch will use the reference BLAS (%s), which makes the wide layers' "
+              "compute ~40x slower; see the README's --blas_dir" % blas, file=sys.stderr)
+    systems = args.systems.split(",")
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        print("unknown systems %s (want %s)" % (unknown, ",".join(SYSTEMS)), file=sys.stderr)
+        return 2
+    rate_steps = dict(kv.split("=") for kv in args.rate_steps.split(",") if kv)
+    os.makedirs(args.results, exist_ok=True)
+    stem = os.path.join(args.results, args.name or time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    out = {"command": " ".join(sys.argv), "started": time.strftime("%FT%TZ", time.gmtime()),
+           "host_cpus": os.cpu_count(), "blas_dir": args.blas_dir, "runs": []}
+    # SIGTERM ends the runs as Ctrl-C does: through the finally blocks.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    port = 29500
+    try:
+        for rnd in range(1, args.rounds + 1):
+            for rate in args.rates.split(","):
+                with Network(["a", "b", "c", "d"], rate) as net:
+                    for model in args.models.split(","):
+                        steps = int(rate_steps.get(rate, args.steps))
+                        for name in rotated(systems, rnd - 1):
+                            port += 1
+                            print("round %d, %s, %s, %s: %d steps" % (rnd, rate, model, name,
+                                                                     steps), flush=True)
+                            rec = Run(args, net, name, model, steps, rnd).execute(port)
+                            out["runs"].append(rec)
+                            print("  " + report.one_line(rec), flush=True)
+                            with open(stem + ".json", "w") as f:
+                                json.dump(out, f, indent=1)
+    except KeyboardInterrupt:
+        print("interrupted: the runs so far are in %s.json" % stem, file=sys.stderr)
+    report.write(out["runs"], stem)
+    print("results: %s.json, %s.md, %s-<model>.png" % (stem, stem, stem))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

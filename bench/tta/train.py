@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""One training script for the time-to-accuracy benchmark (bench/tta/run.py),
+shared by PyTorch DDP and gradstream so that both train the same model from
+the same seeded initialization on the same samples per step.
+
+    --system ddp         one rank of torch DDP (gloo; env rendezvous from
+                         --master/--rank/--world); --ddp_hook fp32|fp16|
+                         powersgd|batched_powersgd picks the comm hook.
+    --system gradstream  run by gs_worker (`gradstream submit --entrypoint`):
+                         the package's public API only (gs.init,
+                         gs.ParameterServer, gs.shard, ps.step, ps.report,
+                         ps.stats); the optimizer runs on the shards.
+    --system local       single process, no network (the package's local
+                         mode: the same momentum-SGD formula).
+
+Models (--model), written the way users write them: `widecnn` (two convs,
+then Linear layers 2048 wide: 6.4M parameters) and `resnet` (a small ResNet
+with BatchNorm) on Fashion-MNIST; `lstm` (a character LSTM) on the text of
+Debian's `fortunes` package, reporting next-character accuracy and
+perplexity.
+
+NOTE: [same samples] The global batch (--global_batch) is split across the
+2 ranks exactly as gs.shard(..., global_batch_size=B) splits it: rank r takes
+every world_size-th index of each global batch. DDP ranks draw the global
+batch through gs.shard in local mode (world size 1, the same permutation a
+job's first membership epoch draws) and slice [rank::world], so DDP's
+averaged gradient is the average the shards compute.
+
+Rank 0 evaluates every --eval_every steps (and at step 0 and the last step),
+outside the timed step, and rewrites --out (JSON) after each evaluation, so
+a run that is killed at its deadline leaves what it reached. Every rank
+writes its own --out.rankN with its step times, CPU seconds (getrusage,
+evaluations excluded) and its namespace's interface bytes over the loop.
+"""
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import resource
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import gradstream.torch as gs
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FMNIST = "/usr/share/datasets/fashion-mnist"
+FORTUNES = "/usr/share/games/fortunes"
+
+
+# -- data
+
+def example(name):
+    """examples/<name>/train.py as a module: its reader and blocks are used
+    as they are (one piece of code for one job)."""
+    spec = importlib.util.spec_from_file_location(
+        name + "_example", os.path.join(REPO, "examples", name, "train.py"))
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    return ex
+
+
+def fashion_mnist(test_limit):
+    ex = example("fashion_mnist")
+    x, y = ex.load(FMNIST, "train")
+    tx, ty = ex.load(FMNIST, "test")
+    return (x, y), (tx[:test_limit], ty[:test_limit]), 10
+
+
+def fortunes(seq_len, test_limit):
+    """The fortunes package's English text as bytes, windows of seq_len + 1
+    characters: the last 10% of the text is the test set."""
+    names = sorted(n for n in os.listdir(FORTUNES)
+                   if "." not in n and n not in ("ascii-art", "art") and
+                   os.path.isfile(os.path.join(FORTUNES, n)) and
+                   not os.path.islink(os.path.join(FORTUNES, n)))
+    if not names:
+        raise FileNotFoundError("no fortune files in %s (apt-get install fortunes)" % FORTUNES)
+    text = b"".join(open(os.path.join(FORTUNES, n), "rb").read() for n in names)
+    vocab = sorted(set(text))
+    lut = torch.zeros(256, dtype=torch.long)
+    lut[torch.tensor(vocab)] = torch.arange(len(vocab))
+    ids = lut[torch.frombuffer(bytearray(text), dtype=torch.uint8).long()]
+    cut = int(len(ids) * 0.9)
+
+    def windows(t):
+        n = (len(t) - 1) // seq_len
+        return t[:n * seq_len].view(n, seq_len), t[1:n * seq_len + 1].view(n, seq_len)
+    test = windows(ids[cut:])
+    return windows(ids[:cut]), (test[0][:test_limit], test[1][:test_limit]), len(vocab)
+
+
+# -- models
+
+class WideCNN(nn.Module):
+    """A few convolutions, then a fully connected head thousands wide."""
+
+    def __init__(self, width=2048):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5)
+        self.conv2 = nn.Conv2d(32, 64, 5)
+        self.fc1 = nn.Linear(64 * 4 * 4, width)
+        self.fc2 = nn.Linear(width, width)
+        self.fc3 = nn.Linear(width, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc3(F.relu(self.fc2(x)))
+
+
+class ResNet(nn.Module):
+    """ResNet-8 style: a stem and three stages of one basic block each (the
+    resnet_synthetic example's Block), for 1-channel images."""
+
+    def __init__(self, widths=(16, 32, 64)):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, widths[0], 3, 1, 1, bias=False),
+                                  nn.BatchNorm2d(widths[0]), nn.ReLU())
+        blocks, cin = [], widths[0]
+        for i, w in enumerate(widths):
+            blocks.append(example("resnet_synthetic").Block(cin, w, 1 if i == 0 else 2))
+            cin = w
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(cin, 10)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class CharLSTM(nn.Module):
+    def __init__(self, vocab, embed=32, hidden=256):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.lstm = nn.LSTM(embed, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, x):
+        return self.head(self.lstm(self.embed(x))[0])
+
+
+def build(model, classes):
+    if model == "widecnn":
+        return WideCNN()
+    if model == "resnet":
+        return ResNet()
+    return CharLSTM(classes)
+
+
+def loss_of(net, xb, yb):
+    out = net(xb)
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), yb.reshape(-1))
+
+
+@torch.no_grad()
+def evaluate(net, x, y):
+    """(accuracy, mean cross-entropy) on the test set; for the LM accuracy is
+    per next character and exp(loss) the perplexity."""
+    net.eval()
+    correct = total = 0
+    loss = 0.0
+    for i in range(0, len(x), 500):
+        out = net(x[i:i + 500])
+        out, t = out.reshape(-1, out.shape[-1]), y[i:i + 500].reshape(-1)
+        correct += (out.argmax(1) == t).sum().item()
+        loss += F.cross_entropy(out, t, reduction="sum").item()
+        total += t.numel()
+    net.train()
+    return correct / total, loss / total
+
+
+# -- DDP
+
+def ddp_wrap(net, args):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo", init_method="tcp://" + args.master, rank=args.rank,
+                            world_size=args.world)
+    ddp = DDP(net)
+    if args.ddp_hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif args.ddp_hook in ("powersgd", "batched_powersgd"):
+        from powersgd_gloo import register
+        register(ddp, args.ddp_hook, args.powersgd_rank)
+    return ddp
+
+
+def ddp_batches(data, args):
+    """This rank's share of each global batch: see [same samples]."""
+    while True:
+        for xb, yb in gs.shard(data, global_batch_size=args.global_batch, seed=args.seed):
+            yield xb[args.rank::args.world], yb[args.rank::args.world]
+
+
+# -- measurement
+
+def cpu_s():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def net_bytes():
+    """tx + rx bytes of this namespace's interfaces (all but loopback); the
+    same count for DDP and gradstream."""
+    tx = rx = 0
+    for dev in os.listdir("/sys/class/net"):
+        if dev == "lo":
+            continue
+        base = os.path.join("/sys/class/net", dev, "statistics")
+        tx += int(open(os.path.join(base, "tx_bytes")).read())
+        rx += int(open(os.path.join(base, "rx_bytes")).read())
+    return tx, rx
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--system", choices=("ddp", "gradstream", "local"), required=True)
+    ap.add_argument("--model", choices=("widecnn", "resnet", "lstm"), default="widecnn")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--global_batch", type=int, default=64)
+    ap.add_argument("--eval_every", type=int, default=25)
+    ap.add_argument("--test_limit", type=int, default=10000,
+                    help="test images (vision) / test windows (LM) evaluated")
+    ap.add_argument("--seq_len", type=int, default=32, help="LM: characters per sample")
+    ap.add_argument("--lr", type=float, default=0.02, help="DDP and local; a job's is submit --lr")
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
+    ap.add_argument("--ddp_hook", default="fp32",
+                    choices=("fp32", "fp16", "powersgd", "batched_powersgd"))
+    ap.add_argument("--powersgd_rank", type=int, default=4)
+    ap.add_argument("--master", default="127.0.0.1:29500", help="DDP: rank 0's HOST:PORT")
+    ap.add_argument("--rank", type=int, default=0, help="DDP rank")
+    ap.add_argument("--world", type=int, default=1, help="DDP world size")
+    ap.add_argument("--out", required=True, help="rank 0's result JSON; rank r adds .rank<r>")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    if args.model == "lstm":
+        train, test, classes = fortunes(args.seq_len, args.test_limit)
+    else:
+        train, test, classes = fashion_mnist(args.test_limit)
+    gs.init()
+    torch.manual_seed(args.seed)
+    net = build(args.model, classes)
+    params = sum(p.numel() for p in net.parameters())
+
+    if args.system == "gradstream":
+        ps = gs.ParameterServer(net)
+        rank = gs.rank()
+        batches = gs.shard(train, global_batch_size=args.global_batch, steps=args.steps,
+                           seed=args.seed)
+        fwd = net
+    else:
+        ps = None
+        rank = args.rank if args.system == "ddp" else 0
+        if args.system == "local":
+            args.world, args.rank = 1, 0
+        fwd = ddp_wrap(net, args) if args.system == "ddp" else net
+        opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
+        batches = ddp_batches(train, args)
+
+    out = args.out if rank == 0 else "%s.rank%d" % (args.out, rank)
+    result = {"system": args.system, "model": args.model, "rank": rank, "params": params,
+              "steps_wanted": args.steps, "global_batch": args.global_batch,
+              "ddp_hook": args.ddp_hook if args.system == "ddp" else None,
+              "step_s": [], "evals": []}
+
+    def write():
+        tmp = out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f)
+        os.replace(tmp, out)
+
+    train_s = 0.0   # wall-clock of the timed steps, evaluations excluded
+    eval_cpu = 0.0
+
+    def evaluation(step, loss):
+        nonlocal eval_cpu
+        c = cpu_s()
+        acc, test_loss = evaluate(net, *test)
+        eval_cpu += cpu_s() - c
+        if ps is not None:
+            ps.report(acc)
+        result["evals"].append({"step": step, "train_s": train_s, "accuracy": acc,
+                                "test_loss": test_loss, "perplexity": math.exp(test_loss),
+                                "train_loss": loss})
+        print("%s %s step %d: train %.1fs, test accuracy %.4f, loss %.4f" %
+              (args.system, args.model, step, train_s, acc, test_loss), flush=True)
+
+    if rank == 0:
+        evaluation(0, None)
+        write()
+    cpu0, (tx0, rx0) = cpu_s(), net_bytes()
+    step = 0
+    while step < args.steps:
+        t0 = time.perf_counter()
+        try:
+            xb, yb = next(batches)
+        except StopIteration:
+            break
+        loss = loss_of(fwd, xb, yb)
+        loss.backward()
+        if ps is not None:
+            ps.step(loss)
+        else:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        step += 1
+        dt = time.perf_counter() - t0
+        train_s += dt
+        result["step_s"].append(dt)
+        if rank == 0 and (step % args.eval_every == 0 or step == args.steps):
+            evaluation(step, loss.item())
+            write()
+    tx1, rx1 = net_bytes()
+    result.update(steps=step, train_s=train_s, cpu_s=cpu_s() - cpu0 - eval_cpu,
+                  net_tx=tx1 - tx0, net_rx=rx1 - rx0)
+    if ps is not None:
+        result["ps_stats"] = ps.stats()
+    write()
+    if args.system == "ddp":
+        import torch.distributed as dist
+        dist.barrier()   # rank 0's last evaluation must not see rank 1 gone
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
