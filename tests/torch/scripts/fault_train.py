@@ -1,8 +1,10 @@
 """A small real training for faults_test.py: an MLP on Gaussian clusters
-(10 classes in 20 dimensions, seeded), a global batch of 64, --steps
-clocks slowed by --sleep seconds each so that a fault lands mid-job. Every
-member evaluates the final parameters and reports the accuracy, as the
-built-in trainer does, so the job's accuracy survives any one member."""
+(10 classes in 20 dimensions, seeded, overlapping enough that 400 clocks
+single-process reach 0.89, not 1.0: an accuracy bound can fail), a
+global batch of 64, --steps clocks slowed by --sleep seconds each so that
+a fault lands mid-job. Every member evaluates the final parameters and
+reports the accuracy, as the built-in trainer does, so the job's accuracy
+survives any one member."""
 
 import argparse
 import time
@@ -16,7 +18,7 @@ import gradstream.torch as gs
 
 def data(n, seed):
     g = torch.Generator().manual_seed(seed)
-    centres = torch.randn(10, 20, generator=torch.Generator().manual_seed(1)) * 1.5
+    centres = torch.randn(10, 20, generator=torch.Generator().manual_seed(1)) * 0.7
     y = torch.randint(0, 10, (n,), generator=g)
     return centres[y] + torch.randn(n, 20, generator=g), y
 
