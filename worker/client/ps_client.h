@@ -281,8 +281,8 @@ class PsClient {
                                                 absl::Duration timeout) = 0;
 
   // Tells every shard this worker's clock is now `clock`. Queued behind the
-  // pushes already made; FailedPrecondition after Leave or when a shard was
-  // given up.
+  // pushes already made; Cancelled after Leave (the client is stopped), the
+  // shard's error when a shard was given up.
   [[nodiscard]] virtual absl::Status AdvanceClock(uint64_t clock) = 0;
 
   // Waits until every push is acknowledged, sends Leave on every stream and

@@ -100,9 +100,16 @@ TEST(PsClientDeadline, EmptyJobIsInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A default handle is one for nothing: done, OK, never waited on.
 TEST(PsClientDeadline, DefaultHandlesAreDone) {
+  EXPECT_FALSE(PushHandle().valid());
+  EXPECT_FALSE(PullHandle().valid());
   EXPECT_TRUE(PsClient::Wait(PushHandle(), absl::ZeroDuration()).ok());
   EXPECT_TRUE(PsClient::Wait(PullHandle(), absl::ZeroDuration()).ok());
+  const uint32_t tensor = 0;
+  EXPECT_TRUE(PsClient::WaitTensors(PullHandle(), {&tensor, 1}, absl::ZeroDuration()).ok());
+  EXPECT_TRUE(PsClient::Progress(PullHandle()).settled);
+  EXPECT_EQ(PsClient::Progress(PullHandle()).chunks_done, 0u);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "worker/client/internal/tensor_encoder.h"
@@ -67,6 +68,19 @@ class PsClientTest : public ::testing::Test {
     c2_ = *std::move(c2);
     *init = InitValues(map);
     ASSERT_TRUE(c1_->InitParams(Spans(*init), kWait).ok());
+  }
+  // One shard and one worker in a sync SGD job on Map("none"), the
+  // parameters initialized to *init.
+  std::unique_ptr<PsClient> OneWorker(float lr, std::vector<std::vector<float>>* init) {
+    StartShards(1);
+    const ShardMap map = Map("none");
+    EXPECT_TRUE(testing::CreateJob(map, Sgd(lr), kWait).ok());
+    auto client = PsClient::Connect(map, Options());
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return nullptr;
+    *init = InitValues(map);
+    EXPECT_TRUE((*client)->InitParams(Spans(*init), kWait).ok());
+    return *std::move(client);
   }
   ShardMap Map(const std::string& codec, std::vector<std::string> addresses = {}) {
     if (addresses.empty()) addresses = Addresses();
@@ -304,14 +318,11 @@ TEST_F(PsClientTest, PushRejectedByTheShardCarriesItsStatus) {
 // it (see [step loop]). A pull whose handle is dropped writes nothing, and
 // the answers the shard still sends it count as discarded bytes.
 TEST_F(PsClientTest, AWaitThatTimesOutLeavesThePullGoing) {
-  StartShards(1);
-  ShardMap map = Map("none");
-  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.1f), kWait).ok());
-  auto client = PsClient::Connect(map, Options());
-  ASSERT_TRUE(client.ok());
-  PsClient& c = **client;
-  auto init = InitValues(map);
-  ASSERT_TRUE(c.InitParams(Spans(init), kWait).ok());
+  std::vector<std::vector<float>> init;
+  std::unique_ptr<PsClient> client = OneWorker(0.1f, &init);
+  ASSERT_NE(client, nullptr);
+  PsClient& c = *client;
+  const ShardMap& map = c.shard_map();
   // Sync mode, one worker: version 3 comes once clocks 0..2 are pushed.
   std::vector<std::vector<float>> got = {std::vector<float>(100000, -1.0f),
                                          std::vector<float>(10, -1.0f)};
@@ -585,9 +596,19 @@ TEST_F(PsClientTest, LeaveClosesTheClient) {
   auto client = PsClient::Connect(map, Options());
   ASSERT_TRUE(client.ok());
   ASSERT_TRUE((*client)->Leave(kWait).ok());
+  // Unusable afterwards, and says so: every call fails at once with the
+  // stopped client's status, nothing is sent.
   std::vector<float> g(10, 1.0f);
-  EXPECT_FALSE(PsClient::Wait((*client)->Push(1, g, 0), kWait).ok());
-  EXPECT_FALSE((*client)->AdvanceClock(2).ok());
+  const absl::Status push = PsClient::Wait((*client)->Push(1, g, 0), absl::ZeroDuration());
+  EXPECT_EQ(push.code(), absl::StatusCode::kCancelled) << push;
+  EXPECT_TRUE(absl::StrContains(push.message(), "client stopped")) << push;
+  const absl::Status clock = (*client)->AdvanceClock(2);
+  EXPECT_EQ(clock.code(), absl::StatusCode::kCancelled) << clock;
+  std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
+  EXPECT_EQ(PsClient::Wait((*client)->Pull(1, MutableSpans(got)), absl::ZeroDuration()).code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ((*client)->stats().chunks_pushed, 1u);  // encoded, never queued on a stream
+  EXPECT_EQ((*client)->stats().chunks_acked, 0u);
 }
 
 // [step loop]: a pull held by a straggler for longer than many wait slices
@@ -657,21 +678,18 @@ TEST_F(PsClientTest, StepLoopWaitsOnlyForTheTensorsAskedFor) {
 // [step loop]: a shard restarted without a checkpoint answers the pull with
 // DATA_LOSS; the loop sends the parameters it holds (reinit) and asks again.
 TEST_F(PsClientTest, StepLoopReinitializesAShardThatLostItsParameters) {
-  StartShards(1);
-  ShardMap map = Map("none");
-  ASSERT_TRUE(testing::CreateJob(map, Sgd(1.0f), kWait).ok());
-  auto client = PsClient::Connect(map, Options());
-  ASSERT_TRUE(client.ok());
-  auto init = InitValues(map);
-  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  std::vector<std::vector<float>> init;
+  std::unique_ptr<PsClient> client = OneWorker(1.0f, &init);
+  ASSERT_NE(client, nullptr);
+  const ShardMap map = client->shard_map();
   int reinits = 0;
   StepLoopHooks hooks;
   hooks.reinit = [&](absl::Span<const absl::Span<float>> held) {
     ++reinits;
-    return (*client)->InitParams(std::vector<absl::Span<const float>>(held.begin(), held.end()),
-                                 kWait);
+    return client->InitParams(std::vector<absl::Span<const float>>(held.begin(), held.end()),
+                              kWait);
   };
-  StepLoop loop(client->get(), StepLoopOptions(), std::move(hooks));
+  StepLoop loop(client.get(), StepLoopOptions(), std::move(hooks));
   std::vector<std::vector<float>> params = {std::vector<float>(100000), std::vector<float>(10)};
   loop.StartPull(0, MutableSpans(params));
   ASSERT_TRUE(loop.WaitTensors({}).ok());
