@@ -185,7 +185,18 @@ class Coordinator {
   // Writes the whole state (see JobLog::Checkpoint); clears dirty_ on success.
   [[nodiscard]] absl::Status SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The shard table and the worker pool, for the state file.
-  void WriteRestLocked(gradstream::v1::CoordinatorState& state) const
+  void WriteRestLocked(gradstream::v1::CoordinatorState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A registration in the pool, not yet durable unless a save since carried
+  // it (see [registration group commit]).
+  struct Registered {
+    gradstream::v1::RegisterWorkerResponse response;
+    uint64_t sequence = 0;  // registrations_ after it
+  };
+  // Whether `request` is a new process of a worker that is in a job, which
+  // must first leave it (a write).
+  bool LeavesJobLocked(const gradstream::v1::RegisterWorkerRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Registered RegisterLocked(const gradstream::v1::RegisterWorkerRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint32_t> AddShardLocked(const std::string& address, bool healthy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -286,6 +297,11 @@ class Coordinator {
   std::vector<Shard> shards_ ABSL_GUARDED_BY(mu_);  // index = shard_id - 1
   // The worker pool or the shard table changed since the last write.
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  // Registrations so far, in the state being written, and known written
+  // (see [registration group commit]).
+  uint64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t copied_registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t saved_registrations_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_probe_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(write_mu_);  // one Tick at a time

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
@@ -804,6 +805,36 @@ TEST_F(CoordinatorTest, HeartbeatsAndReadsDoNotWaitForAStateWriteOnDisk) {
   EXPECT_EQ(Job().desired_workers(), 2u);
   // What the heartbeat reported while the write was on disk is kept.
   EXPECT_EQ(Job().members(0).clock(), 3u);
+  c_.reset();  // before `env`
+}
+
+TEST_F(CoordinatorTest, RegistrationsDuringAWriteShareTheNextWrite) {
+  StallingEnv env;
+  env_override_ = &env;
+  Open();
+  env.Arm();
+  auto first = std::async(std::launch::async, [&] { return AddWorker().first; });
+  ASSERT_TRUE(env.WaitStalled());
+  // Five more while the first one's write is on disk: in the pool at once.
+  std::vector<std::future<uint64_t>> more;
+  for (int i = 0; i < 5; ++i) {
+    more.push_back(std::async(std::launch::async, [&] { return AddWorker().first; }));
+  }
+  bool pooled = false;
+  for (absl::Time until = absl::Now() + absl::Seconds(5); !pooled && absl::Now() < until;) {
+    pooled = c_->GetCluster().workers_size() == 6;
+    if (!pooled) absl::SleepFor(absl::Milliseconds(10));
+  }
+  metrics::Histogram* saves = metrics_.GetHistogram("gs_coordinator_state_save_seconds", "", {});
+  const uint64_t before = saves->count();  // the first write is not counted yet
+  env.Release();
+  std::set<uint64_t> ids = {first.get()};
+  for (auto& f : more) ids.insert(f.get());
+  ASSERT_TRUE(pooled) << "registrations waited for the write on disk";
+  EXPECT_EQ(ids.size(), 6u);
+  EXPECT_LE(saves->count(), before + 2);  // the first write and one for the five
+  Open();  // every answered registration is on disk
+  EXPECT_EQ(c_->GetCluster().workers_size(), 6);
   c_.reset();  // before `env`
 }
 
