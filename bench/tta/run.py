@@ -55,7 +55,7 @@ SYSTEMS = {
     "gs-ternary": ("gradstream", "ternary"),
     "gs-onebit": ("gradstream", "onebit"),
 }
-LR = {"widecnn": 0.02, "resnet": 0.05, "lstm": 0.5}
+LR = {"widecnn": 0.02, "resnet": 0.05, "lstm": 1.0}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
