@@ -12,10 +12,10 @@ touching torch:
    all_reduce race, and the two ranks issue them in different orders; gloo
    matches collectives by the order they are issued on the process group
    (its sequence tag), so rank 0's P of one bucket meets rank 1's
-   uncompressed tensors of another. NCCL hides this because its callbacks
-   run in stream order. Fix: `serialized` waits for each bucket's whole
-   chain before returning, so every collective is issued in the same order
-   on both ranks (bucket by bucket). It costs the overlap of one bucket's
+   uncompressed tensors of another (reproduced here: rank 1 aborts with
+   "8232 vs 2144" once PowerSGD starts, at step 10). Fix: `serialized`
+   waits for each bucket's whole chain before returning, so every
+   collective is issued in the same order on both ranks (bucket by bucket). It costs the overlap of one bucket's
    communication with the next bucket's backward, which gloo on CPU barely
    had; single-bucket DDP (bucket_cap_mb above the model) is not enough,
    because DDP rebuilds its buckets after the first step with a 1 MB first

@@ -55,7 +55,7 @@ SYSTEMS = {
     "gs-ternary": ("gradstream", "ternary"),
     "gs-onebit": ("gradstream", "onebit"),
 }
-LR = {"widecnn": 0.02, "resnet": 0.05, "lstm": 0.5}
+LR = {"widecnn": 0.02, "resnet": 0.05, "lstm": 1.0}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -194,7 +194,9 @@ class Run:
 
     def ended(self):
         if self.kind == "ddp":
-            return all(self.procs["rank%d" % r].poll() is not None for r in (0, 1))
+            # A rank that failed leaves the other waiting in gloo: the run is over.
+            codes = [self.procs["rank%d" % r].poll() for r in (0, 1)]
+            return all(c is not None for c in codes) or any(c not in (None, 0) for c in codes)
         st = self.job_status()
         state = st.get("state")
         # What the job ran with (the codec policy, as `gradstream status` shows it).

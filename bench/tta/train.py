@@ -159,9 +159,35 @@ def loss_of(net, xb, yb):
 
 
 @torch.no_grad()
-def evaluate(net, x, y):
+def recompute_batchnorm(net, x, batches=8, batch=64):
+    """NOTE: [eval batchnorm] BatchNorm's running statistics are buffers
+    that trail the parameters (momentum 0.1 over 32-sample batches); early in
+    training, with the parameters moving fast, evaluating with them made the
+    ResNet's test accuracy swing by 20-30 points between neighbouring
+    evaluations and between runs that differ only in rounding (DDP fp32
+    against fp16), while the training loss agreed. So before each
+    evaluation they are recomputed from the current parameters over the
+    same fixed training samples (a cumulative average, as NOTE [buffers] in
+    python/gradstream/torch.py describes): the accuracy is then a function
+    of the parameters alone, the same for DDP and gradstream."""
+    bns = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None
+    net.train()
+    for i in range(batches):
+        net(x[i * batch:(i + 1) * batch])
+    for m in bns:
+        m.momentum = 0.1
+
+
+@torch.no_grad()
+def evaluate(net, x, y, train_x):
     """(accuracy, mean cross-entropy) on the test set; for the LM accuracy is
     per next character and exp(loss) the perplexity."""
+    recompute_batchnorm(net, train_x)
     net.eval()
     correct = total = 0
     loss = 0.0
@@ -285,7 +311,7 @@ def main():
     def evaluation(step, loss):
         nonlocal eval_cpu
         c = cpu_s()
-        acc, test_loss = evaluate(net, *test)
+        acc, test_loss = evaluate(net, *test, train[0])
         eval_cpu += cpu_s() - c
         if ps is not None:
             ps.report(acc)
