@@ -216,8 +216,8 @@ class ParameterServer:
         [layer-wise wait]): before reading parameters outside a forward."""
         if self._local is not None or all(self._ready):
             return
-        n = len(self._params)
-        self._wait((ctypes.c_uint32 * 0)(), list(range(n)))
+        every = list(range(len(self._params)))
+        self._wait((ctypes.c_uint32 * len(every))(*every), every)
 
     def _push(self, i, grad):
         s = self._session
