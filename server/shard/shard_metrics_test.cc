@@ -10,8 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/executor.h"
 #include "gtest/gtest.h"
-#include "server/shard/executor.h"
 #include "server/shard/job.h"
 
 namespace gradstream::shard {
