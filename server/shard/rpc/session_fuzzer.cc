@@ -55,9 +55,9 @@
 #include "glog/logging.h"
 #include "ps.pb.h"
 #include "server/shard/checkpoint.h"
-#include "server/shard/internal/worker_frame.h"
 #include "server/shard/job.h"
-#include "server/shard/session_handler.h"
+#include "server/shard/rpc/internal/worker_frame.h"
+#include "server/shard/rpc/session_handler.h"
 
 namespace gradstream::shard {
 namespace {

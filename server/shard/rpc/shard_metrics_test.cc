@@ -1,6 +1,6 @@
 // In-process tests of the shard's Prometheus export: JobStats become the
 // gs_shard_* series at scrape time, and a job that goes away loses them.
-#include "server/shard/shard_metrics.h"
+#include "server/shard/rpc/shard_metrics.h"
 
 #include <cstring>
 #include <memory>

@@ -24,7 +24,7 @@
 #include "common/rpc/flags.h"
 #include "common/rpc/malloc_tuning.h"
 #include "glog/logging.h"
-#include "server/shard/shard_server.h"
+#include "server/shard/rpc/shard_server.h"
 
 // From SIGTERM/SIGINT to exit at the latest (compose and Kubernetes wait
 // 10 s, then kill).
