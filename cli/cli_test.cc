@@ -12,9 +12,29 @@
 #include "cli/render.h"
 #include "cli/spec_input.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace gradstream::cli {
 namespace {
+
+TEST(HealthJson, QuotesBackslashesAndControlCharactersParseBack) {
+  const std::string address = std::string("we\"ird\\host\n\t\x01\x1f\x7f:70") + '\0' + "70";
+  const std::string line = HealthJson(address, "SERVING");
+  EXPECT_EQ(line.find('\n'), std::string::npos) << "one line: " << line;
+  EXPECT_NE(line.find("\\u0001"), std::string::npos) << line;
+  const nlohmann::json back = nlohmann::json::parse(line);
+  EXPECT_EQ(back.at("address").get<std::string>(), address);
+  EXPECT_EQ(back.at("status").get<std::string>(), "SERVING");
+  EXPECT_EQ(back.size(), 2u);
+}
+
+TEST(HealthJson, BytesThatAreNotUtf8BecomeReplacementCharacters) {
+  // nlohmann would throw on them by default; the CLI must print, not abort.
+  const std::string line = HealthJson("host\xff\xfe:1", "NOT_SERVING");
+  const nlohmann::json back = nlohmann::json::parse(line);
+  EXPECT_EQ(back.at("address").get<std::string>(), "host\xEF\xBF\xBD\xEF\xBF\xBD:1");
+  EXPECT_EQ(back.at("status").get<std::string>(), "NOT_SERVING");
+}
 
 TEST(Args, FlagsAnywhereAndPositionalsInOrder) {
   auto a = Args::Parse({"scale", "--workers", "4", "job-1", "--json", "--timeout=2s"}, {"json"});

@@ -362,9 +362,8 @@ int CmdHealth(const Context& ctx, const Args& args) {
     return ExitFor(s);
   }
   const std::string status = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
-  ctx.json ? (void)(std::cout << "{\"address\": \"" << address << "\", \"status\": \"" << status
-                              << "\"}\n")
-           : (void)(std::cout << address << ": " << status << "\n");
+  std::cout << (ctx.json ? HealthJson(address, status) : absl::StrCat(address, ": ", status))
+            << "\n";
   return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? kOk : kOther;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job/job_state.h"
+#include "nlohmann/json.hpp"
 
 namespace gradstream::cli {
 
@@ -357,6 +358,12 @@ std::string ProgressLine(const v1::JobStatus& j, int width) {
                       j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds
                           ? absl::StrFormat(" | stalled for %.0f s", p.stalled_seconds())
                           : "");
+}
+
+std::string HealthJson(const std::string& address, const std::string& status) {
+  const nlohmann::ordered_json out = {{"address", address}, {"status", status}};
+  return out.dump(/*indent=*/-1, ' ', /*ensure_ascii=*/false,
+                  nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace gradstream::cli

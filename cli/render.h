@@ -32,6 +32,11 @@ std::string RenderCluster(const gradstream::v1::ClusterStatus& cluster, int64_t 
 // the bar's width in characters (0 = no bar).
 std::string ProgressLine(const gradstream::v1::JobStatus& job, int width);
 
+// `health --json`: {"address": ..., "status": ...} on one line, written by
+// nlohmann::json (any byte of either string is escaped; bytes that are not
+// UTF-8 become U+FFFD).
+std::string HealthJson(const std::string& address, const std::string& status);
+
 }  // namespace gradstream::cli
 
 #endif  // GRADSTREAM_CLI_RENDER_H_

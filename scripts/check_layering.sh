@@ -7,6 +7,13 @@
 #   cli/    may include  common/, cli/
 # (generated proto headers and third-party headers are not project folders).
 # tests/ and bench/ drive real processes and may include anything.
+#
+# Inside server/shard/, the shard's core (everything but server/shard/rpc/:
+# jobs, membership, consistency, optimizer calls, the pull schedule,
+# checkpoints, the publisher) includes no generated protobuf header (*.pb.h),
+# no gRPC header, nothing of server/shard/rpc/ and no project header that
+# includes one of those, however indirectly: the wire and the network are the
+# edge's (server/shard/rpc/), so the core is tested and fuzzed as plain C++.
 # Prints every violation as FILE:LINE: INCLUDE and exits 1 if there is one.
 # ctest runs it (label lint), so CI fails when the rule is broken.
 set -euo pipefail
@@ -29,5 +36,51 @@ for layer in common server worker cli; do
     status=1
   fi
 done
-if [ $status -eq 0 ]; then echo "layering: ok (common <- server, worker, cli)"; fi
+
+# The shard's core. A header is "wire" when it is generated protobuf, gRPC,
+# in server/shard/rpc/, or a project header that includes a wire header
+# (computed to a fixed point over every project header, in one awk pass).
+core_bad=$(
+  find common server worker cli -type f \( -name '*.h' -o -name '*.cuh' -o -name '*.cc' \) -print0 |
+    xargs -0 grep -HnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]' |
+    awk '
+      {
+        # FILE:LINE:#include "x" -> file, line, included name
+        file = $0; sub(/:.*/, "", file)
+        rest = substr($0, length(file) + 2)
+        line = rest; sub(/:.*/, "", line)
+        inc = rest; sub(/^[^<"]*[<"]/, "", inc); sub(/[>"].*/, "", inc)
+        n++; F[n] = file; L[n] = line; I[n] = inc
+        if (inc ~ /\.pb\.h$/ || inc ~ /^grpc(pp)?\// || inc ~ /^server\/shard\/rpc\//) {
+          if (!(file in wire) && file ~ /\.(h|cuh)$/) wire[file] = "includes " inc
+        }
+      }
+      END {
+        do {
+          changed = 0
+          for (k = 1; k <= n; k++) {
+            if (F[k] ~ /\.(h|cuh)$/ && !(F[k] in wire) && (I[k] in wire)) {
+              wire[F[k]] = "includes " I[k] ", which " wire[I[k]]; changed = 1
+            }
+          }
+        } while (changed)
+        for (k = 1; k <= n; k++) {
+          if (F[k] !~ /^server\/shard\// || F[k] ~ /^server\/shard\/rpc\//) continue
+          inc = I[k]
+          if (inc ~ /\.pb\.h$/ || inc ~ /^grpc(pp)?\// || inc ~ /^server\/shard\/rpc\//) {
+            print F[k] ":" L[k] ": " inc " (a generated protobuf, gRPC or server/shard/rpc/ header)"
+          } else if (inc in wire) {
+            print F[k] ":" L[k] ": " inc " (" inc " " wire[inc] ")"
+          }
+        }
+      }' | sort -t: -k1,1 -k2,2n
+)
+if [ -n "$core_bad" ]; then
+  echo "layering: the shard's core (server/shard/ but rpc/) may include no protobuf, gRPC or rpc/ header:"
+  printf '%s\n' "$core_bad" | sed 's/^/  /'
+  status=1
+fi
+if [ $status -eq 0 ]; then
+  echo "layering: ok (common <- server, worker, cli; the shard's core free of protobuf and gRPC)"
+fi
 exit $status

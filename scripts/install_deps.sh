@@ -10,6 +10,7 @@ PKGS=(
   libabsl-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libeigen3-dev libssl-dev openssl zlib1g-dev
+  nlohmann-json3-dev  # JSON the CLI writes by hand otherwise (health --json)
   dataset-fashion-mnist  # real data: worker_data_test and the convergence test use it
   clang llvm iproute2 python3 procps gnuplot-nox
   python3-grpcio python3-grpc-tools  # tests/security/hostile_test.py: a second client

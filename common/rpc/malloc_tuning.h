@@ -6,7 +6,7 @@ namespace gradstream::rpc {
 
 // NOTE: [receive memory] gRPC reads each message into fresh 64 KiB slices
 // and protobuf gave each push payload a fresh string (now pooled: see [push
-// frames] in server/shard/internal/worker_frame.h). With glibc's defaults
+// frames] in server/shard/rpc/internal/worker_frame.h). With glibc's defaults
 // freed memory at the top of a heap is handed back to the kernel past 128 KiB
 // (the trim threshold, raised only as far as twice the largest mmapped
 // block freed) and blocks past the mmap threshold are mmapped afresh, so the

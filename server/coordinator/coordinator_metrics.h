@@ -1,7 +1,7 @@
 // The coordinator's Prometheus series (gs_coordinator_*, and gs_job_*
 // labelled job="..."), served by gs_coordinator --metrics_port. The
 // coordinator's logic reports events and counts here and never names a
-// series itself, as the shard does through server/shard/shard_metrics.h.
+// series itself, as the shard does through server/shard/rpc/shard_metrics.h.
 #ifndef GRADSTREAM_SERVER_COORDINATOR_COORDINATOR_METRICS_H_
 #define GRADSTREAM_SERVER_COORDINATOR_COORDINATOR_METRICS_H_
 

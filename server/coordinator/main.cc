@@ -9,12 +9,12 @@
 #include <fstream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/log_flags.h"
 #include "common/metrics/metrics_server.h"
 #include "common/port_file.h"
 #include "common/rpc/flags.h"
@@ -53,9 +53,7 @@ void OnSignal(int) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("gradstream coordinator: gs_coordinator --port=7070 --state_file=F");
-  absl::ParseCommandLine(argc, argv);
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
+  gradstream::ParseFlagsAndInitLogging(argc, argv);  // [log flags]
 
   using gradstream::coordinator::Coordinator;
   gradstream::coordinator::CoordinatorOptions options;

@@ -354,7 +354,7 @@ void Job::Pull(PullArgs pull, PullCallback done) {
   }
   // Members only: a worker the coordinator is adding may ask before this
   // shard heard of its epoch. What others can park is bounded per stream
-  // (SessionHandler::kMaxPullsPerStream, the clamped timeout) and ends with
+  // (StreamPulls::kMaxWaiting, the clamped timeout: [pull schedule]) and ends with
   // the stream.
   if (membership_.IsCurrentMember(pull.worker)) {
     if (absl::Status s = membership_.CheckClock(pull.worker, pull.clock, pull_window_, "pull");

@@ -1,19 +1,16 @@
 // PullPublisher on its own: what a pull gets (deltas, snapshot, nothing),
 // that the published copy trails the parameters by a bounded residual, that
 // the history stays within a snapshot's weight, the checkpoint section, and
-// eager publication on the executor (see [eager publish]).
+// eager publication (see [eager publish]).
 #include "server/shard/pull_publisher.h"
 
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
 
-#include "absl/synchronization/notification.h"
 #include "common/codec/published.h"
 #include "gtest/gtest.h"
 #include "server/shard/checkpoint.h"
-#include "server/shard/executor.h"
 
 namespace gradstream::shard {
 namespace {
@@ -178,26 +175,6 @@ TEST(PullPublisher, EagerPublishIsWhatAPullWouldHavePublished) {
     EXPECT_EQ(a.held.checksum, b.held.checksum) << "version " << v;
     EXPECT_EQ(a.copy, b.copy);
   }
-}
-
-TEST(Executor, ParallelForRunsEveryItemOnceEvenFromAPoolThread) {
-  Executor executor(2);
-  std::vector<std::atomic<int>> hits(100);
-  executor.ParallelFor(hits.size(), 4, [&](size_t i) { hits[i].fetch_add(1); });
-  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
-  // From inside the pool, with every other thread busy: the caller does the
-  // work itself instead of waiting for a helper that cannot start.
-  absl::Notification release, done;
-  executor.Submit([&] { release.WaitForNotification(); });
-  std::atomic<int> sum{0};
-  executor.Submit([&] {
-    executor.ParallelFor(10, 4, [&](size_t i) { sum.fetch_add(static_cast<int>(i)); });
-    done.Notify();
-  });
-  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  EXPECT_EQ(sum.load(), 45);
-  release.Notify();
-  executor.ParallelFor(0, 4, [&](size_t) { ADD_FAILURE() << "no items"; });
 }
 
 TEST(PullPublisher, CheckpointKeepsThePublishedCopy) {

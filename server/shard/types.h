@@ -1,5 +1,6 @@
 // Plain structs the shard core works with. Protos stop at the RPC edge
-// (shard_service.cc converts); nothing below it includes generated headers.
+// (server/shard/rpc/ converts); nothing below it includes generated headers
+// (scripts/check_layering.sh checks it).
 #ifndef GRADSTREAM_SERVER_SHARD_TYPES_H_
 #define GRADSTREAM_SERVER_SHARD_TYPES_H_
 

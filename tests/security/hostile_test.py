@@ -11,7 +11,7 @@ could send (it holds a valid worker token of that job), and asserts
   - that the parameters of the attacked job are unchanged (pulled and
     compared) unless the case says how they change.
 Cases follow issue 15 (items 1-6) and the malformed-frame classes of
-tests/security/security_test.cc and server/shard/session_fuzzer.cc.
+tests/security/security_test.cc and server/shard/rpc/session_fuzzer.cc.
 
   hostile_test.py --shard=BIN --proto_dir=DIR --work_dir=DIR [-k NAME]
 Exit status 0 when every case passes. Bounded: well under 2 minutes.
@@ -41,7 +41,7 @@ OUT_OF_RANGE, UNAUTHENTICATED = 11, 16
 FAR = 1 << 62
 FLT_MAX = 3.4028234663852886e38
 N = 1024  # elements per chunk
-MAX_PULLS_PER_STREAM = 16  # SessionHandler::kMaxPullsPerStream
+MAX_PULLS_PER_STREAM = 16  # StreamPulls::kMaxWaiting in server/shard/stream_pulls.h
 PULL_TIMEOUT_MS = 3000  # the shard's --pull_timeout_ms here
 GOOD_STEP_LIMIT_S = 0.5  # a good client's step while (or after) the shard is attacked
 

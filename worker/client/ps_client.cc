@@ -9,9 +9,9 @@
 #include "common/buffer_pool.h"
 #include "common/codec/codec.h"
 #include "common/codec/wire.h"
+#include "common/executor.h"
 #include "common/status.h"
 #include "ps.pb.h"
-#include "worker/client/internal/encode_pool.h"
 #include "worker/client/internal/pending.h"
 #include "worker/client/internal/shard_stream.h"
 #include "worker/client/internal/tensor_encoder.h"
@@ -33,7 +33,7 @@ class PsClientImpl final : public PsClient {
         buffers_(options.buffer_pool_bytes),
         published_(ChunkElems(map)) {
     if (options.encode_threads > 0) {
-      encode_pool_ = std::make_unique<internal::EncodePool>(options.encode_threads);
+      encode_pool_ = std::make_unique<Executor>(options.encode_threads);
     }
   }
 
@@ -102,7 +102,7 @@ class PsClientImpl final : public PsClient {
       SendChunk(c, header, std::move(message), done);
     };
     if (encode_pool_ != nullptr && enc.num_chunks() > 1) {
-      encode_pool_->Run(enc.num_chunks(), encode_and_send);
+      encode_pool_->ParallelFor(enc.num_chunks(), encode_pool_->num_threads(), encode_and_send);
     } else {
       for (size_t i = 0; i < enc.num_chunks(); ++i) encode_and_send(i);
     }
@@ -301,7 +301,7 @@ class PsClientImpl final : public PsClient {
   internal::StreamCounters counters_;
   BufferPool buffers_;
   internal::PublishedCopies published_;  // pull codec: the copies pulls apply to
-  std::unique_ptr<internal::EncodePool> encode_pool_;  // null: encode on the caller
+  std::unique_ptr<Executor> encode_pool_;  // null: encode on the caller
   std::atomic<uint64_t> push_calls_{0}, chunks_pushed_{0}, bytes_pushed_{0},
       fp32_bytes_pushed_{0}, pull_calls_{0};
 };

@@ -24,12 +24,12 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util.h"
 #include "common/job/shard_map_proto.h"
+#include "common/log_flags.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/flags.h"
 #include "common/rpc/malloc_tuning.h"
@@ -428,9 +428,7 @@ class Worker {
 }  // namespace gradstream
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  google::InitGoogleLogging(argv[0]);
-  FLAGS_logtostderr = true;
+  gradstream::ParseFlagsAndInitLogging(argc, argv);  // [log flags]
   // Pull answers are large messages too: see [receive memory].
   if (!gradstream::rpc::KeepFreedMemoryForReuse()) {
     LOG(INFO) << "malloc settings for large messages not applied (not glibc malloc)";

@@ -1,10 +1,8 @@
 // Unit tests of the client's building blocks that need no network.
-#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/client/internal/encode_pool.h"
 #include "worker/client/internal/pending.h"
 #include "worker/client/internal/stream_lifecycle.h"
 
@@ -82,15 +80,6 @@ TEST(PullState, ShardFailureCarriesItsStatus) {
   f.state->Fail(0, absl::DeadlineExceededError("parked too long"));
   EXPECT_EQ(f.state->completion().Wait(absl::ZeroDuration()).code(),
             absl::StatusCode::kDeadlineExceeded);
-}
-
-TEST(EncodePool, RunsEveryIndexExactlyOnce) {
-  EncodePool pool(3);
-  for (size_t n : {0u, 1u, 2u, 7u, 100u}) {
-    std::vector<std::atomic<int>> hits(n);
-    pool.Run(n, [&](size_t i) { hits[i].fetch_add(1); });
-    for (size_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
-  }
 }
 
 TEST(StreamLifecycle, LeaveThenLeaveWrittenThenWriterExitCloses) {

@@ -16,7 +16,7 @@ namespace {
 
 // Requests one pull is split into per shard, at most (see [overlapped
 // pull]): with a second pull of the stream they stay under the shard's cap
-// of parked pulls per stream (SessionHandler::kMaxPullsPerStream, 16).
+// of parked pulls per stream (StreamPulls::kMaxWaiting, 16).
 constexpr size_t kMaxPullRequests = 6;
 // Chunks per request at least when a pull with no push to follow is split.
 constexpr size_t kMinChunksPerRequest = 4;

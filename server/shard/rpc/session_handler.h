@@ -4,8 +4,8 @@
 // converted back to ServerMessages. shard_server.cc's reactor feeds it from
 // the network; the protocol-message fuzzer (session_fuzzer.cc) feeds it
 // directly, so both exercise the same conversion and dispatch code.
-#ifndef GRADSTREAM_SERVER_SHARD_SESSION_HANDLER_H_
-#define GRADSTREAM_SERVER_SHARD_SESSION_HANDLER_H_
+#ifndef GRADSTREAM_SERVER_SHARD_RPC_SESSION_HANDLER_H_
+#define GRADSTREAM_SERVER_SHARD_RPC_SESSION_HANDLER_H_
 
 #include <cstdint>
 #include <functional>
@@ -19,6 +19,7 @@
 #include "ps.pb.h"
 #include "common/env/env.h"
 #include "server/shard/job.h"
+#include "server/shard/stream_pulls.h"
 #include "server/shard/types.h"
 
 namespace gradstream::shard {
@@ -40,17 +41,14 @@ class SessionHandler {
     // its result (see PullResultToProto), which keeps the stream open until
     // it ran. May run on any thread, before or after StartPull's caller
     // returns. An empty callback means the stream is gone: the pull is
-    // dropped. ResourceExhausted when kMaxPullsPerStream pulls of the
-    // stream are still unanswered: the handler answers the pull with it.
+    // dropped. ResourceExhausted when StreamPulls::kMaxWaiting pulls of
+    // the stream are still unanswered ([pull schedule]): the handler answers
+    // the pull with it.
     [[nodiscard]] virtual absl::StatusOr<PullCallback> StartPull() = 0;
     // Names the stream's pulls in the job (PullArgs::stream; nonzero), so
     // they end with it (Job::CancelStreamPulls).
     virtual uint64_t stream_id() const = 0;
   };
-  // Pulls one stream may have waiting at once: an honest worker has one per
-  // clock; the cap bounds what a stream can park (see [parked pulls]).
-  static constexpr int kMaxPullsPerStream = 16;
-
   // Admits the stream to a job: the job, or the status that refuses it
   // (NotFound, or Unauthenticated / PermissionDenied from the shard's token
   // check, see common/rpc/rpc.h [auth tokens] and [worker tokens] in
@@ -67,7 +65,8 @@ class SessionHandler {
   // unknown or dropped job, stale incarnation, empty message, a ClockAdvance
   // outside the worker's window, anything after Leave) go to Stream::Fail;
   // per-message failures are answered with a code in the Ack or PullChunk.
-  // A pull's timeout_ms is clamped to `default_pull_timeout`.
+  // A pull's timeout_ms is clamped to `default_pull_timeout` (PullDeadline,
+  // [pull schedule]).
   void Handle(v1::WorkerMessage& msg);
 
   // The worker that said Hello (0 before).
@@ -100,4 +99,4 @@ std::vector<v1::ServerMessage> PullResultToProto(PullResult result);
 
 }  // namespace gradstream::shard
 
-#endif  // GRADSTREAM_SERVER_SHARD_SESSION_HANDLER_H_
+#endif  // GRADSTREAM_SERVER_SHARD_RPC_SESSION_HANDLER_H_

@@ -1,7 +1,10 @@
-// A fixed pool of threads running submitted closures in FIFO order: where the
-// shard decodes and applies pushes, so gRPC's callback threads never block.
-#ifndef GRADSTREAM_SERVER_SHARD_EXECUTOR_H_
-#define GRADSTREAM_SERVER_SHARD_EXECUTOR_H_
+// A fixed pool of threads running submitted closures in FIFO order, and the
+// project's one ParallelFor. The shard decodes and applies pushes on it (so
+// gRPC's callback threads never block) and encodes a pull's chunks with
+// ParallelFor; the worker's client encodes the chunks of one push with
+// ParallelFor (ClientOptions::encode_threads).
+#ifndef GRADSTREAM_COMMON_EXECUTOR_H_
+#define GRADSTREAM_COMMON_EXECUTOR_H_
 
 #include <cstddef>
 #include <deque>
@@ -12,11 +15,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
-namespace gradstream::shard {
+namespace gradstream {
 
 // Thread-safe. The destructor runs what was already submitted, then joins.
 class Executor {
  public:
+  // At least one thread, whatever `num_threads` says.
   explicit Executor(int num_threads);
   ~Executor();
   Executor(const Executor&) = delete;
@@ -43,6 +47,6 @@ class Executor {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace gradstream::shard
+}  // namespace gradstream
 
-#endif  // GRADSTREAM_SERVER_SHARD_EXECUTOR_H_
+#endif  // GRADSTREAM_COMMON_EXECUTOR_H_

@@ -51,13 +51,13 @@
 #include "common/codec/registry.h"
 #include "common/codec/wire.h"
 #include "common/env/testing/mem_env.h"
+#include "common/executor.h"
 #include "glog/logging.h"
 #include "ps.pb.h"
 #include "server/shard/checkpoint.h"
-#include "server/shard/executor.h"
-#include "server/shard/internal/worker_frame.h"
 #include "server/shard/job.h"
-#include "server/shard/session_handler.h"
+#include "server/shard/rpc/internal/worker_frame.h"
+#include "server/shard/rpc/session_handler.h"
 
 namespace gradstream::shard {
 namespace {

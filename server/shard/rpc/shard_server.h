@@ -5,8 +5,8 @@
 // pull snapshot and file write runs on the shard's Executor. Pulls that must
 // wait are parked in their Job (no thread blocks) and answered when ready or
 // by the deadline sweeper thread with DEADLINE_EXCEEDED.
-#ifndef GRADSTREAM_SERVER_SHARD_SHARD_SERVER_H_
-#define GRADSTREAM_SERVER_SHARD_SHARD_SERVER_H_
+#ifndef GRADSTREAM_SERVER_SHARD_RPC_SHARD_SERVER_H_
+#define GRADSTREAM_SERVER_SHARD_RPC_SHARD_SERVER_H_
 
 #include <memory>
 #include <string>
@@ -64,4 +64,4 @@ class ShardServer {
 
 }  // namespace gradstream::shard
 
-#endif  // GRADSTREAM_SERVER_SHARD_SHARD_SERVER_H_
+#endif  // GRADSTREAM_SERVER_SHARD_RPC_SHARD_SERVER_H_

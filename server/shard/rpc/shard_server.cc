@@ -1,6 +1,6 @@
 // The RPC edge of the shard: converts ps.proto messages to the plain structs
 // of types.h and back. Nothing past this file sees a generated type.
-#include "server/shard/shard_server.h"
+#include "server/shard/rpc/shard_server.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/buffer_pool.h"
+#include "common/executor.h"
 #include "common/grpc_util.h"
 #include "common/job/job_spec.h"
 #include "common/rpc/rpc.h"
@@ -25,12 +26,12 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "ps.grpc.pb.h"
-#include "server/shard/executor.h"
-#include "server/shard/internal/session_lifecycle.h"
-#include "server/shard/internal/worker_frame.h"
 #include "server/shard/job.h"
-#include "server/shard/session_handler.h"
-#include "server/shard/shard_metrics.h"
+#include "server/shard/rpc/internal/session_lifecycle.h"
+#include "server/shard/rpc/internal/worker_frame.h"
+#include "server/shard/rpc/session_handler.h"
+#include "server/shard/rpc/shard_metrics.h"
+#include "server/shard/stream_pulls.h"
 
 namespace gradstream::shard {
 namespace {
@@ -228,7 +229,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
       absl::MutexLock l(&mu_);
       Transition(SessionEvent::kDone);
       me = std::move(self_);
-      if (pending_pulls_ > 0) parked_in = pull_job_.lock();
+      if (pulls_.waiting() > 0) parked_in = pull_job_.lock();
     }
     // Pulls still waiting end with the stream (see [parked pulls]): without
     // this they would hold it, and their memory, until their deadline.
@@ -302,14 +303,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
     std::shared_ptr<SessionReactor> self;
     {
       absl::MutexLock l(&mu_);
-      if (pending_pulls_ >= SessionHandler::kMaxPullsPerStream) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "this stream already has ", pending_pulls_, " pulls waiting (at most ",
-            SessionHandler::kMaxPullsPerStream, " per stream)"));
-      }
       self = self_;
       if (self == nullptr) return PullCallback();
-      ++pending_pulls_;
+      GS_RETURN_IF_ERROR(pulls_.Admit());  // see [pull schedule]
       pull_job_ = handler_.job();
     }
     return PullCallback([self](PullResult r) { self->SendPullResult(std::move(r)); });
@@ -328,7 +324,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
       case SessionPhase::kOpen:
         return;
       case SessionPhase::kHalfClosed:
-        if (!inbox_.empty() || pending_pulls_ > 0) return;
+        if (!inbox_.empty() || pulls_.waiting() > 0) return;
         break;
       case SessionPhase::kClosing:
       case SessionPhase::kAborted:
@@ -362,7 +358,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   std::deque<grpc::ByteBuffer> outbox_ ABSL_GUARDED_BY(mu_);  // front: the write in flight
   bool draining_ ABSL_GUARDED_BY(mu_) = false;     // a Drain task is scheduled or running
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;  // no read outstanding: the inbox is full
-  int pending_pulls_ ABSL_GUARDED_BY(mu_) = 0;     // pulls handed to a job, not yet answered
+  StreamPulls pulls_ ABSL_GUARDED_BY(mu_);  // handed to a job, not yet answered
   std::weak_ptr<Job> pull_job_ ABSL_GUARDED_BY(mu_);  // where they wait
   // What Finish reports after a StreamError (see [malformed frames]).
   grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
@@ -662,7 +658,7 @@ void SessionReactor::SendPullResult(PullResult r) {
   // stay together on the stream.
   std::vector<pb::ServerMessage> msgs = PullResultToProto(std::move(r));
   absl::MutexLock l(&mu_);
-  --pending_pulls_;
+  pulls_.Answered();
   for (pb::ServerMessage& m : msgs) SendLocked(std::move(m));
   MaybeFinishLocked();
 }

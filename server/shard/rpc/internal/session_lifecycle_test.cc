@@ -1,5 +1,5 @@
 // The Session stream's phases: forward only, network events never crash.
-#include "server/shard/internal/session_lifecycle.h"
+#include "server/shard/rpc/internal/session_lifecycle.h"
 
 #include "gtest/gtest.h"
 

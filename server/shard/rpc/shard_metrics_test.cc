@@ -1,6 +1,6 @@
 // In-process tests of the shard's Prometheus export: JobStats become the
 // gs_shard_* series at scrape time, and a job that goes away loses them.
-#include "server/shard/shard_metrics.h"
+#include "server/shard/rpc/shard_metrics.h"
 
 #include <cstring>
 #include <memory>
@@ -10,8 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/executor.h"
 #include "gtest/gtest.h"
-#include "server/shard/executor.h"
 #include "server/shard/job.h"
 
 namespace gradstream::shard {

@@ -7,8 +7,8 @@
 //
 // This is RPC-edge code: the shard core (gs_shard_core, also built by the
 // fuzz build) does not link gs_metrics.
-#ifndef GRADSTREAM_SERVER_SHARD_SHARD_METRICS_H_
-#define GRADSTREAM_SERVER_SHARD_SHARD_METRICS_H_
+#ifndef GRADSTREAM_SERVER_SHARD_RPC_SHARD_METRICS_H_
+#define GRADSTREAM_SERVER_SHARD_RPC_SHARD_METRICS_H_
 
 #include <cstdint>
 #include <functional>
@@ -79,4 +79,4 @@ class ShardMetrics {
 
 }  // namespace gradstream::shard
 
-#endif  // GRADSTREAM_SERVER_SHARD_SHARD_METRICS_H_
+#endif  // GRADSTREAM_SERVER_SHARD_RPC_SHARD_METRICS_H_

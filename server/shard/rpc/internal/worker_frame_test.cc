@@ -1,7 +1,7 @@
 // [push frames]: ParseWorkerMessage accepts exactly what protobuf accepts and
 // yields the same message, whatever the frame and however it is split into
 // slices; canonical pushes reuse pooled payload buffers.
-#include "server/shard/internal/worker_frame.h"
+#include "server/shard/rpc/internal/worker_frame.h"
 
 #include <cstdint>
 #include <random>

@@ -1,6 +1,5 @@
-#include "server/shard/session_handler.h"
+#include "server/shard/rpc/session_handler.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -130,12 +129,8 @@ void SessionHandler::HandlePull(const pb::PullRequest& pull) {
     args.held.push_back(HeldCopy{h.chunk_id(), h.version(), h.checksum()});
   }
   args.stream = stream_->stream_id();
-  // The shard's default is also the longest a pull may wait: a client-chosen
-  // timeout never keeps a pull (and its stream) past it.
-  const absl::Duration timeout =
-      pull.timeout_ms() > 0 ? std::min(absl::Milliseconds(pull.timeout_ms()), default_pull_timeout_)
-                            : default_pull_timeout_;
-  args.deadline = env_->Now() + timeout;
+  // The shard's default is also the longest a pull may wait ([pull schedule]).
+  args.deadline = PullDeadline(env_->Now(), pull.timeout_ms(), default_pull_timeout_);
   absl::StatusOr<PullCallback> done = stream_->StartPull();
   if (!done.ok()) {
     PullResult refused;

@@ -1,5 +1,5 @@
 // See worker_frame.h and [push frames].
-#include "server/shard/internal/worker_frame.h"
+#include "server/shard/rpc/internal/worker_frame.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -18,7 +18,7 @@ constexpr int kInvalidArgument = 3;
 constexpr int kDeadlineExceeded = 4;
 constexpr int kNotFound = 5;
 
-class ShardFaultTest : public ::testing::Test {
+class ShardProtocolTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     auto proc = ShardProcess::Start({"--max_message_bytes=8388608"});
@@ -66,9 +66,9 @@ class ShardFaultTest : public ::testing::Test {
 
   static std::unique_ptr<ShardProcess> shard_;
 };
-std::unique_ptr<ShardProcess> ShardFaultTest::shard_;
+std::unique_ptr<ShardProcess> ShardProtocolTest::shard_;
 
-TEST_F(ShardFaultTest, DuplicatePushIsAppliedOnce) {
+TEST_F(ShardProtocolTest, DuplicatePushIsAppliedOnce) {
   for (auto mode : {pb::SYNC, pb::BOUNDED}) {
     const std::string job = absl::StrCat("dup-", mode);
     CreateJob(job, mode, {1}, {4});
@@ -96,7 +96,7 @@ TEST_F(ShardFaultTest, DuplicatePushIsAppliedOnce) {
   }
 }
 
-TEST_F(ShardFaultTest, StaleIncarnationIsRefused) {
+TEST_F(ShardProtocolTest, StaleIncarnationIsRefused) {
   CreateJob("inc", pb::SYNC, {1}, {4});
   SessionClient current(shard_->Connect());
   ASSERT_TRUE(current.Hello("inc", 1, /*incarnation=*/2).ok());
@@ -116,7 +116,7 @@ TEST_F(ShardFaultTest, StaleIncarnationIsRefused) {
   EXPECT_EQ(Stats("inc").pushes_applied(), 0u);
 }
 
-TEST_F(ShardFaultTest, RemovingADeadWorkerCompletesThePendingRound) {
+TEST_F(ShardProtocolTest, RemovingADeadWorkerCompletesThePendingRound) {
   CreateJob("member", pb::SYNC, {1, 2, 3}, {2});
   SessionClient w1(shard_->Connect()), w2(shard_->Connect());
   ASSERT_TRUE(w1.Hello("member", 1).ok());
@@ -150,7 +150,7 @@ TEST_F(ShardFaultTest, RemovingADeadWorkerCompletesThePendingRound) {
   EXPECT_EQ(st.epoch(), 2u);
 }
 
-TEST_F(ShardFaultTest, PullPastItsDeadlineFails) {
+TEST_F(ShardProtocolTest, PullPastItsDeadlineFails) {
   CreateJob("deadline", pb::SYNC, {1}, {2});
   SessionClient s(shard_->Connect());
   ASSERT_TRUE(s.Hello("deadline", 1).ok());
@@ -170,7 +170,7 @@ pb::EncodedChunk TwoBit(uint32_t n, std::string payload, float scale) {
   return c;
 }
 
-TEST_F(ShardFaultTest, BadInputGetsAClearStatusAndChangesNothing) {
+TEST_F(ShardProtocolTest, BadInputGetsAClearStatusAndChangesNothing) {
   constexpr uint32_t kN = 1000;
   CreateJob("bad", pb::SYNC, {1, 2}, {kN, 8});
   SessionClient w1(shard_->Connect()), w2(shard_->Connect());
@@ -260,7 +260,7 @@ TEST_F(ShardFaultTest, BadInputGetsAClearStatusAndChangesNothing) {
   for (uint32_t i = 0; i < kN; ++i) ASSERT_FLOAT_EQ(after[i], init[i] - 0.1f);
 }
 
-TEST_F(ShardFaultTest, DropJobEndsItsPullsAndStreams) {
+TEST_F(ShardProtocolTest, DropJobEndsItsPullsAndStreams) {
   CreateJob("drop", pb::SYNC, {1}, {2});
   SessionClient s(shard_->Connect());
   ASSERT_TRUE(s.Hello("drop", 1).ok());
@@ -282,7 +282,7 @@ TEST_F(ShardFaultTest, DropJobEndsItsPullsAndStreams) {
   CreateJob("drop", pb::SYNC, {1}, {2});  // the id can be used again
 }
 
-TEST_F(ShardFaultTest, UnaryCallsValidate) {
+TEST_F(ShardProtocolTest, UnaryCallsValidate) {
   auto stub = shard_->Stub();
   pb::CreateJobRequest req;
   req.set_job_id("too-big");

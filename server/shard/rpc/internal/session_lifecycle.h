@@ -25,8 +25,8 @@
 // write fails) may arrive in any phase and never move a stream back: in a
 // later phase they change nothing. Finishing twice, or OnDone before
 // Finish, are programmer errors (CHECK).
-#ifndef GRADSTREAM_SERVER_SHARD_INTERNAL_SESSION_LIFECYCLE_H_
-#define GRADSTREAM_SERVER_SHARD_INTERNAL_SESSION_LIFECYCLE_H_
+#ifndef GRADSTREAM_SERVER_SHARD_RPC_INTERNAL_SESSION_LIFECYCLE_H_
+#define GRADSTREAM_SERVER_SHARD_RPC_INTERNAL_SESSION_LIFECYCLE_H_
 
 #include <cstdint>
 
@@ -61,4 +61,4 @@ absl::string_view PhaseName(SessionPhase phase);
 
 }  // namespace gradstream::shard::internal
 
-#endif  // GRADSTREAM_SERVER_SHARD_INTERNAL_SESSION_LIFECYCLE_H_
+#endif  // GRADSTREAM_SERVER_SHARD_RPC_INTERNAL_SESSION_LIFECYCLE_H_

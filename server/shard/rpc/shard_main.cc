@@ -15,16 +15,16 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/log_flags.h"
 #include "common/metrics/metrics_server.h"
 #include "common/port_file.h"
 #include "common/rpc/flags.h"
 #include "common/rpc/malloc_tuning.h"
 #include "glog/logging.h"
-#include "server/shard/shard_server.h"
+#include "server/shard/rpc/shard_server.h"
 
 // From SIGTERM/SIGINT to exit at the latest (compose and Kubernetes wait
 // 10 s, then kill).
@@ -48,9 +48,7 @@ ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written here (before --port_file).");
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  FLAGS_logtostderr = true;
-  google::InitGoogleLogging(argv[0]);
+  gradstream::ParseFlagsAndInitLogging(argc, argv);  // [log flags]
   // Before any thread starts: see [receive memory].
   if (!gradstream::rpc::KeepFreedMemoryForReuse()) {
     LOG(INFO) << "malloc settings for large messages not applied (not glibc malloc)";

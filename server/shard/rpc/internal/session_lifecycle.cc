@@ -1,4 +1,4 @@
-#include "server/shard/internal/session_lifecycle.h"
+#include "server/shard/rpc/internal/session_lifecycle.h"
 
 #include <algorithm>
 

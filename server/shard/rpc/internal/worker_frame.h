@@ -1,8 +1,8 @@
 // The shard's parse of one Session frame (a serialized WorkerMessage, as the
 // slices of a gRPC ByteBuffer) with the push payload copied once into a
 // recycled buffer instead of a fresh string per push. See [push frames].
-#ifndef GRADSTREAM_SERVER_SHARD_INTERNAL_WORKER_FRAME_H_
-#define GRADSTREAM_SERVER_SHARD_INTERNAL_WORKER_FRAME_H_
+#ifndef GRADSTREAM_SERVER_SHARD_RPC_INTERNAL_WORKER_FRAME_H_
+#define GRADSTREAM_SERVER_SHARD_RPC_INTERNAL_WORKER_FRAME_H_
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -44,4 +44,4 @@ namespace gradstream::shard::internal {
 
 }  // namespace gradstream::shard::internal
 
-#endif  // GRADSTREAM_SERVER_SHARD_INTERNAL_WORKER_FRAME_H_
+#endif  // GRADSTREAM_SERVER_SHARD_RPC_INTERNAL_WORKER_FRAME_H_

@@ -1,4 +1,4 @@
-#include "server/shard/shard_metrics.h"
+#include "server/shard/rpc/shard_metrics.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,10 +1,11 @@
-#include "server/shard/executor.h"
+// See executor.h.
+#include "common/executor.h"
 
 #include <algorithm>
 #include <atomic>
 #include <memory>
 
-namespace gradstream::shard {
+namespace gradstream {
 
 Executor::Executor(int num_threads) {
   if (num_threads < 1) num_threads = 1;
@@ -73,4 +74,4 @@ void Executor::Loop() {
   }
 }
 
-}  // namespace gradstream::shard
+}  // namespace gradstream
