@@ -9,7 +9,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcpp-httplib-dev libeigen3-dev libssl-dev openssl zlib1g-dev
+  libcpp-httplib-dev libeigen3-dev libssl-dev openssl zlib1g-dev libsqlite3-dev
   dataset-fashion-mnist  # real data: worker_data_test and the convergence test use it
   clang llvm iproute2 python3 procps gnuplot-nox
   python3-grpcio python3-grpc-tools  # tests/security/hostile_test.py: a second client

@@ -39,6 +39,7 @@ void Coordinator::Tick() {
     absl::MutexLock write(&write_mu_);
     absl::MutexLock lock(&mu_);
     ReapDeadWorkersLocked();
+    PruneFinishedLocked();
     for (const auto& [id, job] : jobs_.records()) {
       if (job.status.state() == v1::PENDING) StartPendingJobLocked(job);
       CheckCompletionLocked(job);
