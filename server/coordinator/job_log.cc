@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/job/job_state.h"
 #include "glog/logging.h"
 
 namespace gradstream::coordinator {
@@ -43,15 +44,16 @@ JobLog::JobLog(StateStore* store, WriteRest write_rest, CoordinatorMetrics* metr
                absl::Mutex* held)
     : store_(store), write_rest_(std::move(write_rest)), metrics_(metrics), held_(held) {}
 
-void JobLog::Restore(const v1::CoordinatorState& state) {
+void JobLog::Restore(v1::CoordinatorState& state) {
   records_.clear();
   next_job_ = std::max<uint64_t>(1, state.next_job());
-  for (const auto& j : state.jobs()) {
+  for (auto& j : *state.mutable_jobs()) {
     JobRecord& record = records_[j.job_id()];
-    record.status = j;
-    auto retired = state.retired().find(j.job_id());
+    record.status = std::move(j);
+    const std::string& id = record.status.job_id();
+    auto retired = state.retired().find(id);
     if (retired != state.retired().end()) record.retired = retired->second;
-    auto token = state.job_tokens().find(j.job_id());
+    auto token = state.job_tokens().find(id);
     if (token != state.job_tokens().end()) record.token = token->second;
   }
 }
@@ -97,6 +99,10 @@ absl::Status JobLog::Checkpoint(absl::FunctionRef<v1::JobProgress(const JobRecor
   // Only the jobs whose counters moved are written (a finished job's stay).
   std::map<std::string, v1::JobProgress> fresh;
   for (const auto& [id, record] : records_) {
+    if (IsTerminal(record.status.state()) && record.status.members().empty() &&
+        amended_.count(id) == 0) {
+      continue;
+    }
     v1::JobProgress p = progress(record);
     if (p.SerializeAsString() != record.status.progress().SerializeAsString()) {
       fresh[id] = std::move(p);

@@ -89,7 +89,8 @@ class JobLog {
   JobLog& operator=(const JobLog&) = delete;
 
   // Replaces the table with the one in `state` (at open, before any write).
-  void Restore(const gradstream::v1::CoordinatorState& state);
+  // The jobs are moved out of `state`.
+  void Restore(gradstream::v1::CoordinatorState& state);
 
   // A new job "job-NNNNNN" from `record` (its job_id is set here). Returns
   // the id; on a failed write (Internal / Unavailable) nothing changed and
@@ -109,9 +110,12 @@ class JobLog {
   [[nodiscard]] absl::Status Amend(const std::string& id, Edit edit);
 
   // Sets every job's progress to `progress(record)` (the live counters of
-  // its workers, folded into the record) and writes the whole state, e.g.
-  // after the worker pool or the shard table changed. On a failed write
-  // nothing changed.
+  // its workers, folded into the record) and writes the jobs whose progress
+  // changed with the worker pool and the shard table, e.g. after either
+  // changed. A finished job without members, not amended since the last
+  // write, is passed over: its progress is its record's, already written
+  // (with 10,000 finished jobs this is most of a checkpoint's work). On a
+  // failed write nothing changed.
   [[nodiscard]] absl::Status Checkpoint(
       absl::FunctionRef<gradstream::v1::JobProgress(const JobRecord&)> progress);
 

@@ -145,7 +145,8 @@ TEST_F(JobLogTest, CheckpointRefreshesProgressOnlyWhenWritten) {
 TEST_F(JobLogTest, RestoreReadsWhatWasWritten) {
   const std::string id = *log_->Create(Pending(3));
   JobLog again(store_.get(), [](v1::CoordinatorState&) {}, &metrics_);
-  again.Restore(OnDisk());
+  v1::CoordinatorState disk = OnDisk();
+  again.Restore(disk);
   ASSERT_NE(again.Find(id), nullptr);
   EXPECT_EQ(again.Find(id)->status.desired_workers(), 3u);
   EXPECT_EQ(again.Find(id)->token, "secret");
