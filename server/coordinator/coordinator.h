@@ -169,6 +169,7 @@ class Coordinator {
     // come from rank 0's declaration), before any worker sees its map
     // ([script jobs]), so RUNNING alone does not say "lost".
     bool installed_once = false;
+    bool final_exported = false;  // see [final gauges]
     absl::Time ready_since = absl::InfiniteFuture();  // map built, waiting for workers
     // From the shards' GetStats, refreshed every tick while the job runs.
     ShardClocks clocks;

@@ -43,8 +43,8 @@ CREATE TABLE IF NOT EXISTS jobs(id TEXT PRIMARY KEY, state INTEGER NOT NULL,
   token TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS epochs(job_id TEXT NOT NULL, epoch INTEGER NOT NULL,
   data BLOB NOT NULL, PRIMARY KEY(job_id, epoch)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS progress(job_id TEXT NOT NULL, seq INTEGER NOT NULL,
-  point BLOB NOT NULL, PRIMARY KEY(job_id, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS progress(job_id TEXT PRIMARY KEY, history BLOB NOT NULL)
+  WITHOUT ROWID;
 )sql";
 
 // Per table: the statements that read, upsert and delete its rows. Column
@@ -66,10 +66,12 @@ constexpr TableSql kSql[kTables] = {
      "INSERT OR REPLACE INTO jobs VALUES(?1, ?2, ?3, ?4, ?5, ?6)", "DELETE FROM jobs WHERE id = ?1"},
     {"SELECT job_id, epoch, data FROM epochs", "INSERT OR REPLACE INTO epochs VALUES(?1, ?2, ?3)",
      "DELETE FROM epochs WHERE job_id = ?1 AND epoch = ?2"},
-    {"SELECT job_id, seq, point FROM progress", "INSERT OR REPLACE INTO progress VALUES(?1, ?2, ?3)",
-     "DELETE FROM progress WHERE job_id = ?1 AND seq = ?2"},
+    {"SELECT job_id, history FROM progress", "INSERT OR REPLACE INTO progress VALUES(?1, ?2)",
+     "DELETE FROM progress WHERE job_id = ?1"},
 };
 bool KeyedById(int table) { return table >= kJobs; }
+// Whether the table's key has an integer part (all but jobs and progress).
+bool KeyedByN(int table) { return table != kJobs && table != kProgress; }
 
 // The first bytes of the file at `path` ("" when it cannot be read).
 std::string Head(const std::string& path) {
@@ -92,7 +94,7 @@ class Statement {
   void BindKey(int table, const StateStore::RowKey& key) {
     int i = 1;
     if (KeyedById(table)) BindText(i++, key.id);
-    if (table != kJobs) sqlite3_bind_int64(stmt_, i, key.n);
+    if (KeyedByN(table)) sqlite3_bind_int64(stmt_, i, key.n);
   }
   void BindText(int i, const std::string& s) {
     sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_STATIC);
@@ -138,8 +140,14 @@ StateStore::Rows ToRows(const v1::CoordinatorState& state) {
     for (int e = 0; e < j.epochs_size(); ++e) {
       rows[{kEpochs, j.job_id(), e}].payload = j.epochs(e).SerializeAsString();
     }
-    for (int p = 0; p < j.history_size(); ++p) {
-      rows[{kProgress, j.job_id(), p}].payload = j.history(p).SerializeAsString();
+    // NOTE: [history row] The whole history is one row (a JobStatus with
+    // only `history`): at most kMaxProgressPoints small points, written when
+    // a point is added, while a row per point made a restart with 10,000
+    // finished jobs read millions of rows.
+    if (j.history_size() > 0) {
+      v1::JobStatus history;
+      *history.mutable_history() = j.history();
+      rows[{kProgress, j.job_id(), 0}].payload = history.SerializeAsString();
     }
   }
   return rows;
@@ -250,7 +258,7 @@ absl::Status StateStore::Init() {
       RowKey key{table, "", 0};
       int c = 0;
       if (KeyedById(table)) key.id = select.Column(c++);
-      if (table != kJobs) key.n = sqlite3_column_int64(select.get(), c++);
+      if (KeyedByN(table)) key.n = sqlite3_column_int64(select.get(), c++);
       Row& row = written_[key];
       if (table == kMeta) {
         row.a = sqlite3_column_int64(select.get(), c);
@@ -323,7 +331,7 @@ absl::StatusOr<v1::CoordinatorState> StateStore::Load() {
     auto j = by_id.find(key.id);
     const bool ok = j != by_id.end() &&
                     (key.table == kEpochs ? j->second->add_epochs()->ParseFromString(row.payload)
-                                          : j->second->add_history()->ParseFromString(row.payload));
+                                          : j->second->MergeFromString(row.payload));
     if (!ok) {
       return absl::DataLossError(absl::StrCat(path_, ": unparsable or orphan row ", key.id, "/",
                                               key.n, " of table ", key.table));
@@ -374,7 +382,7 @@ absl::Status StateStore::WriteRows(Rows rows,
       if (stmt.prepare_rc() != SQLITE_OK) return Error(stmt.prepare_rc(), "prepare");
       stmt.BindKey(t, *key);
       if (row != nullptr) {
-        const int next = t == kJobs ? 2 : (KeyedById(t) ? 3 : 2);
+        const int next = t == kEpochs ? 3 : 2;
         if (t == kMeta) {
           sqlite3_bind_int64(stmt.get(), next, row->a);
         } else if (t == kJobs) {

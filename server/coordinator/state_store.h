@@ -3,8 +3,8 @@
 // One table per kind of row: `meta` (next job id, next worker id), `jobs`
 // (one row per job: its JobStatus without epochs and history, with state
 // and finished time as columns, the retired counters and the token),
-// `epochs` (one row per membership epoch), `progress` (one row per point
-// of a job's progress history), `workers` and `shards` (one row each).
+// `epochs` (one row per membership epoch), `progress` (a job's progress
+// history, see [history row]), `workers` and `shards` (one row each).
 //
 // Save() takes a CoordinatorState with the whole worker pool and shard
 // table but only the jobs that may have changed (as the job log builds it),
@@ -111,7 +111,7 @@ class StateStore {
   struct RowKey {
     int table = 0;
     std::string id;  // job id, or "" for integer-keyed tables
-    int64_t n = 0;   // epoch, history index, worker / shard id, meta key
+    int64_t n = 0;   // epoch index, worker / shard id, meta key
     bool operator<(const RowKey& o) const {
       return std::tie(table, id, n) < std::tie(o.table, o.id, o.n);
     }
