@@ -5,7 +5,7 @@
 //   gradstream watch JOB                              live progress until it ends
 //   gradstream scale JOB --workers N                  change the worker count
 //   gradstream cancel JOB                             stop a job
-//   gradstream list                                   every job
+//   gradstream list [--limit N] [--page_token JOB]     jobs, newest first, a page at a time
 //   gradstream cluster                                shards and workers
 //   gradstream plot JOB [JOB...] -o FILE.png          loss/accuracy curves (gnuplot)
 //   gradstream health [HOST:PORT]                     gRPC health of any server
@@ -62,7 +62,7 @@ commands:
   watch JOB [--interval=1s]         live progress until the job ends
   scale JOB --workers N             change a running job's worker count
   cancel JOB                        stop a job
-  list                              list jobs
+  list [--limit N] [--page_token J] list jobs, newest first (N a page, default 100)
   cluster                           list shards and workers with their health
   plot JOB [JOB...] -o FILE.png     accuracy and loss against clock and against bytes pushed,
                                     one line per job (needs gnuplot: apt-get install gnuplot-nox)
@@ -304,13 +304,27 @@ int CmdCancel(const Context& ctx, const Args& args) {
 }
 
 int CmdList(const Context& ctx, const Args& args) {
-  if (args.positional().size() != 1) return Usage("usage: gradstream list");
+  if (args.positional().size() != 1) {
+    return Usage("usage: gradstream list [--limit N] [--page_token JOB]");
+  }
+  v1::ListJobsRequest req;
+  auto limit = args.GetUint("limit");
+  if (!limit.ok()) return Fail(ctx, limit.status());
+  if (*limit) req.set_page_size(static_cast<uint32_t>(std::min<uint64_t>(**limit, UINT32_MAX)));
+  req.set_page_token(args.Get("page_token").value_or(""));
   v1::ListJobsResponse resp;
-  if (absl::Status s = Call(ctx, &v1::Coordinator::Stub::ListJobs, v1::ListJobsRequest(), &resp);
-      !s.ok()) {
+  if (absl::Status s = Call(ctx, &v1::Coordinator::Stub::ListJobs, req, &resp); !s.ok()) {
     return Fail(ctx, s);
   }
-  ctx.json ? PrintJson(resp) : (void)(std::cout << RenderJobList(resp));
+  if (ctx.json) {
+    PrintJson(resp);
+  } else {
+    std::cout << RenderJobList(resp);
+    if (!resp.next_page_token().empty()) {
+      std::cout << "more: gradstream list --page_token " << resp.next_page_token()
+                << (*limit ? absl::StrCat(" --limit ", **limit) : "") << "\n";
+    }
+  }
   return kOk;
 }
 
@@ -393,6 +407,8 @@ int Main(int argc, char** argv) {
     known.insert({"interval", "unreachable_timeout"});
   } else if (cmd == "scale") {
     known.insert("workers");
+  } else if (cmd == "list") {
+    known.insert({"limit", "page_token"});
   } else if (cmd == "plot") {
     known.insert({"o", "output"});
   }

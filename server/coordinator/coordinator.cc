@@ -4,8 +4,14 @@
 #include "server/coordinator/coordinator.h"
 
 #include <algorithm>
+#include <functional>
+#include <set>
+#include <utility>
+#include <vector>
+#include <iterator>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/job/job_spec.h"
 #include "common/job/job_state.h"
@@ -59,14 +65,12 @@ absl::Status JobNotFound(const std::string& id) {
 
 }  // namespace
 
-Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards)
+Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards,
+                         std::unique_ptr<StateStore> store)
     : options_(std::move(options)),
       shards_client_(shards),
       metrics_(options_.metrics ? options_.metrics : metrics::Registry::Default()),
-      store_(options_.state_file.empty() ? nullptr
-                                         : std::make_unique<StateStore>(
-                                               options_.state_file,
-                                               options_.env ? options_.env : Env::Default())),
+      store_(std::move(store)),
       jobs_(store_.get(),
             [this](v1::CoordinatorState& state) {
               // JobLog writes only under mu_, and releases it for the write
@@ -80,7 +84,14 @@ Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards)
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions options,
                                                                ShardClient* shards) {
-  std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), shards));
+  std::unique_ptr<StateStore> store;
+  if (!options.state_file.empty()) {
+    absl::StatusOr<std::unique_ptr<StateStore>> opened =
+        StateStore::Open(options.state_file, options.store);
+    if (!opened.ok()) return opened.status();
+    store = *std::move(opened);
+  }
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), shards, std::move(store)));
   absl::MutexLock write(&c->write_mu_);
   absl::MutexLock lock(&c->mu_);
   if (absl::Status s = c->LoadLocked(); !s.ok()) return s;
@@ -426,12 +437,25 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const v1::GetJobRequest& reque
   return out;
 }
 
-v1::ListJobsResponse Coordinator::ListJobs() {
+absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const v1::ListJobsRequest& request) {
+  constexpr uint32_t kDefaultPage = 100, kMaxPage = 1000;
+  const uint32_t page = request.page_size() == 0 ? kDefaultPage
+                                                 : std::min(request.page_size(), kMaxPage);
+  const std::string& token = request.page_token();
+  if (!token.empty() && !absl::StartsWith(token, "job-")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_token: '", token, "' is not a job id (pass a previous page's next_page_token)"));
+  }
   absl::MutexLock lock(&mu_);
   v1::ListJobsResponse response;
-  for (auto it = jobs_.records().rbegin(); it != jobs_.records().rend(); ++it) {
+  const auto& records = jobs_.records();
+  // The token is the last job of the previous page: this page starts below
+  // it, so jobs deleted in between (see --keep_finished) shift nothing.
+  auto it = token.empty() ? records.rbegin() : std::make_reverse_iterator(records.lower_bound(token));
+  for (; it != records.rend() && static_cast<uint32_t>(response.jobs_size()) < page; ++it) {
     *response.add_jobs() = RenderJobLocked(it->second, false);
   }
+  if (it != records.rend()) response.set_next_page_token(response.jobs().rbegin()->job_id());
   return response;
 }
 
@@ -613,6 +637,48 @@ PlanInput Coordinator::PlanInputLocked(const JobRecord& job) const {
 }
 
 // ---------------------------------------------------------------- tick phases
+
+void Coordinator::PruneFinishedLocked() {
+  const int64_t cutoff = options_.keep_finished_for == absl::InfiniteDuration()
+                             ? INT64_MIN
+                             : absl::ToUnixMillis(Now() - options_.keep_finished_for);
+  // (finished at, id) of every finished job; most ticks stop after this scan.
+  std::vector<std::pair<int64_t, std::string>> finished;
+  bool expired = false;
+  for (const auto& [id, job] : jobs_.records()) {
+    if (!IsTerminal(job.status.state())) continue;
+    finished.emplace_back(job.status.finished_unix_ms(), id);
+    expired |= job.status.finished_unix_ms() < cutoff;
+  }
+  if (finished.size() <= options_.keep_finished && !expired) return;
+  std::sort(finished.begin(), finished.end(), std::greater<>());  // newest first
+  std::set<std::string> referred;
+  for (const auto& [wid, w] : workers_.workers()) {
+    if (!w.status.job_id().empty()) referred.insert(w.status.job_id());
+  }
+  constexpr size_t kMaxPerTick = 1000;  // one bounded transaction
+  std::vector<std::string> victims;
+  for (size_t i = 0; i < finished.size() && victims.size() < kMaxPerTick; ++i) {
+    const auto& [at, id] = finished[i];
+    if (i < options_.keep_finished && at >= cutoff) continue;
+    // A job placed on shards waits until they dropped it (or need not).
+    auto js = job_shards_.find(id);
+    const bool on_shards = js != job_shards_.end() && !js->second.dropped &&
+                           jobs_.Find(id)->status.shard_map().shards_size() > 0;
+    if (referred.count(id) > 0 || on_shards) continue;
+    victims.push_back(id);
+  }
+  if (victims.empty()) return;
+  if (absl::Status s = jobs_.Remove(victims); !s.ok()) {
+    LOG(WARNING) << "coordinator: cannot delete " << victims.size()
+                 << " finished jobs (kept, retried next tick): " << s;
+    return;
+  }
+  for (const std::string& id : victims) job_shards_.erase(id);
+  LOG(INFO) << "coordinator: deleted " << victims.size() << " finished jobs (oldest "
+            << victims.back() << ") beyond --keep_finished=" << options_.keep_finished
+            << " / --keep_finished_for=" << absl::FormatDuration(options_.keep_finished_for);
+}
 
 void Coordinator::ReapDeadWorkersLocked() {
   const absl::Time now = Now();

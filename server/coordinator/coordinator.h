@@ -73,8 +73,10 @@ namespace gradstream::coordinator {
 bool AwaitsDeclaration(const gradstream::v1::JobSpec& spec);
 
 struct CoordinatorOptions {
-  std::string state_file;  // "" = keep state in memory only
-  Env* env = nullptr;      // writes the state file; nullptr = Env::Default()
+  // The SQLite database of the state (see state_store.h); "" = keep state
+  // in memory only.
+  std::string state_file;
+  StateStoreOptions store;
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   // A pending job starts once `workers` idle workers exist, or once it has
   // waited this long with at least one.
@@ -82,6 +84,13 @@ struct CoordinatorOptions {
   absl::Duration tick_interval = absl::Milliseconds(100);
   absl::Duration probe_interval = absl::Seconds(1);  // shard GetStats
   bool drop_finished_jobs = false;                   // DropJob on the shards when a job completes
+  // NOTE: [keep finished] Finished jobs (COMPLETED, FAILED, CANCELLED) are
+  // kept, newest finished first, up to `keep_finished` of them and for
+  // `keep_finished_for` after they ended; beyond either, a tick deletes
+  // them with their epochs and history (at most 1000 a tick, one write),
+  // once no worker refers to them and their shards dropped them.
+  size_t keep_finished = 10000;
+  absl::Duration keep_finished_for = absl::Hours(24 * 30);
   std::function<absl::Time()> now = [] { return absl::Now(); };
   metrics::Registry* metrics = nullptr;  // nullptr = Registry::Default()
 };
@@ -99,7 +108,9 @@ struct CoordinatorOptions {
 // or epoch is left as it was, and the caller may retry.
 class Coordinator {
  public:
-  // Loads `options.state_file` when it exists (DataLoss if it is damaged).
+  // Opens `options.state_file` and loads what it holds; fails with the
+  // StateStore's error (DataLoss for a damaged file, FailedPrecondition
+  // when another coordinator holds it).
   // `shards` must outlive the coordinator.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Open(CoordinatorOptions options,
                                                            ShardClient* shards);
@@ -125,7 +136,10 @@ class Coordinator {
   absl::StatusOr<gradstream::v1::SubmitJobResponse> SubmitJob(
       const gradstream::v1::SubmitJobRequest& request);
   absl::StatusOr<gradstream::v1::JobStatus> GetJob(const gradstream::v1::GetJobRequest& request);
-  gradstream::v1::ListJobsResponse ListJobs();
+  // One page, newest first (see ListJobsRequest); InvalidArgument for a
+  // page token that is not a job id.
+  absl::StatusOr<gradstream::v1::ListJobsResponse> ListJobs(
+      const gradstream::v1::ListJobsRequest& request);
   // NotFound; FailedPrecondition for a finished job; InvalidArgument for 0.
   absl::StatusOr<gradstream::v1::ScaleJobResponse> ScaleJob(
       const gradstream::v1::ScaleJobRequest& request);
@@ -155,6 +169,7 @@ class Coordinator {
     // come from rank 0's declaration), before any worker sees its map
     // ([script jobs]), so RUNNING alone does not say "lost".
     bool installed_once = false;
+    bool final_exported = false;  // see [final gauges]
     absl::Time ready_since = absl::InfiniteFuture();  // map built, waiting for workers
     // From the shards' GetStats, refreshed every tick while the job runs.
     ShardClocks clocks;
@@ -179,7 +194,8 @@ class Coordinator {
   // One shard RPC planned under the lock and made outside it.
   struct ShardCall;
 
-  Coordinator(CoordinatorOptions options, ShardClient* shards);
+  Coordinator(CoordinatorOptions options, ShardClient* shards,
+              std::unique_ptr<StateStore> store);
 
   [[nodiscard]] absl::Status LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the whole state (see JobLog::Checkpoint); clears dirty_ on success.
@@ -268,6 +284,8 @@ class Coordinator {
 
   // Tick phases.
   void ReapDeadWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // See [keep finished]; a failed write deletes nothing (the next tick retries).
+  void PruneFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartPendingJobLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlanMembershipLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckCompletionLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -39,6 +39,7 @@ void Coordinator::Tick() {
     absl::MutexLock write(&write_mu_);
     absl::MutexLock lock(&mu_);
     ReapDeadWorkersLocked();
+    PruneFinishedLocked();
     for (const auto& [id, job] : jobs_.records()) {
       if (job.status.state() == v1::PENDING) StartPendingJobLocked(job);
       CheckCompletionLocked(job);
@@ -344,10 +345,22 @@ void Coordinator::CommitEpochsLocked() {
 
 void Coordinator::UpdateGaugesLocked() {
   ClusterCounts counts;
+  // NOTE: [final gauges] A finished job without members has its final
+  // values: its series are set once, not every tick (10,000 finished jobs
+  // were 100,000 series lookups a tick under mu_), and at most
+  // kFinalPerTick of them a tick, so a restart's first tick does not hold
+  // mu_ for all of them at once.
+  constexpr int kFinalPerTick = 500;
+  int finals = 0;
   for (const auto& [id, job] : jobs_.records()) {
     ++counts.jobs_by_state[job.status.state()];
+    JobShards& js = job_shards_[id];
+    const bool final = IsTerminal(job.status.state()) && job.status.members().empty();
+    if (final && (js.final_exported || finals >= kFinalPerTick)) continue;
+    finals += final ? 1 : 0;
     metrics_.ExportJob(id, ProgressLocked(job), static_cast<uint32_t>(job.status.members_size()),
                        job.status.desired_workers(), job.status.epochs_size());
+    js.final_exported = final;
   }
   for (const auto& [id, w] : workers_.workers()) {
     w.dead ? ++counts.workers_dead : ++counts.workers_healthy;

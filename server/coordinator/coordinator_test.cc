@@ -13,7 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
-#include "common/env/testing/fault_injection_env.h"
+#include "common/env/env.h"
 #include "gtest/gtest.h"
 
 namespace gradstream::coordinator {
@@ -68,16 +68,26 @@ class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     state_file_ = "/tmp/coordinator_test_state." + std::to_string(::getpid());
-    std::remove(state_file_.c_str());
+    RemoveState();
     Open();
   }
-  void TearDown() override { std::remove(state_file_.c_str()); }
+  void TearDown() override {
+    c_.reset();
+    RemoveState();
+  }
+  void RemoveState() {
+    for (const char* suffix : {"", "-wal", "-shm", ".migrated", ".lock"}) {
+      std::remove((state_file_ + suffix).c_str());
+    }
+  }
 
   void Open() {
     c_.reset();
     CoordinatorOptions o;
     o.state_file = state_file_;
-    o.env = env_override_ != nullptr ? env_override_ : &env_;
+    o.store = store_options_;
+    o.keep_finished = keep_finished_;
+    o.keep_finished_for = keep_finished_for_;
     o.heartbeat_timeout = absl::Seconds(10);
     o.start_grace = absl::Seconds(2);
     o.probe_interval = absl::ZeroDuration();
@@ -145,6 +155,20 @@ class CoordinatorTest : public ::testing::Test {
     return resp->job_id();
   }
 
+  // Every job, through ListJobs' pages.
+  size_t JobCount() {
+    size_t n = 0;
+    v1::ListJobsRequest r;
+    do {
+      absl::StatusOr<v1::ListJobsResponse> page = c_->ListJobs(r);
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) break;
+      n += page->jobs_size();
+      r.set_page_token(page->next_page_token());
+    } while (!r.page_token().empty());
+    return n;
+  }
+
   v1::JobStatus Job() {
     v1::GetJobRequest r;
     r.set_job_id(job_);
@@ -152,8 +176,9 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::string state_file_;
-  testing::FaultInjectionEnv env_{Env::Default()};  // no faults unless a test asks
-  Env* env_override_ = nullptr;                       // instead of env_ at the next Open()
+  StateStoreOptions store_options_;  // for the next Open(): faults, size cap
+  size_t keep_finished_ = 10000;     // for the next Open()
+  absl::Duration keep_finished_for_ = absl::InfiniteDuration();
   absl::Time now_ = absl::FromUnixSeconds(1700000000);
   metrics::Registry metrics_;
   RecordingShards shards_;
@@ -346,36 +371,145 @@ TEST_F(CoordinatorTest, DoneOfThePreviousJobDoesNotCompleteTheNextOne) {
   EXPECT_EQ(Job().state(), v1::COMPLETED);
 }
 
+// A database capped at a few pages fills up as a full disk does: the submit
+// that does not fit fails and is not kept, every one before it is.
 TEST_F(CoordinatorTest, FullDiskFailsTheCallAndLosesNoState) {
-  job_ = Submit(1);
-  env_.SetFreeBytes(0);
+  store_options_.max_page_count = 16;
+  Open();
   v1::SubmitJobRequest r;
   r.mutable_spec()->set_workers(1);
   r.mutable_spec()->set_steps(100);
-  EXPECT_EQ(c_->SubmitJob(r).status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(c_->ListJobs().jobs_size(), 1);  // the failed submit is not kept either
-  for (const auto& e : std::filesystem::directory_iterator(DirName(state_file_))) {
-    EXPECT_FALSE(absl::StartsWith(e.path().string(), state_file_ + ".tmp")) << e.path();
+  std::vector<std::string> kept;
+  absl::Status full;
+  for (int i = 0; i < 5000 && full.ok(); ++i) {
+    absl::StatusOr<v1::SubmitJobResponse> resp = c_->SubmitJob(r);
+    if (resp.ok()) kept.push_back(resp->job_id());
+    full = resp.status();
   }
-  env_.SetFreeBytes(std::nullopt);
-  Open();  // a restart loads the state saved before the disk filled up
-  ASSERT_EQ(c_->ListJobs().jobs_size(), 1);
+  ASSERT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_TRUE(absl::StrContains(full.message(), state_file_)) << full;
+  ASSERT_FALSE(kept.empty());
+  EXPECT_EQ(JobCount(), kept.size());  // the failed submit is not kept either
+  store_options_ = {};
+  Open();  // a restart loads every job saved before the disk filled up
+  EXPECT_EQ(JobCount(), kept.size());
+  job_ = kept.back();
   EXPECT_EQ(Job().job_id(), job_);
-  EXPECT_NE(Submit(1), job_);
+  EXPECT_GT(Submit(1), job_);
 }
 
 TEST_F(CoordinatorTest, DamagedStateFileFailsTheRestartWithDataLoss) {
   job_ = Submit(1);
   c_.reset();
-  std::string data = *env_.ReadFile(state_file_);
-  data[data.size() / 2] ^= 0x01;
-  ASSERT_TRUE(env_.WriteFileAtomically(state_file_, data).ok());
+  ASSERT_TRUE(Env::Default()->WriteFileAtomically(state_file_, std::string(8192, 'x')).ok());
   CoordinatorOptions o;
   o.state_file = state_file_;
   o.metrics = &metrics_;
   const absl::Status s = Coordinator::Open(o, &shards_).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), state_file_)) << s;
+}
+
+// See [keep finished]: beyond the count, the oldest finished jobs go, with
+// their epochs and history, on disk too; running ones stay.
+TEST_F(CoordinatorTest, FinishedJobsBeyondTheKeepCountAreDeleted) {
+  keep_finished_ = 2;
+  Open();
+  AddShards(1);
+  job_ = Submit(1);
+  auto w = AddWorker();
+  c_->Tick();
+  ASSERT_EQ(Job().state(), v1::RUNNING);
+  const std::string running = job_;
+  std::vector<std::string> finished;
+  for (int i = 0; i < 4; ++i) {
+    finished.push_back(Submit(1));
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(finished.back());
+    ASSERT_TRUE(c_->CancelJob(cancel).ok());
+    now_ += absl::Seconds(1);
+    c_->Tick();  // drops it on its shard
+  }
+  c_->Tick();
+  EXPECT_EQ(JobCount(), 3u);  // the running job and the two newest finished
+  for (int i = 0; i < 4; ++i) {
+    v1::GetJobRequest get;
+    get.set_job_id(finished[i]);
+    EXPECT_EQ(c_->GetJob(get).status().code(),
+              i < 2 ? absl::StatusCode::kNotFound : absl::StatusCode::kOk)
+        << finished[i];
+  }
+  EXPECT_EQ(Beat(w, 3).job_id(), running);
+  c_.reset();
+  {  // every row of the deleted jobs is gone (an orphan epoch is DataLoss)
+    absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(state_file_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<v1::CoordinatorState> state = (*store)->Load();
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->jobs_size(), 3);
+    EXPECT_EQ(state->jobs(0).job_id(), running);
+    EXPECT_EQ(state->jobs(0).epochs_size(), 1);
+  }
+  Open();
+  EXPECT_EQ(JobCount(), 3u);
+  EXPECT_GT(Submit(1), finished.back());  // ids are not reused
+}
+
+TEST_F(CoordinatorTest, FinishedJobsOlderThanTheKeepTimeAreDeleted) {
+  keep_finished_for_ = absl::Hours(1);
+  Open();
+  job_ = Submit(1);
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(job_);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  const std::string young = Submit(1);
+  now_ += absl::Minutes(59);
+  c_->Tick();
+  EXPECT_EQ(JobCount(), 2u);
+  now_ += absl::Minutes(2);
+  c_->Tick();
+  EXPECT_EQ(JobCount(), 1u);  // the pending one stays
+  job_ = young;
+  EXPECT_EQ(Job().state(), v1::PENDING);
+}
+
+TEST_F(CoordinatorTest, ListJobsPagesNewestFirst) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(Submit(1));
+  v1::ListJobsRequest r;
+  r.set_page_size(2);
+  std::vector<std::string> seen;
+  int pages = 0;
+  do {
+    absl::StatusOr<v1::ListJobsResponse> page = c_->ListJobs(r);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->jobs_size(), 2);
+    for (const auto& j : page->jobs()) seen.push_back(j.job_id());
+    r.set_page_token(page->next_page_token());
+    ++pages;
+  } while (!r.page_token().empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(seen, std::vector<std::string>(ids.rbegin(), ids.rend()));
+  r.set_page_token("bogus");
+  const absl::Status s = c_->ListJobs(r).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "page_token")) << s;
+  EXPECT_EQ(c_->ListJobs(v1::ListJobsRequest()).value().jobs_size(), 5);  // default page: 100
+}
+
+// See [state db lock]: a second coordinator on the same file refuses to
+// start, and the first one keeps working.
+TEST_F(CoordinatorTest, ASecondCoordinatorOnTheSameFileRefusesToStart) {
+  job_ = Submit(1);
+  CoordinatorOptions o;
+  o.state_file = state_file_;
+  o.store.lock_timeout = absl::Milliseconds(200);
+  o.metrics = &metrics_;
+  const absl::Status s = Coordinator::Open(o, &shards_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), state_file_)) << s;
+  EXPECT_NE(Submit(1), job_);
+  EXPECT_EQ(JobCount(), 2u);
 }
 
 TEST_F(CoordinatorTest, StateSurvivesReopen) {
@@ -413,6 +547,11 @@ TEST_F(CoordinatorTest, NothingThatCannotBeWrittenIsKeptOrSent) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   state_file_ = dir + "/state";
+  std::atomic<bool> disk_away{false};
+  store_options_.before_commit = [&]() -> absl::Status {
+    if (disk_away) return absl::InternalError("the disk went away");
+    return absl::OkStatus();
+  };
   Open();
   AddShards(1);
   job_ = Submit(1);
@@ -425,8 +564,7 @@ TEST_F(CoordinatorTest, NothingThatCannotBeWrittenIsKeptOrSent) {
   scale.set_workers(2);
   ASSERT_TRUE(c_->ScaleJob(scale).ok());
   // The disk goes away before the scale-up is planned.
-  ASSERT_EQ(std::remove(state_file_.c_str()), 0);
-  ASSERT_EQ(::rmdir(dir.c_str()), 0);
+  disk_away = true;
   c_->Tick();
   c_->Tick();
   EXPECT_EQ(Job().epochs_size(), 1);
@@ -436,15 +574,16 @@ TEST_F(CoordinatorTest, NothingThatCannotBeWrittenIsKeptOrSent) {
   v1::SubmitJobRequest submit;
   submit.mutable_spec()->set_workers(1);
   EXPECT_FALSE(c_->SubmitJob(submit).ok());
-  EXPECT_EQ(c_->ListJobs().jobs_size(), 1);
+  EXPECT_EQ(JobCount(), 1u);
   // The disk is back: the epoch is written, then sent.
-  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  disk_away = false;
   c_->Tick();
   c_->Tick();
   EXPECT_EQ(Job().epochs_size(), 2);
   EXPECT_EQ(shards_.updates.size(), 1u);
   EXPECT_EQ(Beat(w2, 0, v1::IDLE, "").job_id(), job_);
-  std::remove(state_file_.c_str());
+  c_.reset();
+  RemoveState();
   ::rmdir(dir.c_str());
 }
 
@@ -462,7 +601,12 @@ TEST_F(CoordinatorTest, ARestoredWorkerThatItsJobDoesNotListIsFree) {
   worker->set_incarnation(1);
   worker->set_healthy(true);
   worker->set_job_id("job-000001");
-  ASSERT_TRUE(StateStore(state_file_).Save(state).ok());
+  c_.reset();
+  {
+    absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(state_file_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Save(state).ok());
+  }
   Open();
   v1::ClusterStatus cluster = c_->GetCluster();
   ASSERT_EQ(cluster.workers_size(), 1);
@@ -746,17 +890,16 @@ TEST_F(CoordinatorTest, MembersOfACancelledJobLeaveItWithOneWriteNotOneEach) {
   EXPECT_EQ(Job().members_size(), 0);
 }
 
-// Holds the next rename of a state file (the middle of a durable write)
-// until Release().
-class StallingEnv : public EnvWrapper {
+// Holds the next state write in its transaction (the middle of a durable
+// write, as a slow fsync does) until Release().
+class StallingWrite {
  public:
-  StallingEnv() : EnvWrapper(Env::Default()) {}
-  absl::Status RenameFile(const std::string& from, const std::string& to) override {
+  absl::Status BeforeCommit() {
     if (armed_.exchange(false)) {
       stalled_.Notify();
       release_.WaitForNotificationWithTimeout(absl::Seconds(30));
     }
-    return EnvWrapper::RenameFile(from, to);
+    return absl::OkStatus();
   }
   void Arm() { armed_ = true; }
   bool WaitStalled() { return stalled_.WaitForNotificationWithTimeout(absl::Seconds(10)); }
@@ -768,8 +911,8 @@ class StallingEnv : public EnvWrapper {
 };
 
 TEST_F(CoordinatorTest, HeartbeatsAndReadsDoNotWaitForAStateWriteOnDisk) {
-  StallingEnv env;
-  env_override_ = &env;
+  StallingWrite env;
+  store_options_.before_commit = [&env] { return env.BeforeCommit(); };
   Open();
   AddShards(1);
   job_ = Submit(1);
@@ -809,8 +952,8 @@ TEST_F(CoordinatorTest, HeartbeatsAndReadsDoNotWaitForAStateWriteOnDisk) {
 }
 
 TEST_F(CoordinatorTest, RegistrationsDuringAWriteShareTheNextWrite) {
-  StallingEnv env;
-  env_override_ = &env;
+  StallingWrite env;
+  store_options_.before_commit = [&env] { return env.BeforeCommit(); };
   Open();
   env.Arm();
   auto first = std::async(std::launch::async, [&] { return AddWorker().first; });

@@ -1,15 +1,15 @@
 // The coordinator's durable job table: every job's record (spec, state,
 // members, membership epochs, shard map, committed epoch, progress) and the
 // next job id. Modelled on LevelDB's VersionSet::LogAndApply: a change is
-// written to the state file first and applied in memory only once the write
-// succeeded.
+// written to the state database first and applied in memory only once the
+// write committed.
 //
 // NOTE: [write durably, then apply]
-// Create(), Update() and Checkpoint() are the only ways a job record changes.
-// Each builds the changed record on a copy, writes the whole coordinator
-// state (the table with the copy, plus what `write_rest` adds: shards and
-// workers) through the StateStore, and installs the copy only when the write
-// succeeded. So an epoch, a committed epoch or a finished state that a shard
+// Create(), Update(), Checkpoint() and Remove() are the only ways a job
+// record changes. Each builds the changed record on a copy, hands the whole
+// coordinator state (the table with the copy, plus what `write_rest` adds:
+// shards and workers) to the StateStore, which commits the rows that differ
+// in one transaction, and installs the copy only when the write committed. So an epoch, a committed epoch or a finished state that a shard
 // or worker can hear of is always on disk, and a failed write leaves memory
 // as it was (the caller retries on its next tick or RPC).
 //
@@ -36,7 +36,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -87,7 +89,8 @@ class JobLog {
   JobLog& operator=(const JobLog&) = delete;
 
   // Replaces the table with the one in `state` (at open, before any write).
-  void Restore(const gradstream::v1::CoordinatorState& state);
+  // The jobs are moved out of `state`.
+  void Restore(gradstream::v1::CoordinatorState& state);
 
   // A new job "job-NNNNNN" from `record` (its job_id is set here). Returns
   // the id; on a failed write (Internal / Unavailable) nothing changed and
@@ -101,21 +104,29 @@ class JobLog {
 
   // Applies `edit` to job `id`'s record in memory only, for a change a crash
   // may lose because nothing was decided on it: the next write of anything
-  // carries it (every write is the whole table). The Coordinator amends a
+  // carries it. The Coordinator amends a
   // job that ended as its members hear of the end (see [ended jobs]).
   // NotFound for an unknown job.
   [[nodiscard]] absl::Status Amend(const std::string& id, Edit edit);
 
   // Sets every job's progress to `progress(record)` (the live counters of
-  // its workers, folded into the record) and writes the whole state, e.g.
-  // after the worker pool or the shard table changed. On a failed write
-  // nothing changed.
+  // its workers, folded into the record) and writes the jobs whose progress
+  // changed with the worker pool and the shard table, e.g. after either
+  // changed. A finished job without members, not amended since the last
+  // write, is passed over: its progress is its record's, already written
+  // (with 10,000 finished jobs this is most of a checkpoint's work). On a
+  // failed write nothing changed.
   [[nodiscard]] absl::Status Checkpoint(
       absl::FunctionRef<gradstream::v1::JobProgress(const JobRecord&)> progress);
 
+  // Deletes the jobs `ids` (unknown ids are skipped) with their epochs and
+  // history: written first, then erased (see [write durably, then apply]).
+  // On a failed write nothing changed. The Coordinator removes only finished
+  // jobs no worker refers to (see --keep_finished).
+  [[nodiscard]] absl::Status Remove(const std::vector<std::string>& ids);
+
   // nullptr for an unknown job. The pointer stays valid (the record's
-  // content may change with Update) for the log's lifetime: jobs are never
-  // removed.
+  // content may change with Update) until Remove() of that job.
   const JobRecord* Find(const std::string& id) const;
   // Every job by id, oldest first.
   const std::map<std::string, JobRecord>& records() const { return records_; }
@@ -123,11 +134,12 @@ class JobLog {
 
  private:
   // Writes the table with next job id `next_job`, with `replace` (if not
-  // nullptr) standing in for (or added as) the record of `replace_id`, and
-  // with the jobs' progress from `progress` (if not nullptr).
+  // nullptr) standing in for (or added as) the record of `replace_id`, with
+  // the jobs' progress from `progress` (if not nullptr), and without the
+  // jobs in `drop` (if not nullptr).
   [[nodiscard]] absl::Status Write(const std::map<std::string, gradstream::v1::JobProgress>* progress,
                                    const std::string& replace_id, const JobRecord* replace,
-                                   uint64_t next_job);
+                                   uint64_t next_job, const std::set<std::string>* drop = nullptr);
 
   StateStore* const store_;
   const WriteRest write_rest_;
@@ -135,6 +147,11 @@ class JobLog {
   absl::Mutex* const held_;
   uint64_t next_job_ = 1;
   std::map<std::string, JobRecord> records_;
+  // Jobs Amend()ed since the last write, with the amend_seq_ of their last
+  // Amend: the next write carries them, and forgets those not amended again
+  // while it was on disk (Amend needs no write lock, see [ended jobs]).
+  std::map<std::string, uint64_t> amended_;
+  uint64_t amend_seq_ = 0;
 };
 
 }  // namespace gradstream::coordinator

@@ -22,19 +22,27 @@ class JobLogTest : public ::testing::Test {
     char tmpl[] = "/tmp/job_log_test.XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    store_ = std::make_unique<StateStore>(dir_ + "/state");
+    StateStoreOptions options;
+    options.before_commit = [this] {
+      return broken_ ? absl::InternalError("the disk is gone") : absl::OkStatus();
+    };
+    absl::StatusOr<std::unique_ptr<StateStore>> store =
+        StateStore::Open(dir_ + "/state", options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
     log_ = std::make_unique<JobLog>(
         store_.get(), [](v1::CoordinatorState& s) { s.set_next_worker_id(42); }, &metrics_);
   }
   void TearDown() override {
-    std::remove((dir_ + "/state").c_str());
+    log_.reset();
+    store_.reset();
+    for (const char* suffix : {"", "-wal", "-shm", ".lock"}) {
+      std::remove((dir_ + "/state" + suffix).c_str());
+    }
     ::rmdir(dir_.c_str());
   }
-  // Makes every later write fail: the directory is gone.
-  void BreakDisk() {
-    ASSERT_EQ(std::remove((dir_ + "/state").c_str()), 0);
-    ASSERT_EQ(::rmdir(dir_.c_str()), 0);
-  }
+  // Makes every later write fail (its transaction rolls back).
+  void BreakDisk() { broken_ = true; }
   v1::CoordinatorState OnDisk() {
     absl::StatusOr<v1::CoordinatorState> s = store_->Load();
     EXPECT_TRUE(s.ok()) << s.status();
@@ -49,6 +57,7 @@ class JobLogTest : public ::testing::Test {
   }
 
   std::string dir_;
+  bool broken_ = false;
   metrics::Registry registry_;
   CoordinatorMetrics metrics_{&registry_};
   std::unique_ptr<StateStore> store_;
@@ -136,11 +145,31 @@ TEST_F(JobLogTest, CheckpointRefreshesProgressOnlyWhenWritten) {
 TEST_F(JobLogTest, RestoreReadsWhatWasWritten) {
   const std::string id = *log_->Create(Pending(3));
   JobLog again(store_.get(), [](v1::CoordinatorState&) {}, &metrics_);
-  again.Restore(OnDisk());
+  v1::CoordinatorState disk = OnDisk();
+  again.Restore(disk);
   ASSERT_NE(again.Find(id), nullptr);
   EXPECT_EQ(again.Find(id)->status.desired_workers(), 3u);
   EXPECT_EQ(again.Find(id)->token, "secret");
   EXPECT_EQ(again.next_job(), 2u);
+}
+
+TEST_F(JobLogTest, RemoveIsDurableBeforeTheRecordGoes) {
+  const std::string a = *log_->Create(Pending(1));
+  const std::string b = *log_->Create(Pending(1));
+  ASSERT_TRUE(log_->Update(a, [](JobRecord& j) { AppendEpoch(j, 0, "start", kNow); }).ok());
+  BreakDisk();
+  EXPECT_FALSE(log_->Remove({a}).ok());
+  EXPECT_NE(log_->Find(a), nullptr);  // nothing changed
+  EXPECT_EQ(OnDisk().jobs_size(), 2);
+  broken_ = false;
+  ASSERT_TRUE(log_->Remove({a, "job-999999"}).ok());  // an unknown id is skipped
+  EXPECT_EQ(log_->Find(a), nullptr);
+  ASSERT_NE(log_->Find(b), nullptr);
+  const v1::CoordinatorState disk = OnDisk();
+  ASSERT_EQ(disk.jobs_size(), 1);
+  EXPECT_EQ(disk.jobs(0).job_id(), b);
+  EXPECT_EQ(disk.job_tokens().count(a), 0u);
+  EXPECT_EQ(log_->next_job(), 3u);  // ids are not reused
 }
 
 TEST(JobLogInMemory, EveryWriteSucceeds) {

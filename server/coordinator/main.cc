@@ -1,7 +1,7 @@
 // gs_coordinator: the gradstream control plane (job table, worker pool,
 // membership epochs, shard maps). See coordinator.h.
 //
-//   gs_coordinator --port=7070 --state_file=/var/lib/gradstream/coordinator.state
+//   gs_coordinator --port=7070 --state_file=/var/lib/gradstream/coordinator.db
 #include <unistd.h>
 
 #include <csignal>
@@ -28,12 +28,19 @@ ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 7070, "gRPC port; 0 = any free port (see --port_file).");
 ABSL_FLAG(std::string, port_file, "", "Write the bound gRPC port here (atomically) once serving.");
 ABSL_FLAG(std::string, state_file, "",
-          "Job table file (survives restarts); empty = in memory only.");
+          "SQLite database of the job table, workers and shards (survives restarts; "
+          "F-wal beside it); an old-format state file found here is migrated once and kept "
+          "as F.migrated. Empty = in memory only.");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "A worker silent this long is removed from its job.");
 ABSL_FLAG(absl::Duration, start_grace, absl::Seconds(2),
           "A pending job starts with fewer than its workers after waiting this long.");
 ABSL_FLAG(absl::Duration, shard_rpc_deadline, absl::Seconds(2), "Deadline of each shard RPC.");
+ABSL_FLAG(uint64_t, keep_finished, 10000,
+          "Finished jobs kept (newest first); older ones are deleted with their epochs and "
+          "history. See also --keep_finished_for.");
+ABSL_FLAG(absl::Duration, keep_finished_for, absl::Hours(24 * 30),
+          "A finished job is deleted this long after it ended (720h = 30 days; inf = never).");
 ABSL_FLAG(bool, drop_finished_jobs, false, "Tell shards to drop a job once it completes.");
 ABSL_FLAG(std::vector<std::string>, shards, {},
           "Shard addresses to register at start (host:port,...); shards may also register "
@@ -61,6 +68,8 @@ int main(int argc, char** argv) {
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.start_grace = absl::GetFlag(FLAGS_start_grace);
   options.drop_finished_jobs = absl::GetFlag(FLAGS_drop_finished_jobs);
+  options.keep_finished = absl::GetFlag(FLAGS_keep_finished);
+  options.keep_finished_for = absl::GetFlag(FLAGS_keep_finished_for);
   absl::StatusOr<gradstream::rpc::RpcConfig> rpc = gradstream::rpc::RpcConfigFromFlags();
   if (!rpc.ok()) {
     LOG(ERROR) << rpc.status();
@@ -70,8 +79,7 @@ int main(int argc, char** argv) {
       gradstream::coordinator::NewGrpcShardClient(absl::GetFlag(FLAGS_shard_rpc_deadline), *rpc);
   auto coordinator = Coordinator::Open(options, shard_client.get());
   if (!coordinator.ok()) {
-    LOG(ERROR) << "cannot open the coordinator state: " << coordinator.status()
-               << " (move the damaged --state_file away to start empty)";
+    LOG(ERROR) << "cannot open the coordinator state: " << coordinator.status();
     return 1;
   }
   if (absl::Status s = (*coordinator)->AddConfiguredShards(absl::GetFlag(FLAGS_shards)); !s.ok()) {

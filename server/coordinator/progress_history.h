@@ -7,8 +7,8 @@
 // is bounded whatever the job's length: when it holds kMaxProgressPoints,
 // every second point of it is dropped (the first is kept) before the new one
 // is appended, so the run is always covered end to end at a resolution that
-// halves each time the bound is reached. The job log rewrites the state file
-// on every change, so evaluations closer together than
+// halves each time the bound is reached. Each point is a row written through
+// the job log, so evaluations closer together than
 // kMinProgressInterval (a job with a tiny eval_every) are not all recorded:
 // the work a point costs is bounded by time, not by a number the job's
 // submitter chose; the job's final evaluation is always recorded. Pure

@@ -35,10 +35,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
                       v1::JobStatus* resp) override {
     return Call("GetJob", ctx, resp, [&] { return c_->GetJob(*req); });
   }
-  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*,
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* resp) override {
-    return Call("ListJobs", ctx, resp,
-                [&] { return absl::StatusOr<v1::ListJobsResponse>(c_->ListJobs()); });
+    return Call("ListJobs", ctx, resp, [&] { return c_->ListJobs(*req); });
   }
   grpc::Status ScaleJob(grpc::ServerContext* ctx, const v1::ScaleJobRequest* req,
                         v1::ScaleJobResponse* resp) override {

@@ -1,50 +1,152 @@
-// Durable storage of the coordinator's state in one file.
+// Durable storage of the coordinator's state in an SQLite database (WAL).
 //
-// Save() writes the whole state as one durable record (common/env/record.h:
-// magic "GSCOORDS", version 1, length, CRC32C, then the binary
-// CoordinatorState) through Env::WriteFileAtomically(), so after a crash
-// (kill -9, power loss) the file holds either the previous or the new state,
-// never a torn mix, and a damaged file is detected rather than half-loaded.
+// One table per kind of row: `meta` (next job id, next worker id), `jobs`
+// (one row per job: its JobStatus without epochs and history, with state
+// and finished time as columns, the retired counters and the token),
+// `epochs` (one row per membership epoch), `progress` (a job's progress
+// history, see [history row]), `workers` and `shards` (one row each).
 //
-// NOTE: [legacy state file]
-// A file written before the common record frame ("GSCOORD1", u64 length,
-// u32 zlib CRC32, then the same CoordinatorState) still loads, so a
-// coordinator upgraded in place keeps its jobs; its next Save() rewrites the
-// file in the new frame.
+// Save() takes a CoordinatorState with the whole worker pool and shard
+// table but only the jobs that may have changed (as the job log builds it),
+// and the ids of jobs to delete, and writes only the rows that differ from
+// what the database holds (the store keeps what it last wrote): upserts of
+// the changed rows and deletes of the rows gone, in one transaction. So a
+// scale-up writes one job row and one epoch row, not the world, and a job
+// deleted by --keep_finished takes its epochs and progress rows with it.
+//
+// NOTE: [state db durability]
+// The database runs with journal_mode=WAL and synchronous=FULL: a commit
+// returns only once the WAL is fsync'ed. NORMAL would fsync only at
+// checkpoints, so a power loss could roll back a commit that the
+// coordinator already acted on (an epoch sent to the shards, a job id
+// answered to a client): that breaks [write durably, then apply], which
+// FULL keeps at the cost of one fsync per transaction (the old file paid
+// two plus a rename, for the whole state).
+//
+// NOTE: [state db lock]
+// Open() takes an exclusive flock() on `<path>.lock` and holds it until the
+// store is destroyed (the kernel drops it when the process dies, kill -9
+// included): a second coordinator on the same file waits at most
+// `lock_timeout` and then refuses to start with FailedPrecondition naming
+// the file, rather than interleave its writes with the first one's. The
+// lock is beside the database, not SQLite's locking_mode=EXCLUSIVE, so
+// readers (the sqlite3 shell, a test) can still query a running
+// coordinator's database: WAL lets them read while it writes.
+//
+// NOTE: [state file migration]
+// A state file of the old code path (one "GSCOORDS" record, see
+// common/env/record.h) found at `path` is imported once: Open() renames it
+// to `<path>.migrated` (never deletes it), creates the database at `path`
+// and, while the database holds no state, imports `<path>.migrated` in one
+// transaction. A crash between the rename and the import's commit leaves
+// an empty database and the renamed file, and the next Open() imports it;
+// once the database holds state it is never imported again.
 #ifndef GRADSTREAM_SERVER_COORDINATOR_STATE_STORE_H_
 #define GRADSTREAM_SERVER_COORDINATOR_STATE_STORE_H_
 
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/env/env.h"
+#include "absl/time/time.h"
 #include "coordinator.pb.h"
 
+struct sqlite3;
+
 namespace gradstream::coordinator {
+
+struct StateStoreOptions {
+  // How long Open() waits for another process's lock (see [state db lock]),
+  // and a write for a reader's (SQLite's busy_timeout).
+  absl::Duration lock_timeout = absl::Seconds(2);
+  // The database's size cap in pages (PRAGMA max_page_count); 0 = none. A
+  // write past it fails as a full disk does (ResourceExhausted).
+  int64_t max_page_count = 0;
+  // Tests only: runs inside every write's transaction before its COMMIT;
+  // a non-OK status rolls the transaction back and Save() returns it, as a
+  // failed write. It may block, as a slow fsync does.
+  std::function<absl::Status()> before_commit;
+};
 
 // Not thread-safe; the coordinator serializes calls.
 class StateStore {
  public:
-  // `env` (not owned) must outlive the store.
-  explicit StateStore(std::string path, Env* env = Env::Default())
-      : path_(std::move(path)), env_(env) {}
+  // Opens (creating) the database at `path`, migrating an old state file
+  // found there (see [state file migration]). FailedPrecondition when
+  // another process holds the database ([state db lock]); DataLoss naming
+  // the file when it is not a database or is damaged, or when the old file
+  // to migrate is; Internal / ResourceExhausted for other I/O errors.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(std::string path,
+                                                         StateStoreOptions options = {});
+  ~StateStore();
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
 
-  // The saved state; NotFound when the file does not exist (first start),
-  // DataLoss naming the file when it is truncated, damaged or not a state
-  // file; another code from the Env when it cannot be read.
-  absl::StatusOr<gradstream::v1::CoordinatorState> Load() const;
+  // The saved state, jobs in id order; NotFound when the database holds no
+  // state yet (first start); DataLoss naming the file when a row is damaged.
+  absl::StatusOr<gradstream::v1::CoordinatorState> Load();
 
-  // Atomically replaces the file (see [atomic file write]). On failure the
-  // previous file is intact and no temp file is left; the Env's code comes
-  // back (ResourceExhausted for a full disk, Internal for other I/O errors).
-  [[nodiscard]] absl::Status Save(const gradstream::v1::CoordinatorState& state) const;
+  // In one transaction (none when nothing differs): the meta values, shards
+  // and workers become `state`'s; each job in `state` becomes its record
+  // there (with its epochs and history); the jobs in `removed` are deleted
+  // with theirs; other jobs are left as they are. On failure the
+  // transaction is rolled back and the database holds the previous state:
+  // ResourceExhausted for a full disk (or max_page_count), Internal for
+  // other I/O errors.
+  [[nodiscard]] absl::Status Save(const gradstream::v1::CoordinatorState& state,
+                                  const std::vector<std::string>& removed = {});
 
   const std::string& path() const { return path_; }
+  // Rows upserted or deleted by the committed writes so far.
+  uint64_t rows_written() const { return rows_written_; }
+
+  // One row of a table: its key, and its columns (what Save compares).
+  struct RowKey {
+    int table = 0;
+    std::string id;  // job id, or "" for integer-keyed tables
+    int64_t n = 0;   // epoch index, worker / shard id, meta key
+    bool operator<(const RowKey& o) const {
+      return std::tie(table, id, n) < std::tie(o.table, o.id, o.n);
+    }
+  };
+  struct Row {
+    std::string payload;  // a serialized proto, or "" (meta)
+    int64_t a = 0;        // jobs: state; meta: the value
+    int64_t b = 0;        // jobs: finished_unix_ms
+    std::string extra;    // jobs: serialized retired JobProgress
+    std::string token;    // jobs: the job's token
+    bool operator==(const Row& o) const {
+      return std::tie(payload, a, b, extra, token) ==
+             std::tie(o.payload, o.a, o.b, o.extra, o.token);
+    }
+  };
+  using Rows = std::map<RowKey, Row>;
 
  private:
+  StateStore(std::string path, StateStoreOptions options, int lock_fd, sqlite3* db);
+
+  [[nodiscard]] absl::Status Init();
+  [[nodiscard]] absl::Status Migrate(const std::string& from);
+  // Within the key ranges `scope` (inclusive bounds), makes the database's
+  // rows `rows` in one transaction, writing only the difference.
+  [[nodiscard]] absl::Status WriteRows(Rows rows,
+                                       const std::vector<std::pair<RowKey, RowKey>>& scope);
+  [[nodiscard]] absl::Status Exec(const char* sql);
+  absl::Status Error(int rc, const std::string& what) const;
+
   const std::string path_;
-  Env* const env_;
+  const StateStoreOptions options_;
+  const int lock_fd_;  // holds the flock of [state db lock]
+  sqlite3* const db_;
+  Rows written_;  // what the database holds: read at Open(), then each commit
+  uint64_t rows_written_ = 0;
 };
 
 }  // namespace gradstream::coordinator

@@ -88,6 +88,19 @@ TEST_F(CliTest, SubmitStatusListScaleCancelWithJson) {
   ASSERT_EQ(list.jobs_size(), 3);
   EXPECT_EQ(list.jobs(0).job_id(), from_text.job_id());  // newest first
   EXPECT_EQ(list.jobs(2).job_id(), id);
+  // A page at a time: the human form says how to get the next one.
+  auto first = RunJson<v1::ListJobsResponse>({"list", "--limit=2"});
+  ASSERT_EQ(first.jobs_size(), 2);
+  EXPECT_EQ(first.next_page_token(), first.jobs(1).job_id());
+  auto rest = RunJson<v1::ListJobsResponse>({"list", "--limit=2", "--page_token",
+                                             first.next_page_token()});
+  ASSERT_EQ(rest.jobs_size(), 1);
+  EXPECT_EQ(rest.jobs(0).job_id(), id);
+  EXPECT_EQ(rest.next_page_token(), "");
+  CommandResult paged = Run({"list", "--limit=2"});
+  EXPECT_TRUE(absl::StrContains(paged.out, "more: gradstream list --page_token " +
+                                               first.next_page_token() + " --limit 2"))
+      << paged.out;
 
   auto scaled = RunJson<v1::ScaleJobResponse>({"scale", id, "--workers", "4"});
   EXPECT_EQ(scaled.job().desired_workers(), 4u);
