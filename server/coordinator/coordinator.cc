@@ -332,7 +332,8 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(
   const std::string job_id = worker->status.job_id();
   const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id);
   if (job != nullptr && request.job_id() == job_id) {
-    WorkerPool::Report(*worker, request.progress(), now);
+    const v1::JobMember* joined = FindMember(job->status, id);
+    WorkerPool::Report(*worker, request.progress(), now, joined ? joined->join_clock() : 0);
     RecordProgressLocked(*job, request.progress(), now);
     DeclareTensorsLocked(job_id, id, request);
     const bool done_early = ScriptDoneEarlyLocked(*job, id, request.state());

@@ -104,6 +104,22 @@ TEST(WorkerPool, ReleaseForgetsTheJobsProgressAndRate) {
   EXPECT_EQ(w.clock_rate.rate, 0);
 }
 
+// See [joiner rate]: the jump to the join clock is no progress.
+TEST(WorkerPool, AJoinersRateStartsAtItsJoinClock) {
+  WorkerPool pool(absl::Seconds(10));
+  WorkerRecord& w = pool.Register(Hello(), kT0);
+  WorkerPool::Assign(w, "job-1");
+  v1::WorkerProgress p;
+  p.set_clock(0);
+  WorkerPool::Report(w, p, kT0, /*join_clock=*/555);
+  p.set_clock(555);  // it heard of its join clock
+  WorkerPool::Report(w, p, kT0 + absl::Seconds(1), 555);
+  EXPECT_EQ(w.clock_rate.PlanningRate(), 0);
+  p.set_clock(575);
+  WorkerPool::Report(w, p, kT0 + absl::Seconds(2), 555);
+  EXPECT_DOUBLE_EQ(w.clock_rate.PlanningRate(), 20);
+}
+
 TEST(WorkerPool, RestoreGivesEveryWorkerAFullTimeout) {
   v1::CoordinatorState state;
   state.set_next_worker_id(5);

@@ -29,7 +29,7 @@ import cluster  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = 600
 GLOBAL_BATCH = 20  # scripts/elastic.py's
-STEPS = 900
+STEPS = 1500
 SEED = 24
 MAX = 4
 
