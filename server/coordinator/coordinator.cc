@@ -351,10 +351,16 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(
               : absl::StrCat("worker ", request.worker_id(),
                              failed ? " failed" : (done_early ? " finished" : " left")),
           [&](JobRecord& j) {
-            // Its script is done: the job winds down, nobody replaces it.
+            // Its script is done: the job winds down, nobody replaces it,
+            // nor grows it back, not even with this worker once it is idle
+            // again (an elastic job below MAX took it back and ran its
+            // script past the last step), nor waits for one ([elastic jobs]).
             if (done_early) {
-              j.status.set_desired_workers(std::max(1u, j.status.desired_workers() - 1));
-              // Nor does an elastic job wait for one ([elastic jobs]).
+              uint32_t others = 0;
+              for (const auto& m : j.status.members()) {
+                others += m.leaving() || m.worker_id() == id ? 0 : 1;
+              }
+              j.status.set_desired_workers(std::max(1u, others));
               j.status.set_min_workers(
                   std::min(j.status.min_workers(), j.status.desired_workers()));
             }

@@ -628,9 +628,10 @@ TEST_F(CoordinatorTest, ErrorsNameTheProblem) {
 
 // ---------------------------------------------------------------- script jobs
 
-std::string SubmitScript(Coordinator& c, uint32_t workers) {
+std::string SubmitScript(Coordinator& c, uint32_t workers, uint32_t workers_min = 0) {
   v1::SubmitJobRequest r;
   r.mutable_spec()->set_workers(workers);
+  r.mutable_spec()->set_workers_min(workers_min);
   r.mutable_spec()->set_entrypoint("python3 train.py");
   auto resp = c.SubmitJob(r);
   EXPECT_TRUE(resp.ok()) << resp.status();
@@ -723,6 +724,27 @@ TEST_F(CoordinatorTest, ScriptDoneBeforeTheOthersLeavesAndIsNotReplaced) {
   Beat(w1, 12, v1::DONE);
   c_->Tick();
   EXPECT_EQ(Job().state(), v1::COMPLETED);
+}
+
+// An elastic script job below its MAX does not take back a member whose
+// script finished once it is idle again: it would run the script past the
+// last step (see [elastic jobs]).
+TEST_F(CoordinatorTest, AnElasticScriptJobWindingDownTakesNobodyBack) {
+  AddShards(1);
+  job_ = SubmitScript(*c_, /*workers=*/4, /*workers_min=*/2);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  ASSERT_EQ(Job().members_size(), 2);
+  Beat(w1, 10);
+  Beat(w2, 12, v1::DONE);
+  EXPECT_EQ(Job().desired_workers(), 1u);
+  EXPECT_EQ(Job().min_workers(), 1u);
+  EXPECT_EQ(Beat(w2, 0, v1::IDLE, "").job_id(), "");  // idle again
+  c_->Tick();
+  c_->Tick();
+  EXPECT_EQ(Job().epochs_size(), 2);  // not taken back
+  EXPECT_EQ(Job().below_min_since_unix_ms(), 0);
 }
 
 v1::WorkerProgress Progress(uint64_t clock, float loss, float samples_per_sec) {

@@ -107,17 +107,18 @@ TEST(WorkerPool, ReleaseForgetsTheJobsProgressAndRate) {
 // See [joiner rate]: the jump to the join clock is no progress.
 TEST(WorkerPool, AJoinersRateStartsAtItsJoinClock) {
   WorkerPool pool(absl::Seconds(10));
-  WorkerRecord& w = pool.Register(Hello(), kT0);
-  WorkerPool::Assign(w, "job-1");
-  v1::WorkerProgress p;
-  p.set_clock(0);
-  WorkerPool::Report(w, p, kT0, /*join_clock=*/555);
-  p.set_clock(555);  // it heard of its join clock
-  WorkerPool::Report(w, p, kT0 + absl::Seconds(1), 555);
-  EXPECT_EQ(w.clock_rate.PlanningRate(), 0);
-  p.set_clock(575);
-  WorkerPool::Report(w, p, kT0 + absl::Seconds(2), 555);
-  EXPECT_DOUBLE_EQ(w.clock_rate.PlanningRate(), 20);
+  WorkerRecord& joiner = pool.Register(Hello(), kT0);
+  WorkerPool::Assign(joiner, "job-1");
+  // A report of `clock` `s` seconds in, by a member that joined at 555.
+  auto report_at = [&](uint64_t clock, int s) {
+    v1::WorkerProgress progress;
+    progress.set_clock(clock);
+    WorkerPool::Report(joiner, progress, kT0 + absl::Seconds(s), /*join_clock=*/555);
+    return joiner.clock_rate.PlanningRate();
+  };
+  EXPECT_EQ(report_at(0, 0), 0);
+  EXPECT_EQ(report_at(555, 1), 0);  // it heard of its join clock: no step trained
+  EXPECT_DOUBLE_EQ(report_at(575, 2), 20);
 }
 
 TEST(WorkerPool, RestoreGivesEveryWorkerAFullTimeout) {
