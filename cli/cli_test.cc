@@ -111,7 +111,7 @@ TEST(SpecInput, WorkerRanges) {
   EXPECT_EQ(ParseWorkerRange("1:1000000").status().message(),
             "--workers: at most 4096 workers, got '1:1000000'");
   EXPECT_EQ(ParseWorkerRange("0").status().message(),
-            "--workers: want at least 1 worker, got '0'");
+            "--workers: want at least 1 worker (`gradstream cancel` stops a job), got '0'");
   for (const char* bad : {"", "a:4", "1:", ":4", "1:2:3", "-1:4", "1:99999999999999999999"}) {
     EXPECT_FALSE(ParseWorkerRange(bad).ok()) << bad;
   }

@@ -113,7 +113,7 @@ absl::StatusOr<WorkerRange> ParseWorkerRange(const std::string& text) {
   const uint64_t max = n.back();
   if (max > kMaxJobWorkers) return bad(absl::StrCat("at most ", kMaxJobWorkers, " workers"));
   if (n.size() == 1) {
-    if (max == 0) return bad("want at least 1 worker");
+    if (max == 0) return bad("want at least 1 worker (`gradstream cancel` stops a job)");
     return WorkerRange{0, static_cast<uint32_t>(max)};
   }
   if (n[0] < 1) return bad("MIN must be at least 1");
