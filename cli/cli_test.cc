@@ -115,18 +115,56 @@ TEST(SpecInput, FlagsOverride) {
             "--consistency: unknown 'eventual' (want sync|bounded|async)");
 }
 
+TEST(SpecInput, WorkerRanges) {
+  auto range = ParseWorkerRange("1:4");
+  ASSERT_TRUE(range.ok()) << range.status();
+  EXPECT_EQ(range->min, 1u);
+  EXPECT_EQ(range->max, 4u);
+  range = ParseWorkerRange("3");
+  ASSERT_TRUE(range.ok());
+  EXPECT_EQ(range->min, 0u);  // a plain count is not elastic
+  EXPECT_EQ(range->max, 3u);
+  EXPECT_EQ(ParseWorkerRange("0:0").status().message(),
+            "--workers: MIN must be at least 1, got '0:0'");
+  EXPECT_EQ(ParseWorkerRange("5:2").status().message(),
+            "--workers: MIN must not be above MAX, got '5:2'");
+  EXPECT_EQ(ParseWorkerRange("1:1000000").status().message(),
+            "--workers: at most 4096 workers, got '1:1000000'");
+  EXPECT_EQ(ParseWorkerRange("0").status().message(),
+            "--workers: want at least 1 worker (`gradstream cancel` stops a job), got '0'");
+  for (const char* bad : {"", "a:4", "1:", ":4", "1:2:3", "-1:4", "1:99999999999999999999"}) {
+    EXPECT_FALSE(ParseWorkerRange(bad).ok()) << bad;
+  }
+  auto a = Args::Parse({"submit", "--workers=2:6", "--min_workers_timeout=90s"}, {});
+  ASSERT_TRUE(a.ok());
+  gradstream::v1::JobSpec spec;
+  ASSERT_TRUE(ApplySpecFlags(*a, &spec).ok());
+  EXPECT_EQ(spec.workers_min(), 2u);
+  EXPECT_EQ(spec.workers(), 6u);
+  EXPECT_EQ(spec.min_workers_timeout_s(), 90u);
+  a = Args::Parse({"submit", "--min_workers_timeout=0s"}, {});
+  EXPECT_EQ(ApplySpecFlags(*a, &spec).message(),
+            "--min_workers_timeout: want 1s to 168h, got 0");
+}
+
 TEST(Render, TableAlignsColumns) {
   EXPECT_EQ(Table({{"A", "BB"}, {"ccc", "d"}}), "A    BB\nccc  d\n");
   EXPECT_EQ(HumanBytes(512), "512 B");
   EXPECT_EQ(HumanBytes(1536), "1.5 KiB");
 }
 
-TEST(Render, ProgressLineHasEveryField) {
+// A running job of 100 steps with 3 of 4 workers.
+gradstream::v1::JobStatus RunningJob() {
   gradstream::v1::JobStatus j;
   j.mutable_spec()->set_steps(100);
   j.set_state(gradstream::v1::RUNNING);
   j.set_active_workers(3);
   j.set_desired_workers(4);
+  return j;
+}
+
+TEST(Render, ProgressLineHasEveryField) {
+  gradstream::v1::JobStatus j = RunningJob();
   auto* p = j.mutable_progress();
   p->set_clock(50);
   p->set_loss(0.25f);
@@ -143,6 +181,19 @@ TEST(Render, ProgressLineHasEveryField) {
             "1234 samples/s | pushed 2.0 KiB (x15.9) | staleness 2 | workers 3/4 | RUNNING");
   EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), "clock:        50/100 (fastest 0), ETA 3m07s\n"))
       << RenderJob(j, 0);
+}
+
+// An elastic job shows its range and why it has its size (see [elastic jobs]).
+TEST(Render, AnElasticJobShowsItsRangeAndWhy) {
+  gradstream::v1::JobStatus j = RunningJob();
+  j.set_min_workers(1);
+  j.set_size_reason("grew: worker 3 idle");
+  EXPECT_TRUE(absl::StrContains(ProgressLine(j, 0), "| workers 3 of 1:4 |")) << ProgressLine(j, 0);
+  EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), "workers:      3 of 1:4, grew: worker 3 idle; "))
+      << RenderJob(j, 0);
+  gradstream::v1::ListJobsResponse list;
+  *list.add_jobs() = j;
+  EXPECT_TRUE(absl::StrContains(RenderJobList(list), "3 of 1:4")) << RenderJobList(list);
 }
 
 // Issue 23: before the first report nothing reads as measured (see

@@ -1,9 +1,9 @@
 // gradstream: the command-line client of the coordinator.
 //
-//   gradstream submit [SPEC_FILE] [--workers=N ...]   submit a job
+//   gradstream submit [SPEC_FILE] [--workers=N|MIN:MAX ...]   submit a job
 //   gradstream status JOB                             one job in detail
 //   gradstream watch JOB                              live progress until it ends
-//   gradstream scale JOB --workers N                  change the worker count
+//   gradstream scale JOB --workers N|MIN:MAX          change the worker count (or range)
 //   gradstream cancel JOB                             stop a job
 //   gradstream list [--limit N] [--page_token JOB]     jobs, newest first, a page at a time
 //   gradstream cluster                                shards and workers
@@ -60,7 +60,9 @@ commands:
   submit [SPEC_FILE] [SPEC FLAGS]   submit a job (JSON or text-format JobSpec file and/or flags)
   status JOB                        show one job in detail
   watch JOB [--interval=1s]         live progress until the job ends
-  scale JOB --workers N             change a running job's worker count
+  scale JOB --workers N             change a running job's worker count; on an elastic job
+                                    N is its new MAX (MIN lowered to N if above), and
+                                    --workers MIN:MAX sets the whole range
   cancel JOB                        stop a job
   list [--limit N] [--page_token J] list jobs, newest first (N a page, default 100)
   cluster                           list shards and workers with their health
@@ -269,13 +271,14 @@ int CmdWatch(const Context& ctx, const Args& args) {
 
 int CmdScale(const Context& ctx, const Args& args) {
   if (args.positional().size() != 2 || !args.Has("workers")) {
-    return Usage("usage: gradstream scale JOB --workers N");
+    return Usage("usage: gradstream scale JOB --workers N|MIN:MAX");
   }
-  auto n = args.GetUint("workers");
-  if (!n.ok()) return Fail(ctx, n.status());
+  absl::StatusOr<WorkerRange> range = ParseWorkerRange(*args.Get("workers"));
+  if (!range.ok()) return Fail(ctx, range.status());
   v1::ScaleJobRequest req;
   req.set_job_id(args.positional()[1]);
-  req.set_workers(static_cast<uint32_t>(std::min<uint64_t>(**n, UINT32_MAX)));
+  req.set_workers(range->max);
+  req.set_workers_min(range->min);
   v1::ScaleJobResponse resp;
   if (absl::Status s = Call(ctx, &v1::Coordinator::Stub::ScaleJob, req, &resp); !s.ok()) {
     return Fail(ctx, s);

@@ -141,6 +141,12 @@ namespace {
 std::string ClockText(uint64_t clock, const v1::JobSpec& spec) {
   return spec.entrypoint().empty() ? absl::StrCat(clock, "/", spec.steps()) : absl::StrCat(clock);
 }
+// "3/4", or for an elastic job (see [elastic jobs]) "3 of 1:4".
+std::string WorkersText(const v1::JobStatus& j) {
+  return j.min_workers() > 0 ? absl::StrCat(j.active_workers(), " of ", j.min_workers(), ":",
+                                            j.desired_workers())
+                             : absl::StrCat(j.active_workers(), "/", j.desired_workers());
+}
 }  // namespace
 
 std::string RenderJobList(const v1::ListJobsResponse& jobs) {
@@ -150,8 +156,7 @@ std::string RenderJobList(const v1::ListJobsResponse& jobs) {
   for (const auto& j : jobs.jobs()) {
     rows.push_back({j.job_id(), j.spec().name().empty() ? "-" : j.spec().name(),
                     StateName(j.state()), ClockText(j.progress().clock(), j.spec()),
-                    absl::StrCat(j.active_workers(), "/", j.desired_workers()),
-                    LossText(j.progress()),
+                    WorkersText(j), LossText(j.progress()),
                     j.progress().accuracy_clock()
                         ? absl::StrFormat("%.1f%%", 100 * j.progress().accuracy())
                         : "-",
@@ -228,8 +233,13 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
       {"tensors", j.shard_map().tensors().empty() ? "-" : TensorCodecs(j.shard_map(), false)},
       {"consistency", ConsistencyText(s.consistency())},
       {"workers",
-       absl::StrCat(j.active_workers(), " active / ", j.desired_workers(), " desired, epoch ",
-                    j.epochs_size(), " (committed ", j.committed_epoch(), ")")},
+       j.min_workers() > 0
+           ? absl::StrCat(WorkersText(j),
+                          j.size_reason().empty() ? "" : absl::StrCat(", ", j.size_reason()),
+                          "; epoch ", j.epochs_size(), " (committed ", j.committed_epoch(), ")")
+           : absl::StrCat(j.active_workers(), " active / ", j.desired_workers(),
+                          " desired, epoch ", j.epochs_size(), " (committed ",
+                          j.committed_epoch(), ")")},
       {"clock",
        absl::StrCat(ClockText(p.clock(), s), " (fastest ", p.max_clock(), ")",
                     p.has_eta_seconds() ? absl::StrCat(", ETA ", Duration(p.eta_seconds())) : "")},
@@ -353,8 +363,8 @@ std::string ProgressLine(const v1::JobStatus& j, int width) {
                           ? absl::StrCat(" | pulled ", BytesText(p.bytes_pulled(),
                                                                  p.fp32_bytes_pulled(), true, false))
                           : "",
-                      " | staleness ", p.max_staleness(), " | workers ", j.active_workers(), "/",
-                      j.desired_workers(), " | ", StateName(j.state()),
+                      " | staleness ", p.max_staleness(), " | workers ", WorkersText(j), " | ",
+                      StateName(j.state()),
                       j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds
                           ? absl::StrFormat(" | stalled for %.0f s", p.stalled_seconds())
                           : "");

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/job/job_spec.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -65,7 +66,9 @@ constexpr FlagHelp kSpecFlags[] = {
      "tensors smaller than this are pulled fp32 under a pull codec (default 16384; 1 = none)"},
     {"consistency", "sync|bounded|async"},
     {"staleness", "staleness bound for bounded"},
-    {"workers", "desired worker count"},
+    {"workers", "worker count N, or an elastic range MIN:MAX (e.g. 1:4)"},
+    {"min_workers_timeout",
+     "elastic: how long the job may stay below MIN before it fails (default 10m)"},
     {"shards", "shards to spread the model over (0 = all)"},
     {"seed", "model init and rounding seed"},
     {"chunk_elems", "max elements per chunk"},
@@ -94,6 +97,29 @@ absl::Status WithFloat(const Args& args, const std::string& flag, Setter set) {
 }
 
 }  // namespace
+
+absl::StatusOr<WorkerRange> ParseWorkerRange(const std::string& text) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("--workers: ", why, ", got '", text, "'"));
+  };
+  const std::vector<std::string> parts = absl::StrSplit(text, ':');
+  if (parts.size() > 2) return bad("want N or MIN:MAX");
+  std::vector<uint64_t> n;
+  for (const std::string& p : parts) {
+    uint64_t v = 0;
+    if (!absl::SimpleAtoi(p, &v)) return bad("want N or MIN:MAX with non-negative integers");
+    n.push_back(v);
+  }
+  const uint64_t max = n.back();
+  if (max > kMaxJobWorkers) return bad(absl::StrCat("at most ", kMaxJobWorkers, " workers"));
+  if (n.size() == 1) {
+    if (max == 0) return bad("want at least 1 worker (`gradstream cancel` stops a job)");
+    return WorkerRange{0, static_cast<uint32_t>(max)};
+  }
+  if (n[0] < 1) return bad("MIN must be at least 1");
+  if (n[0] > max) return bad("MIN must not be above MAX");
+  return WorkerRange{static_cast<uint32_t>(n[0]), static_cast<uint32_t>(max)};
+}
 
 const std::set<std::string>& SpecFlagNames() {
   static const std::set<std::string>* const kNames = [] {
@@ -195,7 +221,6 @@ absl::Status ApplySpecFlags(const Args& args, v1::JobSpec* spec) {
             [](v1::JobSpec*s, uint32_t v) { s->mutable_codec()->set_pull_min_elems(v); }},
            {"staleness",
             [](v1::JobSpec*s, uint32_t v) { s->mutable_consistency()->set_staleness(v); }},
-           {"workers", [](v1::JobSpec*s, uint32_t v) { s->set_workers(v); }},
            {"shards", [](v1::JobSpec*s, uint32_t v) { s->set_shards(v); }},
            {"chunk_elems", [](v1::JobSpec*s, uint32_t v) { s->set_chunk_elems(v); }},
            {"checkpoint_every", [](v1::JobSpec*s, uint32_t v) { s->set_checkpoint_every(v); }},
@@ -217,6 +242,23 @@ absl::Status ApplySpecFlags(const Args& args, v1::JobSpec* spec) {
        }) {
     absl::Status s = WithFloat(args, flag, [&](float v) { setter(spec, v); });
     if (!s.ok()) return s;
+  }
+  if (auto v = args.Get("workers")) {
+    absl::StatusOr<WorkerRange> range = ParseWorkerRange(*v);
+    if (!range.ok()) return range.status();
+    spec->set_workers(range->max);
+    spec->set_workers_min(range->min);
+  }
+  auto timeout = args.GetDuration("min_workers_timeout");
+  if (!timeout.ok()) return timeout.status();
+  if (*timeout) {
+    const int64_t s = absl::ToInt64Seconds(**timeout);
+    if (s < 1 || s > kMaxMinWorkersTimeoutS) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--min_workers_timeout: want 1s to ", kMaxMinWorkersTimeoutS / 3600, "h, got ",
+          absl::FormatDuration(**timeout)));
+    }
+    spec->set_min_workers_timeout_s(static_cast<uint32_t>(s));
   }
   auto seed = args.GetUint("seed");
   if (!seed.ok()) return seed.status();

@@ -4,6 +4,7 @@
 #ifndef GRADSTREAM_CLI_SPEC_INPUT_H_
 #define GRADSTREAM_CLI_SPEC_INPUT_H_
 
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -23,6 +24,15 @@ absl::StatusOr<gradstream::v1::JobSpec> LoadSpecFile(const std::string& path);
 
 // Sets the fields given as flags. InvalidArgument naming the flag.
 absl::Status ApplySpecFlags(const Args& args, gradstream::v1::JobSpec* spec);
+
+// `--workers` as given: "N" (exactly N, not elastic: min 0) or "MIN:MAX"
+// (an elastic range, see [elastic jobs]). InvalidArgument for anything
+// else, a MIN below 1, MIN above MAX or MAX above kMaxJobWorkers.
+struct WorkerRange {
+  uint32_t min = 0;  // 0: a plain count
+  uint32_t max = 0;
+};
+absl::StatusOr<WorkerRange> ParseWorkerRange(const std::string& text);
 
 // One line per flag, for `gradstream help submit`.
 std::string SpecFlagsHelp();

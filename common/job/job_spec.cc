@@ -83,7 +83,10 @@ void ApplyJobDefaults(JobSpec* spec) {
   if (codec->pull_codec().empty()) codec->set_pull_codec("none");
   if (codec->pull_min_elems() == 0) codec->set_pull_min_elems(kDefaultPullMinElems);
 
-  if (spec->workers() == 0) spec->set_workers(2);
+  if (spec->workers() == 0) spec->set_workers(std::max(2u, spec->workers_min()));
+  if (spec->workers_min() > 0 && spec->min_workers_timeout_s() == 0) {
+    spec->set_min_workers_timeout_s(kDefaultMinWorkersTimeoutS);
+  }
   if (spec->seed() == 0) spec->set_seed(1);
   if (spec->chunk_elems() == 0) spec->set_chunk_elems(kMaxChunkElems);
   if (spec->eval_every() == 0) spec->set_eval_every(100);
@@ -208,6 +211,17 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   }
   if (spec.workers() > kMaxJobWorkers) {
     bad("workers: ", spec.workers(), " too many (max ", kMaxJobWorkers, ")");
+  }
+  if (spec.workers_min() > spec.workers()) {
+    bad("workers_min: ", spec.workers_min(), " is above workers ", spec.workers(),
+        " (an elastic range MIN:MAX wants 1 <= MIN <= MAX)");
+  }
+  if (spec.min_workers_timeout_s() > kMaxMinWorkersTimeoutS) {
+    bad("min_workers_timeout_s: ", spec.min_workers_timeout_s(), " too long (max ",
+        kMaxMinWorkersTimeoutS, ", a week)");
+  }
+  if (spec.workers_min() == 0 && spec.min_workers_timeout_s() > 0) {
+    bad("min_workers_timeout_s: only for an elastic job (set workers_min)");
   }
   if (spec.chunk_elems() > kMaxChunkElems) {
     bad("chunk_elems: ", spec.chunk_elems(), " too large (max ", kMaxChunkElems,

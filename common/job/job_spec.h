@@ -28,6 +28,10 @@ namespace gradstream {
 inline constexpr uint32_t kMaxJobWorkers = 4096;
 inline constexpr uint32_t kMaxBatchSize = 1 << 20;
 inline constexpr int64_t kMaxModelElems = int64_t{1} << 28;
+// How long an elastic job may stay below its workers_min (see [elastic
+// jobs] in server/coordinator/membership_planner.h), by default and at most.
+inline constexpr uint32_t kDefaultMinWorkersTimeoutS = 600;
+inline constexpr uint32_t kMaxMinWorkersTimeoutS = 7 * 24 * 3600;
 
 // Fills every unset (zero) field of `spec` with its documented default.
 void ApplyJobDefaults(v1::JobSpec* spec);

@@ -30,6 +30,41 @@ TEST(JobSpec, DefaultsFillEveryZeroField) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
 }
 
+TEST(JobSpec, ElasticRangeDefaultsAndLimits) {
+  JobSpec spec;
+  spec.set_workers_min(1);
+  spec.set_workers(4);
+  auto r = NormalizeJobSpec(spec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->min_workers_timeout_s(), kDefaultMinWorkersTimeoutS);
+  // MIN alone: MAX is at least MIN.
+  spec.clear_workers();
+  spec.set_workers_min(3);
+  r = NormalizeJobSpec(spec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->workers(), 3u);
+  // Not elastic: no deadline.
+  r = NormalizeJobSpec(JobSpec());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->min_workers_timeout_s(), 0u);
+
+  spec.set_workers_min(5);
+  spec.set_workers(2);
+  EXPECT_EQ(NormalizeJobSpec(spec).status().message(),
+            "workers_min: 5 is above workers 2 (an elastic range MIN:MAX wants 1 <= MIN <= MAX)");
+  spec.set_workers_min(1);
+  spec.set_workers(1000000);
+  EXPECT_EQ(NormalizeJobSpec(spec).status().message(), "workers: 1000000 too many (max 4096)");
+  spec.set_workers(4);
+  spec.set_min_workers_timeout_s(UINT32_MAX);
+  EXPECT_TRUE(absl::StrContains(NormalizeJobSpec(spec).status().message(),
+                                "min_workers_timeout_s: 4294967295 too long"));
+  spec.set_workers_min(0);
+  spec.set_min_workers_timeout_s(5);
+  EXPECT_EQ(NormalizeJobSpec(spec).status().message(),
+            "min_workers_timeout_s: only for an elastic job (set workers_min)");
+}
+
 TEST(JobSpec, UnknownOptimizerIsNamed) {
   JobSpec spec;
   spec.mutable_optimizer()->set_type("adamx");

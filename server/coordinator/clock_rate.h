@@ -51,6 +51,14 @@ struct ClockRate {
     sample_clock = clock;
   }
 
+  // Keeps (now, clock) as the start of the next measurement, rates as they
+  // are (see [joiner rate] in worker_pool.cc).
+  void Restart(absl::Time now, uint64_t clock) {
+    has_sample = true;
+    sample_time = now;
+    sample_clock = clock;
+  }
+
   // The rate to plan with: see [planning rate].
   double PlanningRate() const { return std::max(rate, peak); }
 

@@ -342,7 +342,8 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(
   const std::string job_id = worker->status.job_id();
   const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id);
   if (job != nullptr && request.job_id() == job_id) {
-    WorkerPool::Report(*worker, request.progress(), now);
+    const v1::JobMember* joined = FindMember(job->status, id);
+    WorkerPool::Report(*worker, request.progress(), now, joined ? joined->join_clock() : 0);
     RecordProgressLocked(*job, request.progress(), now);
     DeclareTensorsLocked(job_id, id, request);
     const bool done_early = ScriptDoneEarlyLocked(*job, id, request.state());
@@ -360,9 +361,18 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(
               : absl::StrCat("worker ", request.worker_id(),
                              failed ? " failed" : (done_early ? " finished" : " left")),
           [&](JobRecord& j) {
-            // Its script is done: the job winds down, nobody replaces it.
+            // Its script is done: the job winds down, nobody replaces it,
+            // nor grows it back, not even with this worker once it is idle
+            // again (an elastic job below MAX took it back and ran its
+            // script past the last step), nor waits for one ([elastic jobs]).
             if (done_early) {
-              j.status.set_desired_workers(std::max(1u, j.status.desired_workers() - 1));
+              uint32_t others = 0;
+              for (const auto& m : j.status.members()) {
+                others += m.leaving() || m.worker_id() == id ? 0 : 1;
+              }
+              j.status.set_desired_workers(std::max(1u, others));
+              j.status.set_min_workers(
+                  std::min(j.status.min_workers(), j.status.desired_workers()));
             }
             if (!failed) return;
             j.status.set_worker_errors(j.status.worker_errors() + 1);
@@ -416,6 +426,7 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::SubmitJob(const v1::SubmitJob
   *record.status.mutable_spec() = spec;
   record.status.set_state(v1::PENDING);
   record.status.set_desired_workers(spec.workers());
+  record.status.set_min_workers(spec.workers_min());
   record.status.set_submitted_unix_ms(UnixMs(Now()));
   record.status.set_message("waiting for shards and workers");
   record.token = rpc::NewToken();
@@ -464,9 +475,14 @@ absl::StatusOr<v1::ScaleJobResponse> Coordinator::ScaleJob(const v1::ScaleJobReq
     return absl::InvalidArgumentError(
         "workers: must be >= 1 (use `gradstream cancel` to stop a job)");
   }
-  if (request.workers() > 4096) {
+  if (request.workers() > kMaxJobWorkers) {
     return absl::InvalidArgumentError(
-        absl::StrCat("workers: ", request.workers(), " too many (max 4096)"));
+        absl::StrCat("workers: ", request.workers(), " too many (max ", kMaxJobWorkers, ")"));
+  }
+  if (request.workers_min() > request.workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("workers_min: ", request.workers_min(),
+                                                   " is above workers ", request.workers(),
+                                                   " (a range MIN:MAX wants 1 <= MIN <= MAX)"));
   }
   absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
@@ -477,9 +493,24 @@ absl::StatusOr<v1::ScaleJobResponse> Coordinator::ScaleJob(const v1::ScaleJobReq
         absl::StrCat("job ", request.job_id(), " is ", v1::JobState_Name(job->status.state()),
                      ": only pending or running jobs can be scaled"));
   }
-  GS_RETURN_IF_ERROR(jobs_.Update(
-      request.job_id(), [&](JobRecord& j) { j.status.set_desired_workers(request.workers()); }));
-  LOG(INFO) << "coordinator: job " << request.job_id() << " scaled to " << request.workers();
+  const bool elastic = job->status.min_workers() > 0;
+  if (request.workers_min() > 0 && !elastic) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", request.job_id(), " is not elastic (submitted with a worker count, ",
+                     "not a range): scale it with --workers N"));
+  }
+  // On an elastic job N is the new MAX, and MIN follows it down; MIN:MAX
+  // sets both (see [elastic jobs]).
+  const uint32_t min = !elastic                 ? 0
+                       : request.workers_min() ? request.workers_min()
+                                               : std::min(job->status.min_workers(),
+                                                          request.workers());
+  GS_RETURN_IF_ERROR(jobs_.Update(request.job_id(), [&](JobRecord& j) {
+    j.status.set_desired_workers(request.workers());
+    j.status.set_min_workers(min);
+  }));
+  LOG(INFO) << "coordinator: job " << request.job_id() << " scaled to "
+            << (elastic ? absl::StrCat(min, ":") : "") << request.workers();
   v1::ScaleJobResponse response;
   *response.mutable_job() = RenderJobLocked(*job, false);
   return response;
@@ -609,6 +640,7 @@ absl::Status Coordinator::FinishLocked(const std::string& job_id, v1::JobState s
 PlanInput Coordinator::PlanInputLocked(const JobRecord& job) const {
   PlanInput in;
   in.desired_workers = job.status.desired_workers();
+  in.min_workers = job.status.min_workers();
   for (const auto& m : job.status.members()) {
     MemberClock mc{m.worker_id(), m.leaving()};
     if (const WorkerRecord* w = workers_.Find(m.worker_id())) {
@@ -714,14 +746,49 @@ void Coordinator::StartPendingJobLocked(const JobRecord& job) {
   JobShards& js = job_shards_[id];
   const absl::Time now = Now();
   if (js.ready_since == absl::InfiniteFuture()) js.ready_since = now;
-  const MembershipPlan plan = PlanStart(job.status.desired_workers(), workers_.Free(),
-                                        now - js.ready_since >= options_.start_grace);
+  const MembershipPlan plan =
+      PlanStart(job.status.desired_workers(), workers_.Free(),
+                now - js.ready_since >= options_.start_grace, job.status.min_workers());
   (void)ApplyPlanLocked(id, plan, /*start=*/true);
 }
 
 void Coordinator::PlanMembershipLocked(const JobRecord& job) {
   const std::string id = job.status.job_id();  // `job` changes with the Update
-  (void)ApplyPlanLocked(id, PlanScaling(PlanInputLocked(job)), /*start=*/false);
+  const MembershipPlan plan = PlanScaling(PlanInputLocked(job));
+  // An elastic job back inside its range waits no more ([elastic jobs]).
+  if (plan.action == MembershipPlan::Action::kNone && job.status.min_workers() > 0 &&
+      absl::StartsWith(job.status.message(), "waiting")) {
+    SetMessageLocked(id, "");
+  }
+  (void)ApplyPlanLocked(id, plan, /*start=*/false);
+}
+
+void Coordinator::CheckBelowMinLocked(const JobRecord& job) {
+  const uint32_t min = job.status.min_workers();
+  if (job.status.state() != v1::RUNNING || min == 0) return;
+  const std::string id = job.status.job_id();  // `job` changes with the Update
+  uint32_t active = 0;
+  for (const auto& m : job.status.members()) active += m.leaving() ? 0 : 1;
+  const int64_t since = job.status.below_min_since_unix_ms();
+  const absl::Time now = Now();
+  // A failed write is tried again on the next tick.
+  if (active >= min) {
+    if (since != 0) {
+      (void)jobs_.Update(id, [](JobRecord& j) { j.status.clear_below_min_since_unix_ms(); });
+    }
+    return;
+  }
+  if (since == 0) {
+    (void)jobs_.Update(id, [&](JobRecord& j) { j.status.set_below_min_since_unix_ms(UnixMs(now)); });
+    return;
+  }
+  const absl::Duration timeout = absl::Seconds(job.status.spec().min_workers_timeout_s());
+  if (now - absl::FromUnixMillis(since) < timeout) return;
+  (void)FinishLocked(id, v1::FAILED,
+                     absl::StrCat("below min workers for ", absl::FormatDuration(timeout), ": ",
+                                  active, " of min ", min,
+                                  " active and no idle worker joined (min_workers_timeout_s ",
+                                  job.status.spec().min_workers_timeout_s(), ")"));
 }
 
 void Coordinator::CheckCompletionLocked(const JobRecord& job) {

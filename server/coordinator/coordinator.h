@@ -289,6 +289,10 @@ class Coordinator {
   void StartPendingJobLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlanMembershipLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckCompletionLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An elastic job below its MIN: notes since when (durably), and fails it
+  // once that is longer than its min_workers_timeout_s; back at MIN clears
+  // it (see [elastic jobs]).
+  void CheckBelowMinLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<ShardCall> PlanShardCallsLocked(bool probe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunShardCalls(std::vector<ShardCall>& calls) ABSL_LOCKS_EXCLUDED(mu_);
   void ApplyShardResultsLocked(const std::vector<ShardCall>& calls)

@@ -65,6 +65,7 @@ void Coordinator::Tick() {
     if (job.status.state() == v1::RUNNING && job_shards_[id].stats_fresh) {
       PlanMembershipLocked(job);
     }
+    CheckBelowMinLocked(job);
   }
   UpdateGaugesLocked();
   if (dirty_) (void)SaveLocked();

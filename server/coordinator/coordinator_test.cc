@@ -325,6 +325,133 @@ TEST_F(CoordinatorTest, DeadWorkerIsRemovedAtItsClock) {
   EXPECT_EQ(r->incarnation(), w2.second + 1);
 }
 
+// ---------------------------------------------------------------- elastic jobs
+
+// A 2:3 job (see [elastic jobs]): starts at MIN without the grace, grows by
+// itself, shrinks on a death, waits below MIN with a deadline that survives a
+// restart, is back in range when a worker joins, and fails past the deadline.
+TEST_F(CoordinatorTest, AnElasticJobFillsThePoolAndWaitsBelowMinWithADeadline) {
+  AddShards(1);
+  v1::SubmitJobRequest submit;
+  submit.mutable_spec()->set_workers_min(2);
+  submit.mutable_spec()->set_workers(3);
+  submit.mutable_spec()->set_steps(1000);
+  submit.mutable_spec()->set_min_workers_timeout_s(60);
+  job_ = c_->SubmitJob(submit)->job_id();
+  auto w1 = AddWorker();
+  now_ += absl::Seconds(5);  // past the start grace: 1 of min 2 still waits
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::PENDING);
+  EXPECT_EQ(Job().message(), "waiting for workers: 1 idle of min 2 (range 2:3)");
+  EXPECT_EQ(Job().size_reason(), Job().message());
+  auto w2 = AddWorker();
+  c_->Tick();
+  ASSERT_EQ(Job().state(), v1::RUNNING);
+  EXPECT_EQ(Job().epochs(0).worker_ids_size(), 2);
+  EXPECT_EQ(Job().min_workers(), 2u);
+  EXPECT_EQ(Job().size_reason(), "started with 2");
+  Beat(w1, 10);
+  Beat(w2, 10);
+  c_->Tick();
+  EXPECT_EQ(Job().epochs_size(), 1);  // inside its range, nobody idle: nothing to do
+  EXPECT_EQ(Job().message(), "");
+
+  // A third worker appears: the job grows to MAX without a `scale`.
+  auto w3 = AddWorker();
+  c_->Tick();
+  c_->Tick();
+  ASSERT_EQ(Job().epochs_size(), 2);
+  EXPECT_EQ(Job().epochs(1).worker_ids_size(), 3);
+  EXPECT_EQ(Job().size_reason(), "grew: worker " + std::to_string(w3.first) + " idle");
+  EXPECT_EQ(Job().active_workers(), 3u);
+
+  // Two members die: the job shrinks and goes on below MIN, waiting.
+  now_ += absl::Seconds(6);
+  Beat(w1, 20);
+  now_ += absl::Seconds(6);
+  Beat(w1, 21);
+  c_->Tick();
+  v1::JobStatus job = Job();
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  EXPECT_EQ(job.members_size(), 1);
+  EXPECT_NE(job.below_min_since_unix_ms(), 0);
+  EXPECT_TRUE(absl::StartsWith(job.size_reason(), "waiting: below min, 1 of min 2 for 0s"))
+      << job.size_reason();
+  EXPECT_EQ(job.message(), "waiting: below min, 1 of min 2 active, none idle");
+  EXPECT_NE(Job().epochs().rbegin()->reason().find("missed heartbeats"), std::string::npos);
+
+  // The wait survives a coordinator restart.
+  const int64_t since = job.below_min_since_unix_ms();
+  Open();
+  EXPECT_EQ(Job().below_min_since_unix_ms(), since);
+
+  // A worker joins within the deadline: back at MIN, no longer waiting.
+  now_ += absl::Seconds(30);
+  Beat(w1, 30);
+  auto w4 = AddWorker();
+  c_->Tick();
+  c_->Tick();
+  job = Job();
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  EXPECT_EQ(job.members_size(), 2);
+  EXPECT_EQ(job.below_min_since_unix_ms(), 0);
+  EXPECT_EQ(job.message(), "");
+  EXPECT_EQ(job.size_reason(), "grew: worker " + std::to_string(w4.first) + " idle");
+
+  // Below MIN again (w4 dies), and nobody comes: at the deadline it fails.
+  for (int i = 0; i < 3; ++i) {
+    now_ += absl::Seconds(6);
+    Beat(w1, 40 + i);
+    c_->Tick();
+  }
+  ASSERT_EQ(Job().members_size(), 1);
+  ASSERT_NE(Job().below_min_since_unix_ms(), 0);
+  now_ += absl::Seconds(50);
+  Beat(w1, 50);
+  c_->Tick();
+  EXPECT_EQ(Job().state(), v1::RUNNING);  // 56 s of 60
+  now_ += absl::Seconds(9);
+  Beat(w1, 51);
+  c_->Tick();
+  job = Job();
+  EXPECT_EQ(job.state(), v1::FAILED);
+  EXPECT_EQ(job.message(),
+            "below min workers for 1m: 1 of min 2 active and no idle worker joined "
+            "(min_workers_timeout_s 60)");
+}
+
+TEST_F(CoordinatorTest, ScalingAnElasticJobSetsItsRange) {
+  AddShards(1);
+  v1::SubmitJobRequest submit;
+  submit.mutable_spec()->set_workers_min(2);
+  submit.mutable_spec()->set_workers(4);
+  job_ = c_->SubmitJob(submit)->job_id();
+  v1::ScaleJobRequest scale;
+  scale.set_job_id(job_);
+  scale.set_workers(1);  // N: the new MAX, and MIN follows it down
+  ASSERT_TRUE(c_->ScaleJob(scale).ok());
+  EXPECT_EQ(Job().min_workers(), 1u);
+  EXPECT_EQ(Job().desired_workers(), 1u);
+  scale.set_workers(6);
+  scale.set_workers_min(3);
+  ASSERT_TRUE(c_->ScaleJob(scale).ok());
+  EXPECT_EQ(Job().min_workers(), 3u);
+  EXPECT_EQ(Job().desired_workers(), 6u);
+  scale.set_workers(6);  // MIN kept when it fits
+  scale.set_workers_min(0);
+  ASSERT_TRUE(c_->ScaleJob(scale).ok());
+  EXPECT_EQ(Job().min_workers(), 3u);
+  scale.set_workers(2);
+  scale.set_workers_min(5);
+  EXPECT_EQ(c_->ScaleJob(scale).status().message(),
+            "workers_min: 5 is above workers 2 (a range MIN:MAX wants 1 <= MIN <= MAX)");
+  // A plain job takes no range.
+  const std::string plain = Submit(2);
+  scale.set_job_id(plain);
+  scale.set_workers_min(1);
+  EXPECT_EQ(c_->ScaleJob(scale).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(CoordinatorTest, CompletesWhenEveryMemberReachesSteps) {
   AddShards(1);
   job_ = Submit(2, 50);
@@ -645,9 +772,10 @@ TEST_F(CoordinatorTest, ErrorsNameTheProblem) {
 
 // ---------------------------------------------------------------- script jobs
 
-std::string SubmitScript(Coordinator& c, uint32_t workers) {
+std::string SubmitScript(Coordinator& c, uint32_t workers, uint32_t workers_min = 0) {
   v1::SubmitJobRequest r;
   r.mutable_spec()->set_workers(workers);
+  r.mutable_spec()->set_workers_min(workers_min);
   r.mutable_spec()->set_entrypoint("python3 train.py");
   auto resp = c.SubmitJob(r);
   EXPECT_TRUE(resp.ok()) << resp.status();
@@ -740,6 +868,27 @@ TEST_F(CoordinatorTest, ScriptDoneBeforeTheOthersLeavesAndIsNotReplaced) {
   Beat(w1, 12, v1::DONE);
   c_->Tick();
   EXPECT_EQ(Job().state(), v1::COMPLETED);
+}
+
+// An elastic script job below its MAX does not take back a member whose
+// script finished once it is idle again: it would run the script past the
+// last step (see [elastic jobs]).
+TEST_F(CoordinatorTest, AnElasticScriptJobWindingDownTakesNobodyBack) {
+  AddShards(1);
+  job_ = SubmitScript(*c_, /*workers=*/4, /*workers_min=*/2);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  ASSERT_EQ(Job().members_size(), 2);
+  Beat(w1, 10);
+  Beat(w2, 12, v1::DONE);
+  EXPECT_EQ(Job().desired_workers(), 1u);
+  EXPECT_EQ(Job().min_workers(), 1u);
+  EXPECT_EQ(Beat(w2, 0, v1::IDLE, "").job_id(), "");  // idle again
+  c_->Tick();
+  c_->Tick();
+  EXPECT_EQ(Job().epochs_size(), 2);  // not taken back
+  EXPECT_EQ(Job().below_min_since_unix_ms(), 0);
 }
 
 v1::WorkerProgress Progress(uint64_t clock, float loss, float samples_per_sec) {

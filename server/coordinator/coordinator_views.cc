@@ -3,6 +3,8 @@
 // and the shard table; see coordinator.h.
 #include <algorithm>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/job/job_state.h"
 #include "common/rpc/worker_token.h"
 #include "server/coordinator/coordinator.h"
@@ -35,6 +37,29 @@ bool HasMeasured(const v1::WorkerProgress& w) {
 // windows say nothing about a run that is over (they read 0 after the last
 // step), and the average is what a user compares between runs.
 // 0 for a job that never started or has not ended.
+// NOTE: [size reason] Why a job has the size it has, for `gradstream
+// status` (JobStatus.size_reason): what a pending job waits for, how long a
+// job below its MIN has waited (see [elastic jobs]), or else the newest
+// epoch's reason, a departure read as a shrink ("shrank: worker 2 missed
+// heartbeats").
+std::string SizeReason(const v1::JobStatus& job, uint32_t active, absl::Time now) {
+  if (job.state() == v1::PENDING) return job.message();
+  if (IsTerminal(job.state())) return "";
+  if (job.below_min_since_unix_ms() != 0) {
+    const int64_t waited =
+        absl::ToInt64Seconds(now - absl::FromUnixMillis(job.below_min_since_unix_ms()));
+    const int64_t left = job.spec().min_workers_timeout_s() - waited;
+    return absl::StrCat("waiting: below min, ", active, " of min ", job.min_workers(), " for ",
+                        waited, "s (fails in ", std::max<int64_t>(left, 0),
+                        "s unless a worker joins)");
+  }
+  if (job.epochs().empty()) return "";
+  const v1::MembershipEpoch& last = *job.epochs().rbegin();
+  if (last.reason() == "start") return absl::StrCat("started with ", last.worker_ids_size());
+  if (absl::StartsWith(last.reason(), "worker ")) return absl::StrCat("shrank: ", last.reason());
+  return last.reason();
+}
+
 double RunSeconds(const v1::JobStatus& job) {
   if (job.started_unix_ms() <= 0 || job.finished_unix_ms() <= job.started_unix_ms()) return 0;
   return (job.finished_unix_ms() - job.started_unix_ms()) / 1000.0;
@@ -180,6 +205,7 @@ v1::JobStatus Coordinator::RenderJobLocked(const JobRecord& job, bool full) cons
     active = job.status.epochs().rbegin()->worker_ids_size();
   }
   out.set_active_workers(active);
+  out.set_size_reason(SizeReason(job.status, active, Now()));
   if (!full) {
     out.clear_shard_map();
     out.clear_epochs();

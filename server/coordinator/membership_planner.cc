@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace gradstream::coordinator {
 
@@ -22,12 +23,18 @@ bool EndsBefore(const PlanInput& in, uint64_t clock, MembershipPlan& plan) {
 }  // namespace
 
 MembershipPlan PlanStart(uint32_t desired, const std::vector<uint64_t>& free_workers,
-                         bool grace_over) {
+                         bool grace_over, uint32_t min_workers) {
   MembershipPlan plan;
-  if (free_workers.size() < desired && (free_workers.empty() || !grace_over)) {
+  const bool wait = min_workers > 0
+                        ? free_workers.size() < min_workers
+                        : free_workers.size() < desired && (free_workers.empty() || !grace_over);
+  if (wait) {
     plan.action = MembershipPlan::Action::kWait;
-    plan.message =
-        absl::StrCat("waiting for workers: ", free_workers.size(), " idle of ", desired, " wanted");
+    plan.message = min_workers > 0 ? absl::StrCat("waiting for workers: ", free_workers.size(),
+                                                  " idle of min ", min_workers, " (range ",
+                                                  min_workers, ":", desired, ")")
+                                   : absl::StrCat("waiting for workers: ", free_workers.size(),
+                                                  " idle of ", desired, " wanted");
     return plan;
   }
   plan.action = MembershipPlan::Action::kJoin;
@@ -63,10 +70,15 @@ MembershipPlan PlanScaling(const PlanInput& in) {
   }
   const size_t desired = in.desired_workers;
   if (active.size() < desired) {
+    const bool elastic = in.min_workers > 0;
     if (in.free_workers.empty()) {
+      // Inside its range an elastic job waits for nothing ([elastic jobs]).
+      if (elastic && active.size() >= in.min_workers) return plan;
       plan.action = MembershipPlan::Action::kWait;
-      plan.message = absl::StrCat("waiting for workers: ", active.size(), " of ", desired,
-                                  " active, none idle");
+      plan.message = elastic ? absl::StrCat("waiting: below min, ", active.size(), " of min ",
+                                            in.min_workers, " active, none idle")
+                             : absl::StrCat("waiting for workers: ", active.size(), " of ",
+                                            desired, " active, none idle");
       return plan;
     }
     const uint64_t at = active.empty() ? IdleJoinClock(in) : LeadClock(in);
@@ -75,7 +87,9 @@ MembershipPlan PlanScaling(const PlanInput& in) {
     plan.action = MembershipPlan::Action::kJoin;
     plan.join.assign(in.free_workers.begin(), in.free_workers.begin() + take);
     plan.clock = at;
-    plan.reason = absl::StrCat("scale up to ", active.size() + take);
+    plan.reason = elastic ? absl::StrCat("grew: worker", take > 1 ? "s " : " ",
+                                         absl::StrJoin(plan.join, ", "), " idle")
+                          : absl::StrCat("scale up to ", active.size() + take);
   } else if (active.size() > desired) {
     const uint64_t at = LeadClock(in);
     if (EndsBefore(in, at, plan)) return plan;

@@ -31,6 +31,27 @@
 //     shards' slowest member;
 //   * a boundary at or past the job's last step would change nothing but the
 //     record, so no epoch is planned there.
+//
+// NOTE: [elastic jobs]
+// A job submitted with a range MIN:MAX (JobSpec.workers_min, workers; the
+// coordinator keeps MIN in JobStatus.min_workers and MAX in
+// desired_workers, both changed by `gradstream scale`) fills the pool:
+//   * it starts once MIN workers are idle, with as many as are, up to MAX,
+//     and without the start grace (a plain N job may start with fewer after
+//     it: it asked for N, not for a range);
+//   * while it runs, idle workers join it up to MAX, all that are idle at
+//     one planning in one epoch ("grew: workers 3, 4 idle");
+//   * a member that dies or leaves is removed as for any job (see
+//     [membership epochs]) and nobody fails: the job goes on with the others;
+//     a job inside its range that has no idle worker to take is not
+//     "waiting" for anything;
+//   * below MIN the survivors keep training (what they compute is not lost
+//     and the package's global batch holds at any size) while the job waits
+//     for workers, shown as "waiting: below min"; it fails once it has been
+//     below MIN for min_workers_timeout_s (the coordinator's CheckBelowMin,
+//     from JobStatus.below_min_since_unix_ms, which survives a restart).
+// The same in every consistency mode: only the epochs' clocks differ, as
+// [membership plan] says.
 #ifndef GRADSTREAM_SERVER_COORDINATOR_MEMBERSHIP_PLANNER_H_
 #define GRADSTREAM_SERVER_COORDINATOR_MEMBERSHIP_PLANNER_H_
 
@@ -59,7 +80,8 @@ struct ShardClocks {
 
 // Everything a plan depends on.
 struct PlanInput {
-  uint32_t desired_workers = 0;
+  uint32_t desired_workers = 0;  // an elastic job's MAX
+  uint32_t min_workers = 0;      // an elastic job's MIN; 0 = not elastic ([elastic jobs])
   std::vector<MemberClock> members;   // the job's members, oldest first
   std::vector<uint64_t> free_workers;  // healthy workers without a job, preferred first
   ShardClocks shards;
@@ -88,15 +110,18 @@ struct MembershipPlan {
 };
 
 // The first members of a pending job: the first `desired` free workers, once
-// there are that many, or once `grace_over` with at least one. The plan joins
-// them at clock 0 (reason "start") or waits.
+// there are that many, or once `grace_over` with at least one. An elastic job
+// (`min_workers` > 0, see [elastic jobs]) starts once `min_workers` are free,
+// with up to `desired` of them, grace or not. The plan joins them at clock 0
+// (reason "start") or waits.
 MembershipPlan PlanStart(uint32_t desired, const std::vector<uint64_t>& free_workers,
-                         bool grace_over);
+                         bool grace_over, uint32_t min_workers = 0);
 
 // Scaling a running job towards `desired_workers` (see [membership plan]):
 // free workers join at the lead clock (or where the idle job stopped), or
 // the most recently joined active members leave at the lead clock, so rank 0
-// (initialization, evaluation) stays.
+// (initialization, evaluation) stays. An elastic job below MAX with no free
+// worker waits only when it is below MIN (see [elastic jobs]).
 MembershipPlan PlanScaling(const PlanInput& in);
 
 // The clock a change planned now must take effect at, while members run.

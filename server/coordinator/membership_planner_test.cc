@@ -140,5 +140,85 @@ TEST(DepartureClock, TheClockTheWorkerNeverCompleted) {
   EXPECT_EQ(DepartureClock(3, 5), 5u);  // the shards moved on without it
 }
 
+// ---------------------------------------------------------------- elastic jobs
+
+TEST(PlanStart, AnElasticJobStartsAtMinWithAllItCanTakeUpToMax) {
+  // 1 of min 2 idle: waits, grace or not.
+  MembershipPlan plan = PlanStart(4, {7}, /*grace_over=*/true, /*min_workers=*/2);
+  EXPECT_EQ(plan.action, Action::kWait);
+  EXPECT_EQ(plan.message, "waiting for workers: 1 idle of min 2 (range 2:4)");
+  // MIN idle: starts at once, no grace needed, with every idle one up to MAX.
+  plan = PlanStart(4, {7, 8, 9}, /*grace_over=*/false, /*min_workers=*/2);
+  EXPECT_EQ(plan.action, Action::kJoin);
+  EXPECT_EQ(plan.join, (std::vector<uint64_t>{7, 8, 9}));
+  plan = PlanStart(4, {3, 4, 5, 6, 7, 8}, /*grace_over=*/false, /*min_workers=*/1);
+  EXPECT_EQ(plan.join, (std::vector<uint64_t>{3, 4, 5, 6}));
+  EXPECT_EQ(PlanStart(4, {}, /*grace_over=*/true, /*min_workers=*/1).action, Action::kWait);
+}
+
+// A 1:4 job with members 1 and 2 running.
+PlanInput Elastic() {
+  PlanInput in = Running();
+  in.desired_workers = 4;
+  in.min_workers = 1;
+  return in;
+}
+
+TEST(PlanScaling, AnElasticJobGrowsWithEveryIdleWorkerInOneEpoch) {
+  PlanInput in = Elastic();
+  in.free_workers = {5, 6, 7};
+  MembershipPlan plan = PlanScaling(in);
+  EXPECT_EQ(plan.action, Action::kJoin);
+  EXPECT_EQ(plan.join, (std::vector<uint64_t>{5, 6}));  // up to MAX only
+  EXPECT_EQ(plan.clock, 40u + 10);
+  EXPECT_EQ(plan.reason, "grew: workers 5, 6 idle");
+  in.free_workers = {9};
+  EXPECT_EQ(PlanScaling(in).reason, "grew: worker 9 idle");
+  // At MAX: idle workers stay idle.
+  in.members.push_back({5, false, 40, 0});
+  in.members.push_back({6, false, 40, 0});
+  EXPECT_EQ(PlanScaling(in).action, Action::kNone);
+}
+
+TEST(PlanScaling, AnElasticJobInsideItsRangeWaitsForNothing) {
+  PlanInput in = Elastic();  // 2 of 1:4, nobody idle
+  EXPECT_EQ(PlanScaling(in).action, Action::kNone);
+  in.members = {{1, false, 40, 0}};  // shrank to MIN: still fine
+  EXPECT_EQ(PlanScaling(in).action, Action::kNone);
+  // A leaving member does not count towards MIN.
+  in.min_workers = 2;
+  in.members = {{1, false, 40, 0}, {2, true, 40, 0}};
+  const MembershipPlan plan = PlanScaling(in);
+  EXPECT_EQ(plan.action, Action::kWait);
+  EXPECT_EQ(plan.message, "waiting: below min, 1 of min 2 active, none idle");
+}
+
+TEST(PlanScaling, AnElasticJobBelowMinTakesWhatComesAndResumesWithoutMembers) {
+  PlanInput in = Elastic();
+  in.min_workers = 3;
+  in.members.clear();  // every member died
+  in.last_epoch_clock = 57;
+  MembershipPlan plan = PlanScaling(in);
+  EXPECT_EQ(plan.action, Action::kWait);
+  EXPECT_EQ(plan.message, "waiting: below min, 0 of min 3 active, none idle");
+  // One worker turns up: it joins (below MIN still, but it trains) where the
+  // idle job stopped, with no lead.
+  in.free_workers = {8};
+  plan = PlanScaling(in);
+  EXPECT_EQ(plan.action, Action::kJoin);
+  EXPECT_EQ(plan.join, (std::vector<uint64_t>{8}));
+  EXPECT_EQ(plan.clock, 57u);
+  EXPECT_EQ(plan.reason, "grew: worker 8 idle");
+}
+
+TEST(PlanScaling, AnElasticJobScaledBelowItsSizeShedsTheNewest) {
+  PlanInput in = Elastic();
+  in.desired_workers = 1;  // `gradstream scale JOB --workers 1`
+  const MembershipPlan plan = PlanScaling(in);
+  EXPECT_EQ(plan.action, Action::kLeave);
+  EXPECT_EQ(plan.leave, (std::vector<uint64_t>{2}));
+  EXPECT_EQ(plan.reason, "scale down to 1");
+}
+
 }  // namespace
 }  // namespace gradstream::coordinator

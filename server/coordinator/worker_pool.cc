@@ -97,8 +97,20 @@ absl::StatusOr<WorkerRecord*> WorkerPool::Beat(const v1::HeartbeatRequest& reque
   return worker;
 }
 
-void WorkerPool::Report(WorkerRecord& worker, const v1::WorkerProgress& progress, absl::Time now) {
-  worker.clock_rate.Observe(now, progress.clock());
+void WorkerPool::Report(WorkerRecord& worker, const v1::WorkerProgress& progress, absl::Time now,
+                        uint64_t join_clock) {
+  // NOTE: [joiner rate] A joiner's clock jumps from where it stood (0, idle)
+  // to its join clock without a step trained. A rate measured across that
+  // jump reads hundreds of clocks per second, and every plan leads by what
+  // the fastest rate covers: an elastic job whose joins followed each other
+  // planned a join 1,300 clocks ahead of where it was (see [membership
+  // plan]). So until a sample at or past the join clock is kept, the rate
+  // starts over from the newest report.
+  if (worker.clock_rate.sample_clock < join_clock) {
+    worker.clock_rate.Restart(now, progress.clock());
+  } else {
+    worker.clock_rate.Observe(now, progress.clock());
+  }
   // The time since the last report trained at about the reported rate, if
   // the clock moved: a member waiting on the others reports its last rate.
   if (worker.last_report != absl::InfinitePast() && progress.clock() > worker.progress.clock()) {

@@ -66,9 +66,11 @@ class WorkerPool {
   // incarnation.
   absl::StatusOr<WorkerRecord*> Beat(const gradstream::v1::HeartbeatRequest& request,
                                      absl::Time now);
-  // Records a heartbeat's progress for the worker's current job.
+  // Records a heartbeat's progress for the worker's current job, which it
+  // joined at `join_clock`: its clock rate is measured from there (see
+  // [joiner rate]).
   static void Report(WorkerRecord& worker, const gradstream::v1::WorkerProgress& progress,
-                     absl::Time now);
+                     absl::Time now, uint64_t join_clock = 0);
   // Examples `worker` trained in its job of `spec` since `join_clock` (see
   // [run average] in coordinator_views.cc).
   static uint64_t Samples(const WorkerRecord& worker, const gradstream::v1::JobSpec& spec,

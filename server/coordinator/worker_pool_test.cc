@@ -104,6 +104,23 @@ TEST(WorkerPool, ReleaseForgetsTheJobsProgressAndRate) {
   EXPECT_EQ(w.clock_rate.rate, 0);
 }
 
+// See [joiner rate]: the jump to the join clock is no progress.
+TEST(WorkerPool, AJoinersRateStartsAtItsJoinClock) {
+  WorkerPool pool(absl::Seconds(10));
+  WorkerRecord& joiner = pool.Register(Hello(), kT0);
+  WorkerPool::Assign(joiner, "job-1");
+  // A report of `clock` `s` seconds in, by a member that joined at 555.
+  auto report_at = [&](uint64_t clock, int s) {
+    v1::WorkerProgress progress;
+    progress.set_clock(clock);
+    WorkerPool::Report(joiner, progress, kT0 + absl::Seconds(s), /*join_clock=*/555);
+    return joiner.clock_rate.PlanningRate();
+  };
+  EXPECT_EQ(report_at(0, 0), 0);
+  EXPECT_EQ(report_at(555, 1), 0);  // it heard of its join clock: no step trained
+  EXPECT_DOUBLE_EQ(report_at(575, 2), 20);
+}
+
 TEST(WorkerPool, RestoreGivesEveryWorkerAFullTimeout) {
   v1::CoordinatorState state;
   state.set_next_worker_id(5);

@@ -283,6 +283,43 @@ def package_without_cluster(build):
     os.environ.pop("GRADSTREAM_AGENT", None)
 
 
+def check_shares(log, n, global_batch):
+    """Checks the shares gs.shard handed out (GRADSTREAM_SHARE_LOG = `log`)
+    for a dataset of `n` samples: in every complete pass of every membership
+    epoch the ranks' shares are disjoint and cover the dataset, and every
+    clock's pieces add up to `global_batch` whatever the world size. True when
+    all hold and at least one complete pass was checked; prints each pass."""
+    import collections
+    shares = collections.defaultdict(dict)
+    for line in open(log):
+        r = json.loads(line)
+        shares[(r["epoch"], r["pass"])][r["rank"]] = (r["world_size"], r["indices"],
+                                                      r["batches"])
+    ok = True
+    complete_passes = 0
+    for (epoch, pass_no), ranks in sorted(shares.items()):
+        world = {w for w, _, _ in ranks.values()}
+        sets = [set(idx) for _, idx, _ in ranks.values()]
+        per_clock = [sum(b) for b in zip(*[bs for _, _, bs in ranks.values()])]
+        same_clocks = len({len(bs) for _, _, bs in ranks.values()}) == 1
+        kept = same_clocks and per_clock == [global_batch] * (n // global_batch)
+        union = set().union(*sets)
+        disjoint = sum(len(s) for s in sets) == len(union)
+        complete = len(ranks) == max(world) and len(world) == 1
+        covers = union == set(range(n))
+        print("epoch %d pass %d: %d ranks of %s, disjoint %s, covers %s, global batch "
+              "%d per clock %s" % (epoch, pass_no, len(ranks), sorted(world), disjoint, covers,
+                                   global_batch, kept))
+        if complete:
+            complete_passes += 1
+            ok = ok and disjoint and covers and kept
+        elif not disjoint:
+            ok = False
+    # With no complete pass (an empty or truncated share log) nothing was checked.
+    print("complete passes checked: %d" % complete_passes)
+    return ok and complete_passes > 0
+
+
 def check(cond, what):
     if not cond:
         raise AssertionError(what)

@@ -6,8 +6,6 @@ shares (what gs.shard handed each rank, logged by the script) are disjoint
 and cover the dataset, and every clock's pieces make up the script's global
 batch whatever the world size; the scaled-down workers leave cleanly."""
 
-import collections
-import json
 import os
 import sys
 import tempfile
@@ -58,36 +56,7 @@ def main():
         print("reasons: %s" % reasons)
         ok = ok and 3 in sizes and sizes[-1] == 1 and any("missed heartbeats" in r
                                                           for r in reasons)
-        shares = collections.defaultdict(dict)
-        for line in open(log):
-            r = json.loads(line)
-            shares[(r["epoch"], r["pass"])][r["rank"]] = (r["world_size"], r["indices"],
-                                                          r["batches"])
-        complete_passes = 0
-        for (epoch, pass_no), ranks in sorted(shares.items()):
-            world = {w for w, _, _ in ranks.values()}
-            sets = [set(idx) for _, idx, _ in ranks.values()]
-            # The global batch holds whatever the world size: every clock's
-            # pieces add up to GLOBAL_BATCH samples, on every rank alike.
-            per_clock = [sum(b) for b in zip(*[bs for _, _, bs in ranks.values()])]
-            same_clocks = len({len(bs) for _, _, bs in ranks.values()}) == 1
-            global_batch = same_clocks and per_clock == [GLOBAL_BATCH] * (N // GLOBAL_BATCH)
-            union = set().union(*sets)
-            disjoint = sum(len(s) for s in sets) == len(union)
-            complete = len(ranks) == max(world) and len(world) == 1
-            covers = union == set(range(N))
-            print("epoch %d pass %d: %d ranks of %s, disjoint %s, covers %s, global batch "
-                  "%d per clock %s" % (epoch, pass_no, len(ranks), sorted(world), disjoint, covers,
-                                       GLOBAL_BATCH, global_batch))
-            if complete:
-                complete_passes += 1
-                ok = ok and disjoint and covers and global_batch
-            elif not disjoint:
-                ok = False
-        # The checks above run on complete passes only: with none (an empty
-        # or truncated share log) nothing was checked.
-        print("complete passes checked: %d" % complete_passes)
-        ok = ok and complete_passes > 0
+        ok = cluster.check_shares(log, N, GLOBAL_BATCH) and ok
         if not ok:
             c.dump_logs()
     print("PASS" if ok else "FAIL")
