@@ -11,6 +11,7 @@
 #include "cli/plot.h"
 #include "cli/render.h"
 #include "cli/spec_input.h"
+#include "common/job/codec_defaults.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -355,6 +356,27 @@ TEST(Render, StatusShowsDiscardedPullBytes) {
                                 "pulled:       8.0 KiB (fp32 8.0 KiB, x1.0), 2.0 KiB of it "
                                 "discarded (pulls given up)\n"))
       << RenderJob(j, 0);
+}
+
+// The defaults' policy ([default policy]) in status: the push codec with how
+// its scale is set, and the pull codec with its size rule.
+TEST(Render, StatusShowsTheDefaultPolicyAndItsRules) {
+  gradstream::v1::JobStatus j;
+  auto* codec = j.mutable_spec()->mutable_codec();  // as ApplyJobDefaults fills it
+  codec->set_default_codec(gradstream::kDefaultPushCodec);
+  codec->set_twobit_threshold(gradstream::kDefaultTwobitThreshold);
+  codec->set_ternary_clip(gradstream::kDefaultTernaryClip);
+  codec->set_twobit_min_elems(gradstream::kDefaultTwobitMinElems);
+  codec->set_pull_codec(gradstream::kDefaultPullCodec);
+  codec->set_pull_min_elems(gradstream::kDefaultPullMinElems);
+  const std::string out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, absl::StrCat(gradstream::kDefaultPushCodec,
+                                                  ", ternary scale per chunk (clip 2.5 sigma), ",
+                                                  "pulls ", gradstream::kDefaultPullCodec,
+                                                  " (fp32 below 16384 elements)")))
+      << out;
+  codec->set_default_codec("twobit");
+  EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), "twobit t = 0.5")) << RenderJob(j, 0);
 }
 
 TEST(Render, StatusShowsTheCodecOfEveryTensor) {

@@ -203,6 +203,42 @@ std::string TensorCodecs(const v1::ShardMap& map, bool pulls) {
   return absl::StrJoin(parts, "; ");
 }
 
+namespace {
+
+// The job's codec policy in one line, with how each codec's threshold or
+// scale is set: that rule is part of what a tensor's codec does (see
+// [default policy] in common/job/codec_defaults.h).
+std::string CodecText(const v1::CodecPolicy& c) {
+  const bool layer_wise = c.default_codec() == "twobit" && c.twobit_min_elems() > 1;
+  auto used = [&](const char* codec) {
+    bool any = c.default_codec() == codec || (layer_wise && std::string(codec) == "ternary");
+    for (const auto& [name, o] : c.overrides()) any = any || o == codec;
+    return any;
+  };
+  std::string out = c.default_codec();
+  if (layer_wise) absl::StrAppend(&out, " (ternary below ", c.twobit_min_elems(), " elements)");
+  if (!c.overrides().empty()) absl::StrAppend(&out, " (+", c.overrides_size(), " overrides)");
+  if (used("twobit")) {
+    absl::StrAppend(&out, c.twobit_threshold() > 0
+                              ? absl::StrCat(", twobit t = ", c.twobit_threshold())
+                              : std::string(", twobit t = mean |g| per chunk"));
+  }
+  if (used("ternary")) {
+    absl::StrAppend(&out, ", ternary scale per chunk",
+                    c.ternary_clip() > 0 ? absl::StrCat(" (clip ", c.ternary_clip(), " sigma)")
+                                         : "");
+  }
+  if (!c.pull_codec().empty() && c.pull_codec() != "none") {
+    absl::StrAppend(&out, ", pulls ", c.pull_codec(),
+                    c.pull_min_elems() > 1
+                        ? absl::StrCat(" (fp32 below ", c.pull_min_elems(), " elements)")
+                        : "");
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
   const auto& p = j.progress();
   const auto& s = j.spec();
@@ -214,22 +250,7 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
                                     ? absl::StrCat(s.steps(), " steps, batch ", s.batch_size())
                                     : std::string("steps and batches: the script's"),
                                 ", ", s.optimizer().type(), " lr ", s.optimizer().learning_rate())},
-      {"codec", absl::StrCat(s.codec().default_codec(),
-                             s.codec().default_codec() == "twobit" && s.codec().twobit_min_elems() > 1
-                                 ? absl::StrCat(" (ternary below ", s.codec().twobit_min_elems(),
-                                                " elements)")
-                                 : "",
-                             s.codec().overrides().empty()
-                                 ? ""
-                                 : absl::StrCat(" (+", s.codec().overrides_size(), " overrides)"),
-                             s.codec().pull_codec().empty() || s.codec().pull_codec() == "none"
-                                 ? ""
-                                 : absl::StrCat(", pulls ", s.codec().pull_codec(),
-                                                s.codec().pull_min_elems() > 1
-                                                    ? absl::StrCat(" (fp32 below ",
-                                                                   s.codec().pull_min_elems(),
-                                                                   " elements)")
-                                                    : ""))},
+      {"codec", CodecText(s.codec())},
       {"tensors", j.shard_map().tensors().empty() ? "-" : TensorCodecs(j.shard_map(), false)},
       {"consistency", ConsistencyText(s.consistency())},
       {"workers",

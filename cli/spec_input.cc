@@ -5,12 +5,15 @@
 
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/job/codec_defaults.h"
 #include "common/job/job_spec.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -53,17 +56,15 @@ constexpr FlagHelp kSpecFlags[] = {
     {"lr", "learning rate"},
     {"momentum", "momentum (momentum/nesterov)"},
     {"weight_decay", "L2 weight decay"},
-    {"codec", "default codec: none|twobit|ternary|onebit"},
+    {"codec", "push codec: none|twobit|ternary|onebit"},
     {"codec_override", "per-tensor codecs, e.g. fc1.bias=none,fc2.weight=ternary"},
     {"min_compress_elems", "tensors smaller than this travel as fp32"},
-    {"twobit_min_elems",
-     "twobit tensors smaller than this travel as ternary (default 16384; 1 = twobit for all)"},
-    {"twobit_threshold", "2-bit threshold (negative = adaptive)"},
+    {"twobit_min_elems", "twobit tensors smaller than this travel as ternary (1 = twobit for all)"},
+    {"twobit_threshold", "2-bit threshold (negative = adaptive: mean |g| of each chunk)"},
     {"ternary_clip", "TernGrad clip in sigmas (negative = none)"},
     {"no_error_feedback", "disable error feedback (an ablation: twobit/onebit lose accuracy)"},
-    {"pull_codec", "codec of pulled parameter changes: none|twobit|ternary|onebit (default none)"},
-    {"pull_min_elems",
-     "tensors smaller than this are pulled fp32 under a pull codec (default 16384; 1 = none)"},
+    {"pull_codec", "codec of pulled parameter changes: none|twobit|ternary|onebit"},
+    {"pull_min_elems", "tensors smaller than this are pulled fp32 under a pull codec (1 = none)"},
     {"consistency", "sync|bounded|async"},
     {"staleness", "staleness bound for bounded"},
     {"workers", "worker count N, or an elastic range MIN:MAX (e.g. 1:4)"},
@@ -94,6 +95,23 @@ absl::Status WithFloat(const Args& args, const std::string& flag, Setter set) {
   if (!v.ok()) return v.status();
   if (*v) set(static_cast<float>(**v));
   return absl::OkStatus();
+}
+
+// The default a codec flag's help states, read from the one home of the
+// codec defaults ([codec defaults] in common/job/codec_defaults.h); "" for a
+// flag whose help states none.
+std::string CodecFlagDefault(std::string_view flag) {
+  if (flag == "codec") return kDefaultPushCodec;
+  if (flag == "twobit_min_elems") return absl::StrCat(kDefaultTwobitMinElems);
+  if (flag == "twobit_threshold") {
+    return kDefaultTwobitThreshold > 0 ? absl::StrCat(kDefaultTwobitThreshold) : "adaptive";
+  }
+  if (flag == "ternary_clip") return absl::StrCat(kDefaultTernaryClip);
+  if (flag == "pull_codec") {
+    return absl::StrCat(kDefaultPullCodec, " when --codec is not given, else none");
+  }
+  if (flag == "pull_min_elems") return absl::StrCat(kDefaultPullMinElems);
+  return "";
 }
 
 }  // namespace
@@ -132,7 +150,11 @@ const std::set<std::string>& SpecFlagNames() {
 
 std::string SpecFlagsHelp() {
   std::string out;
-  for (const auto& f : kSpecFlags) absl::StrAppend(&out, "    --", f.name, "  ", f.help, "\n");
+  for (const auto& f : kSpecFlags) {
+    const std::string d = CodecFlagDefault(f.name);
+    absl::StrAppend(&out, "    --", f.name, "  ", f.help, d.empty() ? "" : " (default ", d,
+                    d.empty() ? "" : ")", "\n");
+  }
   return out;
 }
 

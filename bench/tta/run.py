@@ -44,7 +44,8 @@ sys.path.insert(0, HERE)
 from netns import Network  # noqa: E402
 import report  # noqa: E402
 
-# name: (system, ddp hook or gradstream codec both ways; None = the defaults)
+# name: (system, ddp hook, or gradstream: a codec both ways, a list of submit
+# flags, or None = the defaults)
 SYSTEMS = {
     "ddp-fp32": ("ddp", "fp32"),
     "ddp-fp16": ("ddp", "fp16"),
@@ -54,6 +55,18 @@ SYSTEMS = {
     "gs-twobit": ("gradstream", "twobit"),
     "gs-ternary": ("gradstream", "ternary"),
     "gs-onebit": ("gradstream", "onebit"),
+    # Candidates for the defaults (README, "Choosing the defaults"): twobit
+    # with the adaptive threshold t = mean |g + r| per chunk, and ternary
+    # pushes with an adaptive-twobit or an fp32 pull; tensors under
+    # pull_min_elems are pulled fp32 in each. gs-defaults is gs-ternary's
+    # policy since then.
+    "gs-twobit-adaptive": ("gradstream", ["--codec", "twobit", "--twobit_threshold=-1",
+                                          "--pull_codec", "twobit"]),
+    "gs-twobit-adaptive-fp32pull": ("gradstream", ["--codec", "twobit",
+                                                   "--twobit_threshold=-1",
+                                                   "--pull_codec", "none"]),
+    "gs-ternary-twobitpull": ("gradstream", ["--codec", "ternary", "--pull_codec", "twobit"]),
+    "gs-ternary-fp32pull": ("gradstream", ["--codec", "ternary", "--pull_codec", "none"]),
 }
 LR = {"widecnn": 0.02, "resnet": 0.05, "lstm": 1.0}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -173,8 +186,10 @@ class Run:
                 raise TimeoutError("the 2 workers did not register within 60 s")
             time.sleep(0.3)
         script = " ".join(self.script_argv(["--system", "gradstream"]))
-        codec = [] if self.variant is None else ["--codec", self.variant,
-                                                 "--pull_codec", self.variant]
+        if self.variant is None or isinstance(self.variant, list):
+            codec = self.variant or []
+        else:
+            codec = ["--codec", self.variant, "--pull_codec", self.variant]
         self.job = json.loads(self.cli(
             "submit", "--json", "--name=tta-%s-%s" % (self.model, self.name), "--workers=2",
             "--consistency=sync", "--optimizer=momentum", "--lr=%g" % LR[self.model],

@@ -15,6 +15,9 @@
 
 namespace gradstream {
 
+// The defaults of a job's policy live in codec_defaults.h ([codec defaults],
+// [default policy]); the two size rules' defaults are here.
+//
 // NOTE: [layer-wise codec]
 // twobit sends +-t with one fixed threshold t for the whole job. That suits a
 // large tensor, where error feedback spreads many small gradients over many

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/codec/codec.h"
+#include "common/job/codec_defaults.h"
 #include "common/job/codec_policy.h"
 #include "common/job/shard_map.h"
 
@@ -75,12 +76,19 @@ void ApplyJobDefaults(JobSpec* spec) {
   ApplyOptimizerDefaults(spec->mutable_optimizer());
 
   auto* codec = spec->mutable_codec();
-  if (codec->default_codec().empty()) codec->set_default_codec("twobit");
-  if (codec->twobit_threshold() == 0) codec->set_twobit_threshold(0.5f);
-  if (codec->ternary_clip() == 0) codec->set_ternary_clip(2.5f);
-  if (codec->twobit_min_elems() == 0) codec->set_twobit_min_elems(kDefaultTwobitMinElems);
-  // fp32 pulls unless asked: see [pull codec default] in common/codec/published.h.
+  // Every value from [codec defaults] in common/job/codec_defaults.h. A job
+  // that names no push codec gets the measured default policy, pulls
+  // included ([default policy]); one that picks its push codec by hand keeps
+  // fp32 pulls unless it picks a pull codec too ([pull codec default] in
+  // common/codec/published.h).
+  if (codec->default_codec().empty()) {
+    codec->set_default_codec(kDefaultPushCodec);
+    if (codec->pull_codec().empty()) codec->set_pull_codec(kDefaultPullCodec);
+  }
   if (codec->pull_codec().empty()) codec->set_pull_codec("none");
+  if (codec->twobit_threshold() == 0) codec->set_twobit_threshold(kDefaultTwobitThreshold);
+  if (codec->ternary_clip() == 0) codec->set_ternary_clip(kDefaultTernaryClip);
+  if (codec->twobit_min_elems() == 0) codec->set_twobit_min_elems(kDefaultTwobitMinElems);
   if (codec->pull_min_elems() == 0) codec->set_pull_min_elems(kDefaultPullMinElems);
 
   if (spec->workers() == 0) spec->set_workers(std::max(2u, spec->workers_min()));

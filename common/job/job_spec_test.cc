@@ -1,6 +1,7 @@
 #include "common/job/job_spec.h"
 
 #include "absl/strings/match.h"
+#include "common/job/codec_defaults.h"
 #include "common/job/codec_policy.h"
 #include "gtest/gtest.h"
 
@@ -21,9 +22,11 @@ TEST(JobSpec, DefaultsFillEveryZeroField) {
   EXPECT_EQ(spec.batch_size(), 32u);
   EXPECT_EQ(spec.optimizer().type(), "momentum");
   EXPECT_FLOAT_EQ(spec.optimizer().momentum(), 0.9f);
-  EXPECT_EQ(spec.codec().default_codec(), "twobit");
+  EXPECT_EQ(spec.codec().default_codec(), kDefaultPushCodec);
+  EXPECT_FLOAT_EQ(spec.codec().twobit_threshold(), kDefaultTwobitThreshold);
+  EXPECT_FLOAT_EQ(spec.codec().ternary_clip(), kDefaultTernaryClip);
   EXPECT_EQ(spec.codec().twobit_min_elems(), kDefaultTwobitMinElems);
-  EXPECT_EQ(spec.codec().pull_codec(), "none");
+  EXPECT_EQ(spec.codec().pull_codec(), kDefaultPullCodec);
   EXPECT_EQ(spec.codec().pull_min_elems(), kDefaultPullMinElems);
   EXPECT_EQ(spec.workers(), 2u);
   EXPECT_EQ(spec.chunk_elems(), 262144u);
@@ -63,6 +66,32 @@ TEST(JobSpec, ElasticRangeDefaultsAndLimits) {
   spec.set_min_workers_timeout_s(5);
   EXPECT_EQ(NormalizeJobSpec(spec).status().message(),
             "min_workers_timeout_s: only for an elastic job (set workers_min)");
+}
+
+// [default policy]: the measured pull codec comes with the default push
+// codec; a push codec chosen by hand keeps fp32 pulls unless a pull codec is
+// chosen too, and a pull codec chosen alone is kept. Normalizing twice
+// changes nothing.
+TEST(JobSpec, DefaultPullsComeWithTheDefaultPushCodecOnly) {
+  JobSpec by_hand;
+  by_hand.mutable_codec()->set_default_codec("twobit");
+  auto r = NormalizeJobSpec(by_hand);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->codec().pull_codec(), "none");
+
+  JobSpec pull_only;
+  pull_only.mutable_codec()->set_pull_codec("twobit");
+  r = NormalizeJobSpec(pull_only);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->codec().default_codec(), kDefaultPushCodec);
+  EXPECT_EQ(r->codec().pull_codec(), "twobit");
+
+  auto once = NormalizeJobSpec(JobSpec());
+  ASSERT_TRUE(once.ok()) << once.status();
+  auto twice = NormalizeJobSpec(*once);
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_EQ(twice->codec().SerializeAsString(), once->codec().SerializeAsString());
+  EXPECT_EQ(twice->codec().pull_codec(), kDefaultPullCodec);
 }
 
 TEST(JobSpec, UnknownOptimizerIsNamed) {

@@ -48,8 +48,10 @@ def main():
     model_bytes = (dims[0] * dims[1] + dims[1]) * 4
     try:
         with cluster.Cluster(args.build, workers=2, link=link) as c:
+            # fp32 pulls (the defaults compress them, see [default policy]), so
+            # that every pull is one model's worth of bytes.
             job = c.submit("--workers=2", "--entrypoint=" + script, "--workdir=" + HERE,
-                           "--optimizer=sgd", "--lr=0.01", *flags)
+                           "--optimizer=sgd", "--lr=0.01", "--pull_codec=none", *flags)
             st = c.wait_job(job, timeout=240)
             cluster.check(st.get("state") == "COMPLETED", "job ended %s: %s" %
                           (st.get("state"), st.get("message", "")))

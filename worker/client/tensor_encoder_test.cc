@@ -6,6 +6,8 @@
 #include <cmath>
 #include <random>
 
+#include "common/job/codec_defaults.h"
+#include "common/job/job_spec.h"
 #include "gtest/gtest.h"
 
 namespace gradstream::client::internal {
@@ -84,6 +86,59 @@ TEST(TensorEncoder, TwoBitResidualKeepsWhatWasNotSent) {
   for (size_t i = 0; i < 1000; ++i) diff_sq += double(grad_sum[i] - sent_sum[i]) * (grad_sum[i] - sent_sum[i]);
   EXPECT_GT(residual_sq, 0.0);
   EXPECT_NEAR(residual_sq, diff_sq, 1e-3 * diff_sq);
+}
+
+// Elements of `enc`'s first encoding of `grad` (clock 0) that were sent
+// non-zero, and the dot product of what was sent with the gradient.
+void FirstClock(TensorEncoder& enc, const std::vector<float>& grad, size_t* nonzero,
+                double* dot) {
+  std::vector<float> decoded;
+  uint64_t bytes;
+  EncodeDecode(enc, grad, 0, &decoded, &bytes);
+  *nonzero = 0;
+  *dot = 0.0;
+  for (size_t i = 0; i < grad.size(); ++i) {
+    *nonzero += decoded[i] != 0.0f;
+    *dot += double(decoded[i]) * grad[i];
+  }
+}
+
+// The out-of-the-box policy ([default policy] in common/job/codec_defaults.h)
+// on a tensor of a wide layer, whose per-element gradients are ~1e-3: the
+// fixed twobit threshold t = 0.5 of the old defaults sends nothing at the
+// first clock (and, through error feedback, for hundreds of clocks), while
+// the defaults' scale, taken from each chunk, sends a good share of the
+// elements at once, along the gradient and of its scale.
+TEST(TensorEncoder, DefaultPolicySendsSmallGradientsFromTheFirstClock) {
+  v1::JobSpec spec;
+  ApplyJobDefaults(&spec);
+  const CodecPolicy policy = CodecPolicyFromProto(spec.codec());
+  constexpr uint64_t kElems = 4 * kDefaultTwobitMinElems;  // above every size rule
+  auto map = SplitModel({{"fc.weight", kElems}}, {"s0:1"}, kDefaultTwobitMinElems, policy);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->tensors[0].codec, kDefaultPushCodec);
+  auto g = RandomGrad(kElems, 21);
+  double g_sq = 0.0;
+  for (auto& x : g) {
+    x *= 1e-3f;
+    g_sq += double(x) * x;
+  }
+
+  auto defaults = TensorEncoder::Create(*map, 0, map->tensors[0].codec, policy);
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  size_t nonzero;
+  double dot;
+  FirstClock(**defaults, g, &nonzero, &dot);
+  EXPECT_GT(nonzero, kElems / 5) << "elements sent at clock 0 under the defaults";
+  EXPECT_GT(dot, 0.3 * g_sq) << "what was sent points along the gradient";
+  EXPECT_LT(dot, 3.0 * g_sq) << "and is of its scale";
+
+  CodecPolicy fixed = policy;
+  fixed.twobit_threshold = 0.5f;
+  auto old = TensorEncoder::Create(*map, 0, "twobit", fixed);
+  ASSERT_TRUE(old.ok()) << old.status();
+  FirstClock(**old, g, &nonzero, &dot);
+  EXPECT_EQ(nonzero, 0u) << "t = 0.5 is far above every element of this gradient";
 }
 
 TEST(TensorEncoder, TernaryIsReproducibleAndBounded) {
