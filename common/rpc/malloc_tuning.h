@@ -21,6 +21,27 @@ namespace gradstream::rpc {
 // process instead of going back to the system. A smaller arena count
 // (M_ARENA_MAX 1 or 2) measured no different and is left alone.
 //
+// NOTE: [allocator choice] Measured against jemalloc 5.3 and tcmalloc
+// (gperftools 2.10, tcmalloc_minimal) given by LD_PRELOAD to ps_bench and the
+// gs_shard it starts (bench/malloc/compare.sh: 5 paired rounds, 64 MiB fp32
+// model, one shard, loopback, a 2-core machine other builds were loading;
+// ratio to this tuned glibc in the same round, median [min, max]):
+//   tcmalloc: push 0.58x [0.53, 0.64], overlapped step 0.20x [0.11, 0.26],
+//             CPU seconds of both processes 0.53x [0.49, 0.66];
+//   jemalloc: push 1.27x [0.63, 3.01], step 1.08x [0.41, 1.72], CPU 1.11x.
+// With 2-bit pushes of a 16 MiB model (3 rounds) the times were within this
+// machine's noise; CPU 0.86x for tcmalloc, 1.14x for jemalloc.
+// Decision: jemalloc is out (no faster, far more variable). tcmalloc is
+// faster by far on this path, but the figures are from one loaded loopback
+// machine, split neither by process nor by glibc's own share, and linking it
+// would take the sanitizer builds (TSan/ASan bring their own allocator) off
+// the shipped configuration. So nothing links it: this tuning stays the
+// default, and bench/malloc/README.md says how to run a process with
+// tcmalloc through LD_PRELOAD (KeepFreedMemoryForReuse then tunes a glibc
+// heap nobody uses, harmlessly). The next step, if a rerun on an idle
+// machine and on the shaped link holds it: link tcmalloc_minimal into
+// gs_shard and gs_worker outside the sanitizer builds.
+//
 // Call once at the start of main(), before threads start. Returns false when
 // the allocator refused a setting (not glibc, or a sanitizer's allocator);
 // nothing else changes then.

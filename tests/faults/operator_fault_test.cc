@@ -162,7 +162,10 @@ absl::StatusOr<absl::Duration> ScaleAndWait(LocalCluster& cluster, const std::st
     return absl::StrContains(last.reason(), reason) &&
            (s->progress().clock() >= last.effective_clock() || IsTerminal(s->state()));
   });
-  if (!ok) return absl::DeadlineExceededError(absl::StrCat("'", reason, "' not in effect"));
+  if (!ok) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("'", reason, "' not in effect\n", cluster.Describe(job)));
+  }
   return absl::Now() - t0;
 }
 
@@ -189,9 +192,9 @@ TEST(Operator, BoundedScaleUpDownUpWithARejoiningWorker) {
     auto took = ScaleAndWait(cluster, *id, n, reason);
     ASSERT_TRUE(took.ok()) << took.status();
     worst = std::max(worst, *took);
-    ASSERT_TRUE(cluster.WaitForClock(*id, cluster.GetJob(*id)->progress().clock() + 100,
-                                     absl::Seconds(30))
-                    .ok());
+    auto moved =
+        cluster.WaitForClock(*id, cluster.GetJob(*id)->progress().clock() + 100, absl::Seconds(30));
+    ASSERT_TRUE(moved.ok()) << "after '" << reason << "': " << moved.status();
   }
   v1::JobStatus done;
   ExpectCompleted(cluster, *id, kSteps, &done);

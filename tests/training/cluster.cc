@@ -183,10 +183,60 @@ absl::StatusOr<v1::JobStatus> LocalCluster::WaitForClock(const std::string& job,
     absl::StatusOr<v1::JobStatus> s = GetJob(job);
     if (s.ok() && (s->progress().clock() >= clock || IsTerminal(s->state()))) return s;
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("job ", job, " did not reach clock ", clock));
+      return absl::DeadlineExceededError(
+          absl::StrCat("job ", job, " did not reach clock ", clock, " in ",
+                       absl::FormatDuration(timeout), "\n", Describe(job)));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
+}
+
+std::string LocalCluster::Describe(const std::string& job) {
+  std::string out;
+  absl::StatusOr<v1::JobStatus> s = GetJob(job);
+  if (!s.ok()) {
+    absl::StrAppend(&out, "job ", job, ": ", s.status().ToString(), "\n");
+  } else {
+    absl::StrAppend(&out, "job ", job, " ", v1::JobState_Name(s->state()), " clock ",
+                    s->progress().clock(), " (fastest ", s->progress().max_clock(), ", stalled ",
+                    s->progress().stalled_seconds(), " s), committed epoch ",
+                    s->committed_epoch(), ", message '", s->message(), "'\n");
+    for (const auto& e : s->epochs()) {
+      absl::StrAppend(&out, "  epoch ", e.epoch(), " at clock ", e.effective_clock(), ": {",
+                      absl::StrJoin(e.worker_ids(), ","), "} departed {",
+                      absl::StrJoin(e.departed(), ","), "} (", e.reason(), ")\n");
+    }
+    for (const auto& m : s->members()) {
+      absl::StrAppend(&out, "  member ", m.worker_id(), " incarnation ", m.incarnation(),
+                      " joined at ", m.join_clock(),
+                      m.leaving() ? absl::StrCat(", leaving at ", m.leave_clock()) : "",
+                      ", reported clock ", m.clock(), "\n");
+    }
+  }
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.client);
+  v1::ClusterStatus cs;
+  if (grpc::Status st = coordinator_stub_->GetCluster(&ctx, v1::GetClusterRequest(), &cs);
+      st.ok()) {
+    for (const auto& w : cs.workers()) {
+      absl::StrAppend(&out, "  worker ", w.worker_id(), " incarnation ", w.incarnation(), " ",
+                      v1::WorkerState_Name(w.state()), " in '", w.job_id(), "' at clock ",
+                      w.clock(), w.healthy() ? "" : " (unhealthy)", "\n");
+    }
+  } else {
+    absl::StrAppend(&out, "  cluster: ", st.error_message(), "\n");
+  }
+  for (int i = 0; i < static_cast<int>(shard_addresses_.size()); ++i) {
+    absl::StatusOr<v1::StatsResponse> st = ShardStats(i, job);
+    if (!st.ok()) {
+      absl::StrAppend(&out, "  shard ", i, ": ", st.status().ToString(), "\n");
+      continue;
+    }
+    absl::StrAppend(&out, "  shard ", i, ": epoch ", st->epoch(), ", member clocks ",
+                    st->min_clock(), "..", st->max_clock(), ", versions ", st->min_version(),
+                    "..", st->max_version(), ", pulls served ", st->pulls_served(), "\n");
+  }
+  return out;
 }
 
 absl::StatusOr<v1::StatsResponse> LocalCluster::ShardStats(int shard, const std::string& job,

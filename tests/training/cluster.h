@@ -72,9 +72,16 @@ class LocalCluster {
   absl::StatusOr<v1::JobStatus> GetJob(const std::string& job, bool shard_map = false);
   // Polls until the job is COMPLETED, FAILED or CANCELLED.
   absl::StatusOr<v1::JobStatus> WaitForJob(const std::string& job, absl::Duration timeout);
-  // Polls until the job's slowest member reached `clock`.
+  // Polls until the job's slowest member reached `clock`; the deadline's
+  // error carries Describe(job).
   absl::StatusOr<v1::JobStatus> WaitForClock(const std::string& job, uint64_t clock,
                                              absl::Duration timeout);
+  // Who waits for what, for a test that timed out: the job's state, clock
+  // and epochs (committed or not), each member's join/leave clocks and
+  // reported clock, each worker's state and health as the coordinator sees
+  // it, and each shard's slowest and fastest member clock, epoch and
+  // versions. Whatever cannot be read is named in its place.
+  std::string Describe(const std::string& job);
   absl::StatusOr<v1::StatsResponse> ShardStats(int shard, const std::string& job,
                                                bool rounds = false);
   absl::Status Scale(const std::string& job, uint32_t workers);

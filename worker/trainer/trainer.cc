@@ -9,6 +9,14 @@
 
 namespace gradstream {
 
+bool Trains(const Assignment& a) {
+  return a.job_active && !(a.leave && a.join_clock >= a.leave_clock);
+}
+
+bool RejoinsAfter(const Assignment& trained, const Assignment& now) {
+  return Trains(now) && now.job_id == trained.job_id && now.join_clock > trained.join_clock;
+}
+
 void AssignmentFeed::Set(Assignment a) {
   absl::MutexLock lock(&mu_);
   current_ = std::move(a);

@@ -43,6 +43,25 @@ struct Assignment {
   uint64_t leave_clock = 0;
 };
 
+// Whether `a` asks the worker to train: an active job, and not a leave at
+// or before the clock it would join at (the coordinator shows that while a
+// rejoin's epoch is not committed yet).
+bool Trains(const Assignment& a);
+
+// NOTE: [rejoin] A worker that left a job (scale-down) waits until the
+// coordinator moves it off that job before it takes another assignment. The
+// move shows as one heartbeat reply without a job; when the worker is added
+// back to the same job soon after (scale up again) the next reply names that
+// job again, and a wait that did not look between the two replies (a loaded
+// machine delays the training thread past one heartbeat) went on waiting on
+// a job "still active" that in fact asked it to rejoin: it kept reporting
+// LEFT, the coordinator removed it again with a "worker N left" epoch nobody
+// asked for, stalled the bounded job's other members at the join clock
+// until that epoch reached the shards, and planned the join once more. A new
+// membership is recognizable without the gap: it trains (Trains), in the
+// same job, from a later join clock than the one `trained` gave.
+bool RejoinsAfter(const Assignment& trained, const Assignment& now);
+
 // Newest assignment, written by the heartbeat thread. Thread-safe.
 class AssignmentFeed {
  public:

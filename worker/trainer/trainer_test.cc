@@ -227,5 +227,35 @@ TEST(Trainer, AFailedEarlyPullReinitializesAndPullsAgain) {
   EXPECT_LT(again, f.Find("push 2"));
 }
 
+// See [rejoin] in trainer.h: the assignments a worker that left job "j" at
+// clock 300 sees while the coordinator scales it back in at clock 900.
+TEST(Rejoin, ANewMembershipOfTheSameJobIsSeenWithoutTheGapBetween) {
+  const Assignment trained{.job_id = "j", .job_active = true, .join_clock = 120,
+                           .leave = true, .leave_clock = 300};
+  // The reply that moved it off the job, the one naming its old membership
+  // while the rejoin is not committed, and the committed rejoin.
+  const Assignment moved_off{};
+  const Assignment uncommitted{.job_id = "j", .job_active = true, .join_clock = 900,
+                               .leave = true, .leave_clock = 300};
+  const Assignment rejoin{.job_id = "j", .job_active = true, .rank = 1, .world_size = 2,
+                          .join_clock = 900};
+  EXPECT_FALSE(Trains(moved_off));
+  EXPECT_FALSE(Trains(uncommitted));
+  EXPECT_TRUE(Trains(rejoin));
+  EXPECT_FALSE(RejoinsAfter(trained, trained));
+  EXPECT_FALSE(RejoinsAfter(trained, uncommitted));
+  EXPECT_TRUE(RejoinsAfter(trained, rejoin));
+  // Another job, an ended one, or the same membership again is no rejoin.
+  Assignment other = rejoin;
+  other.job_id = "k";
+  EXPECT_FALSE(RejoinsAfter(trained, other));
+  Assignment ended = rejoin;
+  ended.job_active = false;
+  EXPECT_FALSE(RejoinsAfter(trained, ended));
+  Assignment same = rejoin;
+  same.join_clock = trained.join_clock;
+  EXPECT_FALSE(RejoinsAfter(trained, same));
+}
+
 }  // namespace
 }  // namespace gradstream

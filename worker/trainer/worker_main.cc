@@ -295,11 +295,13 @@ class Worker {
       state_.SetJob(incarnation, "", v1::IDLE);
     }
     // Wait until the coordinator moves us off this job before taking another,
-    // or until we are a new incarnation, for which any assignment is a fresh
-    // one (see [new incarnation]).
+    // adds us back to it (see [rejoin] in trainer.h), or until we are a new
+    // incarnation, for which any assignment is a fresh one (see [new
+    // incarnation]).
+    const Assignment trained = FromProto(a);
     while (!g_stop && state_.Identity().second == incarnation) {
-      const v1::Assignment now = state_.Latest();
-      if (now.job_id() != job || !FromProto(now).job_active) break;
+      const Assignment now = FromProto(state_.Latest());
+      if (now.job_id != job || !now.job_active || RejoinsAfter(trained, now)) break;
       absl::SleepFor(interval_);
     }
     state_.SetJob(incarnation, "", v1::IDLE);
@@ -314,7 +316,7 @@ class Worker {
     std::thread hb([this] { HeartbeatLoop(); });
     while (!g_stop) {
       const auto [a, incarnation] = state_.LatestAndIncarnation();
-      if (FromProto(a).job_active && !(a.leave() && a.join_clock() >= a.leave_clock())) {
+      if (Trains(FromProto(a))) {
         RunJob(a, incarnation);
       } else {
         absl::SleepFor(absl::Milliseconds(50));
