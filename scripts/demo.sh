@@ -3,17 +3,19 @@
 #
 # Builds the four binaries, starts a coordinator, 2 parameter-server shards and
 # 2 workers (CPU, or GPU when one is present), submits an MLP job on the
-# synthetic Gaussian-clusters task with 2-bit compressed gradients, shows live
-# progress with `gradstream watch`, and ends with the final test accuracy and
-# the bytes pushed versus what fp32 would have sent.
+# synthetic Gaussian-clusters task with the default codec policy (ternary
+# gradients), shows live progress with `gradstream watch`, and ends with the
+# final test accuracy and the bytes pushed versus what fp32 would have sent.
 #
-# Environment: BUILD_DIR (default build), CODEC (default twobit), STEPS
+# Environment: BUILD_DIR (default build), CODEC (default: none given, the job's default policy), STEPS
 # (default 1500), WORKERS (default 2), KEEP=1 to leave the cluster running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install_deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
-CODEC=${CODEC:-twobit}
+CODEC=${CODEC:-}
+CODEC_FLAGS=()
+if [ -n "$CODEC" ]; then CODEC_FLAGS=(--codec="$CODEC"); fi
 STEPS=${STEPS:-1500}
 WORKERS=${WORKERS:-2}
 
@@ -70,9 +72,9 @@ until [ "$("$CLI" cluster --json | python3 -c 'import json,sys; print(len(json.l
 done
 "$CLI" cluster
 echo
-echo "== submitting: MLP 20-64-10, synthetic 10 classes x 3 clusters, $WORKERS workers, $STEPS clocks, codec $CODEC, sync, server momentum"
+echo "== submitting: MLP 20-64-10, synthetic 10 classes x 3 clusters, $WORKERS workers, $STEPS clocks, codec ${CODEC:-default}, sync, server momentum"
 JOB=$("$CLI" submit --name=demo --model=mlp --hidden=64 --dataset=synthetic --steps="$STEPS" \
-  --batch_size=32 --optimizer=momentum --lr=0.05 --momentum=0.9 --codec="$CODEC" \
+  --batch_size=32 --optimizer=momentum --lr=0.05 --momentum=0.9 "${CODEC_FLAGS[@]}" \
   --consistency=sync --workers="$WORKERS" --checkpoint_every=500 --eval_every=250 --json |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')
 echo "job $JOB"
