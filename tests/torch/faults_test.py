@@ -98,6 +98,11 @@ def main():
                       (acc, reference))
         if case.startswith("worker") or case == "scale":
             cluster.check(len(epochs) >= 2, "the membership changed: %s" % epochs)
+        if case == "worker_sigterm":
+            # [script stop]: the script finished its clock and sent Leave; it
+            # was not dropped after missed heartbeats.
+            cluster.check(any(r.endswith(" left") for _, r in epochs),
+                          "SIGTERM: a 'left' epoch, got %s" % epochs)
     print("PASS")
 
 

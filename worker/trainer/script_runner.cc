@@ -15,6 +15,7 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -33,8 +34,12 @@ namespace {
 class Agent final : public v1::WorkerAgent::Service {
  public:
   Agent(uint64_t worker_id, uint64_t incarnation, const std::string& job_id,
-        const ScriptHooks& hooks)
-      : worker_id_(worker_id), incarnation_(incarnation), job_id_(job_id), hooks_(hooks) {}
+        const ScriptHooks& hooks, const std::atomic<bool>* stop)
+      : worker_id_(worker_id),
+        incarnation_(incarnation),
+        job_id_(job_id),
+        hooks_(hooks),
+        stop_(stop) {}
 
   grpc::Status Sync(grpc::ServerContext*, const v1::SyncRequest* req,
                     v1::SyncResponse* resp) override {
@@ -58,12 +63,25 @@ class Agent final : public v1::WorkerAgent::Service {
       p.encode_path = in.encode_path();
       hooks_.board->Set(p);
     }
+    uint64_t stop_clock = 0;
+    bool stopping = false;
     {
       absl::MutexLock l(&mu_);
       initialized_ = true;
       left_ = left_ || req->state() == v1::SCRIPT_LEFT;
+      if (req->has_progress()) clock_ = std::max(clock_, req->progress().clock());
+      if (stop_ != nullptr && stop_->load() && !stop_clock_.has_value()) stop_clock_ = clock_;
+      stopping = stop_clock_.has_value();
+      if (stopping) stop_clock = *stop_clock_;
     }
-    *resp->mutable_assignment() = hooks_.latest();
+    v1::Assignment a = hooks_.latest();
+    if (stopping && a.job_id() == job_id_) {
+      // See [script stop]: leave after the clock the script is in, or at the
+      // scale-down's clock if that comes first.
+      if (!a.leave() || a.leave_clock() > stop_clock) a.set_leave_clock(stop_clock);
+      a.set_leave(true);
+    }
+    *resp->mutable_assignment() = std::move(a);
     for (v1::MembershipEpoch& e : hooks_.epochs()) *resp->add_epochs() = std::move(e);
     resp->set_worker_id(worker_id_);
     resp->set_incarnation(incarnation_);
@@ -83,9 +101,13 @@ class Agent final : public v1::WorkerAgent::Service {
   const uint64_t worker_id_, incarnation_;
   const std::string job_id_;
   const ScriptHooks hooks_;
+  const std::atomic<bool>* const stop_;  // see [script stop]; may be null
   mutable absl::Mutex mu_;
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   bool left_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // the newest clock the script reported
+  // The clock the script was handed to leave at once the worker stops.
+  std::optional<uint64_t> stop_clock_ ABSL_GUARDED_BY(mu_);
 };
 
 // Relays the child's stderr to ours, keeping the last lines.
@@ -185,7 +207,7 @@ absl::StatusOr<TrainOutcome> RunScript(const v1::Assignment& start, uint64_t wor
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp for the agent socket failed");
   const std::string dir = tmpl;  // mode 0700: only this user reaches the socket
   const std::string agent_addr = absl::StrCat("unix:", dir, "/agent.sock");
-  Agent agent(worker_id, incarnation, job, hooks);
+  Agent agent(worker_id, incarnation, job, hooks, options.stop);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(agent_addr, grpc::InsecureServerCredentials());
   builder.RegisterService(&agent);
@@ -240,6 +262,8 @@ absl::StatusOr<TrainOutcome> RunScript(const v1::Assignment& start, uint64_t wor
     if (stop_reason.empty()) {
       if (!StillOurs(hooks.latest(), job)) {
         stop_reason = "the job ended or this worker was moved off it";
+      } else if (!agent.initialized() && options.stop != nullptr && options.stop->load()) {
+        stop_reason = "the worker is stopping";  // see [script stop]
       } else if (!agent.initialized() && now - started > options.init_deadline) {
         stop_reason = absl::StrCat("the script did not call gradstream's init within ",
                                    absl::FormatDuration(options.init_deadline));
@@ -267,7 +291,8 @@ absl::StatusOr<TrainOutcome> RunScript(const v1::Assignment& start, uint64_t wor
   };
   const bool init = agent.initialized();
   if (!stop_reason.empty()) {
-    if (!init && StillOurs(hooks.latest(), job)) return failure(stop_reason);
+    const bool stopping = options.stop != nullptr && options.stop->load();
+    if (!init && StillOurs(hooks.latest(), job) && !stopping) return failure(stop_reason);
     return TrainOutcome::kStopped;
   }
   if (WIFSIGNALED(status)) {

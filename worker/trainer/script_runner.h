@@ -21,6 +21,7 @@
 #ifndef GRADSTREAM_WORKER_TRAINER_SCRIPT_RUNNER_H_
 #define GRADSTREAM_WORKER_TRAINER_SCRIPT_RUNNER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -43,6 +44,14 @@ struct ScriptOptions {
   absl::Duration init_deadline = absl::Seconds(120);
   absl::Duration stop_grace = absl::Seconds(10);
   int stderr_tail_lines = 20;
+  // NOTE: [script stop] Set (by gs_worker's SIGTERM/SIGINT handler, see
+  // [worker stop]) to leave the job gracefully, as the built-in trainer does
+  // ([graceful stop]): the agent hands the script a leave at its current
+  // clock, the same one a scale-down hands it, so the package finishes that
+  // clock, sends Leave to every shard and exits 0 (kLeft), and the
+  // coordinator records "left", not missed heartbeats. A script that has not
+  // called init yet is stopped instead. nullptr = never.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // What the runner needs from gs_worker's heartbeat side. Thread-safe calls.

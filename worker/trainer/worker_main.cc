@@ -379,6 +379,7 @@ class Worker {
     if (o.python_path.empty()) o.python_path = FindPythonPackage("/proc/self/exe");
     o.tls = rpc_.tls;
     o.init_deadline = absl::Seconds(absl::GetFlag(FLAGS_script_init_timeout_s));
+    o.stop = &g_stop;
     ScriptHooks hooks;
     hooks.latest = [this] { return state_.Latest(); };
     hooks.declare = [this](const auto& tensors) { state_.SetDeclared(tensors); };
