@@ -7,6 +7,21 @@ bucket set-up, gradstream's first pull -- left out), the median accuracy
 at the last evaluation, and the time to target: the training time (sum of
 step times) at the first evaluation whose accuracy reaches what DDP fp32
 reached at its last evaluation in the same round, rate and model.
+
+NOTE: [timing and accuracy runs] The full grid (3 families x 3 rates x
+every system x 3 rounds) does not fit a working day on 2 cores at full
+length, so it runs as two kinds of run, told apart by their evaluations:
+  - timing runs (an evaluation at step 0 and at the end only): short,
+    3 paired, interleaved rounds at every rate; they give the step times,
+    bytes and CPU seconds per step;
+  - accuracy runs (evaluations along the way): one full-length run per
+    system and family, unshaped. In sync mode the link changes when a
+    step ends, not what it computes (same seeds, same samples, the same
+    sums), so a family's accuracy at step k is the same at every rate.
+summary() joins them: the time to DDP fp32's final accuracy at a rate is
+(the first evaluated step reaching it, from the accuracy run) x (the
+median step time at that rate, from the timing runs), and the plot draws
+each accuracy run against that time axis.
 """
 
 import os
@@ -175,10 +190,155 @@ def plot(runs, stem):
     return made
 
 
+def is_accuracy_run(rec):
+    """See [timing and accuracy runs]."""
+    return len(rec.get("evals") or []) > 2
+
+
+def round_ratios(timing, num, den):
+    """Per round, den's median step / num's (> 1: num faster); paired."""
+    by = {}
+    for r in timing:
+        if r["status"] == "ok" and r["system"] in (num, den):
+            by.setdefault(r["round"], {})[r["system"]] = step_ms(r)[0]
+    return [v[den] / v[num] for v in by.values() if v.get(num) and v.get(den)]
+
+
+def summary(runs):
+    """The grid of timing runs joined with the accuracy runs (see [timing and
+    accuracy runs]), one table per model."""
+    acc = {(r["model"], r["system"]): r for r in runs if is_accuracy_run(r) and r.get("evals")}
+    timing = [r for r in runs if not is_accuracy_run(r)]
+    lines = []
+    for model in dict.fromkeys(r["model"] for r in runs):
+        rates = list(dict.fromkeys(r["rate"] for r in timing if r["model"] == model))
+        systems = list(dict.fromkeys(r["system"] for r in runs if r["model"] == model))
+        ref = acc.get((model, "ddp-fp32"))
+        target = final(ref)["accuracy"] if ref else None
+        ref_acc = {e["step"]: e["accuracy"] for e in ref["evals"]} if ref else {}
+        rounds = len({r["round"] for r in timing if r["model"] == model})
+        lines += ["", "### %s: %d timing rounds per rate%s" % (
+            model, rounds, ", accuracy runs of %d steps (target: DDP fp32's final %.4f)" % (
+                ref["steps_wanted"], target) if ref else ""), "",
+            "| system | " + " | ".join(
+                "%s: ms/step median (p90) | x DDP fp16 | x DDP fp32 | time to target (s)" %
+                label(rt) for rt in rates) +
+            " | MB/step per worker | CPU s/step, all processes (1gbit) | accuracy at the end |"
+            " worst gap to DDP fp32 at an evaluation (pt, at step) |",
+            "|---|" + "---|---|---|---|" * len(rates) + "---|---|---|---|"]
+        for system in systems:
+            cells = []
+            a = acc.get((model, system))
+            steps_to = None
+            if a and target is not None:
+                steps_to = next((e["step"] for e in a["evals"] if e["accuracy"] >= target), None)
+            for rt in rates:
+                rs = [r for r in timing if r["model"] == model and r["rate"] == rt and
+                      r["system"] == system]
+                ok = [r for r in rs if r["status"] == "ok"]
+                m = [step_ms(r) for r in ok]
+                mm = med([x[0] for x in m])
+                same = [r for r in timing if r["model"] == model and r["rate"] == rt]
+                x16 = med(round_ratios(same, system, "ddp-fp16"))
+                x32 = med(round_ratios(same, system, "ddp-fp32"))
+                status = "" if len(ok) == len(rs) else " [%d/%d ok]" % (len(ok), len(rs))
+                cells += ["%s (%s)%s" % (fmt(mm), fmt(med([x[1] for x in m])), status),
+                          fmt(x16, "%.2f"), fmt(x32, "%.2f"),
+                          fmt(steps_to * mm / 1000 if steps_to and mm else None, "%.1f")]
+            one = [r for r in timing if r["model"] == model and r["system"] == system and
+                   r["status"] == "ok"]
+            mb = med([statistics.mean(sum(x) for x in r["script_tx_rx_per_step"]) / 1e6
+                      for r in one if r.get("script_tx_rx_per_step")])
+            cpu = med([sum((r.get("cpu_s_per_step") or {}).values()) for r in one
+                       if r["rate"] == "1gbit" and r.get("cpu_s_per_step")])
+            gap = None
+            if a and ref_acc:
+                gaps = [(100 * (e["accuracy"] - ref_acc[e["step"]]), e["step"])
+                        for e in a["evals"] if e["step"] in ref_acc and e["step"] > 0]
+                gap = min(gaps) if gaps else None
+            lines.append("| %s | %s | %s | %s | %s | %s |" % (
+                system, " | ".join(cells), fmt(mb, "%.2f"), fmt(cpu, "%.3f"),
+                fmt(final(a)["accuracy"], "%.4f") if a else "-",
+                "%+.1f at %d" % gap if gap else "-"))
+        for rt in rates:
+            same = [r for r in timing if r["model"] == model and r["rate"] == rt]
+            for job in ("gs-defaults", "gs-defaults-1worker"):
+                q = round_ratios(same, "local-half", job)
+                if q:
+                    lines += ["", "%s's step / the script's single-process step on one "
+                              "worker's share (local-half), %s, per round: %s (median %.2f)" % (
+                                  job, label(rt), " ".join("%.2f" % x for x in q), med(q))]
+        if ref:
+            pts = [e["step"] for e in ref["evals"]]
+            lines += ["", "accuracy at each evaluation (accuracy runs, unshaped):", "",
+                      "| system | " + " | ".join(str(p) for p in pts) + " |",
+                      "|---|" + "---|" * len(pts)]
+            for system in systems:
+                a = acc.get((model, system))
+                if a:
+                    got = {e["step"]: e["accuracy"] for e in a["evals"]}
+                    lines.append("| %s | %s |" % (system, " | ".join(
+                        fmt(got.get(p), "%.3f") for p in pts)))
+    return lines
+
+
+def plot_summary(runs, stem):
+    """Per model, one panel per rate: each accuracy run's evaluations against
+    step x that rate's median step time (see [timing and accuracy runs])."""
+    gnuplot = shutil.which("gnuplot")
+    if not gnuplot:
+        return []
+    made = []
+    tmp = tempfile.mkdtemp(prefix="tta-plot-")
+    acc = [r for r in runs if is_accuracy_run(r) and r.get("evals")]
+    timing = [r for r in runs if not is_accuracy_run(r) and r["status"] == "ok"]
+    for model in dict.fromkeys(r["model"] for r in acc):
+        rates = list(dict.fromkeys(r["rate"] for r in timing if r["model"] == model))
+        png = "%s-%s.png" % (stem, model)
+        script = ['set terminal pngcairo size %d,600 noenhanced font "sans,10"' %
+                  (700 * len(rates)), 'set output "%s"' % png,
+                  "set multiplot layout 1,%d title \"%s: test accuracy against training time "
+                  "(step x median step time at the rate)\"" % (len(rates), model),
+                  "set key bottom right", "set grid", "set xlabel \"training time (s)\"",
+                  "set ylabel \"%s\"" % ("next-character accuracy" if model == "lstm"
+                                         else "test accuracy")]
+        for rate in rates:
+            plots = []
+            for a in [r for r in acc if r["model"] == model]:
+                ms = med([step_ms(r)[0] for r in timing if r["model"] == model and
+                          r["rate"] == rate and r["system"] == a["system"]])
+                if ms is None:
+                    continue
+                dat = os.path.join(tmp, "%s-%s-%s.dat" % (model, rate, a["system"]))
+                with open(dat, "w") as f:
+                    for e in a["evals"]:
+                        f.write("%f %f\n" % (e["step"] * ms / 1000, e["accuracy"]))
+                plots.append("\"%s\" using 1:2 with linespoints title \"%s\"" % (
+                    dat, a["system"]))
+            if plots:
+                script += ["set title \"%s\"" % label(rate), "plot " + ", ".join(plots)]
+        script.append("unset multiplot")
+        r = subprocess.run([gnuplot], input="\n".join(script) + "\n", text=True,
+                           capture_output=True)
+        if r.returncode == 0:
+            made.append(png)
+        else:
+            print("gnuplot failed for %s: %s" % (model, r.stderr.strip()))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return made
+
+
 def write(runs, stem):
-    pngs = plot(runs, stem)
+    joined = any(is_accuracy_run(r) for r in runs) and any(
+        not is_accuracy_run(r) for r in runs)
+    pngs = plot_summary(runs, stem) if joined else plot(runs, stem)
     lines = ["# Time to accuracy: gradstream against DDP", ""]
     lines += ["Plots: " + ", ".join(os.path.basename(p) for p in pngs)] if pngs else []
-    lines += table(runs)
+    if joined:
+        lines += ["", "## Summary (see [timing and accuracy runs] in report.py)"] + summary(runs)
+        lines += ["", "## Timing runs"] + table([r for r in runs if not is_accuracy_run(r)])
+        lines += ["", "## Accuracy runs"] + table([r for r in runs if is_accuracy_run(r)])
+    else:
+        lines += table(runs)
     with open(stem + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")

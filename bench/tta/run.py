@@ -67,7 +67,26 @@ SYSTEMS = {
                                                    "--pull_codec", "none"]),
     "gs-ternary-twobitpull": ("gradstream", ["--codec", "ternary", "--pull_codec", "twobit"]),
     "gs-ternary-fp32pull": ("gradstream", ["--codec", "ternary", "--pull_codec", "none"]),
+    # Ternary with a tighter clip (in sigmas of the chunk): error feedback
+    # carries what is clipped to later clocks, the variance of what is sent
+    # falls with the scale.
+    "gs-ternary-clip1": ("gradstream", ["--ternary_clip=1"]),
+    "gs-ternary-clip1.5": ("gradstream", ["--ternary_clip=1.5"]),
+    "gs-ternary-noclip": ("gradstream", ["--ternary_clip=-1"]),
+    # The defaults with other stochastic-rounding seeds (the job's --seed;
+    # the script's own --seed keeps the model's init): how far one run's
+    # accuracy moves with the rounding alone.
+    "gs-defaults-seed2": ("gradstream", ["--seed=2"]),
+    "gs-defaults-seed3": ("gradstream", ["--seed=3"]),
+    # Item 3's reference: the same script single-process on one worker's
+    # share of the global batch, no network -- compute alone.
+    "local-half": ("local", None),
+    # ... and the package's step with that compute: a 1-worker job on the
+    # same share, so the second core is the shards' (item 3's ratio on a
+    # 2-core host, where a 2-worker job's compute alone fills both cores).
+    "gs-defaults-1worker": ("gradstream", None),
 }
+ONE_WORKER = {"gs-defaults-1worker"}
 LR = {"widecnn": 0.02, "resnet": 0.05, "lstm": 1.0}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -103,6 +122,7 @@ class Run:
     def __init__(self, args, net, name, model, steps, rnd):
         self.args, self.net, self.name, self.model, self.steps = args, net, name, model, steps
         self.kind, self.variant = SYSTEMS[name]
+        self.workers = 1 if name in ONE_WORKER else 2
         self.dir = tempfile.mkdtemp(prefix="tta-%s-%s-" % (model, name))
         self.out = os.path.join(self.dir, "result.json")
         self.procs = {}   # label -> Popen
@@ -150,6 +170,10 @@ class Run:
                  "--world", "2", "--master", master]),
                 env={"GLOO_SOCKET_IFNAME": self.net.nodes[node]["dev"]})
 
+    def start_local(self):
+        self.spawn("rank0", "c", self.script_argv(
+            ["--system", "local", "--global_batch", str(self.args.global_batch // 2)]))
+
     def cli(self, *argv, timeout=30):
         r = subprocess.run(self.net.exec_argv("a", [os.path.join(self.args.build, "cli/gradstream"),
                                                     "--coordinator=" + self.coordinator] +
@@ -176,24 +200,25 @@ class Run:
                                         "--port_file=" + pf, "--start_grace=1s",
                                         "--shards=" + ",".join(shards)])
         self.coordinator = "%s:%s" % (n["a"]["ip"], self.wait_file(pf))
-        for node in ("c", "d"):
+        for node in ("c", "d")[:self.workers]:
             self.spawn("worker_" + node, node, [os.path.join(b, "worker/trainer/gs_worker"),
                                                 "--device=cpu", "--name=tta-" + node],
                        env={"GRADSTREAM_COORDINATOR": self.coordinator})
         deadline = time.time() + 60
-        while len(json.loads(self.cli("cluster", "--json")).get("workers", [])) < 2:
+        while len(json.loads(self.cli("cluster", "--json")).get("workers", [])) < self.workers:
             if time.time() > deadline:
-                raise TimeoutError("the 2 workers did not register within 60 s")
+                raise TimeoutError("the %d workers did not register within 60 s" % self.workers)
             time.sleep(0.3)
-        script = " ".join(self.script_argv(["--system", "gradstream"]))
+        script = " ".join(self.script_argv(["--system", "gradstream"] + (
+            [] if self.workers == 2 else ["--global_batch", str(self.args.global_batch // 2)])))
         if self.variant is None or isinstance(self.variant, list):
             codec = self.variant or []
         else:
             codec = ["--codec", self.variant, "--pull_codec", self.variant]
         self.job = json.loads(self.cli(
-            "submit", "--json", "--name=tta-%s-%s" % (self.model, self.name), "--workers=2",
-            "--consistency=sync", "--optimizer=momentum", "--lr=%g" % LR[self.model],
-            "--workdir", REPO, "--entrypoint", script, *codec))["job_id"]
+            "submit", "--json", "--name=tta-%s-%s" % (self.model, self.name),
+            "--workers=%d" % self.workers, "--consistency=sync", "--optimizer=momentum",
+            "--lr=%g" % LR[self.model], "--workdir", REPO, "--entrypoint", script, *codec))["job_id"]
 
     def job_status(self):
         return json.loads(self.cli("status", self.job, "--json"))
@@ -208,6 +233,8 @@ class Run:
                 "cpu": {l: proc_cpu_s(pid) for l, pid in self.daemons().items()}}
 
     def ended(self):
+        if self.kind == "local":
+            return self.procs["rank0"].poll() is not None
         if self.kind == "ddp":
             # A rank that failed leaves the other waiting in gloo: the run is over.
             codes = [self.procs["rank%d" % r].poll() for r in (0, 1)]
@@ -224,7 +251,8 @@ class Run:
         start = time.time()
         deadline = start + self.args.deadline
         try:
-            self.start_ddp(port) if self.kind == "ddp" else self.start_gradstream()
+            {"ddp": lambda: self.start_ddp(port), "local": self.start_local,
+             "gradstream": self.start_gradstream}[self.kind]()
             first = last = None
             next_poll = 0.0
             while True:
@@ -255,7 +283,8 @@ class Run:
 
     def collect(self, first, last):
         res = read_json(self.out) or {}
-        ranks = [res] + [read_json("%s.rank%d" % (self.out, r)) or {} for r in (1,)]
+        ranks = [res] + [read_json("%s.rank%d" % (self.out, r)) or {}
+                         for r in ((1,) if self.kind != "local" and self.workers == 2 else ())]
         steps = res.get("steps") or len(res.get("step_s", []))
         self.rec.update(steps=steps, params=res.get("params"), evals=res.get("evals", []),
                         step_s=res.get("step_s", []), ps_stats=res.get("ps_stats"))
