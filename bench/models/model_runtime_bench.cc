@@ -20,7 +20,9 @@
 //                      parameters, then times them;
 //   --noop             returns from main() at once (start-up timing:
 //                      libtorch's loading and static initializers).
+#include <ATen/Parallel.h>
 #include <time.h>
+#include <torch/script.h>
 
 #include <algorithm>
 #include <chrono>
@@ -30,9 +32,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/Parallel.h>
-#include <torch/script.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -159,9 +158,13 @@ class BuiltinRuntime final : public Runtime {
 
   absl::Status Step(const HostTensors& pulled, const Batch& b, HostTensors* grads,
                     StepStats* stats) override {
-    for (int i = 0; i < model_->num_tensors(); ++i) GS_RETURN_IF_ERROR(model_->SetParam(i, pulled[i]));
+    for (int i = 0; i < model_->num_tensors(); ++i) {
+      GS_RETURN_IF_ERROR(model_->SetParam(i, pulled[i]));
+    }
     GS_RETURN_IF_ERROR(model_->ForwardBackward(b.x.data(), b.y.data(), b.size, stats));
-    for (int i = 0; i < model_->num_tensors(); ++i) GS_RETURN_IF_ERROR(model_->GetGrad(i, (*grads)[i]));
+    for (int i = 0; i < model_->num_tensors(); ++i) {
+      GS_RETURN_IF_ERROR(model_->GetGrad(i, (*grads)[i]));
+    }
     return absl::OkStatus();
   }
 
@@ -179,8 +182,9 @@ class TorchRuntime final : public Runtime {
     auto rt = std::unique_ptr<TorchRuntime>(new TorchRuntime);
     try {
       rt->module_ = torch::jit::load(path);
-    } catch (const std::exception& e) {
-      return absl::NotFoundError(absl::StrCat("cannot load ", path, ": ", e.what()));
+    } catch (const c10::Error& e) {
+      return absl::NotFoundError(absl::StrCat(
+          "cannot load ", path, " (made by make_models.py): ", e.what_without_backtrace()));
     }
     rt->module_.train();
     for (const TensorSpec& spec : specs) {
@@ -188,10 +192,9 @@ class TorchRuntime final : public Runtime {
       for (const auto& p : rt->module_.named_parameters()) {
         if (p.name != "net." + spec.name) continue;
         if (p.value.sizes().vec() != spec.shape) {
-          return absl::InvalidArgumentError(absl::StrCat(path, ": ", p.name, " has shape [",
-                                                         absl::StrJoin(p.value.sizes(), ","),
-                                                         "], the built-in model [",
-                                                         absl::StrJoin(spec.shape, ","), "]"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(path, ": ", p.name, " has shape [", absl::StrJoin(p.value.sizes(), ","),
+                           "], the built-in model [", absl::StrJoin(spec.shape, ","), "]"));
         }
         rt->params_.push_back(p.value);
         found = true;
@@ -208,7 +211,8 @@ class TorchRuntime final : public Runtime {
     {
       at::NoGradGuard no_grad;
       for (size_t i = 0; i < params_.size(); ++i) {
-        params_[i].copy_(torch::from_blob(const_cast<float*>(pulled[i].data()), params_[i].sizes()));
+        params_[i].copy_(
+            torch::from_blob(const_cast<float*>(pulled[i].data()), params_[i].sizes()));
       }
     }
     // zero_grad(set_to_none=True): backward allocates fresh gradients.
@@ -227,8 +231,8 @@ class TorchRuntime final : public Runtime {
       }
       stats->loss = loss.item<double>();
       stats->correct = static_cast<int>(out->elements()[1].toTensor().item<int64_t>());
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("libtorch step: ", e.what()));
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("libtorch step: ", e.what_without_backtrace()));
     }
     return absl::OkStatus();
   }
@@ -251,9 +255,9 @@ absl::Status CheckSameStep(const std::vector<TensorSpec>& specs, const StepStats
                            const HostTensors& ga, const StepStats& b, const HostTensors& gb) {
   if (std::abs(a.loss - b.loss) > 1e-4 * std::max(1.0, std::abs(a.loss)) ||
       a.correct != b.correct) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "loss %.6f / correct %d (built-in) vs %.6f / %d (libtorch)", a.loss, a.correct, b.loss,
-        b.correct));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("loss %.6f / correct %d (built-in) vs %.6f / %d (libtorch)", a.loss,
+                        a.correct, b.loss, b.correct));
   }
   for (size_t i = 0; i < ga.size(); ++i) {
     float scale = 1e-6f, diff = 0;
@@ -408,8 +412,9 @@ absl::Status Run(const std::vector<Case>& cases) {
     }
     std::fprintf(stderr, "round %d of %d done\n", r + 1, rounds);
   }
-  std::printf("| case | batch | built-in ms/step | libtorch ms/step | libtorch / built-in, wall | "
-              "libtorch / built-in, CPU |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| case | batch | built-in ms/step | libtorch ms/step | libtorch / built-in, wall | "
+      "libtorch / built-in, CPU |\n|---|---|---|---|---|---|\n");
   for (const Pair& p : pairs) {
     std::printf("| %s | %d | %.3f | %.3f | %s | %s |\n", p.case_name.c_str(), p.batch,
                 MedianMs(p.t_builtin), MedianMs(p.t_torch),
@@ -438,8 +443,7 @@ absl::StatusOr<std::vector<Case>> SelectedCases() {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_noop)) return 0;
-  // Both sides run in gs_worker's heap: large activations and gradients
-  // (libtorch allocates them per step) come from the heap, not fresh mmaps.
+  // Both sides run with the heap settings gs_worker's main() applies.
   if (absl::GetFlag(FLAGS_malloc_tuning) && !gradstream::rpc::KeepFreedMemoryForReuse()) {
     std::fprintf(stderr, "model_runtime_bench: glibc malloc settings not applied\n");
   }
