@@ -58,40 +58,46 @@ TEST(FakeClock, SleepEndsWhenTheClockPassesItsEndNotBefore) {
   EXPECT_EQ(env.Now(), start + absl::Seconds(10));
 }
 
-TEST(FakeClock, AwaitTimesOutExactlyAtItsDeadline) {
+// One thread waiting on a FakeClockEnv for `flag` (under `mu`) for
+// `timeout`; `result` is what the wait returned once the thread is joined.
+struct FlagWaiter {
   testing::FakeClockEnv env;
   absl::Mutex mu;
-  bool flag = false;
-  bool result = true;
-  std::thread waiter([&] {
-    absl::MutexLock lock(&mu);
-    result = env.AwaitWithDeadline(&mu, absl::Condition(&flag), env.Now() + absl::Seconds(5));
-  });
-  ASSERT_TRUE(env.AwaitWaiters(1, kGenerous));
-  env.Advance(absl::Milliseconds(4999));
-  EXPECT_EQ(env.waiters(), 1u);
-  env.Advance(absl::Milliseconds(1));
-  waiter.join();
-  EXPECT_FALSE(result);
-  EXPECT_EQ(env.waiters(), 0u);
+  bool flag ABSL_GUARDED_BY(mu) = false;
+  bool result = false;
+  std::thread thread;
+
+  explicit FlagWaiter(absl::Duration timeout) {
+    thread = std::thread([this, timeout] {
+      absl::MutexLock lock(&mu);
+      result = env.AwaitWithTimeout(&mu, absl::Condition(&flag), timeout);
+    });
+  }
+  ~FlagWaiter() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+TEST(FakeClock, AwaitTimesOutExactlyAtItsDeadline) {
+  FlagWaiter w(absl::Seconds(5));
+  ASSERT_TRUE(w.env.AwaitWaiters(1, kGenerous));
+  w.env.Advance(absl::Milliseconds(4999));
+  EXPECT_EQ(w.env.waiters(), 1u);
+  w.env.Advance(absl::Milliseconds(1));
+  w.thread.join();
+  EXPECT_FALSE(w.result);
+  EXPECT_EQ(w.env.waiters(), 0u);
 }
 
 TEST(FakeClock, AwaitEndsWhenItsConditionHoldsWithoutTheClock) {
-  testing::FakeClockEnv env;
-  absl::Mutex mu;
-  bool flag = false;
-  bool result = false;
-  std::thread waiter([&] {
-    absl::MutexLock lock(&mu);
-    result = env.AwaitWithTimeout(&mu, absl::Condition(&flag), absl::Hours(1));
-  });
-  ASSERT_TRUE(env.AwaitWaiters(1, kGenerous));
+  FlagWaiter w(absl::Hours(1));
+  ASSERT_TRUE(w.env.AwaitWaiters(1, kGenerous));
   {
-    absl::MutexLock lock(&mu);
-    flag = true;
+    absl::MutexLock lock(&w.mu);
+    w.flag = true;
   }
-  waiter.join();
-  EXPECT_TRUE(result);
+  w.thread.join();
+  EXPECT_TRUE(w.result);
 }
 
 // Each wait wakes when the clock reaches its own deadline; one Advance past
