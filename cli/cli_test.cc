@@ -370,13 +370,16 @@ TEST(Render, StatusShowsTheDefaultPolicyAndItsRules) {
   codec->set_pull_codec(gradstream::kDefaultPullCodec);
   codec->set_pull_min_elems(gradstream::kDefaultPullMinElems);
   const std::string out = RenderJob(j, 0);
-  EXPECT_TRUE(absl::StrContains(out, absl::StrCat(gradstream::kDefaultPushCodec,
-                                                  ", ternary scale per chunk (clip 2.5 sigma), ",
-                                                  "pulls ", gradstream::kDefaultPullCodec,
-                                                  " (fp32 below 16384 elements)")))
+  EXPECT_TRUE(absl::StrContains(
+      out, absl::StrCat(gradstream::kDefaultPushCodec, ", ternary scale per chunk (clip ",
+                        gradstream::kDefaultTernaryClip, " sigma), pulls ",
+                        gradstream::kDefaultPullCodec, " (fp32 below ",
+                        gradstream::kDefaultPullMinElems, " elements)")))
       << out;
   codec->set_default_codec("twobit");
-  EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), "twobit t = 0.5")) << RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(RenderJob(j, 0),
+                                absl::StrCat("twobit t = ", gradstream::kDefaultTwobitThreshold)))
+      << RenderJob(j, 0);
 }
 
 TEST(Render, StatusShowsTheCodecOfEveryTensor) {

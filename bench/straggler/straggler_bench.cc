@@ -138,7 +138,9 @@ int Main() {
   const int n = absl::GetFlag(FLAGS_model_elems) / 4;
   std::vector<TensorSpec> tensors;
   for (int t = 0; t < 4; ++t) tensors.push_back({absl::StrCat("t", t), int64_t{n}});
-  auto map = SplitModel(tensors, addresses);
+  CodecPolicy twobit;  // what the bench measures, as its clients' policy says
+  twobit.default_codec = "twobit";
+  auto map = SplitModel(tensors, addresses, kMaxChunkElems, twobit);
   if (!map.ok()) {
     std::fprintf(stderr, "map: %s\n", map.status().ToString().c_str());
     return 1;

@@ -25,7 +25,7 @@
 // script job of tests/torch (CNN, 2 workers, lr 0.05, 2 epochs of 6000
 // images) ended at 0.712 with fp32 pulls and 0.466 with twobit pulls, before
 // small tensors were pulled fp32 ([layer-wise pull] in
-// common/job/codec_policy.h). With that rule the built-in CNN keeps twobit
+// common/job/codec_defaults.h). With that rule the built-in CNN keeps twobit
 // pulls within 0.3 point of fp32 (bench/fashion_mnist.sh: 0.8750 against
 // 0.8774), but ternary pulls lose 0.6 point, and the script job, measured
 // again with the rule (tests/torch/fashion_mnist_job_test.py --codecs

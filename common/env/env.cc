@@ -2,6 +2,7 @@
 // [atomic file write] in env.h.
 #include "common/env/env.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -54,6 +55,20 @@ absl::Status Env::WriteFileAtomically(const std::string& path, std::string_view 
   }
   // The rename happened; without this the new entry may vanish on power loss.
   return SyncDir(dir);
+}
+
+// The real clock: what every Env gets unless it fakes time ([env time]).
+void Env::SleepFor(absl::Duration d) { absl::SleepFor(d); }
+
+bool Env::AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond, absl::Time deadline) {
+  return mu->AwaitWithDeadline(cond, deadline);
+}
+
+std::thread Env::StartThread(std::string_view name, std::function<void()> fn) {
+  return std::thread([name = std::string(name.substr(0, 15)), fn = std::move(fn)] {
+    ::pthread_setname_np(::pthread_self(), name.c_str());  // best effort: only a label
+    fn();
+  });
 }
 
 }  // namespace gradstream

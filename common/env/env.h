@@ -1,7 +1,8 @@
-// A process's window on the outside world: files and time. Every daemon
-// (shard, coordinator) reaches the disk and the clock through an Env, so tests
-// can swap in memory files, a fake clock, or a disk that fills up (LevelDB's
-// Env + EnvWrapper; see common/env/testing/).
+// A process's window on the outside world: files, time and threads. Every
+// daemon (shard, coordinator) reaches the disk and the clock through an Env,
+// and so does the worker's step loop for its deadlines, so tests can swap in
+// memory files, a fake clock, or a disk that fills up (LevelDB's Env +
+// EnvWrapper; see common/env/testing/).
 //
 // Durable files are written one way only, Env::WriteFileAtomically(); see
 // [atomic file write]. Framed, checksummed records (checkpoints, the
@@ -9,12 +10,16 @@
 #ifndef GRADSTREAM_COMMON_ENV_ENV_H_
 #define GRADSTREAM_COMMON_ENV_ENV_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "absl/status/status.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace gradstream {
@@ -73,8 +78,45 @@ class Env {
   // directory).
   [[nodiscard]] virtual absl::Status SyncDir(const std::string& dir) = 0;
 
+  // NOTE: [env time]
+  // Every time read that decides something -- a deadline, a heartbeat, a
+  // staleness bound, a retry's backoff, a rate limit -- goes through Now(),
+  // and every wait for such a time through SleepFor() or AwaitWithDeadline(),
+  // so that one Env decides what "later" means. The real clock is the
+  // default everywhere; testing::FakeClockEnv (common/env/testing/
+  // fake_clock_env.h) moves only when a test advances it, so a test of a
+  // deadline decides by logic, not by how fast a loaded machine runs. Times
+  // that only measure (a log line's latency, a benchmark) may stay on
+  // absl::Now().
+  //
+  // An Env that overrides Now() must override SleepFor() and
+  // AwaitWithDeadline() too, with the same clock: a wait whose deadline is on
+  // one clock and whose wake-up is on another either never ends or ends
+  // early. A fake must wake a wait once its clock reaches the wait's
+  // deadline, and must never let a wait end by timeout before that.
+
   // Wall-clock time.
   virtual absl::Time Now() = 0;
+
+  // Blocks the calling thread until Now() has moved on by `d` (at once when
+  // d <= 0).
+  virtual void SleepFor(absl::Duration d);
+
+  // With `mu` held: waits until `cond` holds (true) or Now() reaches
+  // `deadline` (false, when `cond` is false at that point), as
+  // absl::Mutex::AwaitWithDeadline does but on this Env's clock. `mu` is
+  // released while waiting and held again on return; `cond` is evaluated
+  // with `mu` held, whenever `mu` is released by anyone, as absl does.
+  virtual bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
+                                 absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool AwaitWithTimeout(absl::Mutex* mu, const absl::Condition& cond, absl::Duration timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return AwaitWithDeadline(mu, cond, Now() + timeout);
+  }
+
+  // Starts a thread that runs `fn`, named `name` (its first 15 bytes: what
+  // top -H, gdb and /proc show). The caller owns the thread and joins it.
+  virtual std::thread StartThread(std::string_view name, std::function<void()> fn);
 };
 
 // Forwards everything to `target`, which must outlive the wrapper; subclass it
@@ -103,6 +145,14 @@ class EnvWrapper : public Env {
     return target_->SyncDir(dir);
   }
   absl::Time Now() override { return target_->Now(); }
+  void SleepFor(absl::Duration d) override { target_->SleepFor(d); }
+  bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond, absl::Time deadline) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return target_->AwaitWithDeadline(mu, cond, deadline);
+  }
+  std::thread StartThread(std::string_view name, std::function<void()> fn) override {
+    return target_->StartThread(name, std::move(fn));
+  }
 
  private:
   Env* const target_;

@@ -2,14 +2,19 @@
 //
 // NOTE: [codec defaults]
 // The one home of a job's codec defaults (issue 25 item 5): ApplyJobDefaults
-// (job_spec.cc) fills every unset codec field of a spec from these and from
-// the two size rules' kDefaultTwobitMinElems and kDefaultPullMinElems
-// (codec_policy.h), and the CLI's help prints them. NOTE [default policy]
-// below says which rule they encode and the measurement that chose it.
+// (job_spec.cc) fills every unset codec field of a spec from these, every
+// field of a CodecPolicy (codec_policy.h) starts at them, and the CLI's help
+// (cli/spec_input.cc), `gradstream status` and the README's spec table print
+// or name them. No other file writes one of these values as a literal: a
+// test or a doc that needs one reads it here. NOTE [default policy] below
+// says which rule they encode and the measurement that chose it; NOTE
+// [layer-wise codec] and [layer-wise pull] why the two size rules exist.
+// Include-only: this header depends on nothing of the project, so
+// codec_policy.h (the typed policy) builds on it, not the other way round.
 #ifndef GRADSTREAM_COMMON_JOB_CODEC_DEFAULTS_H_
 #define GRADSTREAM_COMMON_JOB_CODEC_DEFAULTS_H_
 
-#include "common/job/codec_policy.h"
+#include <cstdint>
 
 namespace gradstream {
 
@@ -65,6 +70,48 @@ inline constexpr char kDefaultPullCodec[] = "ternary";
 inline constexpr float kDefaultTwobitThreshold = 0.5f;
 // ternary's clip, in standard deviations of the chunk (TernGrad's 2.5).
 inline constexpr float kDefaultTernaryClip = 2.5f;
+
+// A policy that names its push codec by hand pulls this unless it names a
+// pull codec too ([pull codec default] in common/codec/published.h).
+inline constexpr char kHandPickedPullCodec[] = "none";
+// Tensors under this many elements travel as "none" whatever the codec
+// (TernGrad's size_to_binarize); 0: none is exempt.
+inline constexpr uint64_t kDefaultMinCompressElems = 0;
+
+// NOTE: [layer-wise codec]
+// twobit sends +-t with one fixed threshold t for the whole job. That suits a
+// large tensor, where error feedback spreads many small gradients over many
+// elements and clocks; it does not suit the small tensors -- biases, the first
+// convolution, the classifier -- whose gradients are few, larger and of their
+// own scale: with t = 0.5 they move in late, coarse steps. On Fashion-MNIST
+// (CNN, 2 workers, 3000 clocks; bench/fashion_mnist.sh) twobit everywhere
+// lost 2.3 points to fp32; twobit on the one large tensor (fc1.weight, 30720
+// elements) with every smaller tensor sent as ternary -- the same 2 bits per
+// element, but a scale taken from each chunk itself (TernGrad) -- ended
+// 0.07 points above fp32, still at 16x fewer bytes than fp32. This is Hylo's
+// layer-wise idea reduced to one rule with one knob: below
+// `twobit_min_elems` (default 16384) twobit becomes ternary. An explicit
+// per-tensor override is never rewritten, and every tensor's resolved codec
+// is in the shard map and in `gradstream status`.
+inline constexpr uint32_t kDefaultTwobitMinElems = 16384;
+
+// NOTE: [layer-wise pull]
+// A pull codec (see [pull codec] in common/codec/published.h) sends the
+// changes of the parameters, with error feedback kept on the shard, so a
+// worker computes its gradients at a published copy that trails the true
+// parameters by one codec residual. On the small tensors -- biases, the first
+// convolution, the classifier -- that residual is large next to their own,
+// larger and faster moves, just as it was for twobit pushes ([layer-wise
+// codec]). Measured with bench/fashion_mnist.sh (CNN, 2 workers, 3000 clocks;
+// fp32 push and pull 0.8774): twobit push + twobit pull on every tensor
+// 0.8672, ternary + ternary 0.8380; with tensors under 16384 elements pulled
+// fp32, 0.8750 and 0.8717. Those tensors hold a small share of the model
+// (11% of the CNN's elements): its pulls are about 6x smaller than fp32
+// instead of 16x, the price of keeping accuracy.
+// Rule: a tensor below `pull_min_elems` (default 16384, the same size as
+// [layer-wise codec]'s) is pulled fp32; every tensor's pull codec is in the
+// shard map (TensorInfo::pull_codec, ChunkInfo::pull_fp32) and in status.
+inline constexpr uint32_t kDefaultPullMinElems = 16384;
 
 }  // namespace gradstream
 

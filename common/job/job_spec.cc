@@ -85,7 +85,7 @@ void ApplyJobDefaults(JobSpec* spec) {
     codec->set_default_codec(kDefaultPushCodec);
     if (codec->pull_codec().empty()) codec->set_pull_codec(kDefaultPullCodec);
   }
-  if (codec->pull_codec().empty()) codec->set_pull_codec("none");
+  if (codec->pull_codec().empty()) codec->set_pull_codec(kHandPickedPullCodec);
   if (codec->twobit_threshold() == 0) codec->set_twobit_threshold(kDefaultTwobitThreshold);
   if (codec->ternary_clip() == 0) codec->set_ternary_clip(kDefaultTernaryClip);
   if (codec->twobit_min_elems() == 0) codec->set_twobit_min_elems(kDefaultTwobitMinElems);

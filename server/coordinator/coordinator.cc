@@ -84,6 +84,7 @@ Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards,
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions options,
                                                                ShardClient* shards) {
+  if (options.env == nullptr) options.env = Env::Default();
   std::unique_ptr<StateStore> store;
   if (!options.state_file.empty()) {
     absl::StatusOr<std::unique_ptr<StateStore>> opened =
@@ -99,13 +100,25 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOption
 }
 
 Coordinator::~Coordinator() {
-  stop_.Notify();
+  {
+    absl::MutexLock lock(&stop_mu_);
+    stopping_ = true;
+  }
   if (ticker_.joinable()) ticker_.join();
 }
 
 void Coordinator::StartTicker() {
-  ticker_ = std::thread([this] {
-    while (!stop_.WaitForNotificationWithTimeout(options_.tick_interval)) Tick();
+  ticker_ = options_.env->StartThread("gs-coord-tick", [this] {
+    for (;;) {
+      {
+        absl::MutexLock lock(&stop_mu_);
+        if (options_.env->AwaitWithTimeout(&stop_mu_, absl::Condition(&stopping_),
+                                           options_.tick_interval)) {
+          return;
+        }
+      }
+      Tick();
+    }
   });
 }
 

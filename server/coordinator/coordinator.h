@@ -57,6 +57,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/env/env.h"
 #include "common/metrics/metrics.h"
 #include "coordinator.pb.h"
 #include "server/coordinator/clock_rate.h"
@@ -91,7 +92,10 @@ struct CoordinatorOptions {
   // once no worker refers to them and their shards dropped them.
   size_t keep_finished = 10000;
   absl::Duration keep_finished_for = absl::Hours(24 * 30);
-  std::function<absl::Time()> now = [] { return absl::Now(); };
+  // The clock of heartbeat timeouts, grace periods, the ticker and every
+  // time the coordinator records ([env time] in common/env/env.h). Not
+  // owned; nullptr = Env::Default(). Tests pass a testing::FakeClockEnv.
+  Env* env = nullptr;
   metrics::Registry* metrics = nullptr;  // nullptr = Registry::Default()
 };
 
@@ -216,7 +220,7 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint32_t> AddShardLocked(const std::string& address, bool healthy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Time Now() const { return options_.now(); }
+  absl::Time Now() const { return options_.env->Now(); }
   // How long a planned membership change needs to reach every member.
   absl::Duration LeadTime() const;
 
@@ -327,7 +331,8 @@ class Coordinator {
   absl::Time last_probe_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   absl::Mutex tick_mu_ ABSL_ACQUIRED_BEFORE(write_mu_);  // one Tick at a time
-  absl::Notification stop_;
+  absl::Mutex stop_mu_;
+  bool stopping_ ABSL_GUARDED_BY(stop_mu_) = false;  // the ticker ends
   std::thread ticker_;
 };
 

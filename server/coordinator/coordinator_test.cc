@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "common/env/env.h"
+#include "common/env/testing/fake_clock_env.h"
 #include "gtest/gtest.h"
 
 namespace gradstream::coordinator {
@@ -91,7 +92,7 @@ class CoordinatorTest : public ::testing::Test {
     o.heartbeat_timeout = absl::Seconds(10);
     o.start_grace = absl::Seconds(2);
     o.probe_interval = absl::ZeroDuration();
-    o.now = [this] { return now_; };
+    o.env = &clock_;
     o.metrics = &metrics_;
     auto c = Coordinator::Open(o, &shards_);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -179,7 +180,8 @@ class CoordinatorTest : public ::testing::Test {
   StateStoreOptions store_options_;  // for the next Open(): faults, size cap
   size_t keep_finished_ = 10000;     // for the next Open()
   absl::Duration keep_finished_for_ = absl::InfiniteDuration();
-  absl::Time now_ = absl::FromUnixSeconds(1700000000);
+  // The coordinator's clock ([env time]): moved by hand.
+  gradstream::testing::FakeClockEnv clock_{Env::Default(), absl::FromUnixSeconds(1700000000)};
   metrics::Registry metrics_;
   RecordingShards shards_;
   std::unique_ptr<Coordinator> c_;
@@ -301,9 +303,9 @@ TEST_F(CoordinatorTest, DeadWorkerIsRemovedAtItsClock) {
   c_->Tick();
   Beat(w1, 7);
   Beat(w2, 7);
-  now_ += absl::Seconds(6);
+  clock_.Advance(absl::Seconds(6));
   Beat(w1, 8);
-  now_ += absl::Seconds(6);  // w2 silent for 12s > 10s
+  clock_.Advance(absl::Seconds(6));  // w2 silent for 12s > 10s
   Beat(w1, 8);
   c_->Tick();
   v1::JobStatus job = Job();
@@ -339,7 +341,7 @@ TEST_F(CoordinatorTest, AnElasticJobFillsThePoolAndWaitsBelowMinWithADeadline) {
   submit.mutable_spec()->set_min_workers_timeout_s(60);
   job_ = c_->SubmitJob(submit)->job_id();
   auto w1 = AddWorker();
-  now_ += absl::Seconds(5);  // past the start grace: 1 of min 2 still waits
+  clock_.Advance(absl::Seconds(5));  // past the start grace: 1 of min 2 still waits
   c_->Tick();
   EXPECT_EQ(Job().state(), v1::PENDING);
   EXPECT_EQ(Job().message(), "waiting for workers: 1 idle of min 2 (range 2:3)");
@@ -366,9 +368,9 @@ TEST_F(CoordinatorTest, AnElasticJobFillsThePoolAndWaitsBelowMinWithADeadline) {
   EXPECT_EQ(Job().active_workers(), 3u);
 
   // Two members die: the job shrinks and goes on below MIN, waiting.
-  now_ += absl::Seconds(6);
+  clock_.Advance(absl::Seconds(6));
   Beat(w1, 20);
-  now_ += absl::Seconds(6);
+  clock_.Advance(absl::Seconds(6));
   Beat(w1, 21);
   c_->Tick();
   v1::JobStatus job = Job();
@@ -386,7 +388,7 @@ TEST_F(CoordinatorTest, AnElasticJobFillsThePoolAndWaitsBelowMinWithADeadline) {
   EXPECT_EQ(Job().below_min_since_unix_ms(), since);
 
   // A worker joins within the deadline: back at MIN, no longer waiting.
-  now_ += absl::Seconds(30);
+  clock_.Advance(absl::Seconds(30));
   Beat(w1, 30);
   auto w4 = AddWorker();
   c_->Tick();
@@ -400,17 +402,17 @@ TEST_F(CoordinatorTest, AnElasticJobFillsThePoolAndWaitsBelowMinWithADeadline) {
 
   // Below MIN again (w4 dies), and nobody comes: at the deadline it fails.
   for (int i = 0; i < 3; ++i) {
-    now_ += absl::Seconds(6);
+    clock_.Advance(absl::Seconds(6));
     Beat(w1, 40 + i);
     c_->Tick();
   }
   ASSERT_EQ(Job().members_size(), 1);
   ASSERT_NE(Job().below_min_since_unix_ms(), 0);
-  now_ += absl::Seconds(50);
+  clock_.Advance(absl::Seconds(50));
   Beat(w1, 50);
   c_->Tick();
   EXPECT_EQ(Job().state(), v1::RUNNING);  // 56 s of 60
-  now_ += absl::Seconds(9);
+  clock_.Advance(absl::Seconds(9));
   Beat(w1, 51);
   c_->Tick();
   job = Job();
@@ -554,7 +556,7 @@ TEST_F(CoordinatorTest, FinishedJobsBeyondTheKeepCountAreDeleted) {
     v1::CancelJobRequest cancel;
     cancel.set_job_id(finished.back());
     ASSERT_TRUE(c_->CancelJob(cancel).ok());
-    now_ += absl::Seconds(1);
+    clock_.Advance(absl::Seconds(1));
     c_->Tick();  // drops it on its shard
   }
   c_->Tick();
@@ -590,10 +592,10 @@ TEST_F(CoordinatorTest, FinishedJobsOlderThanTheKeepTimeAreDeleted) {
   cancel.set_job_id(job_);
   ASSERT_TRUE(c_->CancelJob(cancel).ok());
   const std::string young = Submit(1);
-  now_ += absl::Minutes(59);
+  clock_.Advance(absl::Minutes(59));
   c_->Tick();
   EXPECT_EQ(JobCount(), 2u);
-  now_ += absl::Minutes(2);
+  clock_.Advance(absl::Minutes(2));
   c_->Tick();
   EXPECT_EQ(JobCount(), 1u);  // the pending one stays
   job_ = young;
@@ -950,11 +952,11 @@ TEST_F(CoordinatorTest, NothingReadsAsMeasuredBeforeTheFirstReport) {
 TEST_F(CoordinatorTest, AFinishedJobShowsItsRunAverage) {
   job_ = Submit(2, 50);  // batch 32
   const auto [w1, w2] = StartWithTwoWorkers();
-  now_ += absl::Seconds(4);
+  clock_.Advance(absl::Seconds(4));
   Report(w1, Progress(30, 1.0f, 900));
   Report(w2, Progress(30, 1.0f, 900));
   EXPECT_FLOAT_EQ(Job().progress().samples_per_sec(), 1800);  // running: the current rate
-  now_ += absl::Seconds(6);
+  clock_.Advance(absl::Seconds(6));
   Report(w1, Progress(50, 0.5f, 0), v1::DONE);  // the last window reads 0
   Report(w2, Progress(50, 0.5f, 0), v1::DONE);
   c_->Tick();
@@ -981,11 +983,11 @@ TEST_F(CoordinatorTest, AFinishedScriptJobAveragesItsReportedRates) {
   job_ = SubmitScript(*c_, 2);
   const auto [w1, w2] = StartWithTwoWorkers();
   for (auto w : {w1, w2}) Report(w, Progress(1, 2.0f, 0));
-  now_ += absl::Seconds(1);
+  clock_.Advance(absl::Seconds(1));
   for (auto w : {w1, w2}) Report(w, Progress(5, 1.0f, 100));  // +100 each
-  now_ += absl::Seconds(1);
+  clock_.Advance(absl::Seconds(1));
   for (auto w : {w1, w2}) Report(w, Progress(5, 1.0f, 100));  // waiting: +0
-  now_ += absl::Seconds(2);
+  clock_.Advance(absl::Seconds(2));
   Report(w1, Progress(9, 1.0f, 50), v1::DONE);  // +100; done first, leaves
   EXPECT_EQ(Job().members_size(), 1);
   Report(w2, Progress(9, 1.0f, 50), v1::DONE);
@@ -1002,15 +1004,15 @@ TEST_F(CoordinatorTest, ARunningJobHasAnEtaFromItsClockRate) {
   job_ = Submit(2, 100);
   StartWithTwoWorkers();
   EXPECT_FALSE(Job().progress().has_eta_seconds());  // no rate yet
-  now_ += absl::Seconds(1);
+  clock_.Advance(absl::Seconds(1));
   shards_.min_clock = shards_.rounds = 10;
   c_->Tick();
-  now_ += absl::Seconds(1);
+  clock_.Advance(absl::Seconds(1));
   shards_.min_clock = shards_.rounds = 20;
   c_->Tick();
   EXPECT_EQ(Job().progress().clock(), 20u);
   EXPECT_DOUBLE_EQ(Job().progress().eta_seconds(), (100 - 20) / 10.0);
-  now_ += absl::Seconds(5);  // the clock stands still: a stall, no ETA
+  clock_.Advance(absl::Seconds(5));  // the clock stands still: a stall, no ETA
   c_->Tick();
   EXPECT_GE(Job().progress().stalled_seconds(), 5);
   EXPECT_FALSE(Job().progress().has_eta_seconds());

@@ -9,8 +9,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/env/crc32c.h"
 #include "common/env/record.h"
+#include "common/env/testing/fake_clock_env.h"
 #include "common/env/testing/fault_injection_env.h"
 #include "common/env/testing/mem_env.h"
 #include "gtest/gtest.h"
@@ -605,12 +608,23 @@ TEST(JobCheckpoint, RestoresThroughEnvAndRefusesCorruptFiles) {
   EXPECT_EQ(Job::Open(o, &env, &executor).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Returns once every task submitted to `executor` before the call has run
+// (its one thread runs them in order).
+void Drain(Executor& executor) {
+  absl::Notification done;
+  executor.Submit([&done] { done.Notify(); });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+}
+
 // A disk that is full: the periodic checkpoints fail, are counted and
 // retried at most once a second, not once per push (see [checkpoint
-// failures]); the next one that is written clears the error.
+// failures]); the next one that is written clears the error. The second is
+// on a fake clock ([env time]): the test decides when it has passed, so a
+// slow machine cannot make 200 pushes "take longer than a second".
 TEST(JobCheckpoint, PeriodicFailuresAreCountedAndRateLimited) {
   testing::MemEnv files;
-  testing::FaultInjectionEnv env(&files);
+  testing::FaultInjectionEnv disk(&files);
+  testing::FakeClockEnv env(&disk);
   Executor executor(1);
   JobOptions o;
   o.job_id = "full";
@@ -623,32 +637,39 @@ TEST(JobCheckpoint, PeriodicFailuresAreCountedAndRateLimited) {
   ASSERT_TRUE(opened.ok()) << opened.status();
   std::shared_ptr<Job> job = opened->job;
   ASSERT_FALSE(*job->Init(3, Floats({1, 2})));
-  env.SetFreeBytes(0);
+  disk.SetFreeBytes(0);
   const std::string g = Floats({1, -1});
   PushArgs p;
   p.worker = 1;
   p.chunk_id = 3;
   p.header.num_elems = 2;
   p.payload = g;
-  for (uint64_t c = 0; c < 200; ++c) {
-    p.clock = c;
-    ASSERT_FALSE(*job->Push(p));
-    absl::SleepFor(absl::Microseconds(200));  // the executor writes meanwhile
-  }
+  uint64_t clock = 0;
+  auto push = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      p.clock = clock++;
+      ASSERT_FALSE(*job->Push(p));
+      Drain(executor);  // the checkpoint it scheduled, if any, has run
+    }
+  };
+  push(200);
   JobStats s = job->Stats(false);
-  EXPECT_GE(s.checkpoint_failures, 1u);
-  EXPECT_LE(s.checkpoint_failures, 2u);  // 200 pushes in well under 2 s
+  EXPECT_EQ(s.checkpoint_failures, 1u);  // the clock stood still: one try
   EXPECT_NE(s.checkpoint_error.find("RESOURCE_EXHAUSTED"), std::string::npos)
       << s.checkpoint_error;
-  env.SetFreeBytes(std::nullopt);
+  env.Advance(absl::Milliseconds(999));
+  push(10);
+  EXPECT_EQ(job->Stats(false).checkpoint_failures, 1u);  // not yet a second later
+  env.Advance(absl::Milliseconds(1));
+  push(10);
+  EXPECT_EQ(job->Stats(false).checkpoint_failures, 2u);  // one more try, once a second
+  disk.SetFreeBytes(std::nullopt);
   ASSERT_TRUE(job->Checkpoint().ok());  // an explicit one is not rate-limited
-  absl::SleepFor(absl::Seconds(1.1));
-  p.clock = 200;
-  ASSERT_FALSE(*job->Push(p));  // a periodic one succeeds again
-  for (int i = 0; i < 100 && !job->Stats(false).checkpoint_error.empty(); ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  EXPECT_EQ(job->Stats(false).checkpoint_failures, 2u);
+  env.Advance(absl::Seconds(1));
+  push(1);  // a periodic one succeeds again
   EXPECT_EQ(job->Stats(false).checkpoint_error, "");
+  EXPECT_EQ(job->Stats(false).checkpoint_failures, 2u);
 }
 
 }  // namespace

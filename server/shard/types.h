@@ -29,7 +29,7 @@ struct ChunkSpec {
   uint64_t chunk_id = 0;
   uint32_t num_elems = 0;
   // Served fp32 under a job pull codec (see [layer-wise pull] in
-  // common/job/codec_policy.h).
+  // common/job/codec_defaults.h).
   bool pull_fp32 = false;
 };
 

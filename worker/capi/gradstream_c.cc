@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "agent.grpc.pb.h"
+#include "common/env/env.h"
 #include "common/job/codec_policy.h"
 #include "common/job/shard_map_proto.h"
 #include "common/rpc/rpc.h"
@@ -49,6 +50,10 @@ int Ok() {
 // written by gs_declare before any other thread uses the session and only
 // read afterwards; everything else is guarded.
 struct gs_session {
+  // The clock of the report cadence, of the open/declare/leave deadlines and
+  // of the step loop ([env time] in common/env/env.h); gRPC's own call
+  // deadlines are real time. Not owned.
+  gradstream::Env* const env = gradstream::Env::Default();
   std::unique_ptr<v1::WorkerAgent::Stub> agent;
   std::unique_ptr<gradstream::client::ChannelFactory> channels;
   std::unique_ptr<PsClient> client;  // set by gs_declare
@@ -108,19 +113,19 @@ struct gs_session {
         auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
           return stopping || report.has_value();
         };
-        mu.AwaitWithDeadline(absl::Condition(&wake), last + absl::Milliseconds(250));
+        env->AwaitWithDeadline(&mu, absl::Condition(&wake), last + absl::Milliseconds(250));
         if (stopping) return;
         if (report.has_value()) {
           const absl::Time due = last + absl::Milliseconds(50);
-          if (absl::Now() < due) {
+          if (env->Now() < due) {
             auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stopping; };
-            mu.AwaitWithDeadline(absl::Condition(&stop), due);
+            env->AwaitWithDeadline(&mu, absl::Condition(&stop), due);
             if (stopping) return;
           }
           req = *std::exchange(report, std::nullopt);
         }
       }
-      last = absl::Now();
+      last = env->Now();
       const absl::Status st = Sync(req);
       absl::MutexLock l(&mu);
       report_error = st;
@@ -182,21 +187,21 @@ gs_session* gs_open(const char* agent, int64_t timeout_ms) {
     return nullptr;
   }
   s->channels = gradstream::client::ChannelFactory::ForConfig(*rpc);
-  const absl::Time give_up = absl::Now() + absl::Milliseconds(timeout_ms);
+  const absl::Time give_up = s->env->Now() + absl::Milliseconds(timeout_ms);
   v1::SyncRequest req;
   req.set_state(v1::SCRIPT_RUNNING);
   for (;;) {
     absl::Status st = s->Sync(req);
     if (st.ok() && s->Active()) break;
-    if (absl::Now() > give_up) {
+    if (s->env->Now() > give_up) {
       Fail(st.ok() ? absl::DeadlineExceededError("gradstream: this worker has no active job")
                    : st);
       return nullptr;
     }
-    absl::SleepFor(absl::Milliseconds(100));
+    s->env->SleepFor(absl::Milliseconds(100));
   }
   gs_session* raw = s.release();
-  raw->reporter = std::thread([raw] { raw->ReportLoop(); });
+  raw->reporter = raw->env->StartThread("gs-report", [raw] { raw->ReportLoop(); });
   Ok();
   return raw;
 }
@@ -214,17 +219,17 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, con
     t->set_name(names[i]);
     for (int32_t k = 0; k < ndims[i]; ++k) t->add_shape(dims[d++]);
   }
-  const absl::Time give_up = absl::Now() + absl::Milliseconds(timeout_ms);
+  const absl::Time give_up = s->env->Now() + absl::Milliseconds(timeout_ms);
   for (;;) {
     if (absl::Status st = s->Sync(req); !st.ok()) return Fail(st);
     if (!s->Active()) return Fail(absl::CancelledError("gradstream: the job is no longer active"));
     if (s->Latest().assignment().shard_map().shards_size() > 0) break;
-    if (absl::Now() > give_up) {
+    if (s->env->Now() > give_up) {
       return Fail(absl::DeadlineExceededError(absl::StrCat(
           "gradstream: no shard map within ", timeout_ms,
           " ms (rank 0 declares the tensors; is it running?)")));
     }
-    absl::SleepFor(absl::Milliseconds(50));
+    s->env->SleepFor(absl::Milliseconds(50));
   }
   const v1::SyncResponse r = s->Latest();
   const v1::Assignment& a = r.assignment();
@@ -276,8 +281,9 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, con
     std::vector<absl::Span<const float>> values(held.begin(), held.end());
     return s->client->InitParams(values, absl::Minutes(1));
   };
-  s->loop = std::make_unique<StepLoop>(s->client.get(), gradstream::client::StepLoopOptions(),
-                                       std::move(hooks));
+  gradstream::client::StepLoopOptions loop_options;
+  loop_options.env = s->env;
+  s->loop = std::make_unique<StepLoop>(s->client.get(), loop_options, std::move(hooks));
   return Ok();
 }
 
@@ -406,12 +412,12 @@ int gs_wait_pushes(gs_session* s, int64_t timeout_ms) {
 
 int gs_leave(gs_session* s, int64_t timeout_ms) {
   if (s->loop == nullptr) return Ok();
-  const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
+  const absl::Time deadline = s->env->Now() + absl::Milliseconds(timeout_ms);
   s->loop->AbandonPull();
   if (absl::Status st = s->loop->WaitPushes(absl::Milliseconds(timeout_ms)); !st.ok()) {
     return Fail(st);
   }
-  return Fail(s->client->Leave(std::max(absl::ZeroDuration(), deadline - absl::Now())));
+  return Fail(s->client->Leave(std::max(absl::ZeroDuration(), deadline - s->env->Now())));
 }
 
 int gs_stats_get(gs_session* s, gs_stats* out) {

@@ -318,19 +318,19 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const ShardMap& map,
   return client;
 }
 
-absl::Status PsClient::Wait(const PushHandle& handle, absl::Duration timeout) {
+absl::Status PsClient::Wait(const PushHandle& handle, absl::Duration timeout, Env* env) {
   if (!handle.valid()) return absl::OkStatus();
-  return handle.done_->Wait(timeout);
+  return handle.done_->Wait(timeout, env);
 }
 
-absl::Status PsClient::Wait(const PullHandle& handle, absl::Duration timeout) {
-  return WaitTensors(handle, {}, timeout);
+absl::Status PsClient::Wait(const PullHandle& handle, absl::Duration timeout, Env* env) {
+  return WaitTensors(handle, {}, timeout, env);
 }
 
 absl::Status PsClient::WaitTensors(const PullHandle& handle, absl::Span<const uint32_t> tensors,
-                                   absl::Duration timeout) {
+                                   absl::Duration timeout, Env* env) {
   if (!handle.valid()) return absl::OkStatus();
-  absl::Status s = handle.state_->WaitTensors(tensors, timeout);
+  absl::Status s = handle.state_->WaitTensors(tensors, timeout, env);
   // A pull that failed writes nothing more into the caller's buffers; one
   // that is only slower than `timeout` goes on (see [step loop]).
   if (!s.ok() && handle.state_->settled()) handle.state_->Abandon();

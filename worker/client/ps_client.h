@@ -87,6 +87,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
+#include "common/env/env.h"
 #include "common/job/shard_map.h"
 #include "worker/client/channel_factory.h"
 
@@ -254,15 +255,19 @@ class PsClient {
   // on again (a pull is asked once and answered once, however long it takes
   // on the wire; see [step loop] in step_loop.h). A pull that failed is
   // abandoned (nothing is written after); to give up on one that has not,
-  // drop every copy of its handle.
-  [[nodiscard]] static absl::Status Wait(const PushHandle& handle, absl::Duration timeout);
-  [[nodiscard]] static absl::Status Wait(const PullHandle& handle, absl::Duration timeout);
+  // drop every copy of its handle. `timeout` is on `env`'s clock ([env
+  // time] in common/env/env.h): the step loop's, so a test can fake it.
+  [[nodiscard]] static absl::Status Wait(const PushHandle& handle, absl::Duration timeout,
+                                         Env* env = Env::Default());
+  [[nodiscard]] static absl::Status Wait(const PullHandle& handle, absl::Duration timeout,
+                                         Env* env = Env::Default());
   // Waits only until the chunks of `tensors` (tensor indices in map order;
   // every tensor when empty) are in place, as Wait otherwise: a forward
   // that reads its first layers first need not wait for the rest.
   [[nodiscard]] static absl::Status WaitTensors(const PullHandle& handle,
                                                 absl::Span<const uint32_t> tensors,
-                                                absl::Duration timeout);
+                                                absl::Duration timeout,
+                                                Env* env = Env::Default());
   // How far a pull got: chunks in place, and whether it ended (answered in
   // full, or failed). A default handle is settled.
   struct PullProgress {

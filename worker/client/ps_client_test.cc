@@ -6,6 +6,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "common/env/testing/fake_clock_env.h"
 #include "gtest/gtest.h"
 #include "worker/client/internal/tensor_encoder.h"
 #include "worker/client/step_loop.h"
@@ -615,7 +617,10 @@ TEST_F(PsClientTest, LeaveClosesTheClient) {
 // is asked once. The loop it replaces asked again every 2 s (the C ABI)
 // without cancelling the parked one; with 25 chunks on the shard each ask
 // parks 6 requests, and the third ask passed the shard's cap of 16 parked
-// pulls per stream: RESOURCE_EXHAUSTED for the healthy worker.
+// pulls per stream: RESOURCE_EXHAUSTED for the healthy worker. The slices
+// are on a fake clock ([env time]): each of the 100 runs out when the test
+// advances it, so the test takes no real seconds and a loaded machine cannot
+// make it see fewer slices.
 TEST_F(PsClientTest, StepLoopAsksOnceForAPullHeldByAStraggler) {
   StartShards(1);
   CodecPolicy fp32;
@@ -625,20 +630,30 @@ TEST_F(PsClientTest, StepLoopAsksOnceForAPullHeldByAStraggler) {
   ASSERT_GE(map->chunks.size(), 24u);
   std::vector<std::vector<float>> init;
   ASSERT_NO_FATAL_FAILURE(StartTwoWorkers(*map, Sgd(1.0f), &init));
+  gradstream::testing::FakeClockEnv clock;
   StepLoopOptions lo;
   lo.wait_slice = absl::Milliseconds(100);
-  StepLoop loop(c1_.get(), lo, {});
+  lo.env = &clock;
+  std::atomic<int> slices{0};  // the loop looks at `check` once per slice that ran out
+  StepLoopHooks hooks;
+  hooks.check = [&slices] {
+    slices.fetch_add(1);
+    return absl::OkStatus();
+  };
+  StepLoop loop(c1_.get(), lo, hooks);
   std::vector<float> params(100000), grad(100000, 1.0f);
   ASSERT_TRUE(loop.Push(0, grad, 0).ok());
   ASSERT_TRUE(loop.EndClock(0, std::vector<absl::Span<float>>{absl::MakeSpan(params)}).ok());
   std::thread straggler([&] {
-    absl::SleepFor(absl::Seconds(10));  // 100 wait slices
+    // Once the loop waits, one slice's worth of time; until 100 ran out.
+    while (slices.load() < 100 && clock.AwaitWaiters(1, kWait)) clock.Advance(lo.wait_slice);
     ASSERT_TRUE(PsClient::Wait(c2_->Push(0, grad, 0), kWait).ok());
     ASSERT_TRUE(c2_->AdvanceClock(1).ok());
   });
   const absl::Status waited = loop.WaitTensors({});
   straggler.join();
   ASSERT_TRUE(waited.ok()) << waited;
+  EXPECT_GE(slices.load(), 100);
   EXPECT_EQ(c1_->stats().pull_calls, 1u);
   EXPECT_FLOAT_EQ(params[0], init[0][0] - 1.0f);
 }

@@ -69,7 +69,7 @@ absl::Status StepLoop::EndClock(uint64_t clock,
   if (next.has_value()) StartPull(clock + 1, *std::move(next));
   // Acknowledged everywhere before any shard hears the clock is done (see
   // [step loop]).
-  GS_RETURN_IF_ERROR(WaitHandles(std::move(pushes), absl::Now() + options_.push_wait));
+  GS_RETURN_IF_ERROR(WaitHandles(std::move(pushes), options_.env->Now() + options_.push_wait));
   return client_->AdvanceClock(clock + 1);
 }
 
@@ -106,7 +106,7 @@ bool StepLoop::TensorsReady(absl::Span<const uint32_t> tensors) {
 
 absl::Status StepLoop::WaitTensors(absl::Span<const uint32_t> tensors) {
   uint64_t seen = 0;
-  absl::Time moved = absl::Now();
+  absl::Time moved = options_.env->Now();
   for (;;) {
     PullHandle h;
     uint64_t generation = 0, clock = 0;
@@ -119,7 +119,7 @@ absl::Status StepLoop::WaitTensors(absl::Span<const uint32_t> tensors) {
       generation = pull_->generation;
       clock = pull_->clock;
     }
-    absl::Status s = PsClient::WaitTensors(h, tensors, options_.wait_slice);
+    absl::Status s = PsClient::WaitTensors(h, tensors, options_.wait_slice, options_.env);
     if (s.ok()) return s;
     const PsClient::PullProgress progress = PsClient::Progress(h);
     if (!progress.settled) {
@@ -127,8 +127,8 @@ absl::Status StepLoop::WaitTensors(absl::Span<const uint32_t> tensors) {
       if (hooks_.check) GS_RETURN_IF_ERROR(hooks_.check());
       if (progress.chunks_done != seen) {
         seen = progress.chunks_done;
-        moved = absl::Now();
-      } else if (absl::Now() - moved > options_.stall_deadline) {
+        moved = options_.env->Now();
+      } else if (options_.env->Now() - moved > options_.stall_deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("pull at clock ", clock, ": no answer for ",
                          absl::FormatDuration(options_.stall_deadline), " (", s.message(), ")"));
@@ -154,7 +154,7 @@ absl::Status StepLoop::WaitTensors(absl::Span<const uint32_t> tensors) {
         if (pull_.has_value()) targets = pull_->targets;
       }
       GS_RETURN_IF_ERROR(hooks_.reinit(targets));
-    } else if (absl::Now() - moved > options_.stall_deadline) {
+    } else if (options_.env->Now() - moved > options_.stall_deadline) {
       return s;  // the shard held it past its limit, again and again
     }
     absl::MutexLock lock(&mu_);
@@ -173,13 +173,14 @@ absl::Status StepLoop::WaitPushes(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     all = open_;
   }
-  return WaitHandles(std::move(all), absl::Now() + timeout);
+  return WaitHandles(std::move(all), options_.env->Now() + timeout);
 }
 
 absl::Status StepLoop::WaitHandles(std::vector<PushHandle> handles, absl::Time deadline) {
   absl::Status first;
   for (const PushHandle& h : handles) {
-    first.Update(PsClient::Wait(h, std::max(absl::ZeroDuration(), deadline - absl::Now())));
+    first.Update(PsClient::Wait(h, std::max(absl::ZeroDuration(), deadline - options_.env->Now()),
+                               options_.env));
   }
   return first;
 }

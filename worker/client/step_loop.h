@@ -64,6 +64,10 @@ struct StepLoopOptions {
   // DATA_LOSS answers cured by re-sending parameters, per pull: more means
   // a shard keeps losing them.
   int max_reinits = 3;
+  // The clock of every time above: slices, stalls and push deadlines are on
+  // env->Now() and wait through it ([env time] in common/env/env.h). Not
+  // owned; outlives the loop. A test may pass a testing::FakeClockEnv.
+  Env* env = Env::Default();
 };
 
 struct StepLoopHooks {

@@ -127,7 +127,7 @@ absl::Status Trainer::Step(uint64_t clock) {
     // Wait for backward first (GetGrad would), so that what is timed is the
     // copy and the encode, not the layer's backward.
     if (model_->device() == Device::kGpu) push_status.Update(model_->Synchronize());
-    const absl::Time start = absl::Now();
+    const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
     if (model_->device() == Device::kCpu) {
       push_status.Update(loop_->Push(
           t, absl::MakeConstSpan(model_->grad_data(t), model_->params()[t].num_elems), clock));
@@ -202,11 +202,11 @@ void Trainer::Publish(uint64_t clock) {
   progress_.world_size = world_size_;
   progress_.clock = clock;
   progress_.loss = static_cast<float>(loss_ema_ < 0 ? 0 : loss_ema_);
-  const double secs = absl::ToDoubleSeconds(absl::Now() - rate_start_);
+  const double secs = absl::ToDoubleSeconds(options_.env->Now() - rate_start_);
   const bool new_window = secs >= 1.0;
   if (new_window) {
     progress_.samples_per_sec = static_cast<float>(rate_samples_ / secs);
-    rate_start_ = absl::Now();
+    rate_start_ = options_.env->Now();
     rate_samples_ = 0;
   }
   const client::ClientStats cs = client_->stats();
@@ -236,6 +236,7 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
   lo.wait_slice = options_.pull_wait;
   lo.stall_deadline = options_.stall_deadline;
   lo.push_wait = options_.push_wait;
+  lo.env = options_.env;
   client::StepLoopHooks hooks;
   hooks.check = [this] { return CheckActive(); };
   // Two things end a pull with DATA_LOSS and one answer serves both. A shard
@@ -253,7 +254,7 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
   // However Run ends, the pull in flight is abandoned: nothing writes into
   // the model after Run returns.
   absl::Cleanup drop_loop = [this] { loop_.reset(); };
-  rate_start_ = absl::Now();
+  rate_start_ = options_.env->Now();
   if (options_.device_encode && pusher_ == nullptr) {
     internal::DevicePusherOptions popt;
     popt.seed = setup_->seed;

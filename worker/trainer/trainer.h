@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/env/env.h"
 #include "worker/client/ps_client.h"
 #include "worker/client/step_loop.h"
 #include "worker/model/model.h"
@@ -131,6 +132,9 @@ struct TrainerOptions {
   // caller reports LEFT to the coordinator, which removes the worker at the
   // clock it did not do. Not owned; nullptr = never.
   const std::atomic<bool>* stop = nullptr;
+  // The clock of the step loop's waits and of the reported rates ([env
+  // time] in common/env/env.h). Not owned.
+  Env* env = Env::Default();
 };
 
 enum class TrainOutcome {

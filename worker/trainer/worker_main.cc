@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/env/env.h"
 #include "common/grpc_util.h"
 #include "common/job/shard_map_proto.h"
 #include "common/log_flags.h"
@@ -201,7 +202,7 @@ class Worker {
         device_(device) {}
 
   absl::Status Register() {
-    const absl::Time give_up = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+    const absl::Time give_up = env_->Now() + absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
     absl::Duration backoff = absl::Milliseconds(100);
     for (;;) {
       v1::RegisterWorkerRequest req;
@@ -229,12 +230,12 @@ class Worker {
                   << resp.incarnation();
         return absl::OkStatus();
       }
-      if (absl::Now() > give_up || g_stop) {
+      if (env_->Now() > give_up || g_stop) {
         return absl::UnavailableError(absl::StrCat("cannot register with the coordinator: ",
                                                    s.error_message()));
       }
       LOG(WARNING) << "register: " << s.error_message() << "; retrying";
-      absl::SleepFor(backoff);
+      env_->SleepFor(backoff);
       backoff = std::min(backoff * 2, absl::Seconds(2));
     }
   }
@@ -243,7 +244,7 @@ class Worker {
   void HeartbeatLoop() {
     while (!g_stop && !done_) {
       HeartbeatOnce();
-      absl::SleepFor(interval_);
+      env_->SleepFor(interval_);
     }
   }
 
@@ -302,7 +303,7 @@ class Worker {
     while (!g_stop && state_.Identity().second == incarnation) {
       const Assignment now = FromProto(state_.Latest());
       if (now.job_id != job || !now.job_active || RejoinsAfter(trained, now)) break;
-      absl::SleepFor(interval_);
+      env_->SleepFor(interval_);
     }
     state_.SetJob(incarnation, "", v1::IDLE);
   }
@@ -313,13 +314,13 @@ class Worker {
   }
 
   void Run() {
-    std::thread hb([this] { HeartbeatLoop(); });
+    std::thread hb = env_->StartThread("gs-heartbeat", [this] { HeartbeatLoop(); });
     while (!g_stop) {
       const auto [a, incarnation] = state_.LatestAndIncarnation();
       if (Trains(FromProto(a))) {
         RunJob(a, incarnation);
       } else {
-        absl::SleepFor(absl::Milliseconds(50));
+        env_->SleepFor(absl::Milliseconds(50));
       }
     }
     done_ = true;
@@ -413,6 +414,9 @@ class Worker {
     return epochs_;
   }
 
+  // The clock of registration retries, heartbeats and the waits between
+  // jobs ([env time] in common/env/env.h); gRPC call deadlines are real time.
+  Env* const env_ = Env::Default();
   const rpc::RpcConfig rpc_;
   const std::unique_ptr<v1::Coordinator::Stub> stub_;
   const std::unique_ptr<client::ChannelFactory> shard_channels_;

@@ -694,7 +694,7 @@ class ShardServerImpl final : public ShardServer {
           "cannot listen on ", address,
           ": the port is in use or the address is not local (--port=0 picks a free port)"));
     }
-    sweeper_ = std::thread([this] { SweepLoop(); });
+    sweeper_ = options_.env->StartThread("gs-pull-sweep", [this] { SweepLoop(); });
     return absl::OkStatus();
   }
 
@@ -725,7 +725,11 @@ class ShardServerImpl final : public ShardServer {
     for (;;) {
       {
         absl::MutexLock l(&mu_);
-        if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(10))) return;
+        // On the Env's clock, as the pulls' deadlines are ([env time]).
+        if (options_.env->AwaitWithTimeout(&mu_, absl::Condition(&stopping_),
+                                           absl::Milliseconds(10))) {
+          return;
+        }
       }
       const absl::Time now = options_.env->Now();
       for (auto& job : service_->AllJobs()) job->ExpirePulls(now);

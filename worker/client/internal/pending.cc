@@ -24,12 +24,12 @@ void Completion::Done(const absl::Status& status) {
   --pending_;
 }
 
-absl::Status Completion::Wait(absl::Duration timeout) {
+absl::Status Completion::Wait(absl::Duration timeout, Env* env) {
   absl::MutexLock lock(&mu_);
   auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return pending_ <= 0 || !status_.ok();
   };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&finished), timeout)) {
+  if (!env->AwaitWithTimeout(&mu_, absl::Condition(&finished), timeout)) {
     return absl::DeadlineExceededError(
         absl::StrCat("no answer within ", absl::FormatDuration(timeout), " (", pending_,
                      " outstanding)"));
@@ -79,7 +79,8 @@ void PullState::Arrived(uint64_t chunk_id) {
   --tensor_pending_[targets_[chunk_id].tensor];
 }
 
-absl::Status PullState::WaitTensors(absl::Span<const uint32_t> tensors, absl::Duration timeout) {
+absl::Status PullState::WaitTensors(absl::Span<const uint32_t> tensors, absl::Duration timeout,
+                                    Env* env) {
   absl::MutexLock lock(&progress_mu_);
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(progress_mu_) {
     if (!error_.ok()) return true;
@@ -94,7 +95,7 @@ absl::Status PullState::WaitTensors(absl::Span<const uint32_t> tensors, absl::Du
     }
     return true;
   };
-  if (!progress_mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+  if (!env->AwaitWithTimeout(&progress_mu_, absl::Condition(&ready), timeout)) {
     return absl::DeadlineExceededError(
         absl::StrCat("pull: no answer within ", absl::FormatDuration(timeout)));
   }

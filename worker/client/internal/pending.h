@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/env/env.h"
 #include "worker/client/internal/published_copies.h"
 
 namespace gradstream::client::internal {
@@ -29,8 +30,9 @@ class Completion {
   void Add(int n);
   // One answer arrived. The first non-OK status completes the whole thing.
   void Done(const absl::Status& status);
-  // OK, the first error, or DeadlineExceeded after `timeout`.
-  absl::Status Wait(absl::Duration timeout);
+  // OK, the first error, or DeadlineExceeded after `timeout` on `env`'s
+  // clock ([env time]).
+  absl::Status Wait(absl::Duration timeout, Env* env = Env::Default());
   bool done() const;
 
  private:
@@ -63,9 +65,10 @@ class PullState {
   Completion& completion() { return *completion_; }
   // Waits until every asked-for chunk of each tensor in `tensors` (of every
   // tensor when empty) is in place, or the pull failed: OK, the pull's
-  // error, or DeadlineExceeded when `timeout` passes first -- the pull goes
-  // on (see [step loop] in ../step_loop.h).
-  absl::Status WaitTensors(absl::Span<const uint32_t> tensors, absl::Duration timeout);
+  // error, or DeadlineExceeded when `timeout` passes first on `env`'s clock
+  // -- the pull goes on (see [step loop] in ../step_loop.h).
+  absl::Status WaitTensors(absl::Span<const uint32_t> tensors, absl::Duration timeout,
+                           Env* env = Env::Default());
   // Chunks in place so far: a pull that moves is not stalled.
   uint64_t chunks_done() const;
   // Whether the pull ended, with every answer or with an error.
