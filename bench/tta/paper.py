@@ -45,6 +45,8 @@ def ratios(runs, model, rate):
         m = 4.0 * r["params"]
         tx = statistics.mean(x[0] for x in r["script_tx_rx_per_step"])
         rx = statistics.mean(x[1] for x in r["script_tx_rx_per_step"])
+        if not tx or not rx:   # single-process references send nothing
+            continue
         push, pull = (m / tx, m / rx) if r["system"].startswith("gs-") else (m / tx, m / tx)
         out.setdefault(r["system"], []).append((push, pull))
     return {s: (statistics.median(p for p, _ in v), statistics.median(q for _, q in v))

@@ -147,38 +147,33 @@ def table(runs):
     return lines
 
 
-def plot(runs, stem):
+def draw(stem, panels, how):
+    """One <stem>-<model>.png per model of panels = {model: [(rate, [(title,
+    [(x, y), ...]), ...]), ...]}: one panel per rate, accuracy against
+    training time; `how` says how the time axis was made. The PNGs made."""
     gnuplot = shutil.which("gnuplot")
     if not gnuplot:
         return []
     made = []
     tmp = tempfile.mkdtemp(prefix="tta-plot-")
-    models = list(dict.fromkeys(r["model"] for r in runs))
-    for model in models:
-        rates = list(dict.fromkeys(r["rate"] for r in runs if r["model"] == model))
+    for model, by_rate in panels.items():
         png = "%s-%s.png" % (stem, model)
         script = ['set terminal pngcairo size %d,600 noenhanced font "sans,10"' %
-                  (700 * len(rates)), 'set output "%s"' % png,
+                  (700 * len(by_rate)), 'set output "%s"' % png,
                   "set multiplot layout 1,%d title \"%s: test accuracy against training time "
-                  "(rank 0, evaluations excluded; first round)\"" % (len(rates), model),
+                  "(%s)\"" % (len(by_rate), model, how),
                   "set key bottom right", "set grid", "set xlabel \"training time (s)\"",
                   "set ylabel \"%s\"" % ("next-character accuracy" if model == "lstm"
                                          else "test accuracy")]
-        for rate in rates:
-            first = {}
-            for r in runs:
-                if r["model"] == model and r["rate"] == rate and r.get("evals"):
-                    first.setdefault(r["system"], r)
+        for rate, series in by_rate:
             plots = []
-            for system, r in first.items():
-                dat = os.path.join(tmp, "%s-%s-%s.dat" % (model, rate, system))
+            for k, (title, points) in enumerate(series):
+                dat = os.path.join(tmp, "%s-%s-%d.dat" % (model, rate, k))
                 with open(dat, "w") as f:
-                    for e in r["evals"]:
-                        f.write("%f %f\n" % (e["train_s"], e["accuracy"]))
-                plots.append("\"%s\" using 1:2 with linespoints title \"%s%s\"" % (
-                    dat, system, "" if r["status"] == "ok" else " (%s)" % r["status"]))
-            script += ["set title \"%s\"" % label(rate),
-                       "plot " + ", ".join(plots)]
+                    f.writelines("%f %f\n" % xy for xy in points)
+                plots.append("\"%s\" using 1:2 with linespoints title \"%s\"" % (dat, title))
+            if plots:
+                script += ["set title \"%s\"" % label(rate), "plot " + ", ".join(plots)]
         script.append("unset multiplot")
         r = subprocess.run([gnuplot], input="\n".join(script) + "\n", text=True,
                            capture_output=True)
@@ -188,6 +183,22 @@ def plot(runs, stem):
             print("gnuplot failed for %s: %s" % (model, r.stderr.strip()))
     shutil.rmtree(tmp, ignore_errors=True)
     return made
+
+
+def plot(runs, stem):
+    """Each system's first run per (model, rate), against its own training time."""
+    panels = {}
+    for model in dict.fromkeys(r["model"] for r in runs):
+        for rate in dict.fromkeys(r["rate"] for r in runs if r["model"] == model):
+            first = {}
+            for r in runs:
+                if r["model"] == model and r["rate"] == rate and r.get("evals"):
+                    first.setdefault(r["system"], r)
+            panels.setdefault(model, []).append((rate, [
+                (system + ("" if r["status"] == "ok" else " (%s)" % r["status"]),
+                 [(e["train_s"], e["accuracy"]) for e in r["evals"]])
+                for system, r in first.items()]))
+    return draw(stem, panels, "rank 0, evaluations excluded; first round")
 
 
 def is_accuracy_run(rec):
@@ -202,6 +213,17 @@ def round_ratios(timing, num, den):
         if r["status"] == "ok" and r["system"] in (num, den):
             by.setdefault(r["round"], {})[r["system"]] = step_ms(r)[0]
     return [v[den] / v[num] for v in by.values() if v.get(num) and v.get(den)]
+
+
+def loop_cpu(per_process):
+    """CPU seconds per step of every process. Rank 1's script figure stands
+    for rank 0's too: runs before train.py's fix subtracted rank 0's step-0
+    evaluation from its loop (negative figures), and rank 0 does rank 1's
+    work per step otherwise (its evaluations are left out either way)."""
+    out = dict(per_process)
+    if "script1" in out:
+        out["script0"] = out["script1"]
+    return sum(out.values())
 
 
 def summary(runs):
@@ -221,7 +243,8 @@ def summary(runs):
             model, rounds, ", accuracy runs of %d steps (target: DDP fp32's final %.4f)" % (
                 ref["steps_wanted"], target) if ref else ""), "",
             "| system | " + " | ".join(
-                "%s: ms/step median (p90) | x DDP fp16 | x DDP fp32 | time to target (s)" %
+                "%s: ms/step median (p90) | x DDP fp16 | x DDP fp32 | time to target / to "
+                "target - 1 pt (s)" %
                 label(rt) for rt in rates) +
             " | MB/step per worker | CPU s/step, all processes (1gbit) | accuracy at the end |"
             " worst gap to DDP fp32 at an evaluation (pt, at step) |",
@@ -229,9 +252,11 @@ def summary(runs):
         for system in systems:
             cells = []
             a = acc.get((model, system))
-            steps_to = None
+            steps_to = near_to = None
             if a and target is not None:
                 steps_to = next((e["step"] for e in a["evals"] if e["accuracy"] >= target), None)
+                near_to = next((e["step"] for e in a["evals"]
+                                if e["accuracy"] >= target - 0.01), None)
             for rt in rates:
                 rs = [r for r in timing if r["model"] == model and r["rate"] == rt and
                       r["system"] == system]
@@ -244,12 +269,14 @@ def summary(runs):
                 status = "" if len(ok) == len(rs) else " [%d/%d ok]" % (len(ok), len(rs))
                 cells += ["%s (%s)%s" % (fmt(mm), fmt(med([x[1] for x in m])), status),
                           fmt(x16, "%.2f"), fmt(x32, "%.2f"),
-                          fmt(steps_to * mm / 1000 if steps_to and mm else None, "%.1f")]
+                          "%s / %s" % (
+                              fmt(steps_to * mm / 1000 if steps_to and mm else None, "%.1f"),
+                              fmt(near_to * mm / 1000 if near_to and mm else None, "%.1f"))]
             one = [r for r in timing if r["model"] == model and r["system"] == system and
                    r["status"] == "ok"]
             mb = med([statistics.mean(sum(x) for x in r["script_tx_rx_per_step"]) / 1e6
                       for r in one if r.get("script_tx_rx_per_step")])
-            cpu = med([sum((r.get("cpu_s_per_step") or {}).values()) for r in one
+            cpu = med([loop_cpu(r["cpu_s_per_step"]) for r in one
                        if r["rate"] == "1gbit" and r.get("cpu_s_per_step")])
             gap = None
             if a and ref_acc:
@@ -285,47 +312,20 @@ def summary(runs):
 def plot_summary(runs, stem):
     """Per model, one panel per rate: each accuracy run's evaluations against
     step x that rate's median step time (see [timing and accuracy runs])."""
-    gnuplot = shutil.which("gnuplot")
-    if not gnuplot:
-        return []
-    made = []
-    tmp = tempfile.mkdtemp(prefix="tta-plot-")
     acc = [r for r in runs if is_accuracy_run(r) and r.get("evals")]
     timing = [r for r in runs if not is_accuracy_run(r) and r["status"] == "ok"]
+    panels = {}
     for model in dict.fromkeys(r["model"] for r in acc):
-        rates = list(dict.fromkeys(r["rate"] for r in timing if r["model"] == model))
-        png = "%s-%s.png" % (stem, model)
-        script = ['set terminal pngcairo size %d,600 noenhanced font "sans,10"' %
-                  (700 * len(rates)), 'set output "%s"' % png,
-                  "set multiplot layout 1,%d title \"%s: test accuracy against training time "
-                  "(step x median step time at the rate)\"" % (len(rates), model),
-                  "set key bottom right", "set grid", "set xlabel \"training time (s)\"",
-                  "set ylabel \"%s\"" % ("next-character accuracy" if model == "lstm"
-                                         else "test accuracy")]
-        for rate in rates:
-            plots = []
+        for rate in dict.fromkeys(r["rate"] for r in timing if r["model"] == model):
+            series = []
             for a in [r for r in acc if r["model"] == model]:
                 ms = med([step_ms(r)[0] for r in timing if r["model"] == model and
                           r["rate"] == rate and r["system"] == a["system"]])
-                if ms is None:
-                    continue
-                dat = os.path.join(tmp, "%s-%s-%s.dat" % (model, rate, a["system"]))
-                with open(dat, "w") as f:
-                    for e in a["evals"]:
-                        f.write("%f %f\n" % (e["step"] * ms / 1000, e["accuracy"]))
-                plots.append("\"%s\" using 1:2 with linespoints title \"%s\"" % (
-                    dat, a["system"]))
-            if plots:
-                script += ["set title \"%s\"" % label(rate), "plot " + ", ".join(plots)]
-        script.append("unset multiplot")
-        r = subprocess.run([gnuplot], input="\n".join(script) + "\n", text=True,
-                           capture_output=True)
-        if r.returncode == 0:
-            made.append(png)
-        else:
-            print("gnuplot failed for %s: %s" % (model, r.stderr.strip()))
-    shutil.rmtree(tmp, ignore_errors=True)
-    return made
+                if ms is not None:
+                    series.append((a["system"], [(e["step"] * ms / 1000, e["accuracy"])
+                                                 for e in a["evals"]]))
+            panels.setdefault(model, []).append((rate, series))
+    return draw(stem, panels, "step x median step time at the rate")
 
 
 def write(runs, stem):

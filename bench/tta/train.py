@@ -324,6 +324,8 @@ def main():
     if rank == 0:
         evaluation(0, None)
         write()
+    # The loop's CPU leaves out the evaluations inside it, not the one above.
+    eval_cpu = 0.0
     cpu0, (tx0, rx0) = cpu_s(), net_bytes()
     step = 0
     while step < args.steps:
