@@ -218,7 +218,8 @@ class Run:
         self.job = json.loads(self.cli(
             "submit", "--json", "--name=tta-%s-%s" % (self.model, self.name),
             "--workers=%d" % self.workers, "--consistency=sync", "--optimizer=momentum",
-            "--lr=%g" % LR[self.model], "--workdir", REPO, "--entrypoint", script, *codec))["job_id"]
+            "--lr=%g" % LR[self.model], "--workdir", REPO, "--entrypoint", script,
+            *codec))["job_id"]
 
     def job_status(self):
         return json.loads(self.cli("status", self.job, "--json"))
