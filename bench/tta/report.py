@@ -211,7 +211,7 @@ def round_ratios(timing, num, den):
     by = {}
     for r in timing:
         if r["status"] == "ok" and r["system"] in (num, den):
-            by.setdefault(r["round"], {})[r["system"]] = step_ms(r)[0]
+            by.setdefault((r.get("invocation"), r["round"]), {})[r["system"]] = step_ms(r)[0]
     return [v[den] / v[num] for v in by.values() if v.get(num) and v.get(den)]
 
 

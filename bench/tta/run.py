@@ -360,7 +360,11 @@ def main():
                     help="only write the table and PNGs from these result files")
     args = ap.parse_args()
     if args.report:
-        runs = [r for f in args.report for r in json.load(open(f))["runs"]]
+        runs = []
+        for i, f in enumerate(args.report):
+            for r in json.load(open(f))["runs"]:
+                r["invocation"] = i   # rounds pair only within one invocation
+                runs.append(r)
         stem = (os.path.join(args.results, args.name) if args.name else
                 os.path.splitext(args.report[0])[0])
         report.write(runs, stem)

@@ -54,7 +54,7 @@ namespace gradstream {
 // point of DDP fp32 at every evaluation -- is NOT met: in the grid
 // (bench/tta/README.md, "The grid") widecnn trails by 8.8 points at step 25
 // and ends 0.9 under; another rounding seed, or rounding to nearest, gives
-// the same step-25 gap, another clip halves it there and costs more later
+// the same step-25 gap, another clip cuts it to ~2 there, costs more later
 // ("Choosing the defaults"). A twobit chosen by hand keeps its fixed t = 0.5
 // (the project's Fashion-MNIST tests are tuned on it), and a push codec
 // chosen by hand keeps fp32 pulls unless a pull codec is chosen too.
