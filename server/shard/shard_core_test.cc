@@ -317,7 +317,7 @@ TEST(SyncJob, ALateJoinerIsSettledNotFailed) {
   for (uint64_t c = 0; c < 3; ++c) {
     for (uint64_t w : {10, 11, 12}) {
       EXPECT_FALSE(*t.Push(w, c, {3, 3}));
-      t.job->AdvanceClock(w, c + 1);
+      EXPECT_TRUE(t.job->AdvanceClock(w, c + 1).ok());
     }
   }
   ASSERT_EQ(t.job->Stats(false).min_version, 3u);
@@ -356,7 +356,7 @@ TEST(ResumedJob, TakesAWorkersParametersAndGoesOn) {
   pull.clock = 40;
   job.Pull(pull, [&](PullResult r) { status = r.status; });
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  for (uint64_t w : {10, 11}) job.AdvanceClock(w, 40);  // replayed on reconnect
+  for (uint64_t w : {10, 11}) EXPECT_TRUE(job.AdvanceClock(w, 40).ok());  // replayed on reconnect
   EXPECT_FALSE(*job.Init(0, Floats({5, 5})));
   EXPECT_TRUE(*job.Init(0, Floats({7, 7})));  // the first one wins
   std::vector<float> got;
@@ -465,7 +465,9 @@ TEST(FiniteApply, OverflowingPushesAreRefusedInEveryMode) {
         refused = r.status();
         EXPECT_EQ(t.Params(), before);
       }
-      if (mode != ConsistencyMode::kSync) ASSERT_TRUE(t.job->AdvanceClock(10, clock + 1).ok());
+      if (mode != ConsistencyMode::kSync) {
+        ASSERT_TRUE(t.job->AdvanceClock(10, clock + 1).ok());
+      }
     }
     EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
     EXPECT_TRUE(absl::StrContains(refused.message(), "non-finite")) << refused;

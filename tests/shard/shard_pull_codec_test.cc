@@ -230,7 +230,9 @@ TEST_P(PullCodecModeTest, WorkersAgreeWithTheShardAfterEveryStep) {
   for (const auto& shard : shards_) {
     auto st = testing::GetStats(shard->address(), "job", kWait);
     ASSERT_TRUE(st.ok()) << st.status();
-    if (GetParam() == v1::BOUNDED) EXPECT_LE(st->max_staleness(), kStaleness);
+    if (GetParam() == v1::BOUNDED) {
+      EXPECT_LE(st->max_staleness(), kStaleness);
+    }
     EXPECT_GT(st->fp32_bytes_out(), 4 * st->bytes_out());
   }
 }
