@@ -16,8 +16,8 @@
 #include <string_view>
 #include <thread>
 
-#include "absl/status/status.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"

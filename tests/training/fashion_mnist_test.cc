@@ -137,7 +137,8 @@ TEST_F(FashionMnist, DefaultPolicyKeepsEveryCodecWithinHalfAPointOfFp32) {
   // on timing: 15 runs (12 on the 2-core dev host, 3 in CI) measured 0.8703
   // .. 0.8787, mean 0.8741, sd 0.0024, against sync's 0.8781 -- the mean sits
   // 0.4 point under sync, so a 0.5-point bound on the mean of three runs (sd
-  // 0.0014) failed CI once in 0.8722 and would fail about one run in five.
+  // 0.0014) failed CI once in 0.8722; from these runs' mean and spread it
+  // would fail about one run in five.
   // The bound here is one point: 4 sd of a three-run mean below what SSP
   // measures, and close enough to catch a change of the size of scaling
   // stale pushes by 1/(1+staleness), whose four runs measured 0.8611 ..
