@@ -274,6 +274,42 @@ TEST_F(CoordinatorTest, ScaleUpThenDownUsesFutureClockBoundaries) {
   EXPECT_EQ(Job().members_size(), 2);  // w1 and the still-leaving w3
 }
 
+// Outside SYNC a shard's chunk versions count pushes, not clocks: an async job
+// whose shards have taken thousands of pushes at clock 20 is scaled down a
+// few clocks ahead of 20, not past the push count (issue 15's scale planned
+// ~6000 clocks ahead; faults_operator_test shows the same end to end, in
+// seconds).
+TEST_F(CoordinatorTest, AsyncScaleDownIsPlannedFromClocksNotPushCounts) {
+  AddShards(1);
+  v1::SubmitJobRequest submit;
+  submit.mutable_spec()->set_workers(2);
+  submit.mutable_spec()->set_steps(10000);
+  submit.mutable_spec()->mutable_consistency()->set_mode(v1::ASYNC);
+  auto submitted = c_->SubmitJob(submit);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  job_ = submitted->job_id();
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  ASSERT_EQ(Job().state(), v1::RUNNING);
+  shards_.min_clock = 20;
+  shards_.rounds = 6000;  // versions: pushes of both members into each chunk
+  Beat(w1, 20);
+  Beat(w2, 21);
+  v1::ScaleJobRequest scale;
+  scale.set_job_id(job_);
+  scale.set_workers(1);
+  ASSERT_TRUE(c_->ScaleJob(scale).ok());
+  c_->Tick();
+  c_->Tick();
+  const v1::JobStatus job = Job();
+  ASSERT_EQ(job.epochs_size(), 2);
+  // The fastest clock, 21, plus the lead's fixed 10 clocks and its rate part
+  // (no rate measured yet: the fake clock has not moved).
+  EXPECT_EQ(job.epochs(1).effective_clock(), 31u);
+  EXPECT_EQ(job.epochs(1).worker_ids_size(), 1);
+}
+
 // A scale-up requested so close to the end that its clock boundary would lie
 // past the last step adds no epoch: nobody would ever join.
 TEST_F(CoordinatorTest, NoEpochPastTheLastStep) {

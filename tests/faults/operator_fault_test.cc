@@ -209,8 +209,13 @@ TEST(Operator, BoundedScaleUpDownUpWithARejoiningWorker) {
   StopAndClean(*std::move(started));
 }
 
-// Item 10: in async mode a scale-down near the middle takes effect at once,
-// not at a clock planned from push counts near the end.
+// Item 10: in async mode a scale-down takes effect within seconds. The clock
+// it is planned for lies about two seconds of clocks ahead ([membership plan]),
+// so how many clocks depends on the host's speed: this test holds the time a
+// user sees, and CoordinatorTest.AsyncScaleDownIsPlannedFromClocksNotPushCounts
+// holds exactly which clock the plan starts from (not a push count). A bound
+// in clocks here (kSteps / 2 past the ask) failed a CI run that planned 1529
+// clocks ahead at ~800 clocks/s, in effect after 2.09 s as intended.
 TEST(Operator, AsyncScaleDownTakesEffectWithinSeconds) {
   ClusterOptions options;
   auto started = LocalCluster::Start(FaultBinaries(), options);
@@ -229,8 +234,7 @@ TEST(Operator, AsyncScaleDownTakesEffectWithinSeconds) {
   auto status = cluster.GetJob(*id);
   ASSERT_TRUE(status.ok());
   const uint64_t at = status->epochs().rbegin()->effective_clock();
-  EXPECT_LE(*took, absl::Seconds(6));
-  EXPECT_LT(at, kSteps / 2 + asked_at) << "planned from push counts, not clocks";
+  EXPECT_LE(*took, absl::Seconds(6)) << "the scale-down took too long to take effect";
   ExpectCompleted(cluster, *id, kSteps);
   std::printf("async scale-down asked at clock %llu: planned for clock %llu, in effect %.2f s"
               " later\n",
