@@ -277,8 +277,8 @@ TEST_F(CoordinatorTest, ScaleUpThenDownUsesFutureClockBoundaries) {
 // Outside SYNC a shard's chunk versions count pushes, not clocks: an async job
 // whose shards have taken thousands of pushes at clock 20 is scaled down a
 // few clocks ahead of 20, not past the push count (issue 15's scale planned
-// ~6000 clocks ahead; faults_operator_test shows the same end to end, in
-// seconds).
+// ~6000 clocks ahead). faults_operator_test holds the time it takes end to
+// end, which depends on the host's clock rate.
 TEST_F(CoordinatorTest, AsyncScaleDownIsPlannedFromClocksNotPushCounts) {
   AddShards(1);
   v1::SubmitJobRequest submit;
