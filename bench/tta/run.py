@@ -87,7 +87,7 @@ SYSTEMS = {
     "gs-defaults-1worker": ("gradstream", None),
 }
 ONE_WORKER = {"gs-defaults-1worker"}
-LR = {"widecnn": 0.02, "resnet": 0.05, "lstm": 1.0}
+LR = {"widecnn": 0.02, "resnet": 0.05, "vit": 0.02, "lstm": 1.0}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

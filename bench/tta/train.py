@@ -14,8 +14,9 @@ the same seeded initialization on the same samples per step.
                          mode: the same momentum-SGD formula).
 
 Models (--model), written the way users write them: `widecnn` (two convs,
-then Linear layers 2048 wide: 6.4M parameters) and `resnet` (a small ResNet
-with BatchNorm) on Fashion-MNIST; `lstm` (a character LSTM) on the text of
+then Linear layers 2048 wide: 6.4M parameters), `resnet` (a small ResNet
+with BatchNorm) and `vit` (a small vision transformer of
+nn.TransformerEncoderLayer blocks) on Fashion-MNIST; `lstm` (a character LSTM) on the text of
 Debian's `fortunes` package, reporting next-character accuracy and
 perplexity.
 
@@ -134,6 +135,32 @@ class ResNet(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
+class ViT(nn.Module):
+    """A small vision transformer: 7x7 patches of the 28x28 image, a class
+    token, pre-norm nn.TransformerEncoderLayer blocks, a linear head
+    (0.45M parameters in 56 tensors)."""
+
+    def __init__(self, dim=96, depth=4, heads=4, patch=7):
+        super().__init__()
+        self.patch = patch
+        self.embed = nn.Linear(patch * patch, dim)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, (28 // patch) ** 2 + 1, dim) * 0.02)
+        self.blocks = nn.Sequential(*[
+            nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, activation="gelu",
+                                       batch_first=True, norm_first=True)
+            for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        p = self.patch
+        x = x.unfold(2, p, p).unfold(3, p, p).reshape(x.shape[0], -1, p * p)
+        x = self.embed(x)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
+        return self.head(self.norm(self.blocks(x))[:, 0])
+
+
 class CharLSTM(nn.Module):
     def __init__(self, vocab, embed=32, hidden=256):
         super().__init__()
@@ -150,6 +177,8 @@ def build(model, classes):
         return WideCNN()
     if model == "resnet":
         return ResNet()
+    if model == "vit":
+        return ViT()
     return CharLSTM(classes)
 
 
@@ -248,7 +277,7 @@ def net_bytes():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--system", choices=("ddp", "gradstream", "local"), required=True)
-    ap.add_argument("--model", choices=("widecnn", "resnet", "lstm"), default="widecnn")
+    ap.add_argument("--model", choices=("widecnn", "resnet", "vit", "lstm"), default="widecnn")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--global_batch", type=int, default=64)
     ap.add_argument("--eval_every", type=int, default=25)
