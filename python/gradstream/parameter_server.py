@@ -8,18 +8,17 @@ C++ -- zeros for the tensors backward did not reach, the pull of clock
 c + 1 asked for at once, the clock advanced -- and returns once the
 clock's pushes are acknowledged, without waiting for the pull; the
 progress report goes out on the session's reporter thread. The next
-forward waits per module: a forward pre-hook on every module that owns
-parameters waits only for those (gs_wait_tensors), so the first layers
-compute while the rest of the pull is still on the wire
-(ByteScheduler's priority, see [layer-wise wait]).
+forward waits per module for the parameters that module's forward reads
+(gs_wait_tensors), so the first layers compute while the rest of the pull
+is still on the wire (ByteScheduler's priority, see [layer-wise wait]).
 
-NOTE: [layer-wise wait] After ps.step() a pull writes the parameters until
-each is waited for. A module's forward waits for its own parameters (the
-pre-hooks), which covers training and evaluation forwards, tied weights
-(each owner waits) and the top-level module's own parameters. Code that
-reads parameters outside a module's forward -- p.detach().clone(), a
-custom norm -- calls ps.synchronize() first, which waits for every tensor;
-model.state_dict() (and so torch.save of it) does that itself.
+NOTE: [layer-wise wait] After ps.step() the pull writes the parameters in
+place until each is waited for. Each module's forward waits for the
+parameters its forward reads -- measured on its first forward in each mode,
+not taken from what it owns (_wait_plan.py; docs/design/layer-wise-wait.md)
+-- and when the model's forward returns every parameter is in place. Code
+that reads parameters outside the model's forward before calling it calls
+ps.synchronize() first; model.state_dict() does that itself.
 
 NOTE: [buffers] Only parameters live on the shards. A model's buffers
 (model.named_buffers(): BatchNorm's running_mean and running_var, and
@@ -48,6 +47,7 @@ import warnings
 import torch
 
 from gradstream import _lib
+from gradstream._wait_plan import WaitPlan
 from gradstream.local import local_optimizer
 from gradstream.session import DEFAULT_TIMEOUT_S, _session
 
@@ -135,6 +135,7 @@ class ParameterServer:
                          for p in self._params]
         self._pushed = [False] * n
         self._ready = [True] * n  # in place since the last ps.step()
+        self._unready = 0
         self._left = False
         if s.clock == 0 and s.current.rank == 0:
             hosts = [p.detach().cpu().contiguous() for p in self._params]
@@ -144,11 +145,10 @@ class ParameterServer:
         self._copy_staged(range(n))
         for i, p in enumerate(self._params):
             p.register_hook(self._make_hook(i))
-        index = {id(p): i for i, p in enumerate(self._params)}
-        for module in model.modules():
-            own = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
-            if own:
-                module.register_forward_pre_hook(self._make_pre_hook(own))
+        self._wait_plan = WaitPlan(model, self._params, self._wait, lambda: self._unready > 0)
+        # What runs after the model's forward (a loss term over the
+        # parameters, say) sees every parameter in place.
+        model.register_forward_hook(lambda *args: self.synchronize())
         # state_dict() holds the parameters themselves: it returns once the
         # pull in flight is in place (see [layer-wise wait]).
         model._register_state_dict_hook(lambda *args: self.synchronize())
@@ -194,30 +194,25 @@ class ParameterServer:
             return grad
         return hook
 
-    def _make_pre_hook(self, indices):
-        wanted = (ctypes.c_uint32 * len(indices))(*indices)
-        ready = self._ready
-
-        def pre_hook(module, inputs):
-            if all(ready[i] for i in indices):
-                return
-            self._wait(wanted, indices)
-        return pre_hook
-
-    def _wait(self, wanted, indices):
+    def _wait(self, indices):
+        """Waits until the pull in flight has written `indices` (those not
+        in place yet) and copies staged ones into their parameters."""
+        todo = [i for i in indices if not self._ready[i]]
+        if not todo:
+            return
         s = self._session
-        self._call(s.lib.gs_wait_tensors(s.handle, wanted, len(indices)))
-        self._copy_staged(indices)
-        for i in indices:
+        self._call(s.lib.gs_wait_tensors(s.handle, (ctypes.c_uint32 * len(todo))(*todo),
+                                         len(todo)))
+        self._copy_staged(todo)
+        for i in todo:
             self._ready[i] = True
+        self._unready -= len(todo)
 
     def synchronize(self):
         """Waits until every parameter of the pull in flight is in place (see
         [layer-wise wait]): before reading parameters outside a forward."""
-        if self._local is not None or all(self._ready):
-            return
-        every = list(range(len(self._params)))
-        self._wait((ctypes.c_uint32 * len(every))(*every), every)
+        if self._local is None and self._unready:
+            self._wait(range(len(self._params)))
 
     def _push(self, i, grad):
         s = self._session
@@ -279,6 +274,8 @@ class ParameterServer:
             self._exit("scaled down: left the job after clock %d" % s.clock)
         for i in range(len(self._ready)):
             self._ready[i] = False
+        self._unready = len(self._ready)
+        self._wait_plan.abort()  # a forward that raised left its recording open
         self._report()
         s.adopt()
 

@@ -27,9 +27,12 @@ def require_torch():
 
 class Cluster:
     """`link`: a ShapedLink (below) to put the shards and the coordinator on
-    one side and the workers on the other; None = everything on loopback."""
+    one side and the workers on the other; None = everything on loopback.
+    `shard_rate`: bytes/s of each connection from a shard (a SlowProxy in
+    front of every shard; no root needed); None = not limited."""
 
-    def __init__(self, build, workers=2, shards=2, worker_flags=(), link=None, shard_flags=()):
+    def __init__(self, build, workers=2, shards=2, worker_flags=(), link=None, shard_flags=(),
+                 shard_rate=None):
         self.build = os.path.abspath(build)
         self.run_dir = tempfile.mkdtemp(prefix="gs-torch-test-")
         self.procs = []
@@ -37,6 +40,8 @@ class Cluster:
         self.worker_flags = list(worker_flags)
         self.shard_flags = list(shard_flags)
         self.link = link
+        self.shard_rate = shard_rate
+        self.proxies = []
         self.host = link.server_ip if link else "127.0.0.1"
         self.argv = {}   # process name -> (argv, side), for restart()
         self.ports = {}  # process name -> the port it bound
@@ -87,7 +92,12 @@ class Cluster:
             addrs.append(pf)
         for i, pf in enumerate(addrs):
             self.ports["shard%d" % i] = self._wait_file(pf)
-        addrs = ["%s:%s" % (self.host, self.ports["shard%d" % i]) for i in range(shards)]
+        if self.shard_rate:
+            self.proxies = [SlowProxy(int(self.ports["shard%d" % i]), self.shard_rate)
+                            for i in range(shards)]
+            addrs = ["127.0.0.1:%d" % p.port for p in self.proxies]
+        else:
+            addrs = ["%s:%s" % (self.host, self.ports["shard%d" % i]) for i in range(shards)]
         self.shard_metrics_ports = [self._wait_file(os.path.join(self.run_dir, "shard%d.metrics" % i))
                                     for i in range(shards)]
         pf = os.path.join(self.run_dir, "coordinator.port")
@@ -212,6 +222,8 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        for proxy in self.proxies:
+            proxy.close()
 
     def __enter__(self):
         return self
@@ -221,6 +233,77 @@ class Cluster:
             self.dump_logs()
         self.close()
         return False
+
+
+class SlowProxy:
+    """A loopback TCP forwarder to 127.0.0.1:`port` that passes what the
+    server sends at `rate` bytes/s per connection (what the client sends is
+    not limited): a slow link without root, for tests that need a pull to
+    arrive tensor by tensor."""
+
+    def __init__(self, port, rate):
+        import socket
+        import threading
+        self._upstream, self._rate = port, float(rate)
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = self._listener.getsockname()[1]
+        self._closed = False
+        self._socks = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self):
+        import socket
+        import threading
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self._upstream), timeout=10)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            for s in (client, server):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socks += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, None), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, self._rate),
+                             daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst, rate):
+        free_at = 0.0  # when the link has sent everything it was given
+        try:
+            while True:
+                data = src.recv(4096)
+                if not data:
+                    break
+                if rate:  # store and forward, as a link of `rate` bytes/s would
+                    now = time.monotonic()
+                    free_at = max(now, free_at) + len(data) / rate
+                    time.sleep(free_at - now)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(2)
+            except OSError:
+                pass
+
+    def close(self):
+        self._closed = True
+        for s in [self._listener] + self._socks:
+            try:
+                s.close()
+            except OSError:
+                pass
 
 
 class ShapedLink:

@@ -2,7 +2,7 @@
 """Exactness: one step with codec none on 2 workers equals, within 1e-6
 relative, a torch reference that averages the two gradients and applies the
 same update (SGD, momentum, AdaGrad), through the real processes and the CLI;
-and the forward after the step waits per module for its own parameters."""
+and the forward after the step waits per module for what it reads."""
 
 import os
 import sys
@@ -55,7 +55,7 @@ def main():
             runs = [torch.load(os.path.join(out, "rank%d.pt" % r)) for r in (0, 1)]
             # [layer-wise wait]: the forward after the step waited for the
             # first Linear's weight and bias, then the second's -- each
-            # module for its own parameters only, in forward order.
+            # module for the parameters it reads, in forward order.
             for r in runs:
                 if r["waits"] != [[0, 1], [2, 3]]:
                     failures.append("%s: rank %d's forward waited for %s, want [[0, 1], [2, 3]]"

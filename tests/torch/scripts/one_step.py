@@ -31,9 +31,10 @@ def main():
     before = [p.detach().clone() for p in model.parameters()]
     F.cross_entropy(model(x), y).backward()
     ps.step()
-    # The next forward waits per module for the module's own parameters, in
-    # forward order ([layer-wise wait]): record which tensors each wait asks
-    # for (the library call, wrapped).
+    # The next forward (in the training mode the first forward recorded)
+    # waits per module for the parameters that module reads, in forward
+    # order ([layer-wise wait]): record which tensors each wait asks for
+    # (the library call, wrapped).
     lib, waits = ps._session.lib, []
     real = lib.gs_wait_tensors
 
@@ -41,10 +42,9 @@ def main():
         waits.append([tensors[i] for i in range(n)])
         return real(handle, tensors, n)
     lib.gs_wait_tensors = recording
-    with torch.no_grad():
-        model(x)
+    model(x)
     lib.gs_wait_tensors = real
-    ps.synchronize()  # nothing left: every module waited for its own
+    ps.synchronize()  # nothing left: every module waited for what it reads
     after = [p.detach().clone() for p in model.parameters()]
     torch.save({"rank": rank, "before": before, "after": after, "x": x, "y": y, "waits": waits},
                os.path.join(args.out, "rank%d.pt" % rank))
