@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/job/job_spec.h"
 #include "common/job/shard_map.h"
 #include "job.pb.h"
 
