@@ -58,25 +58,19 @@
 #include "absl/time/time.h"
 #include "common/env/env.h"
 #include "common/metrics/metrics.h"
-#include "coordinator.pb.h"
 #include "server/coordinator/clock_rate.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/job_log.h"
 #include "server/coordinator/membership_planner.h"
+#include "server/coordinator/job_models.h"
 #include "server/coordinator/shard_client.h"
-#include "server/coordinator/state_store.h"
+#include "server/coordinator/state_storage.h"
+#include "server/coordinator/types.h"
 #include "server/coordinator/worker_pool.h"
 
 namespace gradstream::coordinator {
 
-// A script job whose script has not declared its tensors yet.
-bool AwaitsDeclaration(const gradstream::v1::JobSpec& spec);
-
 struct CoordinatorOptions {
-  // The SQLite database of the state (see state_store.h); "" = keep state
-  // in memory only.
-  std::string state_file;
-  StateStoreOptions store;
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   // A pending job starts once `workers` idle workers exist, or once it has
   // waited this long with at least one.
@@ -107,48 +101,57 @@ struct CoordinatorOptions {
 // reads, never wait for the disk.
 //
 // Every call that changes durable state writes it before it answers; when
-// the write fails (Internal / Unavailable from the StateStore) a job record
+// the write fails (Internal / Unavailable from the StateStorage) a job record
 // or epoch is left as it was, and the caller may retry.
 class Coordinator {
  public:
-  // Opens `options.state_file` and loads what it holds; fails with the
-  // StateStore's error (DataLoss for a damaged file, FailedPrecondition
-  // when another coordinator holds it).
-  // `shards` must outlive the coordinator.
+  // Loads what `storage` holds (nullptr: state in memory only); fails with
+  // its error (DataLoss for a damaged store). `shards` and `models` must
+  // outlive the coordinator.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Open(CoordinatorOptions options,
-                                                           ShardClient* shards);
+                                                           ShardClient* shards,
+                                                           const JobModels* models,
+                                                           std::unique_ptr<StateStorage> storage);
   ~Coordinator();
 
   // Runs Tick() every tick_interval on a background thread until destruction.
   void StartTicker();
 
-  // A shard announcing itself: healthy from now on.
-  absl::StatusOr<gradstream::v1::RegisterShardResponse> RegisterShard(
-      const gradstream::v1::RegisterShardRequest& request);
+  // A shard announcing itself: healthy from now on. Returns its shard id,
+  // stable per address; InvalidArgument for an address that is not host:port.
+  absl::StatusOr<uint32_t> RegisterShard(const std::string& address);
   // Shards from configuration (--shards): known, but healthy only once they
   // answer a probe, so a job's map never starts with a shard that is down.
   [[nodiscard]] absl::Status AddConfiguredShards(const std::vector<std::string>& addresses);
-  absl::StatusOr<gradstream::v1::RegisterWorkerResponse> RegisterWorker(
-      const gradstream::v1::RegisterWorkerRequest& request);
+  absl::StatusOr<RegisteredWorker> RegisterWorker(const WorkerRegistration& request);
   // NotFound: unknown worker; FailedPrecondition: stale incarnation or
   // removed. A LEFT or ERROR report whose epoch cannot be written is an
   // error too; the worker keeps reporting it until it is moved off the job.
-  absl::StatusOr<gradstream::v1::HeartbeatResponse> Heartbeat(
-      const gradstream::v1::HeartbeatRequest& request);
-  // InvalidArgument naming the bad field(s).
-  absl::StatusOr<gradstream::v1::SubmitJobResponse> SubmitJob(
-      const gradstream::v1::SubmitJobRequest& request);
-  absl::StatusOr<gradstream::v1::JobStatus> GetJob(const gradstream::v1::GetJobRequest& request);
-  // One page, newest first (see ListJobsRequest); InvalidArgument for a
-  // page token that is not a job id.
-  absl::StatusOr<gradstream::v1::ListJobsResponse> ListJobs(
-      const gradstream::v1::ListJobsRequest& request);
-  // NotFound; FailedPrecondition for a finished job; InvalidArgument for 0.
-  absl::StatusOr<gradstream::v1::ScaleJobResponse> ScaleJob(
-      const gradstream::v1::ScaleJobRequest& request);
-  absl::StatusOr<gradstream::v1::CancelJobResponse> CancelJob(
-      const gradstream::v1::CancelJobRequest& request);
-  gradstream::v1::ClusterStatus GetCluster();
+  absl::StatusOr<Assignment> Heartbeat(const HeartbeatReport& request);
+  // Adds a pending job of a normalized `spec` (see [normalized spec] in
+  // common/job/job_spec.h; the edge validates it) with the secret `token`
+  // ([auth tokens]). Returns its id.
+  absl::StatusOr<std::string> SubmitJob(const JobSpec& spec, const std::string& token);
+  // The job with its epochs and history, and its shard map when `shard_map`.
+  // NotFound.
+  absl::StatusOr<JobStatus> GetJob(const std::string& job_id, bool shard_map);
+  // Up to `page_size` jobs (0 = 100, at most 1000), newest first, starting
+  // below `page_token` ("" = the newest), each without its shard map,
+  // epochs and history; `next_page_token` is "" on the last page.
+  // InvalidArgument for a page token that is not a job id.
+  absl::StatusOr<std::vector<JobStatus>> ListJobs(uint32_t page_size,
+                                                  const std::string& page_token,
+                                                  std::string* next_page_token);
+  // `workers` is the new desired count (an elastic job's MAX), `workers_min`
+  // an elastic job's new MIN (0 = keep it, lowered to `workers` when above).
+  // REQUIRES: 1 <= workers, workers_min <= workers (the edge checks the
+  // request). NotFound; FailedPrecondition for a finished job or a MIN on a
+  // job that is not elastic.
+  absl::StatusOr<JobStatus> ScaleJob(const std::string& job_id, uint32_t workers,
+                                     uint32_t workers_min);
+  // NotFound; FailedPrecondition for a job that already ended.
+  absl::StatusOr<JobStatus> CancelJob(const std::string& job_id);
+  ClusterStatus GetCluster();
 
   // One round of housekeeping: dead workers, job starts, membership changes,
   // shard calls, shard probes, completion, persistence.
@@ -158,7 +161,7 @@ class Coordinator {
 
  private:
   struct Shard {
-    gradstream::v1::ShardStatus status;
+    ShardStatus status;
   };
   // What the coordinator knows of a job's shards; rebuilt after a restart.
   struct JobShards {
@@ -197,25 +200,25 @@ class Coordinator {
   // One shard RPC planned under the lock and made outside it.
   struct ShardCall;
 
-  Coordinator(CoordinatorOptions options, ShardClient* shards,
-              std::unique_ptr<StateStore> store);
+  Coordinator(CoordinatorOptions options, ShardClient* shards, const JobModels* models,
+              std::unique_ptr<StateStorage> store);
 
   [[nodiscard]] absl::Status LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the whole state (see JobLog::Checkpoint); clears dirty_ on success.
   [[nodiscard]] absl::Status SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The shard table and the worker pool, for the state file.
-  void WriteRestLocked(gradstream::v1::CoordinatorState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteRestLocked(DurableState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A registration in the pool, not yet durable unless a save since carried
   // it (see [registration group commit]).
   struct Registered {
-    gradstream::v1::RegisterWorkerResponse response;
+    RegisteredWorker response;
     uint64_t sequence = 0;  // registrations_ after it
   };
   // Whether `request` is a new process of a worker that is in a job, which
   // must first leave it (a write).
-  bool LeavesJobLocked(const gradstream::v1::RegisterWorkerRequest& request) const
+  bool LeavesJobLocked(const WorkerRegistration& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Registered RegisterLocked(const gradstream::v1::RegisterWorkerRequest& request)
+  Registered RegisterLocked(const WorkerRegistration& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint32_t> AddShardLocked(const std::string& address, bool healthy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -224,23 +227,22 @@ class Coordinator {
   absl::Duration LeadTime() const;
 
   // Views (coordinator_views.cc).
-  gradstream::v1::JobStatus RenderJobLocked(const JobRecord& job, bool full) const
+  JobStatus RenderJobLocked(const JobRecord& job, bool full) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  gradstream::v1::JobProgress ProgressLocked(const JobRecord& job) const
+  JobProgress ProgressLocked(const JobRecord& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a point to the job's history when `report` brings a newer
   // evaluation (see [progress history]).
-  void RecordProgressLocked(const JobRecord& job, const gradstream::v1::WorkerProgress& report,
+  void RecordProgressLocked(const JobRecord& job, const WorkerProgress& report,
                             absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  gradstream::v1::Assignment AssignmentLocked(const WorkerRecord& worker) const
+  Assignment AssignmentLocked(const WorkerRecord& worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Whether HeartbeatLocked(request, now) may change the job log; when it
   // returns false, HeartbeatLocked writes nothing and needs no write_mu_.
-  bool HeartbeatWritesLocked(const gradstream::v1::HeartbeatRequest& request,
-                             absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<gradstream::v1::HeartbeatResponse> HeartbeatLocked(
-      const gradstream::v1::HeartbeatRequest& request, absl::Time now)
+  bool HeartbeatWritesLocked(const HeartbeatReport& request, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Assignment> HeartbeatLocked(const HeartbeatReport& request, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Membership changes, each one JobLog::Update. A `job_id` argument must
@@ -264,7 +266,7 @@ class Coordinator {
   void SetMessageLocked(const std::string& job_id, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   [[nodiscard]] absl::Status FinishLocked(const std::string& job_id,
-                                          gradstream::v1::JobState state,
+                                          JobState state,
                                           const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Script jobs (coordinator_script.cc, see [script jobs]).
@@ -273,12 +275,12 @@ class Coordinator {
   bool PlaceJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rank 0's declared tensors become the job's tensor list, then its map.
   void DeclareTensorsLocked(const std::string& job_id, uint64_t worker_id,
-                            const gradstream::v1::HeartbeatRequest& request)
+                            const HeartbeatReport& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A script job's member reports DONE while another member trains on: it
   // leaves the job at its clock, so no round waits for it.
   bool ScriptDoneEarlyLocked(const JobRecord& job, uint64_t worker_id,
-                             gradstream::v1::WorkerState state) const
+                             WorkerState state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every shard of the job's map has the job: workers may see the map.
   bool MapRevealedLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -308,8 +310,9 @@ class Coordinator {
 
   const CoordinatorOptions options_;
   ShardClient* const shards_client_;
+  const JobModels* const models_;
   CoordinatorMetrics metrics_;
-  const std::unique_ptr<StateStore> store_;  // nullptr: memory only
+  const std::unique_ptr<StateStorage> store_;  // nullptr: memory only
 
   // Held by everything that may write the state file, before mu_ (see
   // [state writes off the lock]): one write at a time, and nothing changes

@@ -29,29 +29,21 @@
 //     that fails the whole job with that message (a bug in the user's script
 //     fails every rank alike: retrying on other workers would not help).
 #include "absl/strings/str_cat.h"
-#include "common/job/job_spec.h"
-#include "common/job/shard_map_proto.h"
 #include "glog/logging.h"
 #include "server/coordinator/coordinator.h"
 
 namespace gradstream::coordinator {
 
-namespace v1 = gradstream::v1;
-
-bool AwaitsDeclaration(const v1::JobSpec& spec) {
-  return spec.model().type() == "script" && spec.model().tensors_size() == 0;
-}
-
 bool Coordinator::PlaceJobLocked(const std::string& id) {
   const JobRecord* job = jobs_.Find(id);
   if (job == nullptr) return false;
-  if (job->status.shard_map().shards_size() > 0) return true;
-  if (AwaitsDeclaration(job->status.spec())) return false;
+  if (!job->status.shard_map.shards.empty()) return true;
+  if (AwaitsDeclaration(job->status.spec)) return false;
   std::vector<std::string> healthy;
   for (const auto& s : shards_) {
-    if (s.status.healthy()) healthy.push_back(s.status.address());
+    if (s.status.healthy) healthy.push_back(s.status.address);
   }
-  const uint32_t want = job->status.spec().shards();
+  const uint32_t want = job->status.spec.shards;
   if (healthy.empty() || healthy.size() < want) {
     SetMessageLocked(id, absl::StrCat("waiting for shards: ", healthy.size(),
                                       " healthy registered, job wants ",
@@ -59,52 +51,48 @@ bool Coordinator::PlaceJobLocked(const std::string& id) {
     return false;
   }
   if (want > 0) healthy.resize(want);
-  absl::StatusOr<v1::ShardMap> map = BuildShardMap(job->status.spec(), healthy);
+  absl::StatusOr<ShardMap> map = models_->Place(job->status.spec, healthy);
   if (!map.ok()) {
-    (void)FinishLocked(id, v1::FAILED, absl::StrCat("shard map: ", map.status().message()));
+    (void)FinishLocked(id, JobState::kFailed, absl::StrCat("shard map: ", map.status().message()));
     return false;
   }
-  if (!jobs_.Update(id, [&](JobRecord& j) { *j.status.mutable_shard_map() = *map; }).ok()) {
-    return false;
-  }
+  if (!jobs_.Update(id, [&](JobRecord& j) { j.status.shard_map = *map; }).ok()) return false;
   JobShards& js = job_shards_[id];
-  const size_t used = job->status.shard_map().shards_size();
+  const size_t used = job->status.shard_map.shards.size();
   js.created.assign(used, false);
   js.acked.assign(used, 0);
   return true;
 }
 
 void Coordinator::DeclareTensorsLocked(const std::string& job_id, uint64_t worker_id,
-                                       const v1::HeartbeatRequest& request) {
+                                       const HeartbeatReport& request) {
   const JobRecord* job = jobs_.Find(job_id);
-  if (job == nullptr || job->status.state() != v1::RUNNING ||
-      job->status.spec().model().type() != "script" || job->status.shard_map().shards_size() > 0) {
+  if (job == nullptr || job->status.state != JobState::kRunning ||
+      job->status.spec.model_type != "script" || !job->status.shard_map.shards.empty()) {
     return;
   }
-  if (AwaitsDeclaration(job->status.spec())) {
+  if (AwaitsDeclaration(job->status.spec)) {
     // Only rank 0 of the newest committed epoch declares.
-    const uint64_t committed = job->status.committed_epoch();
-    if (request.declared_tensors().empty() || committed == 0 ||
-        committed > static_cast<uint64_t>(job->status.epochs_size())) {
+    const uint64_t committed = job->status.committed_epoch;
+    if (request.declared_tensors.empty() || committed == 0 ||
+        committed > job->status.epochs.size()) {
       return;
     }
-    const v1::MembershipEpoch& epoch = job->status.epochs(static_cast<int>(committed - 1));
-    if (epoch.worker_ids().empty() || epoch.worker_ids(0) != worker_id) return;
-    v1::ModelSpec model = job->status.spec().model();
-    *model.mutable_tensors() = request.declared_tensors();
-    if (absl::Status s = DeclaredTensors(model).status(); !s.ok()) {
-      (void)FinishLocked(job_id, v1::FAILED,
+    const MembershipEpoch& epoch = job->status.epochs[committed - 1];
+    if (epoch.worker_ids.empty() || epoch.worker_ids[0] != worker_id) return;
+    absl::StatusOr<JobSpec> spec = models_->Declare(job->status.spec, request.declared_tensors);
+    if (!spec.ok()) {
+      (void)FinishLocked(job_id, JobState::kFailed,
                          absl::StrCat("the script of worker ", worker_id,
-                                      " (rank 0) declared invalid tensors: ", s.message()));
+                                      " (rank 0) declared invalid tensors: ",
+                                      spec.status().message()));
       return;
     }
-    if (!jobs_.Update(job_id,
-                      [&](JobRecord& j) { *j.status.mutable_spec()->mutable_model() = model; })
-             .ok()) {
+    if (!jobs_.Update(job_id, [&](JobRecord& j) { j.status.spec = *spec; }).ok()) {
       return;  // the next heartbeat declares again
     }
     LOG(INFO) << "coordinator: job " << job_id << ": rank 0 (worker " << worker_id
-              << ") declared " << model.tensors_size() << " tensors";
+              << ") declared " << spec->model_tensors << " tensors";
   }
   // Declared but not placed yet (e.g. no healthy shard a moment ago): every
   // heartbeat of a member tries again.
@@ -112,12 +100,12 @@ void Coordinator::DeclareTensorsLocked(const std::string& job_id, uint64_t worke
 }
 
 bool Coordinator::ScriptDoneEarlyLocked(const JobRecord& job, uint64_t worker_id,
-                                        v1::WorkerState state) const {
-  if (state != v1::DONE || job.status.spec().entrypoint().empty()) return false;
-  for (const auto& m : job.status.members()) {
-    if (m.worker_id() == worker_id || m.leaving()) continue;
-    const WorkerRecord* w = workers_.Find(m.worker_id());
-    if (w != nullptr && w->status.state() != v1::DONE) return true;
+                                        WorkerState state) const {
+  if (state != WorkerState::kDone || job.status.spec.entrypoint.empty()) return false;
+  for (const JobMember& m : job.status.members) {
+    if (m.worker_id == worker_id || m.leaving) continue;
+    const WorkerRecord* w = workers_.Find(m.worker_id);
+    if (w != nullptr && w->status.state != WorkerState::kDone) return true;
   }
   return false;
 }

@@ -3,14 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/job/job_spec.h"
-#include "common/job/job_state.h"
 #include "glog/logging.h"
 #include "server/coordinator/coordinator.h"
 
 namespace gradstream::coordinator {
-
-namespace v1 = gradstream::v1;
 
 namespace {
 
@@ -26,10 +22,10 @@ struct Coordinator::ShardCall {
   uint32_t shard_index = 0;  // within the job's map
   std::string address;
   uint64_t epoch = 0;
-  v1::CreateJobRequest create;
-  v1::MembershipUpdate update;
+  ShardJob create;
+  MembershipEpoch update;
   absl::Status status;
-  v1::StatsResponse stats;
+  ShardJobStats stats;
 };
 
 void Coordinator::Tick() {
@@ -41,7 +37,7 @@ void Coordinator::Tick() {
     ReapDeadWorkersLocked();
     PruneFinishedLocked();
     for (const auto& [id, job] : jobs_.records()) {
-      if (job.status.state() == v1::PENDING) StartPendingJobLocked(job);
+      if (job.status.state == JobState::kPending) StartPendingJobLocked(job);
       CheckCompletionLocked(job);
     }
     const bool probe = Now() - last_probe_ >= options_.probe_interval;
@@ -62,7 +58,7 @@ void Coordinator::Tick() {
     CheckCompletionLocked(job);
     // Scaling needs the clock the shards are at now (see [membership epochs]);
     // the new epoch is persisted at once and goes out with the next tick.
-    if (job.status.state() == v1::RUNNING && job_shards_[id].stats_fresh) {
+    if (job.status.state == JobState::kRunning && job_shards_[id].stats_fresh) {
       PlanMembershipLocked(job);
     }
     CheckBelowMinLocked(job);
@@ -74,61 +70,54 @@ void Coordinator::Tick() {
 std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe) {
   std::vector<ShardCall> calls;
   for (const auto& [id, job] : jobs_.records()) {
-    const v1::ShardMap& map = job.status.shard_map();
+    const ShardMap& map = job.status.shard_map;
     const JobShards& js = job_shards_[id];
     // A call about this job to the shard at index `i` of its map.
     const std::string& job_id = id;  // a structured binding cannot be captured in C++17
-    auto call_to = [&](ShardCall::Kind kind, int i) {
+    auto call_to = [&](ShardCall::Kind kind, size_t i) {
       ShardCall call{kind};
       call.job_id = job_id;
-      call.shard_index = i;
-      call.address = map.shards(i);
+      call.shard_index = static_cast<uint32_t>(i);
+      call.address = map.shards[i];
       return call;
     };
-    if (IsTerminal(job.status.state())) {
+    if (IsTerminal(job.status.state)) {
       if (js.dropped) continue;
-      for (int i = 0; i < map.shards_size(); ++i) calls.push_back(call_to(ShardCall::kDrop, i));
+      for (size_t i = 0; i < map.shards.size(); ++i) {
+        calls.push_back(call_to(ShardCall::kDrop, i));
+      }
       continue;
     }
     // A job is installed on its shards as soon as it has a map, with the
     // empty epoch 0 until workers are assigned.
-    const uint64_t latest = job.status.epochs_size();
-    const v1::MembershipEpoch last =
-        latest == 0 ? v1::MembershipEpoch() : job.status.epochs(static_cast<int>(latest - 1));
-    for (int i = 0; i < map.shards_size(); ++i) {
+    const std::vector<MembershipEpoch>& epochs = job.status.epochs;
+    const uint64_t latest = epochs.size();
+    for (size_t i = 0; i < map.shards.size(); ++i) {
       if (!js.created[i]) {
         ShardCall call = call_to(ShardCall::kCreate, i);
         call.epoch = latest;
-        v1::CreateJobRequest& req = call.create;
-        req.set_job_id(id);
-        *req.mutable_optimizer() = job.status.spec().optimizer();
-        *req.mutable_consistency() = job.status.spec().consistency();
-        for (const auto& chunk : map.chunks()) {
-          if (chunk.shard() == static_cast<uint32_t>(i)) *req.add_chunks() = chunk;
+        ShardJob& req = call.create;
+        req.job_id = id;
+        req.shard_index = static_cast<uint32_t>(i);
+        req.spec = job.status.spec;
+        for (const ChunkInfo& chunk : map.chunks) {
+          if (chunk.shard == i) req.chunks.push_back(chunk);
         }
-        v1::Membership* m = req.mutable_membership();
-        m->set_epoch(last.epoch());
-        m->set_effective_clock(last.effective_clock());
-        *m->mutable_worker_ids() = last.worker_ids();
-        req.set_checkpoint_every(job.status.spec().checkpoint_every());
-        req.set_shard_index(i);
-        req.set_job_token(job.token);
-        req.set_pull_codec(PullCodecForJob(job.status.spec()));
+        if (latest > 0) {
+          req.membership.epoch = epochs.back().epoch;
+          req.membership.effective_clock = epochs.back().effective_clock;
+          req.membership.worker_ids = epochs.back().worker_ids;
+        }
+        req.job_token = job.token;
         // A running job lost by a shard: its epochs replace a restored
         // checkpoint's, and without one the shard takes a live worker's
         // parameters from the slowest clock seen, below which no member
         // pushes any more (see [re-initialization] in server/shard/job.h).
-        for (const auto& e : job.status.epochs()) {
-          v1::Membership* pe = req.add_epochs();
-          pe->set_epoch(e.epoch());
-          pe->set_effective_clock(e.effective_clock());
-          *pe->mutable_worker_ids() = e.worker_ids();
-          *pe->mutable_departed() = e.departed();
-        }
-        if (job.status.state() == v1::RUNNING &&
-            (job.status.spec().entrypoint().empty() || js.installed_once)) {
-          req.set_resume(true);
-          req.set_resume_clock(js.clocks.min_clock);
+        req.epochs = epochs;
+        if (job.status.state == JobState::kRunning &&
+            (job.status.spec.entrypoint.empty() || js.installed_once)) {
+          req.resume = true;
+          req.resume_clock = js.clocks.min_clock;
         }
         calls.push_back(std::move(call));
         continue;
@@ -136,18 +125,12 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
       // Every epoch the shard lacks, in order, so each change takes effect
       // at its own clock.
       for (uint64_t e = js.acked[i] + 1; e <= latest; ++e) {
-        const v1::MembershipEpoch& epoch = job.status.epochs(static_cast<int>(e - 1));
         ShardCall call = call_to(ShardCall::kUpdate, i);
         call.epoch = e;
-        call.update.set_job_id(id);
-        v1::Membership* m = call.update.mutable_membership();
-        m->set_epoch(epoch.epoch());
-        m->set_effective_clock(epoch.effective_clock());
-        *m->mutable_worker_ids() = epoch.worker_ids();
-        *m->mutable_departed() = epoch.departed();
+        call.update = epochs[e - 1];
         calls.push_back(std::move(call));
       }
-      if (probe || job.status.state() == v1::RUNNING) {
+      if (probe || job.status.state == JobState::kRunning) {
         calls.push_back(call_to(ShardCall::kStats, i));
       }
     }
@@ -155,7 +138,7 @@ std::vector<Coordinator::ShardCall> Coordinator::PlanShardCallsLocked(bool probe
   if (probe) {
     for (const auto& s : shards_) {
       ShardCall call{ShardCall::kStats};
-      call.address = s.status.address();
+      call.address = s.status.address;
       calls.push_back(std::move(call));
     }
   }
@@ -173,25 +156,22 @@ void Coordinator::RunShardCalls(std::vector<ShardCall>& calls) {
     }
     switch (call.kind) {
       case ShardCall::kCreate: {
-        absl::StatusOr<v1::CreateJobResponse> r =
-            shards_client_->CreateJob(call.address, call.create);
+        absl::StatusOr<ShardJobCreated> r = shards_client_->CreateJob(call.address, call.create);
         call.status = r.status();
-        if (r.ok() && r->restored()) {
+        if (r.ok() && r->restored) {
           LOG(INFO) << "coordinator: shard " << call.address << " restored job " << call.job_id
-                    << " at clock " << r->restored_clock();
+                    << " at clock " << r->restored_clock;
         }
         break;
       }
       case ShardCall::kUpdate:
-        call.status = shards_client_->UpdateMembership(call.address, call.update);
+        call.status = shards_client_->UpdateMembership(call.address, call.job_id, call.update);
         break;
       case ShardCall::kDrop:
         call.status = shards_client_->DropJob(call.address, call.job_id);
         break;
       case ShardCall::kStats: {
-        v1::StatsRequest req;
-        req.set_job_id(call.job_id);
-        absl::StatusOr<v1::StatsResponse> r = shards_client_->GetStats(call.address, req);
+        absl::StatusOr<ShardJobStats> r = shards_client_->GetStats(call.address, call.job_id);
         call.status = r.status();
         if (r.ok()) call.stats = *std::move(r);
         break;
@@ -217,16 +197,16 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
   for (const ShardCall& call : calls) {
     if (absl::IsAborted(call.status)) continue;
     for (auto& s : shards_) {
-      if (s.status.address() != call.address) continue;
+      if (s.status.address != call.address) continue;
       if (Unreachable(call.status)) {
-        if (s.status.healthy())
+        if (s.status.healthy)
           LOG(WARNING) << "coordinator: shard " << call.address << " unreachable: " << call.status;
-        s.status.set_healthy(false);
-        s.status.set_message(std::string(call.status.message()));
+        s.status.healthy = false;
+        s.status.message = std::string(call.status.message());
       } else {
-        s.status.set_healthy(true);
-        s.status.set_last_seen_unix_ms(absl::ToUnixMillis(now));
-        s.status.clear_message();
+        s.status.healthy = true;
+        s.status.last_seen_unix_ms = absl::ToUnixMillis(now);
+        s.status.message.clear();
       }
     }
     if (call.job_id.empty()) continue;
@@ -274,15 +254,15 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
       case ShardCall::kStats:
         if (call.status.ok()) {
           JobStats& stats = job_stats[call.job_id];
-          stats.min_clock = std::min(stats.min_clock, call.stats.min_clock());
-          stats.max_version = std::max(stats.max_version, call.stats.max_version());
-          stats.max_clock = std::max(stats.max_clock, call.stats.max_clock());
-          stats.min_version = std::min(stats.min_version, call.stats.min_version());
+          stats.min_clock = std::min(stats.min_clock, call.stats.min_clock);
+          stats.max_version = std::max(stats.max_version, call.stats.max_version);
+          stats.max_clock = std::max(stats.max_clock, call.stats.max_clock);
+          stats.min_version = std::min(stats.min_version, call.stats.min_version);
           js->second.checkpoint_failures.resize(created.size());
           js->second.checkpoint_errors.resize(created.size());
-          js->second.checkpoint_failures[i] = call.stats.checkpoint_failures();
-          js->second.checkpoint_errors[i] = call.stats.checkpoint_error();
-          stats.max_staleness = std::max(stats.max_staleness, call.stats.max_staleness());
+          js->second.checkpoint_failures[i] = call.stats.checkpoint_failures;
+          js->second.checkpoint_errors[i] = call.stats.checkpoint_error;
+          stats.max_staleness = std::max(stats.max_staleness, call.stats.max_staleness);
           ++stats.answers;
         } else if (absl::IsNotFound(call.status)) {
           created[i] = false;  // the shard lost the job (restart)
@@ -304,7 +284,7 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
     js.min_version = stats.min_version == UINT64_MAX ? 0 : stats.min_version;
     // See [shard progress].
     const JobRecord* job = jobs_.Find(id);
-    const bool sync = job == nullptr || job->status.spec().consistency().mode() == v1::SYNC;
+    const bool sync = job == nullptr || job->status.spec.consistency == ConsistencyMode::kSync;
     const uint64_t clock = sync ? js.min_version : js.clocks.min_clock;
     js.progress_known = js.progress_known || stats.max_version > 0 || stats.max_clock > 0;
     if (clock != js.progress_clock || js.progress_since == absl::InfiniteFuture()) {
@@ -321,13 +301,13 @@ void Coordinator::ApplyShardResultsLocked(const std::vector<ShardCall>& calls) {
 void Coordinator::CommitEpochsLocked() {
   for (const auto& [id, job] : jobs_.records()) {
     const JobShards& js = job_shards_[id];
-    if (IsTerminal(job.status.state())) continue;
+    if (IsTerminal(job.status.state)) continue;
     if (js.acked.empty()) {
       // A script job before its declaration has no shard to acknowledge an
       // epoch: commit it, so that the workers start the script ([script jobs]).
-      const uint64_t latest = job.status.epochs_size();
-      if (AwaitsDeclaration(job.status.spec()) && latest > job.status.committed_epoch()) {
-        (void)jobs_.Update(id, [&](JobRecord& j) { j.status.set_committed_epoch(latest); });
+      const uint64_t latest = job.status.epochs.size();
+      if (AwaitsDeclaration(job.status.spec) && latest > job.status.committed_epoch) {
+        (void)jobs_.Update(id, [&](JobRecord& j) { j.status.committed_epoch = latest; });
       }
       continue;
     }
@@ -337,9 +317,9 @@ void Coordinator::CommitEpochsLocked() {
       all_created = all_created && js.created[i];
       committed = std::min(committed, js.acked[i]);
     }
-    if (all_created && committed > job.status.committed_epoch() && committed != UINT64_MAX) {
+    if (all_created && committed > job.status.committed_epoch && committed != UINT64_MAX) {
       // Not durable: it stays uncommitted and the next tick tries again.
-      (void)jobs_.Update(id, [&](JobRecord& j) { j.status.set_committed_epoch(committed); });
+      (void)jobs_.Update(id, [&](JobRecord& j) { j.status.committed_epoch = committed; });
     }
   }
 }
@@ -347,27 +327,25 @@ void Coordinator::CommitEpochsLocked() {
 void Coordinator::UpdateGaugesLocked() {
   ClusterCounts counts;
   // NOTE: [final gauges] A finished job without members has its final
-  // values: its series are set once, not every tick (10,000 finished jobs
-  // were 100,000 series lookups a tick under mu_), and at most
-  // kFinalPerTick of them a tick, so a restart's first tick does not hold
-  // mu_ for all of them at once.
+  // values: its series are set once, at most kFinalPerTick of them a tick.
+  // See docs/design/coordinator-final-gauges.md.
   constexpr int kFinalPerTick = 500;
   int finals = 0;
   for (const auto& [id, job] : jobs_.records()) {
-    ++counts.jobs_by_state[job.status.state()];
+    ++counts.jobs_by_state[job.status.state];
     JobShards& js = job_shards_[id];
-    const bool final = IsTerminal(job.status.state()) && job.status.members().empty();
+    const bool final = IsTerminal(job.status.state) && job.status.members.empty();
     if (final && (js.final_exported || finals >= kFinalPerTick)) continue;
     finals += final ? 1 : 0;
-    metrics_.ExportJob(id, ProgressLocked(job), static_cast<uint32_t>(job.status.members_size()),
-                       job.status.desired_workers(), job.status.epochs_size());
+    metrics_.ExportJob(id, ProgressLocked(job), static_cast<uint32_t>(job.status.members.size()),
+                       job.status.desired_workers, job.status.epochs.size());
     js.final_exported = final;
   }
   for (const auto& [id, w] : workers_.workers()) {
     w.dead ? ++counts.workers_dead : ++counts.workers_healthy;
-    if (!w.dead && w.status.job_id().empty()) ++counts.workers_idle;
+    if (!w.dead && w.status.job_id.empty()) ++counts.workers_idle;
   }
-  for (const auto& s : shards_) s.status.healthy() ? ++counts.shards_healthy : ++counts.shards_unhealthy;
+  for (const auto& s : shards_) s.status.healthy ? ++counts.shards_healthy : ++counts.shards_unhealthy;
   metrics_.ExportCluster(counts);
 }
 

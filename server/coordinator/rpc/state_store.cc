@@ -1,5 +1,5 @@
 // The coordinator's state in SQLite; see state_store.h.
-#include "server/coordinator/state_store.h"
+#include "server/coordinator/rpc/state_store.h"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -21,6 +21,7 @@
 #include "common/env/record.h"
 #include "common/status.h"
 #include "glog/logging.h"
+#include "server/coordinator/rpc/coordinator_convert.h"
 
 namespace gradstream::coordinator {
 
@@ -408,6 +409,38 @@ absl::Status StateStore::WriteRows(Rows rows,
   for (const auto& [lo, hi] : scope) written_.erase(written_.lower_bound(lo), written_.upper_bound(hi));
   written_.merge(rows);
   return absl::OkStatus();
+}
+
+namespace {
+
+class SqliteStorage final : public StateStorage {
+ public:
+  explicit SqliteStorage(std::unique_ptr<StateStore> store) : store_(std::move(store)) {}
+
+  absl::StatusOr<DurableState> Load() override {
+    absl::StatusOr<v1::CoordinatorState> state = store_->Load();
+    if (!state.ok()) return state.status();
+    return DurableStateFromProto(*state);
+  }
+
+  absl::Status Save(const DurableState& state, const std::vector<std::string>& removed) override {
+    return store_->Save(DurableStateToProto(state), removed);
+  }
+
+  const std::string& path() const override { return store_->path(); }
+
+ private:
+  const std::unique_ptr<StateStore> store_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateStorage>> OpenStateStorage(std::string path,
+                                                               StateStoreOptions options) {
+  absl::StatusOr<std::unique_ptr<StateStore>> store =
+      StateStore::Open(std::move(path), std::move(options));
+  if (!store.ok()) return store.status();
+  return std::make_unique<SqliteStorage>(*std::move(store));
 }
 
 }  // namespace gradstream::coordinator

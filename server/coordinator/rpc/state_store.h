@@ -41,8 +41,8 @@
 // transaction. A crash between the rename and the import's commit leaves
 // an empty database and the renamed file, and the next Open() imports it;
 // once the database holds state it is never imported again.
-#ifndef GRADSTREAM_SERVER_COORDINATOR_STATE_STORE_H_
-#define GRADSTREAM_SERVER_COORDINATOR_STATE_STORE_H_
+#ifndef GRADSTREAM_SERVER_COORDINATOR_RPC_STATE_STORE_H_
+#define GRADSTREAM_SERVER_COORDINATOR_RPC_STATE_STORE_H_
 
 #include <cstdint>
 #include <functional>
@@ -57,6 +57,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator.pb.h"
+#include "server/coordinator/state_storage.h"
 
 struct sqlite3;
 
@@ -149,6 +150,12 @@ class StateStore {
   uint64_t rows_written_ = 0;
 };
 
+// The coordinator's StateStorage over the StateStore at `path` (converted
+// with rpc/coordinator_convert.h); Open()'s errors, and Load()'s, with
+// DataLoss for a shard map that does not validate.
+absl::StatusOr<std::unique_ptr<StateStorage>> OpenStateStorage(std::string path,
+                                                               StateStoreOptions options = {});
+
 }  // namespace gradstream::coordinator
 
-#endif  // GRADSTREAM_SERVER_COORDINATOR_STATE_STORE_H_
+#endif  // GRADSTREAM_SERVER_COORDINATOR_RPC_STATE_STORE_H_
