@@ -127,21 +127,9 @@ absl::Status Coordinator::LoadLocked() {
   absl::StatusOr<DurableState> state = store_->Load();
   if (absl::IsNotFound(state.status())) return absl::OkStatus();
   if (!state.ok()) return state.status();
-  for (const ShardStatus& s : state->shards) {
-    Shard shard;
-    shard.status = s;
-    shard.status.healthy = false;  // until it answers a probe
-    shards_.push_back(std::move(shard));
-  }
   workers_.Restore(*state, Now());
   jobs_.Restore(*state);
-  for (const auto& [id, job] : jobs_.records()) {
-    JobShards& js = job_shards_[id];
-    const size_t n = job.status.shard_map.shards.size();
-    js.created.assign(n, false);
-    js.acked.assign(n, 0);
-    js.dropped = IsTerminal(job.status.state);
-  }
+  fleet_.Restore(*state, jobs_.records());
   // A crash between the write that took a worker out of its job and the one
   // that released it leaves the worker pointing at a job that no longer
   // lists it (see [write durably, then apply]): release it.
@@ -152,13 +140,13 @@ absl::Status Coordinator::LoadLocked() {
     }
   }
   LOG(INFO) << "coordinator: restored " << jobs_.records().size() << " jobs, "
-            << workers_.workers().size() << " workers, " << shards_.size() << " shards from "
+            << workers_.workers().size() << " workers, " << fleet_.shards().size() << " shards from "
             << store_->path();
   return absl::OkStatus();
 }
 
 void Coordinator::WriteRestLocked(DurableState& state) {
-  for (const auto& s : shards_) state.shards.push_back(s.status);
+  fleet_.WriteTo(state);
   workers_.WriteTo(state);
   copied_registrations_ = registrations_;
 }
@@ -176,42 +164,11 @@ absl::Status Coordinator::SaveLocked() {
 
 // ---------------------------------------------------------------- registration
 
-absl::StatusOr<uint32_t> Coordinator::AddShardLocked(const std::string& address, bool healthy) {
-  if (address.empty() || address.find(':') == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("address: want host:port, got '", address, "'"));
-  }
-  Shard* shard = nullptr;
-  for (auto& s : shards_) {
-    if (s.status.address == address) shard = &s;
-  }
-  if (shard == nullptr) {
-    shards_.emplace_back();
-    shard = &shards_.back();
-    shard->status.shard_id = static_cast<uint32_t>(shards_.size());
-    shard->status.address = address;
-    LOG(INFO) << "coordinator: shard " << shards_.size() << " at " << address;
-  }
-  if (healthy) {
-    shard->status.healthy = true;
-    shard->status.last_seen_unix_ms = UnixMs(Now());
-    shard->status.message.clear();
-    // A shard registering again may have restarted and lost its jobs:
-    // install them again (it answers AlreadyExists if it still has them).
-    for (const auto& [id, job] : jobs_.records()) {
-      JobShards& js = job_shards_[id];
-      const std::vector<std::string>& map = job.status.shard_map.shards;
-      for (size_t i = 0; i < map.size(); ++i) {
-        if (map[i] == address) js.created[i] = false;
-      }
-    }
-  }
-  return shard->status.shard_id;
-}
-
 absl::StatusOr<uint32_t> Coordinator::RegisterShard(const std::string& address) {
   absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
-  GS_ASSIGN_OR_RETURN(uint32_t id, AddShardLocked(address, /*healthy=*/true));
+  GS_ASSIGN_OR_RETURN(uint32_t id,
+                      fleet_.AddShard(address, /*healthy=*/true, Now(), jobs_.records()));
   GS_RETURN_IF_ERROR(SaveLocked());
   return id;
 }
@@ -220,7 +177,8 @@ absl::Status Coordinator::AddConfiguredShards(const std::vector<std::string>& ad
   absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
   for (const std::string& a : addresses) {
-    if (absl::StatusOr<uint32_t> id = AddShardLocked(a, /*healthy=*/false); !id.ok()) {
+    if (absl::StatusOr<uint32_t> id = fleet_.AddShard(a, /*healthy=*/false, Now(), jobs_.records());
+        !id.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--shards: ", id.status().message()));
     }
   }
@@ -253,7 +211,7 @@ absl::StatusOr<RegisteredWorker> Coordinator::RegisterWorker(const WorkerRegistr
           }
         }
         const uint64_t at =
-            DepartureClock(known->progress.clock, job_shards_[job_id].clocks.min_clock);
+            DepartureClock(known->progress.clock, fleet_.Job(job_id).clocks.min_clock);
         GS_RETURN_IF_ERROR(DetachLocked(
             job_id, *known, at,
             in_last ? absl::StrCat("worker ", request.worker_id, " restarted") : std::string()));
@@ -341,7 +299,7 @@ absl::StatusOr<Assignment> Coordinator::HeartbeatLocked(const HeartbeatReport& r
       const bool leaving = member != nullptr && member->leaving;
       const std::string failure = absl::StrCat("worker ", id, " failed: ", request.message);
       const uint64_t at =
-          DepartureClock(request.progress.clock, job_shards_[job_id].clocks.min_clock);
+          DepartureClock(request.progress.clock, fleet_.Job(job_id).clocks.min_clock);
       GS_RETURN_IF_ERROR(DetachLocked(
           job_id, *worker, at,
           leaving && !failed
@@ -414,7 +372,7 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const JobSpec& spec, const st
   record.status.message = "waiting for shards and workers";
   record.token = token;
   GS_ASSIGN_OR_RETURN(const std::string id, jobs_.Create(std::move(record)));
-  job_shards_[id];
+  fleet_.Job(id);
   LOG(INFO) << "coordinator: job " << id << " submitted (" << spec.name << ")";
   return id;
 }
@@ -592,7 +550,7 @@ absl::Status Coordinator::FinishLocked(const std::string& job_id, JobState state
     j.status.message = message;
     j.status.finished_unix_ms = UnixMs(now);
   }));
-  job_shards_[job_id].dropped = !(state != JobState::kCompleted || options_.drop_finished_jobs);
+  fleet_.Job(job_id).dropped = !(state != JobState::kCompleted || options_.drop_finished_jobs);
   LOG(INFO) << "coordinator: job " << job_id << " " << JobStateName(state)
             << (message.empty() ? "" : ": ") << message;
   return absl::OkStatus();
@@ -611,9 +569,9 @@ PlanInput Coordinator::PlanInputLocked(const JobRecord& job) const {
     in.members.push_back(mc);
   }
   in.free_workers = workers_.Free();
-  if (auto it = job_shards_.find(job.status.job_id); it != job_shards_.end()) {
-    in.shards = it->second.clocks;
-    in.job_clock_rate = it->second.clock_rate.PlanningRate();
+  if (const JobShards* js = fleet_.Find(job.status.job_id)) {
+    in.shards = js->clocks;
+    in.job_clock_rate = js->clock_rate.PlanningRate();
   }
   const JobSpec& spec = job.status.spec;
   // Outside SYNC a chunk version counts pushes, not clocks (see [membership plan]).
@@ -653,8 +611,8 @@ void Coordinator::PruneFinishedLocked() {
     const auto& [at, id] = finished[i];
     if (i < options_.keep_finished && at >= cutoff) continue;
     // A job placed on shards waits until they dropped it (or need not).
-    auto js = job_shards_.find(id);
-    const bool on_shards = js != job_shards_.end() && !js->second.dropped &&
+    const JobShards* js = fleet_.Find(id);
+    const bool on_shards = js != nullptr && !js->dropped &&
                            !jobs_.Find(id)->status.shard_map.shards.empty();
     if (referred.count(id) > 0 || on_shards) continue;
     victims.push_back(id);
@@ -665,7 +623,7 @@ void Coordinator::PruneFinishedLocked() {
                  << " finished jobs (kept, retried next tick): " << s;
     return;
   }
-  for (const std::string& id : victims) job_shards_.erase(id);
+  for (const std::string& id : victims) fleet_.Forget(id);
   LOG(INFO) << "coordinator: deleted " << victims.size() << " finished jobs (oldest "
             << victims.back() << ") beyond --keep_finished=" << options_.keep_finished
             << " / --keep_finished_for=" << absl::FormatDuration(options_.keep_finished_for);
@@ -685,7 +643,7 @@ void Coordinator::ReapDeadWorkersLocked() {
                        : absl::StrCat("worker ", id,
                                       m->leaving ? " died while leaving" : " missed heartbeats");
       const uint64_t at =
-          DepartureClock(worker.progress.clock, job_shards_[job_id].clocks.min_clock);
+          DepartureClock(worker.progress.clock, fleet_.Job(job_id).clocks.min_clock);
       // Not durable: the worker stays in its job and the next tick retries.
       if (!DetachLocked(job_id, worker, at, reason).ok()) continue;
     }
@@ -702,7 +660,7 @@ void Coordinator::StartPendingJobLocked(const JobRecord& job) {
   // A script job starts without a map: its script declares the tensors
   // once it runs (see [script jobs]).
   if (!PlaceJobLocked(id) && !AwaitsDeclaration(job.status.spec)) return;
-  JobShards& js = job_shards_[id];
+  JobShards& js = fleet_.Job(id);
   const absl::Time now = Now();
   if (js.ready_since == absl::InfiniteFuture()) js.ready_since = now;
   const MembershipPlan plan =

@@ -64,6 +64,7 @@
 #include "server/coordinator/membership_planner.h"
 #include "server/coordinator/job_models.h"
 #include "server/coordinator/shard_client.h"
+#include "server/coordinator/shard_fleet.h"
 #include "server/coordinator/state_storage.h"
 #include "server/coordinator/types.h"
 #include "server/coordinator/worker_pool.h"
@@ -160,46 +161,6 @@ class Coordinator {
   uint32_t heartbeat_interval_ms() const;
 
  private:
-  struct Shard {
-    ShardStatus status;
-  };
-  // What the coordinator knows of a job's shards; rebuilt after a restart.
-  struct JobShards {
-    // Per shard index of the map: has the job, newest acknowledged epoch.
-    std::vector<bool> created;
-    std::vector<uint64_t> acked;
-    bool dropped = false;  // a finished job's shards dropped it (or need not)
-    // Every shard had the job at once at some point in this process's life:
-    // from then on a running job that a shard lacks is one it lost, to be
-    // resumed. A script job is first installed while RUNNING (its tensors
-    // come from rank 0's declaration), before any worker sees its map
-    // ([script jobs]), so RUNNING alone does not say "lost".
-    bool installed_once = false;
-    bool final_exported = false;  // see [final gauges]
-    absl::Time ready_since = absl::InfiniteFuture();  // map built, waiting for workers
-    // From the shards' GetStats, refreshed every tick while the job runs.
-    ShardClocks clocks;
-    uint64_t max_staleness = 0;
-    bool stats_fresh = false;  // answered by every shard this tick
-    ClockRate clock_rate{absl::Milliseconds(500)};  // of clocks.min_clock
-    // NOTE: [shard progress] What status shows as the job's clock while it
-    // runs, once the shards report progress: the slowest shard's applied
-    // sync rounds (SYNC) or the slowest member's clock (otherwise), not the
-    // members' heartbeats (a joiner reports its join clock before it does
-    // anything). `progress_since` is when that clock last moved: a running
-    // job whose clock stands still for a few seconds is shown as stalled.
-    uint64_t min_version = 0;       // rounds applied on every answering shard
-    bool progress_known = false;    // some shard reported a clock or version
-    uint64_t progress_clock = 0;
-    absl::Time progress_since = absl::InfiniteFuture();
-    // Per shard index, from its last answer (see [checkpoint failures] in
-    // server/shard/job.h).
-    std::vector<uint64_t> checkpoint_failures;
-    std::vector<std::string> checkpoint_errors;
-  };
-  // One shard RPC planned under the lock and made outside it.
-  struct ShardCall;
-
   Coordinator(CoordinatorOptions options, ShardClient* shards, const JobModels* models,
               std::unique_ptr<StateStorage> store);
 
@@ -219,8 +180,6 @@ class Coordinator {
   bool LeavesJobLocked(const WorkerRegistration& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Registered RegisterLocked(const WorkerRegistration& request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<uint32_t> AddShardLocked(const std::string& address, bool healthy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time Now() const { return options_.env->Now(); }
   // How long a planned membership change needs to reach every member.
@@ -282,8 +241,6 @@ class Coordinator {
   bool ScriptDoneEarlyLocked(const JobRecord& job, uint64_t worker_id,
                              WorkerState state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every shard of the job's map has the job: workers may see the map.
-  bool MapRevealedLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The planner's view of a running job.
   PlanInput PlanInputLocked(const JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -298,10 +255,6 @@ class Coordinator {
   // once that is longer than its min_workers_timeout_s; back at MIN clears
   // it (see [elastic jobs]).
   void CheckBelowMinLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<ShardCall> PlanShardCallsLocked(bool probe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunShardCalls(std::vector<ShardCall>& calls) ABSL_LOCKS_EXCLUDED(mu_);
-  void ApplyShardResultsLocked(const std::vector<ShardCall>& calls)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Commits (durably) every job's newest epoch that all its shards
   // acknowledged: from then on heartbeats reveal it (see [membership
   // epochs]). A failed write leaves it uncommitted until the next tick.
@@ -321,8 +274,7 @@ class Coordinator {
   mutable absl::Mutex mu_;
   JobLog jobs_ ABSL_GUARDED_BY(mu_);
   WorkerPool workers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, JobShards> job_shards_ ABSL_GUARDED_BY(mu_);  // by job id
-  std::vector<Shard> shards_ ABSL_GUARDED_BY(mu_);  // index = shard_id - 1
+  ShardFleet fleet_ ABSL_GUARDED_BY(mu_);
   // The worker pool or the shard table changed since the last write.
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   // Registrations so far, in the state being written, and known written

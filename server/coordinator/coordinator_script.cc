@@ -39,10 +39,7 @@ bool Coordinator::PlaceJobLocked(const std::string& id) {
   if (job == nullptr) return false;
   if (!job->status.shard_map.shards.empty()) return true;
   if (AwaitsDeclaration(job->status.spec)) return false;
-  std::vector<std::string> healthy;
-  for (const auto& s : shards_) {
-    if (s.status.healthy) healthy.push_back(s.status.address);
-  }
+  std::vector<std::string> healthy = fleet_.HealthyAddresses();
   const uint32_t want = job->status.spec.shards;
   if (healthy.empty() || healthy.size() < want) {
     SetMessageLocked(id, absl::StrCat("waiting for shards: ", healthy.size(),
@@ -57,10 +54,7 @@ bool Coordinator::PlaceJobLocked(const std::string& id) {
     return false;
   }
   if (!jobs_.Update(id, [&](JobRecord& j) { j.status.shard_map = *map; }).ok()) return false;
-  JobShards& js = job_shards_[id];
-  const size_t used = job->status.shard_map.shards.size();
-  js.created.assign(used, false);
-  js.acked.assign(used, 0);
+  fleet_.Placed(id, job->status.shard_map.shards.size());
   return true;
 }
 
@@ -108,15 +102,6 @@ bool Coordinator::ScriptDoneEarlyLocked(const JobRecord& job, uint64_t worker_id
     if (w != nullptr && w->status.state != WorkerState::kDone) return true;
   }
   return false;
-}
-
-bool Coordinator::MapRevealedLocked(const std::string& job_id) const {
-  auto it = job_shards_.find(job_id);
-  if (it == job_shards_.end() || it->second.created.empty()) return false;
-  for (bool c : it->second.created) {
-    if (!c) return false;
-  }
-  return true;
 }
 
 }  // namespace gradstream::coordinator

@@ -75,9 +75,8 @@ JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
   uint64_t samples = retired.samples;
   bool reported = bytes > 0 || pulled > 0 || saved.bytes_pushed.has_value();
   uint64_t staleness = saved.max_staleness;
-  if (auto it = job_shards_.find(job.status.job_id); it != job_shards_.end()) {
-    staleness = std::max(staleness, it->second.max_staleness);
-  }
+  const JobShards* js = fleet_.Find(job.status.job_id);
+  if (js != nullptr) staleness = std::max(staleness, js->max_staleness);
   for (const JobMember& m : job.status.members) {
     const WorkerRecord* worker = workers_.Find(m.worker_id);
     if (worker == nullptr) continue;
@@ -105,14 +104,13 @@ JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
     rated = rated || w.samples_per_sec > 0;
   }
   if (rated) p.samples_per_sec = rate;
-  const auto js = job_shards_.find(job.status.job_id);
   const bool running = job.status.state == JobState::kRunning;
-  if (js != job_shards_.end()) {
+  if (js != nullptr) {
     // See [checkpoint failures] in server/shard/job.h.
     uint64_t failures = 0;
-    for (uint64_t f : js->second.checkpoint_failures) failures += f;
+    for (uint64_t f : js->checkpoint_failures) failures += f;
     p.checkpoint_failures = failures;
-    for (const std::string& e : js->second.checkpoint_errors) {
+    for (const std::string& e : js->checkpoint_errors) {
       if (!e.empty()) p.checkpoint_error = e;
     }
   }
@@ -121,20 +119,20 @@ JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
   } else if (saved.loss) {
     p.loss = saved.loss;
   }
-  if (running && js != job_shards_.end() && js->second.progress_known) {
+  if (running && js != nullptr && js->progress_known) {
     // The shards' clock, not the members' (see [shard progress]); once every
     // member is done the shards are too, whenever they were last asked.
-    p.clock = all_done && losses > 0 ? std::max(min_clock, js->second.progress_clock)
-                                     : js->second.progress_clock;
-    p.max_clock = std::max(max_clock, js->second.clocks.max_clock);
-    const absl::Duration still = Now() - js->second.progress_since;
+    p.clock = all_done && losses > 0 ? std::max(min_clock, js->progress_clock)
+                                     : js->progress_clock;
+    p.max_clock = std::max(max_clock, js->clocks.max_clock);
+    const absl::Duration still = Now() - js->progress_since;
     if (!all_done && still > absl::ZeroDuration()) {
       p.stalled_seconds = absl::ToDoubleSeconds(still);
       // The members' last rates are from before the stall: nothing moves.
       if (still >= kStallShown) p.samples_per_sec = 0;
     }
     // From the shards' recent clock rate; a script decides its own end.
-    const double clocks_per_sec = js->second.clock_rate.rate;
+    const double clocks_per_sec = js->clock_rate.rate;
     if (spec.entrypoint.empty() && clocks_per_sec > 0 && still < kStallShown &&
         p.clock < spec.steps) {
       p.eta_seconds = (spec.steps - p.clock) / clocks_per_sec;
@@ -237,7 +235,7 @@ Assignment Coordinator::AssignmentLocked(const WorkerRecord& worker) const {
     }
     a.spec = job->status.spec;
     // A script job's map only once its shards have the job ([script jobs]).
-    if (job->status.spec.model_type != "script" || MapRevealedLocked(job->status.job_id)) {
+    if (job->status.spec.model_type != "script" || fleet_.Installed(job->status.job_id)) {
       a.shard_map = job->status.shard_map;
     }
     // The worker's own token, never the job's: see [worker tokens].
@@ -253,12 +251,12 @@ ClusterStatus Coordinator::GetCluster() {
   ClusterStatus out;
   out.heartbeat_timeout_ms =
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_timeout));
-  for (const auto& s : shards_) {
-    ShardStatus status = s.status;
+  for (const ShardStatus& s : fleet_.shards()) {
+    ShardStatus status = s;
     uint32_t jobs = 0;
     for (const auto& [id, job] : jobs_.records()) {
       if (IsTerminal(job.status.state)) continue;
-      for (const std::string& a : job.status.shard_map.shards) jobs += (a == s.status.address);
+      for (const std::string& a : job.status.shard_map.shards) jobs += (a == s.address);
     }
     status.jobs = jobs;
     out.shards.push_back(std::move(status));
