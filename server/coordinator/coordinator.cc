@@ -71,7 +71,8 @@ Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards, const 
               WriteRestLocked(state);
             },
             &metrics_, &mu_),
-      workers_(options_.heartbeat_timeout) {}
+      workers_(options_.heartbeat_timeout),
+      views_(&jobs_, &workers_, &fleet_, options_.env, options_.heartbeat_timeout) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(
     CoordinatorOptions options, ShardClient* shards, const JobModels* models,
@@ -154,7 +155,7 @@ void Coordinator::WriteRestLocked(DurableState& state) {
 absl::Status Coordinator::SaveLocked() {
   absl::Status s = jobs_.Checkpoint([this](const JobRecord& job) {
     mu_.AssertHeld();  // called from within Checkpoint, under mu_
-    return ProgressLocked(job);
+    return views_.Progress(job);
   });
   dirty_ = !s.ok();
   // No other write ran since this one's copy (write_mu_ is held).
@@ -330,7 +331,7 @@ absl::StatusOr<Assignment> Coordinator::HeartbeatLocked(const HeartbeatReport& r
       }
     }
   }
-  Assignment assignment = AssignmentLocked(*worker);
+  Assignment assignment = views_.AssignmentOf(*worker);
   if (job != nullptr && IsTerminal(job->status.state) && worker->status.job_id == job_id) {
     // The worker has now been told; written with the next save (see
     // [ended jobs]).
@@ -347,7 +348,7 @@ void Coordinator::RecordProgressLocked(const JobRecord& job, const WorkerProgres
   point.clock = report.accuracy_clock;
   point.unix_ms = UnixMs(now);
   if (!ShouldRecordProgress(job.status, point)) return;
-  const JobProgress p = ProgressLocked(job);
+  const JobProgress p = views_.Progress(job);
   point.accuracy = report.accuracy;
   point.loss = p.loss.value_or(0);
   point.samples_per_sec = p.samples_per_sec.value_or(0);
@@ -381,7 +382,7 @@ absl::StatusOr<JobStatus> Coordinator::GetJob(const std::string& job_id, bool sh
   absl::MutexLock lock(&mu_);
   const JobRecord* job = jobs_.Find(job_id);
   if (job == nullptr) return JobNotFound(job_id);
-  JobStatus out = RenderJobLocked(*job, true);
+  JobStatus out = views_.Render(*job, true);
   if (!shard_map) out.shard_map = ShardMap();
   return out;
 }
@@ -404,7 +405,7 @@ absl::StatusOr<std::vector<JobStatus>> Coordinator::ListJobs(uint32_t page_size,
   // it, so jobs deleted in between (see --keep_finished) shift nothing.
   auto it = token.empty() ? records.rbegin() : std::make_reverse_iterator(records.lower_bound(token));
   for (; it != records.rend() && jobs.size() < page; ++it) {
-    jobs.push_back(RenderJobLocked(it->second, false));
+    jobs.push_back(views_.Render(it->second, false));
   }
   if (it != records.rend()) *next_page_token = jobs.back().job_id;
   return jobs;
@@ -438,7 +439,7 @@ absl::StatusOr<JobStatus> Coordinator::ScaleJob(const std::string& job_id, uint3
   }));
   LOG(INFO) << "coordinator: job " << job_id << " scaled to "
             << (elastic ? absl::StrCat(min, ":") : "") << workers;
-  return RenderJobLocked(*job, false);
+  return views_.Render(*job, false);
 }
 
 absl::StatusOr<JobStatus> Coordinator::CancelJob(const std::string& job_id) {
@@ -451,7 +452,12 @@ absl::StatusOr<JobStatus> Coordinator::CancelJob(const std::string& job_id) {
                                                       JobStateName(job->status.state), ")"));
   }
   GS_RETURN_IF_ERROR(FinishLocked(job_id, JobState::kCancelled, "cancelled by user"));
-  return RenderJobLocked(*job, false);
+  return views_.Render(*job, false);
+}
+
+ClusterStatus Coordinator::GetCluster() {
+  absl::MutexLock lock(&mu_);
+  return views_.Cluster();
 }
 
 // ---------------------------------------------------------------- membership
@@ -542,7 +548,7 @@ absl::Status Coordinator::FinishLocked(const std::string& job_id, JobState state
                                        const std::string& message) {
   const JobRecord* job = jobs_.Find(job_id);
   if (job == nullptr) return JobNotFound(job_id);
-  const JobProgress progress = ProgressLocked(*job);
+  const JobProgress progress = views_.Progress(*job);
   const absl::Time now = Now();
   GS_RETURN_IF_ERROR(jobs_.Update(job_id, [&](JobRecord& j) {
     j.status.progress = progress;
@@ -713,7 +719,7 @@ void Coordinator::CheckCompletionLocked(const JobRecord& job) {
   const std::string id = job.status.job_id;
   const uint32_t errors = job.status.worker_errors;
   if (errors >= std::max<uint32_t>(3, job.status.desired_workers) &&
-      ProgressLocked(job).clock == 0) {
+      views_.Progress(job).clock == 0) {
     (void)FinishLocked(
         id, JobState::kFailed,
         absl::StrCat(errors, " worker failures before any progress; last: ", job.status.message));

@@ -67,6 +67,7 @@
 #include "server/coordinator/shard_fleet.h"
 #include "server/coordinator/state_storage.h"
 #include "server/coordinator/types.h"
+#include "server/coordinator/views.h"
 #include "server/coordinator/worker_pool.h"
 
 namespace gradstream::coordinator {
@@ -185,17 +186,10 @@ class Coordinator {
   // How long a planned membership change needs to reach every member.
   absl::Duration LeadTime() const;
 
-  // Views (coordinator_views.cc).
-  JobStatus RenderJobLocked(const JobRecord& job, bool full) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  JobProgress ProgressLocked(const JobRecord& job) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a point to the job's history when `report` brings a newer
   // evaluation (see [progress history]).
   void RecordProgressLocked(const JobRecord& job, const WorkerProgress& report,
                             absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Assignment AssignmentLocked(const WorkerRecord& worker) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Whether HeartbeatLocked(request, now) may change the job log; when it
   // returns false, HeartbeatLocked writes nothing and needs no write_mu_.
@@ -275,6 +269,7 @@ class Coordinator {
   JobLog jobs_ ABSL_GUARDED_BY(mu_);
   WorkerPool workers_ ABSL_GUARDED_BY(mu_);
   ShardFleet fleet_ ABSL_GUARDED_BY(mu_);
+  Views views_ ABSL_GUARDED_BY(mu_);
   // The worker pool or the shard table changed since the last write.
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   // Registrations so far, in the state being written, and known written

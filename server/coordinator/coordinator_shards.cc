@@ -81,7 +81,7 @@ void Coordinator::UpdateGaugesLocked() {
     const bool final = IsTerminal(job.status.state) && job.status.members.empty();
     if (final && (js.final_exported || finals >= kFinalPerTick)) continue;
     finals += final ? 1 : 0;
-    metrics_.ExportJob(id, ProgressLocked(job), static_cast<uint32_t>(job.status.members.size()),
+    metrics_.ExportJob(id, views_.Progress(job), static_cast<uint32_t>(job.status.members.size()),
                        job.status.desired_workers, job.status.epochs.size());
     js.final_exported = final;
   }

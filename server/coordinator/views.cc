@@ -1,12 +1,13 @@
-// What the coordinator shows: job status and progress, a worker's
-// assignment, the cluster. Read-only views over the job log, the worker pool
-// and the shard table; see coordinator.h.
+// The coordinator's views; see views.h.
+#include "server/coordinator/views.h"
+
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/worker_token.h"
-#include "server/coordinator/coordinator.h"
 
 namespace gradstream::coordinator {
 
@@ -54,7 +55,15 @@ double RunSeconds(const JobStatus& job) {
 
 }  // namespace
 
-JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
+Views::Views(const JobLog* jobs, const WorkerPool* workers, const ShardFleet* fleet, Env* env,
+             absl::Duration heartbeat_timeout)
+    : jobs_(jobs),
+      workers_(workers),
+      fleet_(fleet),
+      env_(env),
+      heartbeat_timeout_(heartbeat_timeout) {}
+
+JobProgress Views::Progress(const JobRecord& job) const {
   const JobProgress& saved = job.status.progress;
   const JobSpec& spec = job.status.spec;
   JobProgress p;
@@ -75,10 +84,10 @@ JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
   uint64_t samples = retired.samples;
   bool reported = bytes > 0 || pulled > 0 || saved.bytes_pushed.has_value();
   uint64_t staleness = saved.max_staleness;
-  const JobShards* js = fleet_.Find(job.status.job_id);
+  const JobShards* js = fleet_->Find(job.status.job_id);
   if (js != nullptr) staleness = std::max(staleness, js->max_staleness);
   for (const JobMember& m : job.status.members) {
-    const WorkerRecord* worker = workers_.Find(m.worker_id);
+    const WorkerRecord* worker = workers_->Find(m.worker_id);
     if (worker == nullptr) continue;
     const WorkerProgress& w = worker->progress;
     bytes += w.bytes_pushed;
@@ -167,19 +176,19 @@ JobProgress Coordinator::ProgressLocked(const JobRecord& job) const {
   return p;
 }
 
-JobStatus Coordinator::RenderJobLocked(const JobRecord& job, bool full) const {
+JobStatus Views::Render(const JobRecord& job, bool full) const {
   JobStatus out = job.status;
   if (!full) {
     out.shard_map = ShardMap();
     out.epochs.clear();
     out.history.clear();
   }
-  out.progress = ProgressLocked(job);
+  out.progress = Progress(job);
   const bool ended = IsTerminal(job.status.state) && RunSeconds(job.status) > 0;
   // Leaving members still push until their leave clock: they count.
   uint32_t active = static_cast<uint32_t>(out.members.size());
   for (JobMember& m : out.members) {
-    const WorkerRecord* w = workers_.Find(m.worker_id);
+    const WorkerRecord* w = workers_->Find(m.worker_id);
     if (w == nullptr) continue;
     m.clock = w->progress.clock;
     // See [not measured] and [run average].
@@ -203,9 +212,9 @@ JobStatus Coordinator::RenderJobLocked(const JobRecord& job, bool full) const {
   return out;
 }
 
-Assignment Coordinator::AssignmentLocked(const WorkerRecord& worker) const {
+Assignment Views::AssignmentOf(const WorkerRecord& worker) const {
   Assignment a;
-  const JobRecord* job = jobs_.Find(worker.status.job_id);
+  const JobRecord* job = jobs_->Find(worker.status.job_id);
   if (job == nullptr) return a;
   if (IsTerminal(job->status.state)) {
     a.job_id = job->status.job_id;
@@ -235,7 +244,7 @@ Assignment Coordinator::AssignmentLocked(const WorkerRecord& worker) const {
     }
     a.spec = job->status.spec;
     // A script job's map only once its shards have the job ([script jobs]).
-    if (job->status.spec.model_type != "script" || fleet_.Installed(job->status.job_id)) {
+    if (job->status.spec.model_type != "script" || fleet_->Installed(job->status.job_id)) {
       a.shard_map = job->status.shard_map;
     }
     // The worker's own token, never the job's: see [worker tokens].
@@ -246,15 +255,13 @@ Assignment Coordinator::AssignmentLocked(const WorkerRecord& worker) const {
   return a;  // joining, but its epoch is not committed yet
 }
 
-ClusterStatus Coordinator::GetCluster() {
-  absl::MutexLock lock(&mu_);
+ClusterStatus Views::Cluster() const {
   ClusterStatus out;
-  out.heartbeat_timeout_ms =
-      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_timeout));
-  for (const ShardStatus& s : fleet_.shards()) {
+  out.heartbeat_timeout_ms = static_cast<uint32_t>(absl::ToInt64Milliseconds(heartbeat_timeout_));
+  for (const ShardStatus& s : fleet_->shards()) {
     ShardStatus status = s;
     uint32_t jobs = 0;
-    for (const auto& [id, job] : jobs_.records()) {
+    for (const auto& [id, job] : jobs_->records()) {
       if (IsTerminal(job.status.state)) continue;
       for (const std::string& a : job.status.shard_map.shards) jobs += (a == s.address);
     }
@@ -262,10 +269,10 @@ ClusterStatus Coordinator::GetCluster() {
     out.shards.push_back(std::move(status));
   }
   const absl::Time now = Now();
-  for (const auto& [id, w] : workers_.workers()) {
+  for (const auto& [id, w] : workers_->workers()) {
     WorkerStatus status = w.status;
-    status.healthy = workers_.Healthy(w, now);
-    if (const JobRecord* job = jobs_.Find(w.status.job_id)) {
+    status.healthy = workers_->Healthy(w, now);
+    if (const JobRecord* job = jobs_->Find(w.status.job_id)) {
       if (const JobMember* m = FindMember(job->status, id)) status.rank = m->rank;
     }
     out.workers.push_back(std::move(status));
