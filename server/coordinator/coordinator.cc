@@ -23,36 +23,6 @@ namespace {
 
 int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
-// Removes `worker` from `job`'s members, keeping what it pushed and trained
-// in the job's retired counters and its accuracy if it is the newest.
-void FoldOut(JobRecord& job, const WorkerRecord& worker) {
-  const uint64_t id = worker.status.worker_id;
-  const WorkerProgress& progress = worker.progress;
-  std::vector<JobMember>& members = job.status.members;
-  for (auto m = members.begin(); m != members.end(); ++m) {
-    if (m->worker_id != id) continue;
-    JobProgress& r = job.retired;
-    r.samples += WorkerPool::Samples(worker, job.status.spec, m->join_clock);
-    r.bytes_pushed = r.bytes_pushed.value_or(0) + progress.bytes_pushed;
-    r.fp32_bytes_pushed = r.fp32_bytes_pushed.value_or(0) + progress.fp32_bytes_pushed;
-    r.bytes_pulled = r.bytes_pulled.value_or(0) + progress.bytes_pulled;
-    r.fp32_bytes_pulled = r.fp32_bytes_pulled.value_or(0) + progress.fp32_bytes_pulled;
-    r.bytes_pulled_discarded += progress.bytes_pulled_discarded;
-    r.max_staleness = std::max(r.max_staleness, progress.max_staleness);
-    members.erase(m);
-    break;
-  }
-  if (progress.accuracy_clock > job.status.progress.accuracy_clock) {
-    job.status.progress.accuracy = progress.accuracy;
-    job.status.progress.accuracy_clock = progress.accuracy_clock;
-  }
-}
-
-absl::Status JobNotFound(const std::string& id) {
-  return absl::NotFoundError(
-      absl::StrCat("no job '", id, "' (see `gradstream list` for the known jobs)"));
-}
-
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards, const JobModels* models,
@@ -62,17 +32,18 @@ Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards, const 
       models_(models),
       metrics_(options_.metrics ? options_.metrics : metrics::Registry::Default()),
       store_(std::move(store)),
-      jobs_(store_.get(),
-            [this](DurableState& state) {
-              // JobLog writes only under mu_, and releases it for the write
-              // only under write_mu_ (see [state writes off the lock]).
-              mu_.AssertHeld();
-              write_mu_.AssertHeld();
-              WriteRestLocked(state);
-            },
-            &metrics_, &mu_),
+      jobs_(
+          store_.get(),
+          [this](DurableState& state) {
+            // JobLog writes only under mu_, and releases it for the write
+            // only under write_mu_ (see [state writes off the lock]).
+            mu_.AssertHeld();
+            write_mu_.AssertHeld();
+            WriteRestLocked(state);
+          },
+          &metrics_, &mu_, &workers_, options_.env, &dirty_),
       workers_(options_.heartbeat_timeout),
-      views_(&jobs_, &workers_, &fleet_, options_.env, options_.heartbeat_timeout) {}
+      views_(&jobs_.log(), &workers_, &fleet_, options_.env, options_.heartbeat_timeout) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(
     CoordinatorOptions options, ShardClient* shards, const JobModels* models,
@@ -213,7 +184,7 @@ absl::StatusOr<RegisteredWorker> Coordinator::RegisterWorker(const WorkerRegistr
         }
         const uint64_t at =
             DepartureClock(known->progress.clock, fleet_.Job(job_id).clocks.min_clock);
-        GS_RETURN_IF_ERROR(DetachLocked(
+        GS_RETURN_IF_ERROR(jobs_.Detach(
             job_id, *known, at,
             in_last ? absl::StrCat("worker ", request.worker_id, " restarted") : std::string()));
       }
@@ -301,7 +272,7 @@ absl::StatusOr<Assignment> Coordinator::HeartbeatLocked(const HeartbeatReport& r
       const std::string failure = absl::StrCat("worker ", id, " failed: ", request.message);
       const uint64_t at =
           DepartureClock(request.progress.clock, fleet_.Job(job_id).clocks.min_clock);
-      GS_RETURN_IF_ERROR(DetachLocked(
+      GS_RETURN_IF_ERROR(jobs_.Detach(
           job_id, *worker, at,
           leaving && !failed
               ? std::string()
@@ -335,7 +306,7 @@ absl::StatusOr<Assignment> Coordinator::HeartbeatLocked(const HeartbeatReport& r
   if (job != nullptr && IsTerminal(job->status.state) && worker->status.job_id == job_id) {
     // The worker has now been told; written with the next save (see
     // [ended jobs]).
-    (void)DetachLocked(job_id, *worker, 0, "");
+    (void)jobs_.Detach(job_id, *worker, 0, "");
   }
   metrics_.HeartbeatReceived();
   return assignment;
@@ -355,8 +326,7 @@ void Coordinator::RecordProgressLocked(const JobRecord& job, const WorkerProgres
   point.bytes_pushed = p.bytes_pushed.value_or(0);
   point.fp32_bytes_pushed = p.fp32_bytes_pushed.value_or(0);
   // A failed write loses this point only; the next evaluation tries again.
-  (void)jobs_.Update(job.status.job_id,
-                     [&](JobRecord& j) { AppendProgressPoint(point, &j.status); });
+  (void)jobs_.AddProgressPoint(job.status.job_id, point);
 }
 
 // ---------------------------------------------------------------- jobs
@@ -364,15 +334,7 @@ void Coordinator::RecordProgressLocked(const JobRecord& job, const WorkerProgres
 absl::StatusOr<std::string> Coordinator::SubmitJob(const JobSpec& spec, const std::string& token) {
   absl::MutexLock write(&write_mu_);
   absl::MutexLock lock(&mu_);
-  JobRecord record;
-  record.status.spec = spec;
-  record.status.state = JobState::kPending;
-  record.status.desired_workers = spec.workers;
-  record.status.min_workers = spec.workers_min;
-  record.status.submitted_unix_ms = UnixMs(Now());
-  record.status.message = "waiting for shards and workers";
-  record.token = token;
-  GS_ASSIGN_OR_RETURN(const std::string id, jobs_.Create(std::move(record)));
+  GS_ASSIGN_OR_RETURN(const std::string id, jobs_.Submit(spec, token));
   fleet_.Job(id);
   LOG(INFO) << "coordinator: job " << id << " submitted (" << spec.name << ")";
   return id;
@@ -433,10 +395,7 @@ absl::StatusOr<JobStatus> Coordinator::ScaleJob(const std::string& job_id, uint3
   const uint32_t min = !elastic      ? 0
                        : workers_min ? workers_min
                                      : std::min(job->status.min_workers, workers);
-  GS_RETURN_IF_ERROR(jobs_.Update(job_id, [&](JobRecord& j) {
-    j.status.desired_workers = workers;
-    j.status.min_workers = min;
-  }));
+  GS_RETURN_IF_ERROR(jobs_.Scale(job_id, workers, min));
   LOG(INFO) << "coordinator: job " << job_id << " scaled to "
             << (elastic ? absl::StrCat(min, ":") : "") << workers;
   return views_.Render(*job, false);
@@ -462,103 +421,12 @@ ClusterStatus Coordinator::GetCluster() {
 
 // ---------------------------------------------------------------- membership
 
-absl::Status Coordinator::DetachLocked(const std::string& job_id, WorkerRecord& worker,
-                                       uint64_t clock, const std::string& epoch_reason,
-                                       const std::function<void(JobRecord&)>& also) {
-  const uint64_t id = worker.status.worker_id;
-  const absl::Time now = Now();
-  auto edit = [&](JobRecord& job) {
-    if (also) also(job);
-    FoldOut(job, worker);
-    if (!epoch_reason.empty() && !IsTerminal(job.status.state)) {
-      AppendEpoch(job, clock, epoch_reason, now);
-      // Gone for good: no round waits for it, even one before a later
-      // planned epoch's clock this one was pushed to (see [departed]).
-      job.status.epochs.back().departed.push_back(id);
-    }
-  };
-  // NOTE: [ended jobs] A member leaving a job that ended decides nothing, so
-  // the record is amended in memory and written with the next save, not once
-  // per member; a crash before it restores the member, whose next heartbeat
-  // detaches it again. See docs/design/coordinator-ended-jobs.md.
-  const JobRecord* current = jobs_.Find(job_id);
-  const bool ended = current != nullptr && IsTerminal(current->status.state);
-  GS_RETURN_IF_ERROR(ended ? jobs_.Amend(job_id, edit) : jobs_.Update(job_id, edit));
-  WorkerPool::Release(worker);
-  dirty_ = true;
-  return absl::OkStatus();
-}
-
-absl::Status Coordinator::ApplyPlanLocked(const std::string& job_id, const MembershipPlan& plan,
-                                          bool start) {
-  using Action = MembershipPlan::Action;
-  if (plan.action == Action::kNone) return absl::OkStatus();
-  if (plan.action == Action::kWait) {
-    SetMessageLocked(job_id, plan.message);
-    return absl::OkStatus();
-  }
-  // Joiners are assigned before the write that lists them (see [write
-  // durably, then apply]), and given back if it fails.
-  std::vector<WorkerRecord*> joiners;
-  for (uint64_t id : plan.join) {
-    WorkerRecord* w = workers_.Find(id);
-    CHECK(w != nullptr && w->status.job_id.empty()) << "planned a busy worker " << id;
-    WorkerPool::Assign(*w, job_id);
-    joiners.push_back(w);
-  }
-  const absl::Time now = Now();
-  absl::Status s = jobs_.Update(job_id, [&](JobRecord& job) {
-    for (const WorkerRecord* w : joiners) {
-      JobMember m;
-      m.worker_id = w->status.worker_id;
-      m.incarnation = w->status.incarnation;
-      m.join_clock = plan.clock;
-      job.status.members.push_back(std::move(m));
-    }
-    for (JobMember& m : job.status.members) {
-      if (std::find(plan.leave.begin(), plan.leave.end(), m.worker_id) == plan.leave.end()) {
-        continue;
-      }
-      m.leaving = true;
-      m.leave_clock = plan.clock;
-    }
-    if (start) {
-      job.status.state = JobState::kRunning;
-      job.status.started_unix_ms = UnixMs(now);
-    }
-    job.status.message.clear();
-    AppendEpoch(job, plan.clock, plan.reason, now);
-  });
-  if (!s.ok()) {
-    for (WorkerRecord* w : joiners) WorkerPool::Assign(*w, "");
-    return s;
-  }
-  if (!joiners.empty()) dirty_ = true;
-  return absl::OkStatus();
-}
-
-void Coordinator::SetMessageLocked(const std::string& job_id, const std::string& message) {
-  const JobRecord* job = jobs_.Find(job_id);
-  if (job == nullptr || job->status.message == message) return;
-  // A message that did not make it to disk shows up again on the next tick.
-  (void)jobs_.Update(job_id, [&](JobRecord& j) { j.status.message = message; });
-}
-
 absl::Status Coordinator::FinishLocked(const std::string& job_id, JobState state,
                                        const std::string& message) {
   const JobRecord* job = jobs_.Find(job_id);
   if (job == nullptr) return JobNotFound(job_id);
-  const JobProgress progress = views_.Progress(*job);
-  const absl::Time now = Now();
-  GS_RETURN_IF_ERROR(jobs_.Update(job_id, [&](JobRecord& j) {
-    j.status.progress = progress;
-    j.status.state = state;
-    j.status.message = message;
-    j.status.finished_unix_ms = UnixMs(now);
-  }));
+  GS_RETURN_IF_ERROR(jobs_.Finish(job_id, state, message, views_.Progress(*job)));
   fleet_.Job(job_id).dropped = !(state != JobState::kCompleted || options_.drop_finished_jobs);
-  LOG(INFO) << "coordinator: job " << job_id << " " << JobStateName(state)
-            << (message.empty() ? "" : ": ") << message;
   return absl::OkStatus();
 }
 
@@ -651,7 +519,7 @@ void Coordinator::ReapDeadWorkersLocked() {
       const uint64_t at =
           DepartureClock(worker.progress.clock, fleet_.Job(job_id).clocks.min_clock);
       // Not durable: the worker stays in its job and the next tick retries.
-      if (!DetachLocked(job_id, worker, at, reason).ok()) continue;
+      if (!jobs_.Detach(job_id, worker, at, reason).ok()) continue;
     }
     WorkerPool::MarkDead(worker);
     dirty_ = true;
@@ -672,7 +540,7 @@ void Coordinator::StartPendingJobLocked(const JobRecord& job) {
   const MembershipPlan plan =
       PlanStart(job.status.desired_workers, workers_.Free(),
                 now - js.ready_since >= options_.start_grace, job.status.min_workers);
-  (void)ApplyPlanLocked(id, plan, /*start=*/true);
+  (void)jobs_.ApplyPlan(id, plan, /*start=*/true);
 }
 
 void Coordinator::PlanMembershipLocked(const JobRecord& job) {
@@ -681,9 +549,9 @@ void Coordinator::PlanMembershipLocked(const JobRecord& job) {
   // An elastic job back inside its range waits no more ([elastic jobs]).
   if (plan.action == MembershipPlan::Action::kNone && job.status.min_workers > 0 &&
       absl::StartsWith(job.status.message, "waiting")) {
-    SetMessageLocked(id, "");
+    jobs_.SetMessage(id, "");
   }
-  (void)ApplyPlanLocked(id, plan, /*start=*/false);
+  (void)jobs_.ApplyPlan(id, plan, /*start=*/false);
 }
 
 void Coordinator::CheckBelowMinLocked(const JobRecord& job) {
@@ -697,12 +565,12 @@ void Coordinator::CheckBelowMinLocked(const JobRecord& job) {
   // A failed write is tried again on the next tick.
   if (active >= min) {
     if (since != 0) {
-      (void)jobs_.Update(id, [](JobRecord& j) { j.status.below_min_since_unix_ms = 0; });
+      (void)jobs_.SetBelowMinSince(id, 0);
     }
     return;
   }
   if (since == 0) {
-    (void)jobs_.Update(id, [&](JobRecord& j) { j.status.below_min_since_unix_ms = UnixMs(now); });
+    (void)jobs_.SetBelowMinSince(id, UnixMs(now));
     return;
   }
   const absl::Duration timeout = absl::Seconds(job.status.spec.min_workers_timeout_s);

@@ -60,7 +60,7 @@
 #include "common/metrics/metrics.h"
 #include "server/coordinator/clock_rate.h"
 #include "server/coordinator/coordinator_metrics.h"
-#include "server/coordinator/job_log.h"
+#include "server/coordinator/job_table.h"
 #include "server/coordinator/membership_planner.h"
 #include "server/coordinator/job_models.h"
 #include "server/coordinator/shard_client.h"
@@ -198,26 +198,6 @@ class Coordinator {
   absl::StatusOr<Assignment> HeartbeatLocked(const HeartbeatReport& request, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Membership changes, each one JobLog::Update. A `job_id` argument must
-  // not refer into a record (an Update replaces the record's content).
-  // Takes `worker` out of its job: folds its counters into the job's record
-  // and, when `epoch_reason` is not empty and the job has not ended, adds an
-  // epoch at `clock` without it. Releases the worker once that is durable
-  // (see [write durably, then apply]); on a failed write nothing changed.
-  // `also`, if set, changes the record in the same write. Leaving a job that
-  // ended writes nothing at once (see [ended jobs]).
-  [[nodiscard]] absl::Status DetachLocked(const std::string& job_id, WorkerRecord& worker,
-                                          uint64_t clock, const std::string& epoch_reason,
-                                          const std::function<void(JobRecord&)>& also = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies a kJoin / kLeave plan as a new epoch; `start` also marks the job
-  // RUNNING. A kWait plan only sets the job's message.
-  [[nodiscard]] absl::Status ApplyPlanLocked(const std::string& job_id,
-                                             const MembershipPlan& plan, bool start)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets the job's message (a write only when it changes).
-  void SetMessageLocked(const std::string& job_id, const std::string& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   [[nodiscard]] absl::Status FinishLocked(const std::string& job_id,
                                           JobState state,
                                           const std::string& message)
@@ -266,7 +246,7 @@ class Coordinator {
   // the job log while mu_ is released for a write.
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  JobLog jobs_ ABSL_GUARDED_BY(mu_);
+  JobTable jobs_ ABSL_GUARDED_BY(mu_);
   WorkerPool workers_ ABSL_GUARDED_BY(mu_);
   ShardFleet fleet_ ABSL_GUARDED_BY(mu_);
   Views views_ ABSL_GUARDED_BY(mu_);

@@ -42,7 +42,7 @@ bool Coordinator::PlaceJobLocked(const std::string& id) {
   std::vector<std::string> healthy = fleet_.HealthyAddresses();
   const uint32_t want = job->status.spec.shards;
   if (healthy.empty() || healthy.size() < want) {
-    SetMessageLocked(id, absl::StrCat("waiting for shards: ", healthy.size(),
+    jobs_.SetMessage(id, absl::StrCat("waiting for shards: ", healthy.size(),
                                       " healthy registered, job wants ",
                                       want == 0 ? std::string("at least 1") : absl::StrCat(want)));
     return false;
@@ -53,7 +53,7 @@ bool Coordinator::PlaceJobLocked(const std::string& id) {
     (void)FinishLocked(id, JobState::kFailed, absl::StrCat("shard map: ", map.status().message()));
     return false;
   }
-  if (!jobs_.Update(id, [&](JobRecord& j) { j.status.shard_map = *map; }).ok()) return false;
+  if (!jobs_.SetShardMap(id, *map).ok()) return false;
   fleet_.Placed(id, job->status.shard_map.shards.size());
   return true;
 }
@@ -82,7 +82,7 @@ void Coordinator::DeclareTensorsLocked(const std::string& job_id, uint64_t worke
                                       spec.status().message()));
       return;
     }
-    if (!jobs_.Update(job_id, [&](JobRecord& j) { j.status.spec = *spec; }).ok()) {
+    if (!jobs_.SetSpec(job_id, *spec).ok()) {
       return;  // the next heartbeat declares again
     }
     LOG(INFO) << "coordinator: job " << job_id << ": rank 0 (worker " << worker_id

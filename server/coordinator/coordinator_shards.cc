@@ -56,14 +56,14 @@ void Coordinator::CommitEpochsLocked() {
       // epoch: commit it, so that the workers start the script ([script jobs]).
       const uint64_t latest = job.status.epochs.size();
       if (AwaitsDeclaration(job.status.spec) && latest > job.status.committed_epoch) {
-        (void)jobs_.Update(id, [&](JobRecord& j) { j.status.committed_epoch = latest; });
+        (void)jobs_.Commit(id, latest);
       }
       continue;
     }
     const std::optional<uint64_t> acked = fleet_.Acknowledged(id);
     if (acked && *acked > job.status.committed_epoch) {
       // Not durable: it stays uncommitted and the next tick tries again.
-      (void)jobs_.Update(id, [&](JobRecord& j) { j.status.committed_epoch = *acked; });
+      (void)jobs_.Commit(id, *acked);
     }
   }
 }
