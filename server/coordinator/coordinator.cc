@@ -1,35 +1,23 @@
-// The coordinator's RPCs and membership changes; see coordinator.h and
-// [membership epochs]. Tick() and the shard calls are in
-// coordinator_shards.cc, the status views in coordinator_views.cc.
+// The coordinator's core: locks, the RPCs' entry points and the tick; see
+// coordinator.h.
 #include "server/coordinator/coordinator.h"
 
 #include <algorithm>
-#include <functional>
 #include <iterator>
 #include <optional>
-#include <set>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "glog/logging.h"
-#include "server/coordinator/progress_history.h"
 
 namespace gradstream::coordinator {
-
-namespace {
-
-int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
-
-}  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards, const JobModels* models,
                          std::unique_ptr<StateStorage> store)
     : options_(std::move(options)),
       shards_client_(shards),
-      models_(models),
       metrics_(options_.metrics ? options_.metrics : metrics::Registry::Default()),
       store_(std::move(store)),
       jobs_(
@@ -43,7 +31,8 @@ Coordinator::Coordinator(CoordinatorOptions options, ShardClient* shards, const 
           },
           &metrics_, &mu_, &workers_, options_.env, &dirty_),
       workers_(options_.heartbeat_timeout),
-      views_(&jobs_.log(), &workers_, &fleet_, options_.env, options_.heartbeat_timeout) {}
+      views_(&jobs_.log(), &workers_, &fleet_, options_.env, options_.heartbeat_timeout),
+      reconciler_(&options_, &jobs_, &workers_, &fleet_, &views_, models, &metrics_, &dirty_) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(
     CoordinatorOptions options, ShardClient* shards, const JobModels* models,
@@ -78,18 +67,6 @@ void Coordinator::StartTicker() {
       Tick();
     }
   });
-}
-
-uint32_t Coordinator::heartbeat_interval_ms() const {
-  const int64_t ms = absl::ToInt64Milliseconds(options_.heartbeat_timeout) / 5;
-  return static_cast<uint32_t>(std::clamp<int64_t>(ms, 50, 2000));
-}
-
-absl::Duration Coordinator::LeadTime() const {
-  // The epoch goes to the shards on the next tick and a worker polls once
-  // per heartbeat (see [membership plan]).
-  return 2 * absl::Milliseconds(heartbeat_interval_ms()) + 2 * options_.tick_interval +
-         absl::Milliseconds(500);
 }
 
 // ---------------------------------------------------------------- persistence
@@ -172,22 +149,8 @@ absl::StatusOr<RegisteredWorker> Coordinator::RegisterWorker(const WorkerRegistr
   if (!done) {
     // A new process of a worker in a job: the old one's place in its job
     // ends where it stopped (a write of its own).
-    WorkerRecord* known = workers_.Find(request.worker_id);
     if (LeavesJobLocked(request)) {
-      const std::string job_id = known->status.job_id;
-      if (const JobRecord* job = jobs_.Find(job_id)) {
-        bool in_last = false;
-        if (!job->status.epochs.empty()) {
-          for (uint64_t w : job->status.epochs.back().worker_ids) {
-            in_last |= (w == request.worker_id);
-          }
-        }
-        const uint64_t at =
-            DepartureClock(known->progress.clock, fleet_.Job(job_id).clocks.min_clock);
-        GS_RETURN_IF_ERROR(jobs_.Detach(
-            job_id, *known, at,
-            in_last ? absl::StrCat("worker ", request.worker_id, " restarted") : std::string()));
-      }
+      GS_RETURN_IF_ERROR(reconciler_.Restarted(*workers_.Find(request.worker_id)));
     }
     done = RegisterLocked(request);
   }
@@ -206,13 +169,15 @@ Coordinator::Registered Coordinator::RegisterLocked(const WorkerRegistration& re
   Registered r;
   r.response.worker_id = worker.status.worker_id;
   r.response.incarnation = worker.status.incarnation;
-  r.response.heartbeat_interval_ms = heartbeat_interval_ms();
+  r.response.heartbeat_interval_ms = HeartbeatIntervalMs(options_);
   r.response.heartbeat_timeout_ms =
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_timeout));
   r.sequence = ++registrations_;
   dirty_ = true;
   return r;
 }
+
+// ---------------------------------------------------------------- heartbeats
 
 absl::StatusOr<Assignment> Coordinator::Heartbeat(const HeartbeatReport& request) {
   {
@@ -228,105 +193,27 @@ absl::StatusOr<Assignment> Coordinator::Heartbeat(const HeartbeatReport& request
 }
 
 bool Coordinator::HeartbeatWritesLocked(const HeartbeatReport& request, absl::Time now) const {
-  // Mirrors the branches of HeartbeatLocked that change the job log.
   const WorkerRecord* worker = workers_.Find(request.worker_id);
   if (worker == nullptr || worker->dead || worker->status.incarnation != request.incarnation) {
     return false;  // refused before anything changes
   }
-  const std::string& job_id = worker->status.job_id;
-  const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id);
-  if (job == nullptr) return false;
-  // Told of the end, or leaving it: amended, not written ([ended jobs]).
-  if (IsTerminal(job->status.state)) return false;
-  if (request.job_id != job_id) return false;
-  if (request.state == WorkerState::kLeft || request.state == WorkerState::kError ||
-      ScriptDoneEarlyLocked(*job, worker->status.worker_id, request.state)) {
-    return true;
-  }
-  // Script jobs place their map from rank 0's declaration ([script jobs]).
-  if (job->status.spec.model_type == "script" && job->status.shard_map.shards.empty()) {
-    return true;
-  }
-  ProgressPoint point;  // see RecordProgressLocked
-  point.clock = request.progress.accuracy_clock;
-  point.unix_ms = UnixMs(now);
-  return ShouldRecordProgress(job->status, point);
+  return reconciler_.ReportWrites(*worker, request, now);
 }
 
 absl::StatusOr<Assignment> Coordinator::HeartbeatLocked(const HeartbeatReport& request,
                                                         absl::Time now) {
   GS_ASSIGN_OR_RETURN(WorkerRecord * worker, workers_.Beat(request, now));
-  const uint64_t id = worker->status.worker_id;
   const std::string job_id = worker->status.job_id;
-  const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id);
-  if (job != nullptr && request.job_id == job_id) {
-    const JobMember* joined = FindMember(job->status, id);
-    WorkerPool::Report(*worker, request.progress, now, joined ? joined->join_clock : 0);
-    RecordProgressLocked(*job, request.progress, now);
-    DeclareTensorsLocked(job_id, id, request);
-    const bool done_early = ScriptDoneEarlyLocked(*job, id, request.state);
-    const bool failed = request.state == WorkerState::kError;
-    if (request.state == WorkerState::kLeft || failed || done_early) {
-      const JobMember* member = FindMember(job->status, id);
-      const bool leaving = member != nullptr && member->leaving;
-      const std::string failure = absl::StrCat("worker ", id, " failed: ", request.message);
-      const uint64_t at =
-          DepartureClock(request.progress.clock, fleet_.Job(job_id).clocks.min_clock);
-      GS_RETURN_IF_ERROR(jobs_.Detach(
-          job_id, *worker, at,
-          leaving && !failed
-              ? std::string()
-              : absl::StrCat("worker ", request.worker_id,
-                             failed ? " failed" : (done_early ? " finished" : " left")),
-          [&](JobRecord& j) {
-            // Its script is done: the job winds down, nobody replaces it,
-            // nor grows it back, not even with this worker once it is idle
-            // again (an elastic job below MAX took it back and ran its
-            // script past the last step), nor waits for one ([elastic jobs]).
-            if (done_early) {
-              uint32_t others = 0;
-              for (const JobMember& m : j.status.members) {
-                others += m.leaving || m.worker_id == id ? 0 : 1;
-              }
-              j.status.desired_workers = std::max(1u, others);
-              j.status.min_workers = std::min(j.status.min_workers, j.status.desired_workers);
-            }
-            if (!failed) return;
-            ++j.status.worker_errors;
-            j.status.message = failure;
-          }));
-      if (failed) LOG(WARNING) << "coordinator: " << failure;
-      // A failing training script fails its job (see [script jobs]).
-      if (failed && !job->status.spec.entrypoint.empty() && !IsTerminal(job->status.state)) {
-        GS_RETURN_IF_ERROR(FinishLocked(job_id, JobState::kFailed, failure));
-      }
-    }
-  }
+  GS_RETURN_IF_ERROR(reconciler_.Report(*worker, request, now));
   Assignment assignment = views_.AssignmentOf(*worker);
+  const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id);
   if (job != nullptr && IsTerminal(job->status.state) && worker->status.job_id == job_id) {
     // The worker has now been told; written with the next save (see
-    // [ended jobs]).
+    // [ended jobs] in job_table.h).
     (void)jobs_.Detach(job_id, *worker, 0, "");
   }
   metrics_.HeartbeatReceived();
   return assignment;
-}
-
-void Coordinator::RecordProgressLocked(const JobRecord& job, const WorkerProgress& report,
-                                       absl::Time now) {
-  if (IsTerminal(job.status.state)) return;
-  ProgressPoint point;
-  point.clock = report.accuracy_clock;
-  point.unix_ms = UnixMs(now);
-  if (!ShouldRecordProgress(job.status, point)) return;
-  const JobProgress p = views_.Progress(job);
-  point.accuracy = report.accuracy;
-  point.loss = p.loss.value_or(0);
-  point.samples_per_sec = p.samples_per_sec.value_or(0);
-  point.bytes_pushed = p.bytes_pushed.value_or(0);
-  point.fp32_bytes_pushed = p.fp32_bytes_pushed.value_or(0);
-  // A failed write loses this point only; the next evaluation tries again.
-  (void)jobs_.AddProgressPoint(job.status.job_id, point);
 }
 
 // ---------------------------------------------------------------- jobs
@@ -410,7 +297,7 @@ absl::StatusOr<JobStatus> Coordinator::CancelJob(const std::string& job_id) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ended (",
                                                       JobStateName(job->status.state), ")"));
   }
-  GS_RETURN_IF_ERROR(FinishLocked(job_id, JobState::kCancelled, "cancelled by user"));
+  GS_RETURN_IF_ERROR(reconciler_.Finish(job_id, JobState::kCancelled, "cancelled by user"));
   return views_.Render(*job, false);
 }
 
@@ -419,192 +306,59 @@ ClusterStatus Coordinator::GetCluster() {
   return views_.Cluster();
 }
 
-// ---------------------------------------------------------------- membership
+// ---------------------------------------------------------------- tick
 
-absl::Status Coordinator::FinishLocked(const std::string& job_id, JobState state,
-                                       const std::string& message) {
-  const JobRecord* job = jobs_.Find(job_id);
-  if (job == nullptr) return JobNotFound(job_id);
-  GS_RETURN_IF_ERROR(jobs_.Finish(job_id, state, message, views_.Progress(*job)));
-  fleet_.Job(job_id).dropped = !(state != JobState::kCompleted || options_.drop_finished_jobs);
-  return absl::OkStatus();
-}
-
-PlanInput Coordinator::PlanInputLocked(const JobRecord& job) const {
-  PlanInput in;
-  in.desired_workers = job.status.desired_workers;
-  in.min_workers = job.status.min_workers;
-  for (const JobMember& m : job.status.members) {
-    MemberClock mc{m.worker_id, m.leaving};
-    if (const WorkerRecord* w = workers_.Find(m.worker_id)) {
-      mc.clock = w->progress.clock;
-      mc.clock_rate = w->clock_rate.PlanningRate();
+void Coordinator::Tick() {
+  absl::MutexLock tick_lock(&tick_mu_);
+  std::vector<ShardCall> calls;
+  {
+    absl::MutexLock write(&write_mu_);
+    absl::MutexLock lock(&mu_);
+    reconciler_.BeforeShardCalls();
+    const bool probe = Now() - last_probe_ >= options_.probe_interval;
+    if (probe) {
+      last_probe_ = Now();
+      dirty_ = true;  // progress counters: persisted about once per probe interval
     }
-    in.members.push_back(mc);
+    // Epochs are durable already (see [write durably, then apply]); this
+    // writes the worker pool, the shard table and the progress counters.
+    if (dirty_) (void)SaveLocked();
+    calls = fleet_.Plan(jobs_.records(), probe);
   }
-  in.free_workers = workers_.Free();
-  if (const JobShards* js = fleet_.Find(job.status.job_id)) {
-    in.shards = js->clocks;
-    in.job_clock_rate = js->clock_rate.PlanningRate();
-  }
-  const JobSpec& spec = job.status.spec;
-  // Outside SYNC a chunk version counts pushes, not clocks (see [membership plan]).
-  if (spec.consistency != ConsistencyMode::kSync) in.shards.max_version = 0;
-  in.bounded = spec.consistency == ConsistencyMode::kBounded;
-  in.staleness = spec.staleness;
-  if (!job.status.epochs.empty()) in.last_epoch_clock = job.status.epochs.back().effective_clock;
-  // A script decides when it is done ([script jobs]): no last step to plan around.
-  in.steps = spec.entrypoint.empty() ? spec.steps : UINT64_MAX;
-  in.lead_time = LeadTime();
-  return in;
+  RunShardCalls(shards_client_, calls);
+  absl::MutexLock write(&write_mu_);
+  absl::MutexLock lock(&mu_);
+  fleet_.Apply(calls, jobs_.records(), Now());
+  reconciler_.AfterShardCalls();
+  UpdateGaugesLocked();
+  if (dirty_) (void)SaveLocked();
 }
 
-// ---------------------------------------------------------------- tick phases
-
-void Coordinator::PruneFinishedLocked() {
-  const int64_t cutoff = options_.keep_finished_for == absl::InfiniteDuration()
-                             ? INT64_MIN
-                             : absl::ToUnixMillis(Now() - options_.keep_finished_for);
-  // (finished at, id) of every finished job; most ticks stop after this scan.
-  std::vector<std::pair<int64_t, std::string>> finished;
-  bool expired = false;
+void Coordinator::UpdateGaugesLocked() {
+  ClusterCounts counts;
+  // NOTE: [final gauges] A finished job without members has its final
+  // values: its series are set once, at most kFinalPerTick of them a tick.
+  // See docs/design/coordinator-final-gauges.md.
+  constexpr int kFinalPerTick = 500;
+  int finals = 0;
   for (const auto& [id, job] : jobs_.records()) {
-    if (!IsTerminal(job.status.state)) continue;
-    finished.emplace_back(job.status.finished_unix_ms, id);
-    expired |= job.status.finished_unix_ms < cutoff;
+    ++counts.jobs_by_state[job.status.state];
+    JobShards& js = fleet_.Job(id);
+    const bool final = IsTerminal(job.status.state) && job.status.members.empty();
+    if (final && (js.final_exported || finals >= kFinalPerTick)) continue;
+    finals += final ? 1 : 0;
+    metrics_.ExportJob(id, views_.Progress(job), static_cast<uint32_t>(job.status.members.size()),
+                       job.status.desired_workers, job.status.epochs.size());
+    js.final_exported = final;
   }
-  if (finished.size() <= options_.keep_finished && !expired) return;
-  std::sort(finished.begin(), finished.end(), std::greater<>());  // newest first
-  std::set<std::string> referred;
-  for (const auto& [wid, w] : workers_.workers()) {
-    if (!w.status.job_id.empty()) referred.insert(w.status.job_id);
+  for (const auto& [id, w] : workers_.workers()) {
+    w.dead ? ++counts.workers_dead : ++counts.workers_healthy;
+    if (!w.dead && w.status.job_id.empty()) ++counts.workers_idle;
   }
-  constexpr size_t kMaxPerTick = 1000;  // one bounded transaction
-  std::vector<std::string> victims;
-  for (size_t i = 0; i < finished.size() && victims.size() < kMaxPerTick; ++i) {
-    const auto& [at, id] = finished[i];
-    if (i < options_.keep_finished && at >= cutoff) continue;
-    // A job placed on shards waits until they dropped it (or need not).
-    const JobShards* js = fleet_.Find(id);
-    const bool on_shards = js != nullptr && !js->dropped &&
-                           !jobs_.Find(id)->status.shard_map.shards.empty();
-    if (referred.count(id) > 0 || on_shards) continue;
-    victims.push_back(id);
+  for (const ShardStatus& s : fleet_.shards()) {
+    s.healthy ? ++counts.shards_healthy : ++counts.shards_unhealthy;
   }
-  if (victims.empty()) return;
-  if (absl::Status s = jobs_.Remove(victims); !s.ok()) {
-    LOG(WARNING) << "coordinator: cannot delete " << victims.size()
-                 << " finished jobs (kept, retried next tick): " << s;
-    return;
-  }
-  for (const std::string& id : victims) fleet_.Forget(id);
-  LOG(INFO) << "coordinator: deleted " << victims.size() << " finished jobs (oldest "
-            << victims.back() << ") beyond --keep_finished=" << options_.keep_finished
-            << " / --keep_finished_for=" << absl::FormatDuration(options_.keep_finished_for);
-}
-
-void Coordinator::ReapDeadWorkersLocked() {
-  const absl::Time now = Now();
-  for (uint64_t id : workers_.Overdue(now)) {
-    WorkerRecord& worker = *workers_.Find(id);
-    const std::string job_id = worker.status.job_id;
-    if (const JobRecord* job = job_id.empty() ? nullptr : jobs_.Find(job_id)) {
-      const JobMember* m = FindMember(job->status, id);
-      // A leaving member that dies before its leave clock still holds up the
-      // rounds before it: it departs too (see [departed]).
-      const std::string reason =
-          m == nullptr ? std::string()
-                       : absl::StrCat("worker ", id,
-                                      m->leaving ? " died while leaving" : " missed heartbeats");
-      const uint64_t at =
-          DepartureClock(worker.progress.clock, fleet_.Job(job_id).clocks.min_clock);
-      // Not durable: the worker stays in its job and the next tick retries.
-      if (!jobs_.Detach(job_id, worker, at, reason).ok()) continue;
-    }
-    WorkerPool::MarkDead(worker);
-    dirty_ = true;
-    metrics_.WorkerRemoved();
-    LOG(WARNING) << "coordinator: worker " << id << " missed heartbeats for "
-                 << options_.heartbeat_timeout;
-  }
-}
-
-void Coordinator::StartPendingJobLocked(const JobRecord& job) {
-  const std::string id = job.status.job_id;  // `job` changes with every Update
-  // A script job starts without a map: its script declares the tensors
-  // once it runs (see [script jobs]).
-  if (!PlaceJobLocked(id) && !AwaitsDeclaration(job.status.spec)) return;
-  JobShards& js = fleet_.Job(id);
-  const absl::Time now = Now();
-  if (js.ready_since == absl::InfiniteFuture()) js.ready_since = now;
-  const MembershipPlan plan =
-      PlanStart(job.status.desired_workers, workers_.Free(),
-                now - js.ready_since >= options_.start_grace, job.status.min_workers);
-  (void)jobs_.ApplyPlan(id, plan, /*start=*/true);
-}
-
-void Coordinator::PlanMembershipLocked(const JobRecord& job) {
-  const std::string id = job.status.job_id;  // `job` changes with the Update
-  const MembershipPlan plan = PlanScaling(PlanInputLocked(job));
-  // An elastic job back inside its range waits no more ([elastic jobs]).
-  if (plan.action == MembershipPlan::Action::kNone && job.status.min_workers > 0 &&
-      absl::StartsWith(job.status.message, "waiting")) {
-    jobs_.SetMessage(id, "");
-  }
-  (void)jobs_.ApplyPlan(id, plan, /*start=*/false);
-}
-
-void Coordinator::CheckBelowMinLocked(const JobRecord& job) {
-  const uint32_t min = job.status.min_workers;
-  if (job.status.state != JobState::kRunning || min == 0) return;
-  const std::string id = job.status.job_id;  // `job` changes with the Update
-  uint32_t active = 0;
-  for (const JobMember& m : job.status.members) active += m.leaving ? 0 : 1;
-  const int64_t since = job.status.below_min_since_unix_ms;
-  const absl::Time now = Now();
-  // A failed write is tried again on the next tick.
-  if (active >= min) {
-    if (since != 0) {
-      (void)jobs_.SetBelowMinSince(id, 0);
-    }
-    return;
-  }
-  if (since == 0) {
-    (void)jobs_.SetBelowMinSince(id, UnixMs(now));
-    return;
-  }
-  const absl::Duration timeout = absl::Seconds(job.status.spec.min_workers_timeout_s);
-  if (now - absl::FromUnixMillis(since) < timeout) return;
-  (void)FinishLocked(id, JobState::kFailed,
-                     absl::StrCat("below min workers for ", absl::FormatDuration(timeout), ": ",
-                                  active, " of min ", min,
-                                  " active and no idle worker joined (min_workers_timeout_s ",
-                                  job.status.spec.min_workers_timeout_s, ")"));
-}
-
-void Coordinator::CheckCompletionLocked(const JobRecord& job) {
-  if (job.status.state != JobState::kRunning) return;
-  const std::string id = job.status.job_id;
-  const uint32_t errors = job.status.worker_errors;
-  if (errors >= std::max<uint32_t>(3, job.status.desired_workers) &&
-      views_.Progress(job).clock == 0) {
-    (void)FinishLocked(
-        id, JobState::kFailed,
-        absl::StrCat(errors, " worker failures before any progress; last: ", job.status.message));
-    return;
-  }
-  int active = 0;
-  for (const JobMember& m : job.status.members) {
-    if (m.leaving) continue;
-    const WorkerRecord* w = workers_.Find(m.worker_id);
-    if (w == nullptr) return;
-    // DONE, not clock >= steps: every member still pulls the final parameters and
-    // evaluates after its last clock, and the job's accuracy comes from that.
-    if (w->status.state != WorkerState::kDone) return;
-    ++active;
-  }
-  if (active == 0) return;
-  (void)FinishLocked(id, JobState::kCompleted, "");
+  metrics_.ExportCluster(counts);
 }
 
 }  // namespace gradstream::coordinator
