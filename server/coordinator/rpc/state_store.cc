@@ -29,7 +29,7 @@ namespace v1 = gradstream::v1;
 
 namespace {
 
-// The old code path's state file (see [state file migration]).
+// The single-record state file (see [state file migration]).
 constexpr RecordFormat kLegacyFormat{"coordinator state", "GSCOORDS", 1};
 
 enum Table : int { kMeta = 0, kShards, kWorkers, kJobs, kEpochs, kProgress, kTables };
@@ -142,9 +142,7 @@ StateStore::Rows ToRows(const v1::CoordinatorState& state) {
       rows[{kEpochs, j.job_id(), e}].payload = j.epochs(e).SerializeAsString();
     }
     // NOTE: [history row] The whole history is one row (a JobStatus with
-    // only `history`): at most kMaxProgressPoints small points, written when
-    // a point is added, while a row per point made a restart with 10,000
-    // finished jobs read millions of rows.
+    // only `history`). See docs/design/coordinator-history-row.md.
     if (j.history_size() > 0) {
       v1::JobStatus history;
       *history.mutable_history() = j.history();
