@@ -89,8 +89,8 @@ absl::Status Coordinator::LoadLocked() {
     }
   }
   LOG(INFO) << "coordinator: restored " << jobs_.records().size() << " jobs, "
-            << workers_.workers().size() << " workers, " << fleet_.shards().size() << " shards from "
-            << store_->path();
+            << workers_.workers().size() << " workers, " << fleet_.shards().size()
+            << " shards from " << store_->path();
   return absl::OkStatus();
 }
 
@@ -252,7 +252,8 @@ absl::StatusOr<std::vector<JobStatus>> Coordinator::ListJobs(uint32_t page_size,
   const auto& records = jobs_.records();
   // The token is the last job of the previous page: this page starts below
   // it, so jobs deleted in between (see --keep_finished) shift nothing.
-  auto it = token.empty() ? records.rbegin() : std::make_reverse_iterator(records.lower_bound(token));
+  auto it =
+      token.empty() ? records.rbegin() : std::make_reverse_iterator(records.lower_bound(token));
   for (; it != records.rend() && jobs.size() < page; ++it) {
     jobs.push_back(views_.Render(it->second, false));
   }
@@ -294,8 +295,8 @@ absl::StatusOr<JobStatus> Coordinator::CancelJob(const std::string& job_id) {
   const JobRecord* job = jobs_.Find(job_id);
   if (job == nullptr) return JobNotFound(job_id);
   if (IsTerminal(job->status.state)) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " already ended (",
-                                                      JobStateName(job->status.state), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " already ended (", JobStateName(job->status.state), ")"));
   }
   GS_RETURN_IF_ERROR(reconciler_.Finish(job_id, JobState::kCancelled, "cancelled by user"));
   return views_.Render(*job, false);

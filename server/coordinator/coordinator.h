@@ -94,8 +94,7 @@ class Coordinator {
   // below `page_token` ("" = the newest), each without its shard map,
   // epochs and history; `next_page_token` is "" on the last page.
   // InvalidArgument for a page token that is not a job id.
-  absl::StatusOr<std::vector<JobStatus>> ListJobs(uint32_t page_size,
-                                                  const std::string& page_token,
+  absl::StatusOr<std::vector<JobStatus>> ListJobs(uint32_t page_size, const std::string& page_token,
                                                   std::string* next_page_token);
   // `workers` is the new desired count (an elastic job's MAX), `workers_min`
   // an elastic job's new MIN (0 = keep it, lowered to `workers` when above).
@@ -130,10 +129,8 @@ class Coordinator {
   };
   // Whether `request` is a new process of a worker that is in a job, which
   // must first leave it (a write).
-  bool LeavesJobLocked(const WorkerRegistration& request) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Registered RegisterLocked(const WorkerRegistration& request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LeavesJobLocked(const WorkerRegistration& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Registered RegisterLocked(const WorkerRegistration& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time Now() const { return options_.env->Now(); }
 
   // Whether HeartbeatLocked(request, now) may change the job table; when it

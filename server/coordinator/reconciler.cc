@@ -150,7 +150,7 @@ absl::Status Reconciler::Restarted(WorkerRecord& worker) {
 }
 
 void Reconciler::RecordProgress(const JobRecord& job, const WorkerProgress& report,
-                                       absl::Time now) {
+                                absl::Time now) {
   if (IsTerminal(job.status.state)) return;
   ProgressPoint point;
   point.clock = report.accuracy_clock;
@@ -167,7 +167,7 @@ void Reconciler::RecordProgress(const JobRecord& job, const WorkerProgress& repo
 }
 
 absl::Status Reconciler::Finish(const std::string& job_id, JobState state,
-                                       const std::string& message) {
+                                const std::string& message) {
   const JobRecord* job = jobs_->Find(job_id);
   if (job == nullptr) return JobNotFound(job_id);
   GS_RETURN_IF_ERROR(jobs_->Finish(job_id, state, message, views_->Progress(*job)));
@@ -231,8 +231,8 @@ void Reconciler::PruneFinished() {
     if (i < options_->keep_finished && at >= cutoff) continue;
     // A job placed on shards waits until they dropped it (or need not).
     const JobShards* js = fleet_->Find(id);
-    const bool on_shards = js != nullptr && !js->dropped &&
-                           !jobs_->Find(id)->status.shard_map.shards.empty();
+    const bool on_shards =
+        js != nullptr && !js->dropped && !jobs_->Find(id)->status.shard_map.shards.empty();
     if (referred.count(id) > 0 || on_shards) continue;
     victims.push_back(id);
   }
@@ -320,11 +320,11 @@ void Reconciler::CheckBelowMin(const JobRecord& job) {
   }
   const absl::Duration timeout = absl::Seconds(job.status.spec.min_workers_timeout_s);
   if (now - absl::FromUnixMillis(since) < timeout) return;
-  (void)Finish(id, JobState::kFailed,
-                     absl::StrCat("below min workers for ", absl::FormatDuration(timeout), ": ",
-                                  active, " of min ", min,
-                                  " active and no idle worker joined (min_workers_timeout_s ",
-                                  job.status.spec.min_workers_timeout_s, ")"));
+  (void)Finish(
+      id, JobState::kFailed,
+      absl::StrCat("below min workers for ", absl::FormatDuration(timeout), ": ", active,
+                   " of min ", min, " active and no idle worker joined (min_workers_timeout_s ",
+                   job.status.spec.min_workers_timeout_s, ")"));
 }
 
 void Reconciler::CheckCompletion(const JobRecord& job) {
@@ -382,9 +382,9 @@ bool Reconciler::Place(const std::string& id) {
   std::vector<std::string> healthy = fleet_->HealthyAddresses();
   const uint32_t want = job->status.spec.shards;
   if (healthy.empty() || healthy.size() < want) {
-    jobs_->SetMessage(id, absl::StrCat("waiting for shards: ", healthy.size(),
-                                      " healthy registered, job wants ",
-                                      want == 0 ? std::string("at least 1") : absl::StrCat(want)));
+    jobs_->SetMessage(
+        id, absl::StrCat("waiting for shards: ", healthy.size(), " healthy registered, job wants ",
+                         want == 0 ? std::string("at least 1") : absl::StrCat(want)));
     return false;
   }
   if (want > 0) healthy.resize(want);
@@ -399,7 +399,7 @@ bool Reconciler::Place(const std::string& id) {
 }
 
 void Reconciler::Declare(const std::string& job_id, uint64_t worker_id,
-                                       const HeartbeatReport& request) {
+                         const HeartbeatReport& request) {
   const JobRecord* job = jobs_->Find(job_id);
   if (job == nullptr || job->status.state != JobState::kRunning ||
       job->status.spec.model_type != "script" || !job->status.shard_map.shards.empty()) {
@@ -417,24 +417,22 @@ void Reconciler::Declare(const std::string& job_id, uint64_t worker_id,
     absl::StatusOr<JobSpec> spec = models_->Declare(job->status.spec, request.declared_tensors);
     if (!spec.ok()) {
       (void)Finish(job_id, JobState::kFailed,
-                         absl::StrCat("the script of worker ", worker_id,
-                                      " (rank 0) declared invalid tensors: ",
-                                      spec.status().message()));
+                   absl::StrCat("the script of worker ", worker_id,
+                                " (rank 0) declared invalid tensors: ", spec.status().message()));
       return;
     }
     if (!jobs_->SetSpec(job_id, *spec).ok()) {
       return;  // the next heartbeat declares again
     }
-    LOG(INFO) << "coordinator: job " << job_id << ": rank 0 (worker " << worker_id
-              << ") declared " << spec->model_tensors << " tensors";
+    LOG(INFO) << "coordinator: job " << job_id << ": rank 0 (worker " << worker_id << ") declared "
+              << spec->model_tensors << " tensors";
   }
   // Declared but not placed yet (e.g. no healthy shard a moment ago): every
   // heartbeat of a member tries again.
   (void)Place(job_id);
 }
 
-bool Reconciler::DoneEarly(const JobRecord& job, uint64_t worker_id,
-                                        WorkerState state) const {
+bool Reconciler::DoneEarly(const JobRecord& job, uint64_t worker_id, WorkerState state) const {
   if (state != WorkerState::kDone || job.status.spec.entrypoint.empty()) return false;
   for (const JobMember& m : job.status.members) {
     if (m.worker_id == worker_id || m.leaving) continue;

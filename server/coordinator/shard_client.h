@@ -19,8 +19,8 @@ namespace gradstream::coordinator {
 // A job installed on one shard of its map (CreateJob).
 struct ShardJob {
   std::string job_id;
-  uint32_t shard_index = 0;  // within the job's map
-  JobSpec spec;  // optimizer, consistency, pull codec, checkpoint interval
+  uint32_t shard_index = 0;       // within the job's map
+  JobSpec spec;                   // optimizer, consistency, pull codec, checkpoint interval
   std::vector<ChunkInfo> chunks;  // the chunks of this shard
   MembershipEpoch membership;     // the newest epoch (0: no workers yet)
   // Every epoch, oldest first: they replace a restored checkpoint's (see

@@ -36,12 +36,12 @@ struct JobShards {
   // resumed. A script job is first installed while RUNNING, before any
   // worker sees its map ([script jobs]), so RUNNING alone does not say "lost".
   bool installed_once = false;
-  bool final_exported = false;  // see [final gauges] in coordinator.cc
+  bool final_exported = false;                      // see [final gauges] in coordinator.cc
   absl::Time ready_since = absl::InfiniteFuture();  // map built, waiting for workers
   // From the shards' GetStats, refreshed every tick while the job runs.
   ShardClocks clocks;
   uint64_t max_staleness = 0;
-  bool stats_fresh = false;  // answered by every shard this tick
+  bool stats_fresh = false;                       // answered by every shard this tick
   ClockRate clock_rate{absl::Milliseconds(500)};  // of clocks.min_clock
   // NOTE: [shard progress] A running job's clock, once its shards report
   // progress, is theirs: the slowest shard's applied sync rounds (SYNC) or

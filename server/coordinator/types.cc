@@ -54,13 +54,11 @@ bool JobProgress::operator==(const JobProgress& o) const {
   return clock == o.clock && max_clock == o.max_clock && Same(loss, o.loss) &&
          Same(accuracy, o.accuracy) && accuracy_clock == o.accuracy_clock &&
          Same(samples_per_sec, o.samples_per_sec) && bytes_pushed == o.bytes_pushed &&
-         fp32_bytes_pushed == o.fp32_bytes_pushed &&
-         Same(compression_ratio, o.compression_ratio) && max_staleness == o.max_staleness &&
-         Same(residual_norm, o.residual_norm) && bytes_pulled == o.bytes_pulled &&
-         fp32_bytes_pulled == o.fp32_bytes_pulled &&
+         fp32_bytes_pushed == o.fp32_bytes_pushed && Same(compression_ratio, o.compression_ratio) &&
+         max_staleness == o.max_staleness && Same(residual_norm, o.residual_norm) &&
+         bytes_pulled == o.bytes_pulled && fp32_bytes_pulled == o.fp32_bytes_pulled &&
          bytes_pulled_discarded == o.bytes_pulled_discarded &&
-         Same(stalled_seconds, o.stalled_seconds) &&
-         checkpoint_failures == o.checkpoint_failures &&
+         Same(stalled_seconds, o.stalled_seconds) && checkpoint_failures == o.checkpoint_failures &&
          checkpoint_error == o.checkpoint_error && samples == o.samples &&
          Same(eta_seconds, o.eta_seconds);
 }

@@ -54,14 +54,14 @@ struct DeclaredTensor {
 // docs/design/coordinator-spec-at-the-edge.md).
 struct JobSpec {
   std::string name;
-  std::string model_type;     // "script": the tensors come from the script
+  std::string model_type;      // "script": the tensors come from the script
   uint32_t model_tensors = 0;  // tensors the model declares (script jobs)
   uint32_t steps = 0;
   uint32_t batch_size = 0;
   ConsistencyMode consistency = ConsistencyMode::kSync;
   uint32_t staleness = 0;  // the bound of kBounded
   uint32_t workers = 0;
-  uint32_t shards = 0;  // 0 = every healthy shard
+  uint32_t shards = 0;     // 0 = every healthy shard
   std::string entrypoint;  // "" = a built-in model
   uint32_t workers_min = 0;
   uint32_t min_workers_timeout_s = 0;

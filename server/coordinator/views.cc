@@ -131,8 +131,7 @@ JobProgress Views::Progress(const JobRecord& job) const {
   if (running && js != nullptr && js->progress_known) {
     // The shards' clock, not the members' (see [shard progress]); once every
     // member is done the shards are too, whenever they were last asked.
-    p.clock = all_done && losses > 0 ? std::max(min_clock, js->progress_clock)
-                                     : js->progress_clock;
+    p.clock = all_done && losses > 0 ? std::max(min_clock, js->progress_clock) : js->progress_clock;
     p.max_clock = std::max(max_clock, js->clocks.max_clock);
     const absl::Duration still = Now() - js->progress_since;
     if (!all_done && still > absl::ZeroDuration()) {
@@ -168,8 +167,7 @@ JobProgress Views::Progress(const JobRecord& job) const {
     p.fp32_bytes_pulled = std::max(fp32_pulled, saved.fp32_bytes_pulled.value_or(0));
   }
   if (p.bytes_pushed.value_or(0) > 0) {
-    p.compression_ratio =
-        static_cast<double>(p.fp32_bytes_pushed.value_or(0)) / *p.bytes_pushed;
+    p.compression_ratio = static_cast<double>(p.fp32_bytes_pushed.value_or(0)) / *p.bytes_pushed;
   }
   p.bytes_pulled_discarded = std::max(discarded, saved.bytes_pulled_discarded);
   p.max_staleness = staleness;
@@ -248,8 +246,7 @@ Assignment Views::AssignmentOf(const WorkerRecord& worker) const {
       a.shard_map = job->status.shard_map;
     }
     // The worker's own token, never the job's: see [worker tokens].
-    a.job_token =
-        rpc::WorkerToken(job->token, job->status.job_id, id, worker.status.incarnation);
+    a.job_token = rpc::WorkerToken(job->token, job->status.job_id, id, worker.status.incarnation);
     return a;
   }
   return a;  // joining, but its epoch is not committed yet

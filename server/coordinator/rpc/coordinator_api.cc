@@ -118,8 +118,8 @@ absl::StatusOr<v1::ScaleJobResponse> CoordinatorApi::ScaleJob(const v1::ScaleJob
                                                    " is above workers ", request.workers(),
                                                    " (a range MIN:MAX wants 1 <= MIN <= MAX)"));
   }
-  GS_ASSIGN_OR_RETURN(JobStatus job, core_->ScaleJob(request.job_id(), request.workers(),
-                                                     request.workers_min()));
+  GS_ASSIGN_OR_RETURN(JobStatus job,
+                      core_->ScaleJob(request.job_id(), request.workers(), request.workers_min()));
   v1::ScaleJobResponse response;
   *response.mutable_job() = JobStatusToProto(job);
   return response;

@@ -117,7 +117,7 @@ WorkerProgress WorkerProgressFromProto(const v1::WorkerProgress& proto) {
 }
 
 ProgressPoint ProgressPointFromProto(const v1::ProgressPoint& proto) {
-  return ProgressPoint{proto.clock(),        proto.loss(),         proto.accuracy(),
+  return ProgressPoint{proto.clock(),           proto.loss(),         proto.accuracy(),
                        proto.samples_per_sec(), proto.bytes_pushed(), proto.fp32_bytes_pushed(),
                        proto.unix_ms()};
 }
@@ -197,7 +197,8 @@ absl::StatusOr<JobStatus> JobStatusFromProto(const v1::JobStatus& proto) {
   if (proto.shard_map().shards_size() > 0) {
     absl::StatusOr<ShardMap> map = ShardMapFromProto(proto.shard_map());
     if (!map.ok()) {
-      return absl::DataLossError(absl::StrCat("job ", proto.job_id(), ": ", map.status().message()));
+      return absl::DataLossError(
+          absl::StrCat("job ", proto.job_id(), ": ", map.status().message()));
     }
     s.shard_map = *std::move(map);
   }
@@ -320,8 +321,7 @@ v1::CoordinatorState DurableStateToProto(const DurableState& state) {
 }
 
 WorkerRegistration RegistrationFromProto(const v1::RegisterWorkerRequest& proto) {
-  return WorkerRegistration{proto.name(), proto.worker_id(), proto.incarnation(),
-                            proto.has_gpu()};
+  return WorkerRegistration{proto.name(), proto.worker_id(), proto.incarnation(), proto.has_gpu()};
 }
 
 v1::RegisterWorkerResponse RegisteredToProto(const RegisteredWorker& r) {

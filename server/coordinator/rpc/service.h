@@ -13,8 +13,9 @@
 
 namespace gradstream::coordinator {
 
-// Thread-safe (the api is). `api` and `metrics` must outlive it. With a non-empty `auth_token` every call must carry it (the cluster
-// token of common/rpc/rpc.h [auth tokens]) or gets UNAUTHENTICATED.
+// Thread-safe (the api is). `api` and `metrics` must outlive it. With a non-empty `auth_token`
+// every call must carry it (the cluster token of common/rpc/rpc.h [auth tokens]) or gets
+// UNAUTHENTICATED.
 std::unique_ptr<gradstream::v1::Coordinator::Service> NewCoordinatorService(
     CoordinatorApi* api, metrics::Registry* metrics, const std::string& auth_token = "");
 
