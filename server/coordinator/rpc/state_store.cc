@@ -21,6 +21,7 @@
 #include "common/env/record.h"
 #include "common/status.h"
 #include "glog/logging.h"
+#include "google/protobuf/arena.h"
 #include "server/coordinator/rpc/coordinator_convert.h"
 
 namespace gradstream::coordinator {
@@ -292,8 +293,14 @@ absl::Status StateStore::Migrate(const std::string& from) {
 }
 
 absl::StatusOr<v1::CoordinatorState> StateStore::Load() {
-  if (written_.empty()) return absl::NotFoundError(absl::StrCat("no state in ", path_));
   v1::CoordinatorState state;
+  GS_RETURN_IF_ERROR(LoadInto(&state));
+  return state;
+}
+
+absl::Status StateStore::LoadInto(v1::CoordinatorState* out) {
+  if (written_.empty()) return absl::NotFoundError(absl::StrCat("no state in ", path_));
+  v1::CoordinatorState& state = *out;
   for (const auto& [key, row] : written_) {
     bool ok = true;
     switch (key.table) {
@@ -336,7 +343,7 @@ absl::StatusOr<v1::CoordinatorState> StateStore::Load() {
                                               key.n, " of table ", key.table));
     }
   }
-  return state;
+  return absl::OkStatus();
 }
 
 absl::Status StateStore::Save(const v1::CoordinatorState& state,
@@ -416,8 +423,11 @@ class SqliteStorage final : public StateStorage {
   explicit SqliteStorage(std::unique_ptr<StateStore> store) : store_(std::move(store)) {}
 
   absl::StatusOr<DurableState> Load() override {
-    absl::StatusOr<v1::CoordinatorState> state = store_->Load();
-    if (!state.ok()) return state.status();
+    // On an arena: the messages are dropped at once after the conversion,
+    // not freed one by one (10,000 jobs' worth at a restart).
+    google::protobuf::Arena arena;
+    auto* state = google::protobuf::Arena::CreateMessage<v1::CoordinatorState>(&arena);
+    GS_RETURN_IF_ERROR(store_->LoadInto(state));
     return DurableStateFromProto(*state);
   }
 

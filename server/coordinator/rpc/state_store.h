@@ -78,6 +78,8 @@ class StateStore {
   // The saved state, jobs in id order; NotFound when the database holds no
   // state yet (first start); DataLoss naming the file when a row is damaged.
   absl::StatusOr<gradstream::v1::CoordinatorState> Load();
+  // Load() into `state` (empty; it may live on an arena).
+  [[nodiscard]] absl::Status LoadInto(gradstream::v1::CoordinatorState* state);
 
   // In one transaction (none when nothing differs): the meta values, shards
   // and workers become `state`'s; each job in `state` becomes its record
