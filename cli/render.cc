@@ -71,7 +71,7 @@ std::string LossText(const v1::JobProgress& p) {
 }
 
 // "20391 samples/s", "-", or once the job ended "20391 samples/s (run
-// average)" (see [run average] in server/coordinator/coordinator_views.cc).
+// average)" (see [run average] in server/coordinator/views.h).
 std::string RateText(const v1::JobStatus& j) {
   const auto& p = j.progress();
   if (!p.has_samples_per_sec()) return "- samples/s";

@@ -8,12 +8,15 @@
 # (generated proto headers and third-party headers are not project folders).
 # tests/ and bench/ drive real processes and may include anything.
 #
-# Inside server/shard/, the shard's core (everything but server/shard/rpc/:
-# jobs, membership, consistency, optimizer calls, the pull schedule,
-# checkpoints, the publisher) includes no generated protobuf header (*.pb.h),
-# no gRPC header, nothing of server/shard/rpc/ and no project header that
-# includes one of those, however indirectly: the wire and the network are the
-# edge's (server/shard/rpc/), so the core is tested and fuzzed as plain C++.
+# The shard and the coordinator each have a core and an edge. The shard's
+# core (server/shard/ but server/shard/rpc/: jobs, membership, consistency,
+# optimizer calls, the pull schedule, checkpoints, the publisher) and the
+# coordinator's core (server/coordinator/ but server/coordinator/rpc/: the
+# job table, worker pool, shard fleet, reconcile loop, views) include no
+# generated protobuf header (*.pb.h), no gRPC header, nothing of either rpc/
+# folder and no project header that includes one of those, however
+# indirectly: the wire, the network and the state database's rows are the
+# edge's, so each core is tested and fuzzed as plain C++.
 # Prints every violation as FILE:LINE: INCLUDE and exits 1 if there is one.
 # ctest runs it (label lint), so CI fails when the rule is broken.
 set -euo pipefail
@@ -37,9 +40,10 @@ for layer in common server worker cli; do
   fi
 done
 
-# The shard's core. A header is "wire" when it is generated protobuf, gRPC,
-# in server/shard/rpc/, or a project header that includes a wire header
-# (computed to a fixed point over every project header, in one awk pass).
+# The cores. A header is "wire" when it is generated protobuf, gRPC, in an
+# edge folder (server/shard/rpc/, server/coordinator/rpc/), or a project
+# header that includes a wire header (computed to a fixed point over every
+# project header, in one awk pass).
 core_bad=$(
   find common server worker cli -type f \( -name '*.h' -o -name '*.cuh' -o -name '*.cc' \) -print0 |
     xargs -0 grep -HnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]' |
@@ -51,7 +55,7 @@ core_bad=$(
         line = rest; sub(/:.*/, "", line)
         inc = rest; sub(/^[^<"]*[<"]/, "", inc); sub(/[>"].*/, "", inc)
         n++; F[n] = file; L[n] = line; I[n] = inc
-        if (inc ~ /\.pb\.h$/ || inc ~ /^grpc(pp)?\// || inc ~ /^server\/shard\/rpc\//) {
+        if (inc ~ /\.pb\.h$/ || inc ~ /^grpc(pp)?\// || inc ~ /^server\/(shard|coordinator)\/rpc\//) {
           if (!(file in wire) && file ~ /\.(h|cuh)$/) wire[file] = "includes " inc
         }
       }
@@ -65,10 +69,12 @@ core_bad=$(
           }
         } while (changed)
         for (k = 1; k <= n; k++) {
-          if (F[k] !~ /^server\/shard\// || F[k] ~ /^server\/shard\/rpc\//) continue
+          if (F[k] !~ /^server\/(shard|coordinator)\// || F[k] ~ /^server\/(shard|coordinator)\/rpc\//) {
+            continue
+          }
           inc = I[k]
-          if (inc ~ /\.pb\.h$/ || inc ~ /^grpc(pp)?\// || inc ~ /^server\/shard\/rpc\//) {
-            print F[k] ":" L[k] ": " inc " (a generated protobuf, gRPC or server/shard/rpc/ header)"
+          if (inc ~ /\.pb\.h$/ || inc ~ /^grpc(pp)?\// || inc ~ /^server\/(shard|coordinator)\/rpc\//) {
+            print F[k] ":" L[k] ": " inc " (a generated protobuf, gRPC or rpc/ header)"
           } else if (inc in wire) {
             print F[k] ":" L[k] ": " inc " (" inc " " wire[inc] ")"
           }
@@ -76,11 +82,13 @@ core_bad=$(
       }' | sort -t: -k1,1 -k2,2n
 )
 if [ -n "$core_bad" ]; then
-  echo "layering: the shard's core (server/shard/ but rpc/) may include no protobuf, gRPC or rpc/ header:"
+  echo "layering: the shard's and the coordinator's cores (server/shard/, server/coordinator/ but"
+  echo "their rpc/) may include no protobuf, gRPC or rpc/ header:"
   printf '%s\n' "$core_bad" | sed 's/^/  /'
   status=1
 fi
 if [ $status -eq 0 ]; then
-  echo "layering: ok (common <- server, worker, cli; the shard's core free of protobuf and gRPC)"
+  echo "layering: ok (common <- server, worker, cli; the shard's and the coordinator's cores free" \
+    "of protobuf and gRPC)"
 fi
 exit $status

@@ -10,7 +10,7 @@ PKGS=(
   libabsl-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev libeigen3-dev libssl-dev openssl zlib1g-dev
-  libsqlite3-dev  # the coordinator's state (server/coordinator/state_store.h)
+  libsqlite3-dev  # the coordinator's state (server/coordinator/rpc/state_store.h)
   nlohmann-json3-dev  # JSON the CLI writes by hand otherwise (health --json)
   dataset-fashion-mnist  # real data: worker_data_test and the convergence test use it
   clang llvm iproute2 python3 procps gnuplot-nox

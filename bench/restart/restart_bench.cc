@@ -32,7 +32,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/metrics/metrics.h"
-#include "server/coordinator/coordinator.h"
+#include "server/coordinator/rpc/coordinator_api.h"
+#include "server/coordinator/rpc/state_store.h"
 
 ABSL_FLAG(std::string, dir, "/tmp/restart_bench", "Where the database goes (emptied first).");
 ABSL_FLAG(int, finished, 10000, "Finished jobs in the history.");
@@ -42,26 +43,28 @@ ABSL_FLAG(int, per_job, 20, "Workers per running job.");
 namespace {
 
 namespace v1 = gradstream::v1;
-using gradstream::coordinator::Coordinator;
-using gradstream::coordinator::CoordinatorOptions;
+namespace coordinator = gradstream::coordinator;
+using coordinator::CoordinatorApi;
+using coordinator::CoordinatorOptions;
 
 // Answers every shard call at once; counts CreateJob calls.
-class InstantShards final : public gradstream::coordinator::ShardClient {
+class InstantShards final : public coordinator::ShardClient {
  public:
-  absl::StatusOr<v1::CreateJobResponse> CreateJob(const std::string&,
-                                                  const v1::CreateJobRequest&) override {
+  absl::StatusOr<coordinator::ShardJobCreated> CreateJob(const std::string&,
+                                                         const coordinator::ShardJob&) override {
     ++creates;
-    return v1::CreateJobResponse();
+    return coordinator::ShardJobCreated();
   }
-  absl::Status UpdateMembership(const std::string&, const v1::MembershipUpdate&) override {
+  absl::Status UpdateMembership(const std::string&, const std::string&,
+                                const coordinator::MembershipEpoch&) override {
     return absl::OkStatus();
   }
   absl::Status DropJob(const std::string&, const std::string&) override {
     return absl::OkStatus();
   }
-  absl::StatusOr<v1::StatsResponse> GetStats(const std::string&,
-                                             const v1::StatsRequest&) override {
-    return v1::StatsResponse();
+  absl::StatusOr<coordinator::ShardJobStats> GetStats(const std::string&,
+                                                      const std::string&) override {
+    return coordinator::ShardJobStats();
   }
   std::atomic<int> creates{0};
 };
@@ -84,8 +87,8 @@ int main(int argc, char** argv) {
   const int finished = absl::GetFlag(FLAGS_finished);
 
   gradstream::metrics::Registry registry;
+  const std::string state_file = dir + "/coordinator.db";
   CoordinatorOptions options;
-  options.state_file = dir + "/coordinator.db";
   options.metrics = &registry;
   options.keep_finished = static_cast<size_t>(finished) + 1;
   options.keep_finished_for = absl::InfiniteDuration();
@@ -95,26 +98,27 @@ int main(int argc, char** argv) {
   std::vector<v1::RegisterWorkerResponse> workers;
   std::vector<std::string> jobs;
   {
-    auto c = Coordinator::Open(options, &shards);
+    auto c = coordinator::OpenCoordinator(options, &shards, state_file);
     if (!c.ok()) Die("open", c.status());
+    CoordinatorApi api(c->get());
     for (int s = 0; s < 4; ++s) {
       v1::RegisterShardRequest r;
       r.set_address(absl::StrFormat("127.0.0.1:%d", 9000 + s));
-      if (auto resp = (*c)->RegisterShard(r); !resp.ok()) Die("shard", resp.status());
+      if (auto resp = api.RegisterShard(r); !resp.ok()) Die("shard", resp.status());
     }
     for (int j = 0; j < running; ++j) {
       v1::SubmitJobRequest r;
       r.mutable_spec()->set_name(absl::StrFormat("live-%d", j));
       r.mutable_spec()->set_workers(per_job);
       r.mutable_spec()->set_steps(1000000);
-      auto resp = (*c)->SubmitJob(r);
+      auto resp = api.SubmitJob(r);
       if (!resp.ok()) Die("submit", resp.status());
       jobs.push_back(resp->job_id());
     }
     for (int w = 0; w < running * per_job; ++w) {
       v1::RegisterWorkerRequest r;
       r.set_name(absl::StrFormat("w%d", w));
-      auto resp = (*c)->RegisterWorker(r);
+      auto resp = api.RegisterWorker(r);
       if (!resp.ok()) Die("register", resp.status());
       workers.push_back(*resp);
     }
@@ -122,7 +126,7 @@ int main(int argc, char** argv) {
     for (const auto& id : jobs) {
       v1::GetJobRequest r;
       r.set_job_id(id);
-      auto job = (*c)->GetJob(r);
+      auto job = api.GetJob(r);
       if (!job.ok() || job->state() != v1::RUNNING || job->committed_epoch() == 0) {
         Die("job " + id + " did not start", job.status());
       }
@@ -132,7 +136,7 @@ int main(int argc, char** argv) {
   // 2. The history, through the store: one transaction.
   const absl::Time fill = absl::Now();
   {
-    auto store = gradstream::coordinator::StateStore::Open(options.state_file);
+    auto store = coordinator::StateStore::Open(state_file);
     if (!store.ok()) Die("store", store.status());
     auto state = (*store)->Load();
     if (!state.ok()) Die("load", state.status());
@@ -153,13 +157,13 @@ int main(int argc, char** argv) {
   }
   std::printf("history: %d finished jobs written in %.0f ms, database %.1f MB\n", finished,
               Ms(fill),
-              std::filesystem::file_size(options.state_file) / (1024.0 * 1024.0));
+              std::filesystem::file_size(state_file) / (1024.0 * 1024.0));
 
   // One restart and tick that the measured one does not count: the copied
   // records' progress becomes what the coordinator computes for a finished
   // job, as it is for jobs that finished under a running coordinator.
   {
-    auto c = Coordinator::Open(options, &shards);
+    auto c = coordinator::OpenCoordinator(options, &shards, state_file);
     if (!c.ok()) Die("warm-up open", c.status());
     (*c)->Tick();
   }
@@ -167,7 +171,7 @@ int main(int argc, char** argv) {
   // The store alone: reading every row, then building the state.
   {
     const absl::Time read = absl::Now();
-    auto store = gradstream::coordinator::StateStore::Open(options.state_file);
+    auto store = coordinator::StateStore::Open(state_file);
     if (!store.ok()) Die("store", store.status());
     const double opened = Ms(read);
     auto state = (*store)->Load();
@@ -178,10 +182,11 @@ int main(int argc, char** argv) {
 
   // 3. The restart.
   const absl::Time start = absl::Now();
-  auto c = Coordinator::Open(options, &shards);
+  auto c = coordinator::OpenCoordinator(options, &shards, state_file);
   if (!c.ok()) Die("reopen", c.status());
+  CoordinatorApi api(c->get());
   const double opened = Ms(start);
-  const v1::ClusterStatus cluster = (*c)->GetCluster();
+  const v1::ClusterStatus cluster = api.GetCluster();
   const double answered = Ms(start);
   if (cluster.workers_size() != running * per_job) {
     Die("cluster", absl::InternalError(absl::StrFormat("%d workers", cluster.workers_size())));
@@ -196,7 +201,7 @@ int main(int argc, char** argv) {
     r.set_worker_id(w.worker_id());
     r.set_incarnation(w.incarnation());
     r.set_state(v1::TRAINING);
-    auto resp = (*c)->Heartbeat(r);
+    auto resp = api.Heartbeat(r);
     if (resp.ok() && !resp->assignment().job_id().empty()) ++back;
   }
   const double beaten = Ms(start);

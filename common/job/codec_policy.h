@@ -1,5 +1,6 @@
 // Which codec each tensor of a job travels with: the job spec's CodecPolicy
-// (proto/job.proto), typed, and the rule that resolves it per tensor. The
+// (proto/job.proto), typed (CodecPolicyFromProto in job_spec.h converts it),
+// and the rule that resolves it per tensor. The
 // coordinator resolves it once when it builds the shard map; the codec each
 // tensor got is then part of the map (TensorInfo::codec), which is what
 // workers use.
@@ -12,7 +13,6 @@
 #include <string_view>
 
 #include "common/job/codec_defaults.h"
-#include "job.pb.h"
 
 namespace gradstream {
 
@@ -48,9 +48,6 @@ std::string ResolveCodec(const CodecPolicy& policy, std::string_view tensor_name
 // The codec a tensor's pulls carry: the job's pull codec, or "none" below
 // pull_min_elems (see [layer-wise pull]).
 std::string ResolvePullCodec(const CodecPolicy& policy, uint64_t num_elems);
-
-// The typed policy of a normalized spec's codec field (see [normalized spec]).
-CodecPolicy CodecPolicyFromProto(const v1::CodecPolicy& proto);
 
 }  // namespace gradstream
 

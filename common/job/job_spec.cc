@@ -359,4 +359,18 @@ absl::StatusOr<std::vector<TensorSpec>> JobTensors(const v1::JobSpec& spec) {
   return params;
 }
 
+CodecPolicy CodecPolicyFromProto(const v1::CodecPolicy& proto) {
+  CodecPolicy policy;
+  policy.default_codec = proto.default_codec();
+  policy.overrides.insert(proto.overrides().begin(), proto.overrides().end());
+  policy.min_compress_elems = proto.min_compress_elems();
+  policy.twobit_threshold = proto.twobit_threshold();
+  policy.ternary_clip = proto.ternary_clip();
+  policy.error_feedback = !proto.disable_error_feedback();
+  policy.twobit_min_elems = proto.twobit_min_elems();
+  if (!proto.pull_codec().empty()) policy.pull_codec = proto.pull_codec();
+  policy.pull_min_elems = proto.pull_min_elems();
+  return policy;
+}
+
 }  // namespace gradstream

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/job/codec_policy.h"
 #include "common/job/model.h"
 #include "job.pb.h"
 #include "ps.pb.h"
@@ -51,6 +52,9 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(v1::JobSpec spec);
 // The pull codec of a normalized spec as CreateJobRequest.pull_codec carries
 // it (see [pull codec] in common/codec/published.h).
 v1::Codec PullCodecForJob(const v1::JobSpec& spec);
+
+// The typed policy of a normalized spec's codec field.
+CodecPolicy CodecPolicyFromProto(const v1::CodecPolicy& proto);
 
 // Input shape and class count of a normalized dataset spec: synthetic =
 // dims x 1 x 1, MNIST = 1 x 28 x 28, CIFAR-10 = 3 x 32 x 32 (10 classes each).

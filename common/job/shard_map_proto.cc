@@ -32,20 +32,23 @@ v1::ShardMap ShardMapToProto(const ShardMap& map) {
     p->set_codec(t.codec);
     p->set_pull_codec(t.pull_codec);
   }
-  for (const ChunkInfo& c : map.chunks) {
-    v1::ChunkInfo* p = proto.add_chunks();
-    p->set_chunk_id(c.chunk_id);
-    p->set_tensor(c.tensor);
-    p->set_offset(c.offset);
-    p->set_num_elems(c.num_elems);
-    p->set_shard(c.shard);
-    p->set_pull_fp32(c.pull_fp32);
-  }
+  for (const ChunkInfo& c : map.chunks) *proto.add_chunks() = ChunkInfoToProto(c);
   return proto;
 }
 
-absl::StatusOr<v1::ShardMap> BuildShardMap(const v1::JobSpec& spec,
-                                           const std::vector<std::string>& shards) {
+v1::ChunkInfo ChunkInfoToProto(const ChunkInfo& c) {
+  v1::ChunkInfo p;
+  p.set_chunk_id(c.chunk_id);
+  p.set_tensor(c.tensor);
+  p.set_offset(c.offset);
+  p.set_num_elems(c.num_elems);
+  p.set_shard(c.shard);
+  p.set_pull_fp32(c.pull_fp32);
+  return p;
+}
+
+absl::StatusOr<ShardMap> BuildShardMap(const v1::JobSpec& spec,
+                                       const std::vector<std::string>& shards) {
   absl::StatusOr<std::vector<TensorSpec>> tensors = JobTensors(spec);
   if (!tensors.ok()) return tensors.status();
   const std::vector<TensorSpec>& specs = *tensors;
@@ -59,10 +62,7 @@ absl::StatusOr<v1::ShardMap> BuildShardMap(const v1::JobSpec& spec,
   }
   std::vector<std::string> used = shards;
   if (chunks > 0 && used.size() > chunks) used.resize(chunks);
-  absl::StatusOr<ShardMap> map =
-      SplitModel(specs, used, spec.chunk_elems(), CodecPolicyFromProto(spec.codec()));
-  if (!map.ok()) return map.status();
-  return ShardMapToProto(*map);
+  return SplitModel(specs, used, spec.chunk_elems(), CodecPolicyFromProto(spec.codec()));
 }
 
 }  // namespace gradstream

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/job/job_spec.h"
 #include "common/job/shard_map.h"
 #include "job.pb.h"
 
@@ -16,14 +17,16 @@ namespace gradstream {
 // InvalidArgument when the result does not pass ValidateShardMap().
 absl::StatusOr<ShardMap> ShardMapFromProto(const v1::ShardMap& proto);
 v1::ShardMap ShardMapToProto(const ShardMap& map);
+// One chunk of ShardMapToProto (a shard's CreateJob carries its own).
+v1::ChunkInfo ChunkInfoToProto(const ChunkInfo& chunk);
 
 // The shard map of a normalized `spec` over `shards` (addresses): the model's
 // tensors (JobTensors, see [model tensor naming]) cut into spec.chunk_elems
 // chunks, balanced by bytes, each tensor's codec chosen by spec.codec. Uses
 // only the first min(#shards, #chunks) shards, so every shard owns a chunk.
 // InvalidArgument from the model or the split.
-absl::StatusOr<v1::ShardMap> BuildShardMap(const v1::JobSpec& spec,
-                                           const std::vector<std::string>& shards);
+absl::StatusOr<ShardMap> BuildShardMap(const v1::JobSpec& spec,
+                                       const std::vector<std::string>& shards);
 
 }  // namespace gradstream
 

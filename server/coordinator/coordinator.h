@@ -1,50 +1,27 @@
-// The coordinator's state machine: shards, the worker pool, the job table,
-// membership epochs and shard maps. The gRPC service (service.h) is a thin
-// adapter over it; tests can drive it directly and call Tick().
+// The coordinator's core: the control plane's state machine over plain
+// structs (types.h); the gRPC service and the state database are its edge
+// (rpc/). It ties together, under one mutex:
+//   * the job table (job_table.h): every durable change of a job record,
+//     written before it is applied (see [write durably, then apply]);
+//   * the worker pool (worker_pool.h): registration, incarnations, liveness;
+//   * the shard fleet (shard_fleet.h): the shard table and what each job's
+//     shards have, and the calls that install jobs and send epochs;
+//   * the reconcile loop (reconciler.h): what changes, tick by tick and on
+//     workers' reports, with the membership planner (membership_planner.h);
+//   * the views (views.h): status, assignments, the cluster.
+// Tests drive it through rpc/coordinator_api.h and call Tick().
 //
-// The state is split by what it holds, each part in its own file:
-//   * job_log.h: the durable job records and epochs, changed only by
-//     "write durably, then apply" (see [write durably, then apply]);
-//   * worker_pool.h: registration, incarnations, heartbeats, liveness;
-//   * membership_planner.h: who joins or leaves at which clock, a pure
-//     function of its inputs (see [membership plan]);
-//   * coordinator_metrics.h: the Prometheus series;
-//   * here: the shard table and what the coordinator knows of each job's
-//     shards (which have it, which epochs they acknowledged, their clocks),
-//     which is rebuilt after a restart and never persisted.
-//
-// NOTE: [membership epochs]
-// Every change of a job's member set is a new epoch {epoch, effective_clock,
-// worker_ids}: pushes for clocks >= effective_clock count from exactly those
-// workers. An epoch is persisted (JobLog::Update), then sent to every shard
-// of the job (CreateJob for a shard that does not have the job yet,
-// UpdateMembership in epoch order otherwise); once every shard acknowledged
-// it, it is *committed* (persisted the same way) and only then do heartbeat
-// replies reveal it to workers. So a shard always knows an epoch before any
-// worker acts on it.
-//   * submit: once healthy shards exist the job gets its shard map and is
-//     installed on them (CreateJob) with the empty epoch 0.
-//   * start: epoch 1, effective clock 0, the first workers (all `workers` of
-//     the spec, or fewer after start_grace).
-//   * scale-up: joiners start pushing at effective_clock J (their
-//     Assignment.join_clock). J is planned right after a fresh GetStats of
-//     every shard of the job, ahead of where the job is by what its clock
-//     rate covers in two heartbeat intervals plus two ticks and half a
-//     second (see [membership plan]). So the shards learn J well before any
-//     round at J completes, and members hear of it before J.
-//   * scale-down: the most recently joined members get leave_clock L (same
-//     lead); they finish clocks < L, send Leave and report LEFT.
-//   * death (no heartbeat for heartbeat_timeout, or an ERROR report): the epoch
-//     takes effect at the clock the worker never completed (its last reported
-//     clock, raised to the shards' slowest-member clock), so the round that
-//     waits on it completes with the others, re-normalized by the shard.
-// A dead worker's removal and scaling never share an epoch.
+// NOTE: [membership epochs] Every change of a job's member set is a new
+// epoch {epoch, effective_clock, worker_ids}: pushes for clocks >=
+// effective_clock count from exactly those workers. An epoch is written,
+// then sent to every shard of the job, committed (written) once every shard
+// acknowledged it, and only then revealed to workers: a shard always knows
+// an epoch before any worker acts on it. See
+// docs/design/coordinator-membership-epochs.md.
 #ifndef GRADSTREAM_SERVER_COORDINATOR_COORDINATOR_H_
 #define GRADSTREAM_SERVER_COORDINATOR_COORDINATOR_H_
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -54,272 +31,131 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/env/env.h"
-#include "common/metrics/metrics.h"
-#include "coordinator.pb.h"
-#include "server/coordinator/clock_rate.h"
 #include "server/coordinator/coordinator_metrics.h"
-#include "server/coordinator/job_log.h"
-#include "server/coordinator/membership_planner.h"
+#include "server/coordinator/job_models.h"
+#include "server/coordinator/job_table.h"
+#include "server/coordinator/options.h"
+#include "server/coordinator/reconciler.h"
 #include "server/coordinator/shard_client.h"
-#include "server/coordinator/state_store.h"
+#include "server/coordinator/shard_fleet.h"
+#include "server/coordinator/state_storage.h"
+#include "server/coordinator/types.h"
+#include "server/coordinator/views.h"
 #include "server/coordinator/worker_pool.h"
 
 namespace gradstream::coordinator {
 
-// A script job whose script has not declared its tensors yet.
-bool AwaitsDeclaration(const gradstream::v1::JobSpec& spec);
-
-struct CoordinatorOptions {
-  // The SQLite database of the state (see state_store.h); "" = keep state
-  // in memory only.
-  std::string state_file;
-  StateStoreOptions store;
-  absl::Duration heartbeat_timeout = absl::Seconds(10);
-  // A pending job starts once `workers` idle workers exist, or once it has
-  // waited this long with at least one.
-  absl::Duration start_grace = absl::Seconds(2);
-  absl::Duration tick_interval = absl::Milliseconds(100);
-  absl::Duration probe_interval = absl::Seconds(1);  // shard GetStats
-  bool drop_finished_jobs = false;                   // DropJob on the shards when a job completes
-  // NOTE: [keep finished] Finished jobs (COMPLETED, FAILED, CANCELLED) are
-  // kept, newest finished first, up to `keep_finished` of them and for
-  // `keep_finished_for` after they ended; beyond either, a tick deletes
-  // them with their epochs and history (at most 1000 a tick, one write),
-  // once no worker refers to them and their shards dropped them.
-  size_t keep_finished = 10000;
-  absl::Duration keep_finished_for = absl::Hours(24 * 30);
-  // The clock of heartbeat timeouts, grace periods, the ticker and every
-  // time the coordinator records ([env time] in common/env/env.h). Not
-  // owned; nullptr = Env::Default(). Tests pass a testing::FakeClockEnv.
-  Env* env = nullptr;
-  metrics::Registry* metrics = nullptr;  // nullptr = Registry::Default()
-};
-
 // Thread-safe. RPC handlers may run concurrently with the background ticker;
-// one mutex guards the parts (job log, worker pool, shard table), which are
-// not thread-safe themselves, and shard RPCs are never made while holding it.
+// one mutex guards the parts (job table, worker pool, shard fleet, views,
+// reconcile loop), which are not thread-safe themselves, and shard RPCs are
+// never made while holding it.
 // Whatever may change durable state also holds write_mu_, and the state file
 // is written with mu_ released (see [state writes off the lock] in
 // job_log.h): a heartbeat that changes nothing durable, and the status
 // reads, never wait for the disk.
 //
 // Every call that changes durable state writes it before it answers; when
-// the write fails (Internal / Unavailable from the StateStore) a job record
+// the write fails (Internal / Unavailable from the StateStorage) a job record
 // or epoch is left as it was, and the caller may retry.
 class Coordinator {
  public:
-  // Opens `options.state_file` and loads what it holds; fails with the
-  // StateStore's error (DataLoss for a damaged file, FailedPrecondition
-  // when another coordinator holds it).
-  // `shards` must outlive the coordinator.
+  // Loads what `storage` holds (nullptr: state in memory only); fails with
+  // its error (DataLoss for a damaged store). `shards` and `models` must
+  // outlive the coordinator.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Open(CoordinatorOptions options,
-                                                           ShardClient* shards);
+                                                           ShardClient* shards,
+                                                           const JobModels* models,
+                                                           std::unique_ptr<StateStorage> storage);
   ~Coordinator();
 
   // Runs Tick() every tick_interval on a background thread until destruction.
   void StartTicker();
 
-  // A shard announcing itself: healthy from now on.
-  absl::StatusOr<gradstream::v1::RegisterShardResponse> RegisterShard(
-      const gradstream::v1::RegisterShardRequest& request);
+  // A shard announcing itself: healthy from now on. Returns its shard id,
+  // stable per address; InvalidArgument for an address that is not host:port.
+  absl::StatusOr<uint32_t> RegisterShard(const std::string& address);
   // Shards from configuration (--shards): known, but healthy only once they
   // answer a probe, so a job's map never starts with a shard that is down.
   [[nodiscard]] absl::Status AddConfiguredShards(const std::vector<std::string>& addresses);
-  absl::StatusOr<gradstream::v1::RegisterWorkerResponse> RegisterWorker(
-      const gradstream::v1::RegisterWorkerRequest& request);
+  absl::StatusOr<RegisteredWorker> RegisterWorker(const WorkerRegistration& request);
   // NotFound: unknown worker; FailedPrecondition: stale incarnation or
   // removed. A LEFT or ERROR report whose epoch cannot be written is an
   // error too; the worker keeps reporting it until it is moved off the job.
-  absl::StatusOr<gradstream::v1::HeartbeatResponse> Heartbeat(
-      const gradstream::v1::HeartbeatRequest& request);
-  // InvalidArgument naming the bad field(s).
-  absl::StatusOr<gradstream::v1::SubmitJobResponse> SubmitJob(
-      const gradstream::v1::SubmitJobRequest& request);
-  absl::StatusOr<gradstream::v1::JobStatus> GetJob(const gradstream::v1::GetJobRequest& request);
-  // One page, newest first (see ListJobsRequest); InvalidArgument for a
-  // page token that is not a job id.
-  absl::StatusOr<gradstream::v1::ListJobsResponse> ListJobs(
-      const gradstream::v1::ListJobsRequest& request);
-  // NotFound; FailedPrecondition for a finished job; InvalidArgument for 0.
-  absl::StatusOr<gradstream::v1::ScaleJobResponse> ScaleJob(
-      const gradstream::v1::ScaleJobRequest& request);
-  absl::StatusOr<gradstream::v1::CancelJobResponse> CancelJob(
-      const gradstream::v1::CancelJobRequest& request);
-  gradstream::v1::ClusterStatus GetCluster();
+  absl::StatusOr<Assignment> Heartbeat(const HeartbeatReport& request);
+  // Adds a pending job of a normalized `spec` (see [normalized spec] in
+  // common/job/job_spec.h; the edge validates it) with the secret `token`
+  // ([auth tokens]). Returns its id.
+  absl::StatusOr<std::string> SubmitJob(const JobSpec& spec, const std::string& token);
+  // The job with its epochs and history, and its shard map when `shard_map`.
+  // NotFound.
+  absl::StatusOr<JobStatus> GetJob(const std::string& job_id, bool shard_map);
+  // Up to `page_size` jobs (0 = 100, at most 1000), newest first, starting
+  // below `page_token` ("" = the newest), each without its shard map,
+  // epochs and history; `next_page_token` is "" on the last page.
+  // InvalidArgument for a page token that is not a job id.
+  absl::StatusOr<std::vector<JobStatus>> ListJobs(uint32_t page_size, const std::string& page_token,
+                                                  std::string* next_page_token);
+  // `workers` is the new desired count (an elastic job's MAX), `workers_min`
+  // an elastic job's new MIN (0 = keep it, lowered to `workers` when above).
+  // REQUIRES: 1 <= workers, workers_min <= workers (the edge checks the
+  // request). NotFound; FailedPrecondition for a finished job or a MIN on a
+  // job that is not elastic.
+  absl::StatusOr<JobStatus> ScaleJob(const std::string& job_id, uint32_t workers,
+                                     uint32_t workers_min);
+  // NotFound; FailedPrecondition for a job that already ended.
+  absl::StatusOr<JobStatus> CancelJob(const std::string& job_id);
+  ClusterStatus GetCluster();
 
-  // One round of housekeeping: dead workers, job starts, membership changes,
-  // shard calls, shard probes, completion, persistence.
+  // One round of the reconcile loop (see reconciler.h) around the shard
+  // calls (see shard_fleet.h), then the gauges and a save.
   void Tick();
 
-  uint32_t heartbeat_interval_ms() const;
-
  private:
-  struct Shard {
-    gradstream::v1::ShardStatus status;
-  };
-  // What the coordinator knows of a job's shards; rebuilt after a restart.
-  struct JobShards {
-    // Per shard index of the map: has the job, newest acknowledged epoch.
-    std::vector<bool> created;
-    std::vector<uint64_t> acked;
-    bool dropped = false;  // a finished job's shards dropped it (or need not)
-    // Every shard had the job at once at some point in this process's life:
-    // from then on a running job that a shard lacks is one it lost, to be
-    // resumed. A script job is first installed while RUNNING (its tensors
-    // come from rank 0's declaration), before any worker sees its map
-    // ([script jobs]), so RUNNING alone does not say "lost".
-    bool installed_once = false;
-    bool final_exported = false;  // see [final gauges]
-    absl::Time ready_since = absl::InfiniteFuture();  // map built, waiting for workers
-    // From the shards' GetStats, refreshed every tick while the job runs.
-    ShardClocks clocks;
-    uint64_t max_staleness = 0;
-    bool stats_fresh = false;  // answered by every shard this tick
-    ClockRate clock_rate{absl::Milliseconds(500)};  // of clocks.min_clock
-    // NOTE: [shard progress] What status shows as the job's clock while it
-    // runs, once the shards report progress: the slowest shard's applied
-    // sync rounds (SYNC) or the slowest member's clock (otherwise), not the
-    // members' heartbeats (a joiner reports its join clock before it does
-    // anything). `progress_since` is when that clock last moved: a running
-    // job whose clock stands still for a few seconds is shown as stalled.
-    uint64_t min_version = 0;       // rounds applied on every answering shard
-    bool progress_known = false;    // some shard reported a clock or version
-    uint64_t progress_clock = 0;
-    absl::Time progress_since = absl::InfiniteFuture();
-    // Per shard index, from its last answer (see [checkpoint failures] in
-    // server/shard/job.h).
-    std::vector<uint64_t> checkpoint_failures;
-    std::vector<std::string> checkpoint_errors;
-  };
-  // One shard RPC planned under the lock and made outside it.
-  struct ShardCall;
-
-  Coordinator(CoordinatorOptions options, ShardClient* shards,
-              std::unique_ptr<StateStore> store);
+  Coordinator(CoordinatorOptions options, ShardClient* shards, const JobModels* models,
+              std::unique_ptr<StateStorage> store);
 
   [[nodiscard]] absl::Status LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the whole state (see JobLog::Checkpoint); clears dirty_ on success.
+  // Writes the worker pool, the shard table and the jobs' progress (see
+  // JobLog::Checkpoint); clears dirty_ on success.
   [[nodiscard]] absl::Status SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The shard table and the worker pool, for the state file.
-  void WriteRestLocked(gradstream::v1::CoordinatorState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteRestLocked(DurableState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A registration in the pool, not yet durable unless a save since carried
   // it (see [registration group commit]).
   struct Registered {
-    gradstream::v1::RegisterWorkerResponse response;
+    RegisteredWorker response;
     uint64_t sequence = 0;  // registrations_ after it
   };
   // Whether `request` is a new process of a worker that is in a job, which
   // must first leave it (a write).
-  bool LeavesJobLocked(const gradstream::v1::RegisterWorkerRequest& request) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Registered RegisterLocked(const gradstream::v1::RegisterWorkerRequest& request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<uint32_t> AddShardLocked(const std::string& address, bool healthy)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LeavesJobLocked(const WorkerRegistration& request) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Registered RegisterLocked(const WorkerRegistration& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time Now() const { return options_.env->Now(); }
-  // How long a planned membership change needs to reach every member.
-  absl::Duration LeadTime() const;
 
-  // Views (coordinator_views.cc).
-  gradstream::v1::JobStatus RenderJobLocked(const JobRecord& job, bool full) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  gradstream::v1::JobProgress ProgressLocked(const JobRecord& job) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds a point to the job's history when `report` brings a newer
-  // evaluation (see [progress history]).
-  void RecordProgressLocked(const JobRecord& job, const gradstream::v1::WorkerProgress& report,
-                            absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  gradstream::v1::Assignment AssignmentLocked(const WorkerRecord& worker) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Whether HeartbeatLocked(request, now) may change the job log; when it
+  // Whether HeartbeatLocked(request, now) may change the job table; when it
   // returns false, HeartbeatLocked writes nothing and needs no write_mu_.
-  bool HeartbeatWritesLocked(const gradstream::v1::HeartbeatRequest& request,
-                             absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<gradstream::v1::HeartbeatResponse> HeartbeatLocked(
-      const gradstream::v1::HeartbeatRequest& request, absl::Time now)
+  bool HeartbeatWritesLocked(const HeartbeatReport& request, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Membership changes, each one JobLog::Update. A `job_id` argument must
-  // not refer into a record (an Update replaces the record's content).
-  // Takes `worker` out of its job: folds its counters into the job's record
-  // and, when `epoch_reason` is not empty and the job has not ended, adds an
-  // epoch at `clock` without it. Releases the worker once that is durable
-  // (see [write durably, then apply]); on a failed write nothing changed.
-  // `also`, if set, changes the record in the same write. Leaving a job that
-  // ended writes nothing at once (see [ended jobs]).
-  [[nodiscard]] absl::Status DetachLocked(const std::string& job_id, WorkerRecord& worker,
-                                          uint64_t clock, const std::string& epoch_reason,
-                                          const std::function<void(JobRecord&)>& also = nullptr)
+  absl::StatusOr<Assignment> HeartbeatLocked(const HeartbeatReport& request, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies a kJoin / kLeave plan as a new epoch; `start` also marks the job
-  // RUNNING. A kWait plan only sets the job's message.
-  [[nodiscard]] absl::Status ApplyPlanLocked(const std::string& job_id,
-                                             const MembershipPlan& plan, bool start)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets the job's message (a write only when it changes).
-  void SetMessageLocked(const std::string& job_id, const std::string& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  [[nodiscard]] absl::Status FinishLocked(const std::string& job_id,
-                                          gradstream::v1::JobState state,
-                                          const std::string& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Script jobs (coordinator_script.cc, see [script jobs]).
-  // Builds job `id`'s shard map on the healthy shards unless it has one;
-  // false while it cannot yet (no shards, tensors not declared) or failed.
-  bool PlaceJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Rank 0's declared tensors become the job's tensor list, then its map.
-  void DeclareTensorsLocked(const std::string& job_id, uint64_t worker_id,
-                            const gradstream::v1::HeartbeatRequest& request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A script job's member reports DONE while another member trains on: it
-  // leaves the job at its clock, so no round waits for it.
-  bool ScriptDoneEarlyLocked(const JobRecord& job, uint64_t worker_id,
-                             gradstream::v1::WorkerState state) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every shard of the job's map has the job: workers may see the map.
-  bool MapRevealedLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The planner's view of a running job.
-  PlanInput PlanInputLocked(const JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Tick phases.
-  void ReapDeadWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // See [keep finished]; a failed write deletes nothing (the next tick retries).
-  void PruneFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartPendingJobLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PlanMembershipLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CheckCompletionLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An elastic job below its MIN: notes since when (durably), and fails it
-  // once that is longer than its min_workers_timeout_s; back at MIN clears
-  // it (see [elastic jobs]).
-  void CheckBelowMinLocked(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<ShardCall> PlanShardCallsLocked(bool probe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunShardCalls(std::vector<ShardCall>& calls) ABSL_LOCKS_EXCLUDED(mu_);
-  void ApplyShardResultsLocked(const std::vector<ShardCall>& calls)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Commits (durably) every job's newest epoch that all its shards
-  // acknowledged: from then on heartbeats reveal it (see [membership
-  // epochs]). A failed write leaves it uncommitted until the next tick.
-  void CommitEpochsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   ShardClient* const shards_client_;
   CoordinatorMetrics metrics_;
-  const std::unique_ptr<StateStore> store_;  // nullptr: memory only
+  const std::unique_ptr<StateStorage> store_;  // nullptr: memory only
 
   // Held by everything that may write the state file, before mu_ (see
   // [state writes off the lock]): one write at a time, and nothing changes
-  // the job log while mu_ is released for a write.
+  // the job table while mu_ is released for a write.
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  JobLog jobs_ ABSL_GUARDED_BY(mu_);
+  JobTable jobs_ ABSL_GUARDED_BY(mu_);
   WorkerPool workers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, JobShards> job_shards_ ABSL_GUARDED_BY(mu_);  // by job id
-  std::vector<Shard> shards_ ABSL_GUARDED_BY(mu_);  // index = shard_id - 1
+  ShardFleet fleet_ ABSL_GUARDED_BY(mu_);
+  Views views_ ABSL_GUARDED_BY(mu_);
+  Reconciler reconciler_ ABSL_GUARDED_BY(mu_);
   // The worker pool or the shard table changed since the last write.
   bool dirty_ ABSL_GUARDED_BY(mu_) = false;
   // Registrations so far, in the state being written, and known written

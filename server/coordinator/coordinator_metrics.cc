@@ -3,8 +3,6 @@
 
 namespace gradstream::coordinator {
 
-namespace v1 = gradstream::v1;
-
 CoordinatorMetrics::CoordinatorMetrics(metrics::Registry* registry)
     : registry_(registry),
       save_seconds_(registry->GetHistogram("gs_coordinator_state_save_seconds",
@@ -34,41 +32,42 @@ void CoordinatorMetrics::RpcDone(const char* method, absl::StatusCode code) {
       ->Increment();
 }
 
-void CoordinatorMetrics::ExportJob(const std::string& job, const v1::JobProgress& p,
+void CoordinatorMetrics::ExportJob(const std::string& job, const JobProgress& p,
                                    uint32_t members, uint32_t desired_workers, uint64_t epochs) {
   const metrics::Labels l = {{"job", job}};
   auto gauge = [&](const char* name, const char* help, double v) {
     registry_->GetGauge(name, help, l)->Set(v);
   };
-  gauge("gs_job_clock", "Slowest active worker's clock.", p.clock());
+  gauge("gs_job_clock", "Slowest active worker's clock.", p.clock);
   gauge("gs_job_clock_lag", "Fastest minus slowest active worker's clock.",
-        p.max_clock() >= p.clock() ? p.max_clock() - p.clock() : 0);
+        p.max_clock >= p.clock ? p.max_clock - p.clock : 0);
   gauge("gs_job_active_workers", "Workers pushing for the job (leaving ones included).", members);
   gauge("gs_job_desired_workers", "Desired workers of the job.", desired_workers);
   gauge("gs_job_epoch", "Newest membership epoch.", epochs);
   // What is not measured yet has no series rather than a 0 (see [not
   // measured] in proto/coordinator.proto).
-  if (p.has_loss()) gauge("gs_job_loss", "Mean training loss of the active workers.", p.loss());
-  gauge("gs_job_accuracy", "Latest test accuracy.", p.accuracy());
-  if (p.has_samples_per_sec()) {
+  if (p.loss) gauge("gs_job_loss", "Mean training loss of the active workers.", *p.loss);
+  gauge("gs_job_accuracy", "Latest test accuracy.", p.accuracy);
+  if (p.samples_per_sec) {
     gauge("gs_job_samples_per_second",
           "Training throughput over all workers; once the job ended, the run's average.",
-          p.samples_per_sec());
+          *p.samples_per_sec);
   }
-  if (p.has_bytes_pushed()) {
-    gauge("gs_job_bytes_pushed", "Encoded gradient bytes pushed.", p.bytes_pushed());
+  if (p.bytes_pushed) {
+    gauge("gs_job_bytes_pushed", "Encoded gradient bytes pushed.", *p.bytes_pushed);
   }
-  if (p.has_compression_ratio()) {
-    gauge("gs_job_compression_ratio", "fp32 bytes / encoded bytes pushed.", p.compression_ratio());
+  if (p.compression_ratio) {
+    gauge("gs_job_compression_ratio", "fp32 bytes / encoded bytes pushed.", *p.compression_ratio);
   }
-  gauge("gs_job_max_staleness", "Largest staleness observed.", p.max_staleness());
-  gauge("gs_job_residual_norm", "Largest error-feedback residual norm.", p.residual_norm());
+  gauge("gs_job_max_staleness", "Largest staleness observed.", p.max_staleness);
+  gauge("gs_job_residual_norm", "Largest error-feedback residual norm.", p.residual_norm);
 }
 
 void CoordinatorMetrics::ExportCluster(const ClusterCounts& counts) {
-  for (v1::JobState s : {v1::PENDING, v1::RUNNING, v1::COMPLETED, v1::FAILED, v1::CANCELLED}) {
+  for (JobState s : {JobState::kPending, JobState::kRunning, JobState::kCompleted,
+                     JobState::kFailed, JobState::kCancelled}) {
     auto it = counts.jobs_by_state.find(s);
-    registry_->GetGauge("gs_coordinator_jobs", "Jobs by state.", {{"state", v1::JobState_Name(s)}})
+    registry_->GetGauge("gs_coordinator_jobs", "Jobs by state.", {{"state", JobStateName(s)}})
         ->Set(it == counts.jobs_by_state.end() ? 0 : it->second);
   }
   registry_->GetGauge("gs_coordinator_workers", "Registered workers.", {{"health", "healthy"}})

@@ -12,13 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/metrics/metrics.h"
-#include "coordinator.pb.h"
+#include "server/coordinator/types.h"
 
 namespace gradstream::coordinator {
 
 // Counts over the whole cluster, set at the end of every tick.
 struct ClusterCounts {
-  std::map<gradstream::v1::JobState, int> jobs_by_state;
+  std::map<JobState, int> jobs_by_state;
   int workers_healthy = 0;
   int workers_dead = 0;
   int workers_idle = 0;  // healthy and without a job
@@ -45,8 +45,8 @@ class CoordinatorMetrics {
 
   // Job `job`'s gs_job_* gauges: its aggregated progress, how many members
   // it has (leaving ones included), how many it wants, its newest epoch.
-  void ExportJob(const std::string& job, const gradstream::v1::JobProgress& progress,
-                 uint32_t members, uint32_t desired_workers, uint64_t epochs);
+  void ExportJob(const std::string& job, const JobProgress& progress, uint32_t members,
+                 uint32_t desired_workers, uint64_t epochs);
   void ExportCluster(const ClusterCounts& counts);
 
  private:

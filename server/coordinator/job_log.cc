@@ -7,60 +7,51 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/job/job_state.h"
 #include "glog/logging.h"
 
 namespace gradstream::coordinator {
 
-namespace v1 = gradstream::v1;
-
 void AppendEpoch(JobRecord& job, uint64_t effective_clock, const std::string& reason,
                  absl::Time now) {
-  const auto& epochs = job.status.epochs();
-  if (!epochs.empty()) {
-    effective_clock = std::max(effective_clock, epochs.rbegin()->effective_clock());
-  }
-  v1::MembershipEpoch* e = job.status.add_epochs();
-  e->set_epoch(static_cast<uint64_t>(job.status.epochs_size()));
-  e->set_effective_clock(effective_clock);
-  e->set_created_unix_ms(absl::ToUnixMillis(now));
-  e->set_reason(reason);
+  std::vector<MembershipEpoch>& epochs = job.status.epochs;
+  if (!epochs.empty()) effective_clock = std::max(effective_clock, epochs.back().effective_clock);
+  MembershipEpoch e;
+  e.epoch = epochs.size() + 1;
+  e.effective_clock = effective_clock;
+  e.created_unix_ms = absl::ToUnixMillis(now);
+  e.reason = reason;
   uint32_t rank = 0;
-  for (auto& m : *job.status.mutable_members()) {
-    if (m.leaving()) continue;
-    e->add_worker_ids(m.worker_id());
-    m.set_rank(rank++);
+  for (JobMember& m : job.status.members) {
+    if (m.leaving) continue;
+    e.worker_ids.push_back(m.worker_id);
+    m.rank = rank++;
   }
+  epochs.push_back(std::move(e));
 }
 
-const v1::JobMember* FindMember(const v1::JobStatus& job, uint64_t worker_id) {
-  for (const auto& m : job.members()) {
-    if (m.worker_id() == worker_id) return &m;
+const JobMember* FindMember(const JobStatus& job, uint64_t worker_id) {
+  for (const JobMember& m : job.members) {
+    if (m.worker_id == worker_id) return &m;
   }
   return nullptr;
 }
 
-JobLog::JobLog(StateStore* store, WriteRest write_rest, CoordinatorMetrics* metrics,
+JobLog::JobLog(StateStorage* store, WriteRest write_rest, CoordinatorMetrics* metrics,
                absl::Mutex* held)
     : store_(store), write_rest_(std::move(write_rest)), metrics_(metrics), held_(held) {}
 
-void JobLog::Restore(v1::CoordinatorState& state) {
+void JobLog::Restore(DurableState& state) {
   records_.clear();
-  next_job_ = std::max<uint64_t>(1, state.next_job());
-  for (auto& j : *state.mutable_jobs()) {
-    JobRecord& record = records_[j.job_id()];
-    record.status = std::move(j);
-    const std::string& id = record.status.job_id();
-    auto retired = state.retired().find(id);
-    if (retired != state.retired().end()) record.retired = retired->second;
-    auto token = state.job_tokens().find(id);
-    if (token != state.job_tokens().end()) record.token = token->second;
+  next_job_ = std::max<uint64_t>(1, state.next_job);
+  for (JobRecord& j : state.jobs) {
+    const std::string id = j.status.job_id;
+    records_[id] = std::move(j);
   }
 }
 
 absl::StatusOr<std::string> JobLog::Create(JobRecord record) {
   const std::string id = absl::StrFormat("job-%06d", next_job_);
-  record.status.set_job_id(id);
+  record.status.job_id = id;
   if (absl::Status s = Write(nullptr, id, &record, next_job_ + 1); !s.ok()) return s;
   ++next_job_;
   records_[id] = std::move(record);
@@ -72,15 +63,15 @@ absl::Status JobLog::Update(const std::string& id, Edit edit) {
   if (it == records_.end()) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
   JobRecord next = it->second;
   edit(next);
-  DCHECK_EQ(next.status.job_id(), id);
+  DCHECK_EQ(next.status.job_id, id);
   if (absl::Status s = Write(nullptr, id, &next, next_job_); !s.ok()) return s;
-  const int old_epochs = it->second.status.epochs_size();
+  const size_t old_epochs = it->second.status.epochs.size();
   it->second = std::move(next);
-  for (int e = old_epochs; e < it->second.status.epochs_size(); ++e) {
-    const v1::MembershipEpoch& epoch = it->second.status.epochs(e);
-    LOG(INFO) << "coordinator: job " << id << " epoch " << epoch.epoch() << " at clock "
-              << epoch.effective_clock() << " with " << epoch.worker_ids_size() << " workers ("
-              << epoch.reason() << ")";
+  for (size_t e = old_epochs; e < it->second.status.epochs.size(); ++e) {
+    const MembershipEpoch& epoch = it->second.status.epochs[e];
+    LOG(INFO) << "coordinator: job " << id << " epoch " << epoch.epoch << " at clock "
+              << epoch.effective_clock << " with " << epoch.worker_ids.size() << " workers ("
+              << epoch.reason << ")";
     metrics_->EpochAdded();
   }
   return absl::OkStatus();
@@ -91,25 +82,23 @@ absl::Status JobLog::Amend(const std::string& id, Edit edit) {
   if (it == records_.end()) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
   edit(it->second);
   amended_[id] = ++amend_seq_;
-  DCHECK_EQ(it->second.status.job_id(), id);
+  DCHECK_EQ(it->second.status.job_id, id);
   return absl::OkStatus();
 }
 
-absl::Status JobLog::Checkpoint(absl::FunctionRef<v1::JobProgress(const JobRecord&)> progress) {
+absl::Status JobLog::Checkpoint(absl::FunctionRef<JobProgress(const JobRecord&)> progress) {
   // Only the jobs whose counters moved are written (a finished job's stay).
-  std::map<std::string, v1::JobProgress> fresh;
+  std::map<std::string, JobProgress> fresh;
   for (const auto& [id, record] : records_) {
-    if (IsTerminal(record.status.state()) && record.status.members().empty() &&
+    if (IsTerminal(record.status.state) && record.status.members.empty() &&
         amended_.count(id) == 0) {
       continue;
     }
-    v1::JobProgress p = progress(record);
-    if (p.SerializeAsString() != record.status.progress().SerializeAsString()) {
-      fresh[id] = std::move(p);
-    }
+    JobProgress p = progress(record);
+    if (p != record.status.progress) fresh[id] = std::move(p);
   }
   if (absl::Status s = Write(&fresh, "", nullptr, next_job_); !s.ok()) return s;
-  for (auto& [id, p] : fresh) *records_[id].status.mutable_progress() = std::move(p);
+  for (auto& [id, p] : fresh) records_[id].status.progress = std::move(p);
   return absl::OkStatus();
 }
 
@@ -128,22 +117,19 @@ const JobRecord* JobLog::Find(const std::string& id) const {
   return it == records_.end() ? nullptr : &it->second;
 }
 
-absl::Status JobLog::Write(const std::map<std::string, v1::JobProgress>* progress,
+absl::Status JobLog::Write(const std::map<std::string, JobProgress>* progress,
                            const std::string& replace_id, const JobRecord* replace,
                            uint64_t next_job, const std::set<std::string>* drop) {
   if (store_ == nullptr) return absl::OkStatus();
   // Only the jobs this write changes: the StateStore leaves the others'
   // rows as they are.
-  v1::CoordinatorState state;
-  state.set_next_job(next_job);
+  DurableState state;
+  state.next_job = next_job;
   auto add = [&](const std::string& id, const JobRecord& record) {
-    v1::JobStatus* status = state.add_jobs();
-    *status = record.status;
+    state.jobs.push_back(record);
     if (progress != nullptr) {
-      if (auto p = progress->find(id); p != progress->end()) *status->mutable_progress() = p->second;
+      if (auto p = progress->find(id); p != progress->end()) state.jobs.back().status.progress = p->second;
     }
-    (*state.mutable_retired())[id] = record.retired;
-    if (!record.token.empty()) (*state.mutable_job_tokens())[id] = record.token;
   };
   const std::map<std::string, uint64_t> amended = amended_;
   std::set<std::string> ids;

@@ -1,35 +1,20 @@
-// The coordinator's durable job table: every job's record (spec, state,
-// members, membership epochs, shard map, committed epoch, progress) and the
-// next job id. Modelled on LevelDB's VersionSet::LogAndApply: a change is
-// written to the state database first and applied in memory only once the
-// write committed.
+// The write path of the coordinator's durable state: every job's record
+// (spec, state, members, membership epochs, shard map, committed epoch,
+// progress) and the next job id, each change written to the StateStorage
+// before it is applied in memory (LevelDB's VersionSet::LogAndApply).
 //
-// NOTE: [write durably, then apply]
-// Create(), Update(), Checkpoint() and Remove() are the only ways a job
-// record changes. Each builds the changed record on a copy, hands the whole
-// coordinator state (the table with the copy, plus what `write_rest` adds:
-// shards and workers) to the StateStore, which commits the rows that differ
-// in one transaction, and installs the copy only when the write committed. So an epoch, a committed epoch or a finished state that a shard
-// or worker can hear of is always on disk, and a failed write leaves memory
-// as it was (the caller retries on its next tick or RPC).
+// NOTE: [write durably, then apply] Create(), Update(), Checkpoint() and
+// Remove() build the change on a copy, write it, and install the copy only
+// once the write committed: what a shard or worker can hear of is on disk,
+// and a failed write leaves memory as it was. Workers are assigned before
+// the write that lists them and released after the one that removes them.
+// See docs/design/coordinator-write-durably-then-apply.md.
 //
-// NOTE: [state writes off the lock]
-// The state is built (copied) under the caller's lock, but the file is
-// written, with its fsyncs, with that lock released (see the `held`
-// argument of the constructor), and the caller holds it again before the
-// copy is installed. Measured with bench/scale at 1024 workers and 100 jobs:
-// a write takes 8 ms on average and up to 100 ms on a shared disk, about 9
-// times a second, and every heartbeat waited for it (p99 54-122 ms); on
-// tmpfs the same writes take 1.4 ms. So the caller must also hold a second
-// lock that every writer takes (the Coordinator's write_mu_): while one
-// write is on disk nothing else can change the job table, and only work
-// that writes nothing (heartbeats without a change, status reads) runs.
-//
-// The state file also holds the worker pool, whose changes are saved lazily.
-// To keep the file consistent across a crash between two writes, the
-// Coordinator assigns workers to a job *before* the Update that lists them,
-// and releases them only *after* the Update that removed them; a restored
-// worker whose job does not list it is released on load.
+// NOTE: [state writes off the lock] The file is written with the caller's
+// lock released (`held`); the caller keeps every other writer out with a
+// second lock (the Coordinator's write_mu_), so heartbeats that change
+// nothing never wait for the disk. See
+// docs/design/coordinator-state-writes-off-the-lock.md.
 #ifndef GRADSTREAM_SERVER_COORDINATOR_JOB_LOG_H_
 #define GRADSTREAM_SERVER_COORDINATOR_JOB_LOG_H_
 
@@ -45,18 +30,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "coordinator.pb.h"
 #include "server/coordinator/coordinator_metrics.h"
-#include "server/coordinator/state_store.h"
+#include "server/coordinator/state_storage.h"
+#include "server/coordinator/types.h"
 
 namespace gradstream::coordinator {
-
-// The durable part of one job.
-struct JobRecord {
-  gradstream::v1::JobStatus status;     // spec, state, members, epochs, map, progress...
-  gradstream::v1::JobProgress retired;  // counters of the workers that left it
-  std::string token;                    // [auth tokens]: members and shards only
-};
 
 // Appends membership epoch {epochs+1, clock, the non-leaving members} to
 // `job` and renumbers the members' ranks in epoch order. The effective clock
@@ -66,8 +44,7 @@ void AppendEpoch(JobRecord& job, uint64_t effective_clock, const std::string& re
                  absl::Time now);
 
 // The member `worker_id` of `job`, or nullptr.
-const gradstream::v1::JobMember* FindMember(const gradstream::v1::JobStatus& job,
-                                            uint64_t worker_id);
+const JobMember* FindMember(const JobStatus& job, uint64_t worker_id);
 
 // Not thread-safe: the Coordinator calls it under its mutex (as LevelDB's
 // DBImpl calls its VersionSet).
@@ -75,7 +52,7 @@ class JobLog {
  public:
   // Adds the parts of the state file the log does not own (shards, workers,
   // next worker id) to the state about to be written.
-  using WriteRest = std::function<void(gradstream::v1::CoordinatorState&)>;
+  using WriteRest = std::function<void(DurableState&)>;
   using Edit = absl::FunctionRef<void(JobRecord&)>;
 
   // `store` == nullptr keeps the state in memory only (every write
@@ -83,14 +60,14 @@ class JobLog {
   // nullptr, is the mutex every caller holds: it is released while the file
   // is written and held again before the change is applied (see [state
   // writes off the lock]); the caller must keep every other writer out.
-  JobLog(StateStore* store, WriteRest write_rest, CoordinatorMetrics* metrics,
+  JobLog(StateStorage* store, WriteRest write_rest, CoordinatorMetrics* metrics,
          absl::Mutex* held = nullptr);
   JobLog(const JobLog&) = delete;
   JobLog& operator=(const JobLog&) = delete;
 
   // Replaces the table with the one in `state` (at open, before any write).
   // The jobs are moved out of `state`.
-  void Restore(gradstream::v1::CoordinatorState& state);
+  void Restore(DurableState& state);
 
   // A new job "job-NNNNNN" from `record` (its job_id is set here). Returns
   // the id; on a failed write (Internal / Unavailable) nothing changed and
@@ -98,14 +75,14 @@ class JobLog {
   [[nodiscard]] absl::StatusOr<std::string> Create(JobRecord record);
 
   // Applies `edit` to job `id`'s record, see [write durably, then apply].
-  // NotFound for an unknown job; the StateStore's error on a failed write,
+  // NotFound for an unknown job; the StateStorage's error on a failed write,
   // and then the record is unchanged. `edit` must not change the job id.
   [[nodiscard]] absl::Status Update(const std::string& id, Edit edit);
 
   // Applies `edit` to job `id`'s record in memory only, for a change a crash
   // may lose because nothing was decided on it: the next write of anything
-  // carries it. The Coordinator amends a
-  // job that ended as its members hear of the end (see [ended jobs]).
+  // carries it: a job that ended, as its members hear of the end (see
+  // [ended jobs] in job_table.h).
   // NotFound for an unknown job.
   [[nodiscard]] absl::Status Amend(const std::string& id, Edit edit);
 
@@ -117,7 +94,7 @@ class JobLog {
   // (with 10,000 finished jobs this is most of a checkpoint's work). On a
   // failed write nothing changed.
   [[nodiscard]] absl::Status Checkpoint(
-      absl::FunctionRef<gradstream::v1::JobProgress(const JobRecord&)> progress);
+      absl::FunctionRef<JobProgress(const JobRecord&)> progress);
 
   // Deletes the jobs `ids` (unknown ids are skipped) with their epochs and
   // history: written first, then erased (see [write durably, then apply]).
@@ -137,11 +114,11 @@ class JobLog {
   // nullptr) standing in for (or added as) the record of `replace_id`, with
   // the jobs' progress from `progress` (if not nullptr), and without the
   // jobs in `drop` (if not nullptr).
-  [[nodiscard]] absl::Status Write(const std::map<std::string, gradstream::v1::JobProgress>* progress,
+  [[nodiscard]] absl::Status Write(const std::map<std::string, JobProgress>* progress,
                                    const std::string& replace_id, const JobRecord* replace,
                                    uint64_t next_job, const std::set<std::string>* drop = nullptr);
 
-  StateStore* const store_;
+  StateStorage* const store_;
   const WriteRest write_rest_;
   CoordinatorMetrics* const metrics_;
   absl::Mutex* const held_;

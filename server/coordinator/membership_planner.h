@@ -1,57 +1,19 @@
 // Which workers join or leave a job, and at which clock. Pure functions of
 // their inputs: no clock, no threads, no RPCs, no coordinator state; the
-// Coordinator gathers the inputs under its lock and applies the plan through
-// its JobLog (see [membership epochs] in coordinator.h).
+// reconcile loop (reconciler.h) gathers the inputs and applies the plan
+// through the job table (see [membership epochs] in coordinator.h).
 //
-// NOTE: [membership plan]
-// A change takes effect at a clock boundary that every party hears of before
-// anyone reaches it:
-//   * everything is in worker clocks, never chunk versions (in BOUNDED and
-//     ASYNC mode a version counts pushes, about members x clocks);
-//   * the job's *current clock* is the largest of the shards' slowest member
-//     (fresh GetStats; in BOUNDED mode plus staleness + 1, as fast as any
-//     member may run ahead), the shards' fastest member, the sync rounds
-//     applied (SYNC only), and every member's last heartbeat clock;
-//   * the *lead* is what the fastest rate (the job's, measured from the
-//     shards, or any member's, from heartbeats; each the rate it runs at
-//     when it runs, so a stall just before does not shrink it, see
-//     [planning rate] in clock_rate.h) covers in `lead_time` (the epoch
-//     reaches the shards on the next tick and members poll once per
-//     heartbeat), rounded up, plus 10 clocks of margin:
-//         clock = current + 10 + ceil(rate * lead_time)
-//     so a change takes effect about lead_time after it is asked for, in
-//     every mode. Should a shard still hear of a join after passing its
-//     clock, the joiner starts where that shard is (see [late join] in
-//     server/shard/job.cc) rather than failing;
-//   * with no active member nothing moves, so joiners start where the shards
-//     and the last epoch stopped, with no lead (see [unstaffed clocks] in
-//     server/shard/bsp_controller.cc);
-//   * a departure (death, error, restart, Leave) takes effect at the clock
-//     the worker never completed: its last reported clock, raised to the
-//     shards' slowest member;
-//   * a boundary at or past the job's last step would change nothing but the
-//     record, so no epoch is planned there.
+// NOTE: [membership plan] A change takes effect at a clock boundary every
+// party hears of before anyone reaches it: in worker clocks, never chunk
+// versions, at the job's current clock plus what the fastest rate covers in
+// the lead time (plus 10); with no active member, where the job stopped; a
+// departure at the clock the worker never completed. See
+// docs/design/coordinator-membership-plan.md.
 //
-// NOTE: [elastic jobs]
-// A job submitted with a range MIN:MAX (JobSpec.workers_min, workers; the
-// coordinator keeps MIN in JobStatus.min_workers and MAX in
-// desired_workers, both changed by `gradstream scale`) fills the pool:
-//   * it starts once MIN workers are idle, with as many as are, up to MAX,
-//     and without the start grace (a plain N job may start with fewer after
-//     it: it asked for N, not for a range);
-//   * while it runs, idle workers join it up to MAX, all that are idle at
-//     one planning in one epoch ("grew: workers 3, 4 idle");
-//   * a member that dies or leaves is removed as for any job (see
-//     [membership epochs]) and nobody fails: the job goes on with the others;
-//     a job inside its range that has no idle worker to take is not
-//     "waiting" for anything;
-//   * below MIN the survivors keep training (what they compute is not lost
-//     and the package's global batch holds at any size) while the job waits
-//     for workers, shown as "waiting: below min"; it fails once it has been
-//     below MIN for min_workers_timeout_s (the coordinator's CheckBelowMin,
-//     from JobStatus.below_min_since_unix_ms, which survives a restart).
-// The same in every consistency mode: only the epochs' clocks differ, as
-// [membership plan] says.
+// NOTE: [elastic jobs] A job with a range MIN:MAX starts once MIN workers
+// are idle, grows towards MAX as workers idle, shrinks without failing when
+// members go, and below MIN keeps training while it waits for workers, for
+// at most min_workers_timeout_s. See docs/design/coordinator-elastic-jobs.md.
 #ifndef GRADSTREAM_SERVER_COORDINATOR_MEMBERSHIP_PLANNER_H_
 #define GRADSTREAM_SERVER_COORDINATOR_MEMBERSHIP_PLANNER_H_
 

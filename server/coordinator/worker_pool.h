@@ -11,20 +11,21 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator.pb.h"
 #include "server/coordinator/clock_rate.h"
+#include "server/coordinator/state_storage.h"
+#include "server/coordinator/types.h"
 
 namespace gradstream::coordinator {
 
 // One registered worker.
 struct WorkerRecord {
-  gradstream::v1::WorkerStatus status;      // persisted part (id, incarnation, name, job)
-  gradstream::v1::WorkerProgress progress;  // from its last heartbeat for its job
+  WorkerStatus status;      // persisted part (id, incarnation, name, job)
+  WorkerProgress progress;  // from its last heartbeat for its job
   absl::Time last_heartbeat;
   bool dead = false;  // missed heartbeats or declared dead: must register again
   ClockRate clock_rate{absl::Milliseconds(50)};
   // Examples trained in its current job, integrated from its reported rates
-  // (a script job's estimate, see [run average] in coordinator_views.cc).
+  // (a script job's estimate, see [run average] in views.h).
   double reported_samples = 0;
   absl::Time last_report = absl::InfinitePast();
 };
@@ -40,9 +41,9 @@ class WorkerPool {
   // Restores the pool from the state file. A coordinator restart is not the
   // workers' fault: each gets a full timeout from `now` to reach the new
   // process before it is declared dead.
-  void Restore(const gradstream::v1::CoordinatorState& state, absl::Time now);
+  void Restore(const DurableState& state, absl::Time now);
   // Adds the workers and the next worker id to `state`.
-  void WriteTo(gradstream::v1::CoordinatorState& state) const;
+  void WriteTo(DurableState& state) const;
 
   // nullptr for an unknown id.
   WorkerRecord* Find(uint64_t id);
@@ -52,29 +53,26 @@ class WorkerPool {
   // incarnation, not declared dead): the coordinator restarted, not the
   // worker. Otherwise registering starts a new incarnation, and the caller
   // must first take the worker out of its job.
-  static bool SameProcess(const WorkerRecord& worker,
-                          const gradstream::v1::RegisterWorkerRequest& request);
+  static bool SameProcess(const WorkerRecord& worker, const WorkerRegistration& request);
 
   // Registers a worker (a new id for worker_id 0, a new incarnation for a
   // known one of another process) and stamps its heartbeat. A new
   // incarnation is IDLE without a job.
-  WorkerRecord& Register(const gradstream::v1::RegisterWorkerRequest& request, absl::Time now);
+  WorkerRecord& Register(const WorkerRegistration& request, absl::Time now);
 
   // Checks a heartbeat and stamps the worker's liveness and state (the state
   // it reports for its current job; IDLE when it reports another job).
   // NotFound: unknown worker; FailedPrecondition: declared dead or stale
   // incarnation.
-  absl::StatusOr<WorkerRecord*> Beat(const gradstream::v1::HeartbeatRequest& request,
-                                     absl::Time now);
+  absl::StatusOr<WorkerRecord*> Beat(const HeartbeatReport& request, absl::Time now);
   // Records a heartbeat's progress for the worker's current job, which it
   // joined at `join_clock`: its clock rate is measured from there (see
   // [joiner rate]).
-  static void Report(WorkerRecord& worker, const gradstream::v1::WorkerProgress& progress,
-                     absl::Time now, uint64_t join_clock = 0);
+  static void Report(WorkerRecord& worker, const WorkerProgress& progress, absl::Time now,
+                     uint64_t join_clock = 0);
   // Examples `worker` trained in its job of `spec` since `join_clock` (see
-  // [run average] in coordinator_views.cc).
-  static uint64_t Samples(const WorkerRecord& worker, const gradstream::v1::JobSpec& spec,
-                          uint64_t join_clock);
+  // [run average] in views.h).
+  static uint64_t Samples(const WorkerRecord& worker, const JobSpec& spec, uint64_t join_clock);
 
   // Live workers whose last heartbeat is older than the timeout at `now`.
   std::vector<uint64_t> Overdue(absl::Time now) const;

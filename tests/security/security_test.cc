@@ -70,7 +70,7 @@ class Certs {
 };
 
 // Job `job`'s token in the coordinator's state database at `path` (the
-// `jobs` table of server/coordinator/state_store.h), "" if none.
+// `jobs` table of server/coordinator/rpc/state_store.h), "" if none.
 std::string JobToken(const std::string& path, const std::string& job) {
   sqlite3* db = nullptr;
   std::string token;

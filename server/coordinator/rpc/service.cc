@@ -1,5 +1,5 @@
-// gRPC adapter over Coordinator; see service.h.
-#include "server/coordinator/service.h"
+// gRPC adapter over CoordinatorApi; see service.h.
+#include "server/coordinator/rpc/service.h"
 
 #include "common/grpc_util.h"
 #include "common/rpc/rpc.h"
@@ -12,7 +12,7 @@ namespace v1 = gradstream::v1;
 
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  CoordinatorService(Coordinator* c, metrics::Registry* m, std::string auth_token)
+  CoordinatorService(CoordinatorApi* c, metrics::Registry* m, std::string auth_token)
       : c_(c), metrics_(m), auth_token_(std::move(auth_token)) {}
 
   grpc::Status RegisterShard(grpc::ServerContext* ctx, const v1::RegisterShardRequest* req,
@@ -67,17 +67,17 @@ class CoordinatorService final : public v1::Coordinator::Service {
     return grpc::Status::OK;
   }
 
-  Coordinator* const c_;
+  CoordinatorApi* const c_;
   CoordinatorMetrics metrics_;
   const std::string auth_token_;
 };
 
 }  // namespace
 
-std::unique_ptr<v1::Coordinator::Service> NewCoordinatorService(Coordinator* coordinator,
+std::unique_ptr<v1::Coordinator::Service> NewCoordinatorService(CoordinatorApi* api,
                                                                 metrics::Registry* metrics,
                                                                 const std::string& auth_token) {
-  return std::make_unique<CoordinatorService>(coordinator, metrics, auth_token);
+  return std::make_unique<CoordinatorService>(api, metrics, auth_token);
 }
 
 }  // namespace gradstream::coordinator

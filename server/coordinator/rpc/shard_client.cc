@@ -1,5 +1,5 @@
-// gRPC implementation of ShardClient.
-#include "server/coordinator/shard_client.h"
+// gRPC implementation of ShardClient; see shard_client.h.
+#include "server/coordinator/rpc/shard_client.h"
 
 #include <chrono>
 #include <map>
@@ -8,6 +8,7 @@
 #include "common/grpc_util.h"
 #include "grpcpp/grpcpp.h"
 #include "ps.grpc.pb.h"
+#include "server/coordinator/rpc/shard_convert.h"
 
 namespace gradstream::coordinator {
 
@@ -20,22 +21,23 @@ class GrpcShardClient final : public ShardClient {
   GrpcShardClient(absl::Duration deadline, rpc::RpcConfig config)
       : deadline_(deadline), config_(std::move(config)) {}
 
-  absl::StatusOr<v1::CreateJobResponse> CreateJob(const std::string& address,
-                                                  const v1::CreateJobRequest& request) override {
+  absl::StatusOr<ShardJobCreated> CreateJob(const std::string& address,
+                                            const ShardJob& job) override {
     grpc::ClientContext ctx;
     SetDeadline(ctx);
     v1::CreateJobResponse response;
-    grpc::Status s = Stub(address)->CreateJob(&ctx, request, &response);
+    grpc::Status s = Stub(address)->CreateJob(&ctx, CreateJobToProto(job), &response);
     if (!s.ok()) return FromGrpcStatus(s);
-    return response;
+    return CreatedFromProto(response);
   }
 
-  absl::Status UpdateMembership(const std::string& address,
-                                const v1::MembershipUpdate& update) override {
+  absl::Status UpdateMembership(const std::string& address, const std::string& job_id,
+                                const MembershipEpoch& epoch) override {
     grpc::ClientContext ctx;
     SetDeadline(ctx);
     v1::MembershipAck ack;
-    return FromGrpcStatus(Stub(address)->UpdateMembership(&ctx, update, &ack));
+    return FromGrpcStatus(
+        Stub(address)->UpdateMembership(&ctx, UpdateToProto(job_id, epoch), &ack));
   }
 
   absl::Status DropJob(const std::string& address, const std::string& job_id) override {
@@ -47,14 +49,16 @@ class GrpcShardClient final : public ShardClient {
     return FromGrpcStatus(Stub(address)->DropJob(&ctx, request, &response));
   }
 
-  absl::StatusOr<v1::StatsResponse> GetStats(const std::string& address,
-                                             const v1::StatsRequest& request) override {
+  absl::StatusOr<ShardJobStats> GetStats(const std::string& address,
+                                         const std::string& job_id) override {
     grpc::ClientContext ctx;
     SetDeadline(ctx);
+    v1::StatsRequest request;
+    request.set_job_id(job_id);
     v1::StatsResponse response;
     grpc::Status s = Stub(address)->GetStats(&ctx, request, &response);
     if (!s.ok()) return FromGrpcStatus(s);
-    return response;
+    return StatsFromProto(response);
   }
 
  private:

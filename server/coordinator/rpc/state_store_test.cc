@@ -1,7 +1,7 @@
 // The state database: round trips, row-sized writes, migration of the old
 // state file, and bad input (garbage, damaged pages, a second process, a
 // full disk, a failed commit).
-#include "server/coordinator/state_store.h"
+#include "server/coordinator/rpc/state_store.h"
 
 #include <sqlite3.h>
 #include <sys/wait.h>

@@ -1,5 +1,5 @@
 // gs_coordinator: the gradstream control plane (job table, worker pool,
-// membership epochs, shard maps). See coordinator.h.
+// membership epochs, shard maps). See server/coordinator/coordinator.h.
 //
 //   gs_coordinator --port=7070 --state_file=/var/lib/gradstream/coordinator.db
 #include <unistd.h>
@@ -20,9 +20,9 @@
 #include "common/rpc/flags.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
-#include "server/coordinator/coordinator.h"
-#include "server/coordinator/service.h"
-#include "server/coordinator/shard_client.h"
+#include "server/coordinator/rpc/coordinator_api.h"
+#include "server/coordinator/rpc/service.h"
+#include "server/coordinator/rpc/shard_client.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 7070, "gRPC port; 0 = any free port (see --port_file).");
@@ -62,9 +62,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("gradstream coordinator: gs_coordinator --port=7070 --state_file=F");
   gradstream::ParseFlagsAndInitLogging(argc, argv);  // [log flags]
 
-  using gradstream::coordinator::Coordinator;
   gradstream::coordinator::CoordinatorOptions options;
-  options.state_file = absl::GetFlag(FLAGS_state_file);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.start_grace = absl::GetFlag(FLAGS_start_grace);
   options.drop_finished_jobs = absl::GetFlag(FLAGS_drop_finished_jobs);
@@ -77,7 +75,8 @@ int main(int argc, char** argv) {
   }
   auto shard_client =
       gradstream::coordinator::NewGrpcShardClient(absl::GetFlag(FLAGS_shard_rpc_deadline), *rpc);
-  auto coordinator = Coordinator::Open(options, shard_client.get());
+  auto coordinator = gradstream::coordinator::OpenCoordinator(options, shard_client.get(),
+                                                              absl::GetFlag(FLAGS_state_file));
   if (!coordinator.ok()) {
     LOG(ERROR) << "cannot open the coordinator state: " << coordinator.status();
     return 1;
@@ -98,8 +97,9 @@ int main(int argc, char** argv) {
     LOG(INFO) << "metrics on :" << (*metrics_server)->port() << "/metrics";
   }
 
+  gradstream::coordinator::CoordinatorApi api(coordinator->get());
   auto service = gradstream::coordinator::NewCoordinatorService(
-      coordinator->get(), gradstream::metrics::Registry::Default(), rpc->auth_token);
+      &api, gradstream::metrics::Registry::Default(), rpc->auth_token);
   int bound_port = 0;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;

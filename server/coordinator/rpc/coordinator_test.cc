@@ -1,5 +1,6 @@
-// Unit tests of the coordinator's state machine with a recording shard client
-// and a manual clock. Multi-process tests live in tests/control/.
+// Unit tests of the coordinator's state machine, driven through its
+// coordinator.proto API with a recording shard client and a manual clock.
+// Multi-process tests live in tests/control/.
 #include "server/coordinator/coordinator.h"
 
 #include <sys/stat.h>
@@ -16,27 +17,31 @@
 #include "common/env/env.h"
 #include "common/env/testing/fake_clock_env.h"
 #include "gtest/gtest.h"
+#include "server/coordinator/rpc/coordinator_api.h"
+#include "server/coordinator/rpc/shard_convert.h"
+#include "server/coordinator/rpc/state_store.h"
 
 namespace gradstream::coordinator {
 namespace {
 
 namespace v1 = gradstream::v1;
 
-// Records what the coordinator tells the shards; answers OK.
+// Records what the coordinator tells the shards, as the gRPC client sends
+// it; answers OK.
 class RecordingShards final : public ShardClient {
  public:
-  absl::StatusOr<v1::CreateJobResponse> CreateJob(const std::string& address,
-                                                  const v1::CreateJobRequest& request) override {
+  absl::StatusOr<ShardJobCreated> CreateJob(const std::string& address,
+                                            const ShardJob& job) override {
     absl::MutexLock lock(&mu_);
     if (down) return absl::UnavailableError("down");
-    creates.push_back({address, request});
-    return v1::CreateJobResponse();
+    creates.push_back({address, CreateJobToProto(job)});
+    return ShardJobCreated();
   }
-  absl::Status UpdateMembership(const std::string& address,
-                                const v1::MembershipUpdate& update) override {
+  absl::Status UpdateMembership(const std::string& address, const std::string& job_id,
+                                const MembershipEpoch& epoch) override {
     absl::MutexLock lock(&mu_);
     if (down) return absl::UnavailableError("down");
-    updates.push_back({address, update});
+    updates.push_back({address, UpdateToProto(job_id, epoch)});
     return absl::OkStatus();
   }
   absl::Status DropJob(const std::string& address, const std::string& job_id) override {
@@ -44,15 +49,14 @@ class RecordingShards final : public ShardClient {
     drops.push_back(job_id);
     return absl::OkStatus();
   }
-  absl::StatusOr<v1::StatsResponse> GetStats(const std::string&,
-                                             const v1::StatsRequest& request) override {
+  absl::StatusOr<ShardJobStats> GetStats(const std::string&, const std::string& job_id) override {
     absl::MutexLock lock(&mu_);
     if (down) return absl::UnavailableError("down");
-    if (request.job_id().empty()) return absl::InvalidArgumentError("no job");
-    v1::StatsResponse r;
-    r.set_min_clock(min_clock);
-    r.set_min_version(rounds);
-    r.set_max_version(rounds);
+    if (job_id.empty()) return absl::InvalidArgumentError("no job");
+    ShardJobStats r;
+    r.min_clock = min_clock;
+    r.min_version = rounds;
+    r.max_version = rounds;
     return r;
   }
 
@@ -63,6 +67,17 @@ class RecordingShards final : public ShardClient {
   std::vector<std::pair<std::string, v1::CreateJobRequest>> creates;
   std::vector<std::pair<std::string, v1::MembershipUpdate>> updates;
   std::vector<std::string> drops;
+};
+
+// The core with its API, as gs_coordinator runs them.
+class OpenedCoordinator : public CoordinatorApi {
+ public:
+  explicit OpenedCoordinator(std::unique_ptr<Coordinator> core)
+      : CoordinatorApi(core.get()), core_(std::move(core)) {}
+  void Tick() { core_->Tick(); }
+
+ private:
+  std::unique_ptr<Coordinator> core_;
 };
 
 class CoordinatorTest : public ::testing::Test {
@@ -85,8 +100,6 @@ class CoordinatorTest : public ::testing::Test {
   void Open() {
     c_.reset();
     CoordinatorOptions o;
-    o.state_file = state_file_;
-    o.store = store_options_;
     o.keep_finished = keep_finished_;
     o.keep_finished_for = keep_finished_for_;
     o.heartbeat_timeout = absl::Seconds(10);
@@ -94,9 +107,9 @@ class CoordinatorTest : public ::testing::Test {
     o.probe_interval = absl::ZeroDuration();
     o.env = &clock_;
     o.metrics = &metrics_;
-    auto c = Coordinator::Open(o, &shards_);
+    auto c = OpenCoordinator(o, &shards_, state_file_, store_options_);
     ASSERT_TRUE(c.ok()) << c.status();
-    c_ = *std::move(c);
+    c_ = std::make_unique<OpenedCoordinator>(*std::move(c));
   }
 
   void AddShards(int n) {
@@ -184,7 +197,7 @@ class CoordinatorTest : public ::testing::Test {
   gradstream::testing::FakeClockEnv clock_{Env::Default(), absl::FromUnixSeconds(1700000000)};
   metrics::Registry metrics_;
   RecordingShards shards_;
-  std::unique_ptr<Coordinator> c_;
+  std::unique_ptr<OpenedCoordinator> c_;
   std::string job_;
 };
 
@@ -568,9 +581,8 @@ TEST_F(CoordinatorTest, DamagedStateFileFailsTheRestartWithDataLoss) {
   c_.reset();
   ASSERT_TRUE(Env::Default()->WriteFileAtomically(state_file_, std::string(8192, 'x')).ok());
   CoordinatorOptions o;
-  o.state_file = state_file_;
   o.metrics = &metrics_;
-  const absl::Status s = Coordinator::Open(o, &shards_).status();
+  const absl::Status s = OpenCoordinator(o, &shards_, state_file_).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), state_file_)) << s;
 }
@@ -667,10 +679,10 @@ TEST_F(CoordinatorTest, ListJobsPagesNewestFirst) {
 TEST_F(CoordinatorTest, ASecondCoordinatorOnTheSameFileRefusesToStart) {
   job_ = Submit(1);
   CoordinatorOptions o;
-  o.state_file = state_file_;
-  o.store.lock_timeout = absl::Milliseconds(200);
   o.metrics = &metrics_;
-  const absl::Status s = Coordinator::Open(o, &shards_).status();
+  StateStoreOptions store;
+  store.lock_timeout = absl::Milliseconds(200);
+  const absl::Status s = OpenCoordinator(o, &shards_, state_file_, store).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), state_file_)) << s;
   EXPECT_NE(Submit(1), job_);
@@ -810,7 +822,7 @@ TEST_F(CoordinatorTest, ErrorsNameTheProblem) {
 
 // ---------------------------------------------------------------- script jobs
 
-std::string SubmitScript(Coordinator& c, uint32_t workers, uint32_t workers_min = 0) {
+std::string SubmitScript(CoordinatorApi& c, uint32_t workers, uint32_t workers_min = 0) {
   v1::SubmitJobRequest r;
   r.mutable_spec()->set_workers(workers);
   r.mutable_spec()->set_workers_min(workers_min);

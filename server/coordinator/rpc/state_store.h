@@ -14,35 +14,20 @@
 // scale-up writes one job row and one epoch row, not the world, and a job
 // deleted by --keep_finished takes its epochs and progress rows with it.
 //
-// NOTE: [state db durability]
-// The database runs with journal_mode=WAL and synchronous=FULL: a commit
-// returns only once the WAL is fsync'ed. NORMAL would fsync only at
-// checkpoints, so a power loss could roll back a commit that the
-// coordinator already acted on (an epoch sent to the shards, a job id
-// answered to a client): that breaks [write durably, then apply], which
-// FULL keeps at the cost of one fsync per transaction (the old file paid
-// two plus a rename, for the whole state).
+// NOTE: [state db durability] WAL with synchronous=FULL: a commit returns
+// only once it is on disk, which [write durably, then apply] needs. See
+// docs/design/coordinator-state-db-durability.md.
 //
-// NOTE: [state db lock]
-// Open() takes an exclusive flock() on `<path>.lock` and holds it until the
-// store is destroyed (the kernel drops it when the process dies, kill -9
-// included): a second coordinator on the same file waits at most
-// `lock_timeout` and then refuses to start with FailedPrecondition naming
-// the file, rather than interleave its writes with the first one's. The
-// lock is beside the database, not SQLite's locking_mode=EXCLUSIVE, so
-// readers (the sqlite3 shell, a test) can still query a running
-// coordinator's database: WAL lets them read while it writes.
+// NOTE: [state db lock] Open() holds an exclusive flock() on `<path>.lock`
+// until the store is destroyed: a second coordinator on the same file
+// refuses to start (FailedPrecondition), while readers can still query the
+// database. See docs/design/coordinator-state-db-lock.md.
 //
-// NOTE: [state file migration]
-// A state file of the old code path (one "GSCOORDS" record, see
-// common/env/record.h) found at `path` is imported once: Open() renames it
-// to `<path>.migrated` (never deletes it), creates the database at `path`
-// and, while the database holds no state, imports `<path>.migrated` in one
-// transaction. A crash between the rename and the import's commit leaves
-// an empty database and the renamed file, and the next Open() imports it;
-// once the database holds state it is never imported again.
-#ifndef GRADSTREAM_SERVER_COORDINATOR_STATE_STORE_H_
-#define GRADSTREAM_SERVER_COORDINATOR_STATE_STORE_H_
+// NOTE: [state file migration] A state file of the single-record format at
+// `path` is renamed to `<path>.migrated` and imported once, while the
+// database holds no state. See docs/design/coordinator-state-file-migration.md.
+#ifndef GRADSTREAM_SERVER_COORDINATOR_RPC_STATE_STORE_H_
+#define GRADSTREAM_SERVER_COORDINATOR_RPC_STATE_STORE_H_
 
 #include <cstdint>
 #include <functional>
@@ -57,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator.pb.h"
+#include "server/coordinator/state_storage.h"
 
 struct sqlite3;
 
@@ -78,11 +64,11 @@ struct StateStoreOptions {
 // Not thread-safe; the coordinator serializes calls.
 class StateStore {
  public:
-  // Opens (creating) the database at `path`, migrating an old state file
-  // found there (see [state file migration]). FailedPrecondition when
-  // another process holds the database ([state db lock]); DataLoss naming
-  // the file when it is not a database or is damaged, or when the old file
-  // to migrate is; Internal / ResourceExhausted for other I/O errors.
+  // Opens (creating) the database at `path`, migrating a single-record
+  // state file found there (see [state file migration]). FailedPrecondition
+  // when another process holds the database ([state db lock]); DataLoss
+  // naming the file when it is not a database or is damaged, or when the
+  // file to migrate is; Internal / ResourceExhausted for other I/O errors.
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(std::string path,
                                                          StateStoreOptions options = {});
   ~StateStore();
@@ -92,6 +78,8 @@ class StateStore {
   // The saved state, jobs in id order; NotFound when the database holds no
   // state yet (first start); DataLoss naming the file when a row is damaged.
   absl::StatusOr<gradstream::v1::CoordinatorState> Load();
+  // Load() into `state` (empty; it may live on an arena).
+  [[nodiscard]] absl::Status LoadInto(gradstream::v1::CoordinatorState* state);
 
   // In one transaction (none when nothing differs): the meta values, shards
   // and workers become `state`'s; each job in `state` becomes its record
@@ -149,6 +137,12 @@ class StateStore {
   uint64_t rows_written_ = 0;
 };
 
+// The coordinator's StateStorage over the StateStore at `path` (converted
+// with rpc/coordinator_convert.h); Open()'s errors, and Load()'s, with
+// DataLoss for a shard map that does not validate.
+absl::StatusOr<std::unique_ptr<StateStorage>> OpenStateStorage(std::string path,
+                                                               StateStoreOptions options = {});
+
 }  // namespace gradstream::coordinator
 
-#endif  // GRADSTREAM_SERVER_COORDINATOR_STATE_STORE_H_
+#endif  // GRADSTREAM_SERVER_COORDINATOR_RPC_STATE_STORE_H_

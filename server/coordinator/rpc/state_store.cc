@@ -1,5 +1,5 @@
 // The coordinator's state in SQLite; see state_store.h.
-#include "server/coordinator/state_store.h"
+#include "server/coordinator/rpc/state_store.h"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -21,6 +21,8 @@
 #include "common/env/record.h"
 #include "common/status.h"
 #include "glog/logging.h"
+#include "google/protobuf/arena.h"
+#include "server/coordinator/rpc/coordinator_convert.h"
 
 namespace gradstream::coordinator {
 
@@ -28,7 +30,7 @@ namespace v1 = gradstream::v1;
 
 namespace {
 
-// The old code path's state file (see [state file migration]).
+// The single-record state file (see [state file migration]).
 constexpr RecordFormat kLegacyFormat{"coordinator state", "GSCOORDS", 1};
 
 enum Table : int { kMeta = 0, kShards, kWorkers, kJobs, kEpochs, kProgress, kTables };
@@ -141,9 +143,7 @@ StateStore::Rows ToRows(const v1::CoordinatorState& state) {
       rows[{kEpochs, j.job_id(), e}].payload = j.epochs(e).SerializeAsString();
     }
     // NOTE: [history row] The whole history is one row (a JobStatus with
-    // only `history`): at most kMaxProgressPoints small points, written when
-    // a point is added, while a row per point made a restart with 10,000
-    // finished jobs read millions of rows.
+    // only `history`). See docs/design/coordinator-history-row.md.
     if (j.history_size() > 0) {
       v1::JobStatus history;
       *history.mutable_history() = j.history();
@@ -293,8 +293,14 @@ absl::Status StateStore::Migrate(const std::string& from) {
 }
 
 absl::StatusOr<v1::CoordinatorState> StateStore::Load() {
-  if (written_.empty()) return absl::NotFoundError(absl::StrCat("no state in ", path_));
   v1::CoordinatorState state;
+  GS_RETURN_IF_ERROR(LoadInto(&state));
+  return state;
+}
+
+absl::Status StateStore::LoadInto(v1::CoordinatorState* out) {
+  if (written_.empty()) return absl::NotFoundError(absl::StrCat("no state in ", path_));
+  v1::CoordinatorState& state = *out;
   for (const auto& [key, row] : written_) {
     bool ok = true;
     switch (key.table) {
@@ -337,7 +343,7 @@ absl::StatusOr<v1::CoordinatorState> StateStore::Load() {
                                               key.n, " of table ", key.table));
     }
   }
-  return state;
+  return absl::OkStatus();
 }
 
 absl::Status StateStore::Save(const v1::CoordinatorState& state,
@@ -408,6 +414,41 @@ absl::Status StateStore::WriteRows(Rows rows,
   for (const auto& [lo, hi] : scope) written_.erase(written_.lower_bound(lo), written_.upper_bound(hi));
   written_.merge(rows);
   return absl::OkStatus();
+}
+
+namespace {
+
+class SqliteStorage final : public StateStorage {
+ public:
+  explicit SqliteStorage(std::unique_ptr<StateStore> store) : store_(std::move(store)) {}
+
+  absl::StatusOr<DurableState> Load() override {
+    // On an arena: the messages are dropped at once after the conversion,
+    // not freed one by one (10,000 jobs' worth at a restart).
+    google::protobuf::Arena arena;
+    auto* state = google::protobuf::Arena::CreateMessage<v1::CoordinatorState>(&arena);
+    GS_RETURN_IF_ERROR(store_->LoadInto(state));
+    return DurableStateFromProto(*state);
+  }
+
+  absl::Status Save(const DurableState& state, const std::vector<std::string>& removed) override {
+    return store_->Save(DurableStateToProto(state), removed);
+  }
+
+  const std::string& path() const override { return store_->path(); }
+
+ private:
+  const std::unique_ptr<StateStore> store_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateStorage>> OpenStateStorage(std::string path,
+                                                               StateStoreOptions options) {
+  absl::StatusOr<std::unique_ptr<StateStore>> store =
+      StateStore::Open(std::move(path), std::move(options));
+  if (!store.ok()) return store.status();
+  return std::make_unique<SqliteStorage>(*std::move(store));
 }
 
 }  // namespace gradstream::coordinator

@@ -1,0 +1,64 @@
+// See shard_convert.h.
+#include "server/coordinator/rpc/shard_convert.h"
+
+#include "common/job/job_spec.h"
+#include "common/job/shard_map_proto.h"
+#include "server/coordinator/rpc/coordinator_convert.h"
+
+namespace gradstream::coordinator {
+
+namespace v1 = gradstream::v1;
+
+namespace {
+
+void MembershipToProto(const MembershipEpoch& e, v1::Membership* proto) {
+  proto->set_epoch(e.epoch);
+  proto->set_effective_clock(e.effective_clock);
+  for (uint64_t w : e.worker_ids) proto->add_worker_ids(w);
+  for (uint64_t w : e.departed) proto->add_departed(w);
+}
+
+}  // namespace
+
+v1::CreateJobRequest CreateJobToProto(const ShardJob& job) {
+  const v1::JobSpec spec = JobSpecToProto(job.spec);
+  v1::CreateJobRequest req;
+  req.set_job_id(job.job_id);
+  *req.mutable_optimizer() = spec.optimizer();
+  *req.mutable_consistency() = spec.consistency();
+  for (const ChunkInfo& c : job.chunks) *req.add_chunks() = ChunkInfoToProto(c);
+  MembershipToProto(job.membership, req.mutable_membership());
+  req.set_checkpoint_every(spec.checkpoint_every());
+  req.set_shard_index(job.shard_index);
+  req.set_job_token(job.job_token);
+  req.set_pull_codec(PullCodecForJob(spec));
+  for (const MembershipEpoch& e : job.epochs) MembershipToProto(e, req.add_epochs());
+  req.set_resume(job.resume);
+  req.set_resume_clock(job.resume_clock);
+  return req;
+}
+
+ShardJobCreated CreatedFromProto(const v1::CreateJobResponse& proto) {
+  return ShardJobCreated{proto.restored(), proto.restored_clock()};
+}
+
+v1::MembershipUpdate UpdateToProto(const std::string& job_id, const MembershipEpoch& epoch) {
+  v1::MembershipUpdate update;
+  update.set_job_id(job_id);
+  MembershipToProto(epoch, update.mutable_membership());
+  return update;
+}
+
+ShardJobStats StatsFromProto(const v1::StatsResponse& proto) {
+  ShardJobStats s;
+  s.min_clock = proto.min_clock();
+  s.max_version = proto.max_version();
+  s.max_clock = proto.max_clock();
+  s.min_version = proto.min_version();
+  s.checkpoint_failures = proto.checkpoint_failures();
+  s.checkpoint_error = proto.checkpoint_error();
+  s.max_staleness = proto.max_staleness();
+  return s;
+}
+
+}  // namespace gradstream::coordinator
