@@ -197,7 +197,7 @@ TEST(Render, AnElasticJobShowsItsRangeAndWhy) {
   EXPECT_TRUE(absl::StrContains(RenderJobList(list), "3 of 1:4")) << RenderJobList(list);
 }
 
-// Issue 23: before the first report nothing reads as measured (see
+// Before the first report nothing reads as measured (see
 // [not measured]): loss, rate, bytes and ratio are "-", in watch, status and
 // the per-rank table; bytes reported before the first push have no ratio.
 TEST(Render, WhatIsNotMeasuredShowsADash) {
@@ -223,7 +223,7 @@ TEST(Render, WhatIsNotMeasuredShowsADash) {
       << ProgressLine(j, 0);
 }
 
-// Issue 23: a finished job shows its run's average throughput, per job and
+// A finished job shows its run's average throughput, per job and
 // per rank, and says so (see [run average]).
 TEST(Render, AFinishedJobShowsItsRunAverage) {
   gradstream::v1::JobStatus j;
@@ -406,7 +406,7 @@ TEST(Render, StatusShowsTheCodecOfEveryTensor) {
       << out;
 }
 
-// Issue 15: a stall and failed checkpoints are visible in status and watch.
+// A stall and failed checkpoints are visible in status and watch.
 TEST(Render, AStallAndFailedCheckpointsShow) {
   gradstream::v1::JobStatus j;
   j.set_state(gradstream::v1::RUNNING);

@@ -284,7 +284,7 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
     // Right under "tensors": the pull codec per tensor (see [layer-wise pull]).
     head.insert(head.begin() + 6, {"pulls", TensorCodecs(j.shard_map(), true)});
   }
-  // What the shards say (issue 15): a job whose clock stands still, and
+  // What the shards say: a job whose clock stands still, and
   // checkpoints that cannot be written.
   if (j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds) {
     head.push_back({"stalled", absl::StrFormat("stalled for %.0f s (the shards' clock has not moved)",

@@ -1,33 +1,15 @@
 // Philox4x32 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
 // SC'11) and splitmix64, written once for host and device.
 //
-// NOTE: [reproducible rounding]
-// Stochastic codecs (ternary) draw one 8-bit uniform per element from
-// Philox4x32-7 keyed by (job seed, tensor, chunk) with counter
-// (element / 16, worker, clock, 0): element i uses byte i % 4 (lowest
-// first) of word (i % 16) / 4 of block i / 16. Because the draw depends only
-// on the key and the element index, the CPU (portable and AVX2) and CUDA
-// encoders produce bit-identical codes for the same input and scale, and a
-// re-encoding after a retry sends the same bytes.
-//
-// Why 7 rounds and 8 bits (the generator bounds ternary encode): Random123
-// reports Philox4x32-7 passing TestU01's BigCrush (its default of 10 rounds
-// is that plus a safety margin), and rounding needs equidistributed draws,
-// not cryptographic strength. One 128-bit block then feeds 16 elements, not
-// 8, and costs 7 rounds, not 10: 0.35 of the generator work per element.
-//
-// The bias bound of 8-bit draws: the uniform is the midpoint of its bin,
-// u = (2b + 1) / 512 for b in 0..255, so for a keep probability p in [0, 1]
-//   P(u < p) = clamp(ceil(256 p - 1/2), 0, 256) / 256,
-//   |P(u < p) - p| <= 1/512, and P is exact at p = 0 and p = 1.
-// A ternary element therefore decodes to x + e with |e| <= s/512 (s the
-// chunk's scale): 0.2% of the scale, 1/256 of the codec's own standard
-// deviation (up to s/2); the midpoint makes e change sign across each bin,
-// so it averages to zero over a gradient's spread of |x| / s, and error
-// feedback (the default) sends e back on the next step anyway. The bound is
-// checked exhaustively by a test (codec_test.cc, Philox.EightBitDrawBias).
-// The previous contract (10 rounds, 16-bit draws u = b / 65536) had a
-// one-sided bias of at most s/65536 at 2.9x the generator cost.
+// NOTE: [reproducible rounding] Stochastic codecs (ternary) draw one 8-bit
+// uniform per element from Philox4x32-7 keyed by (job seed, tensor, chunk)
+// with counter (element / 16, worker, clock, 0): element i uses byte i % 4
+// (lowest first) of word (i % 16) / 4 of block i / 16, and the uniform is
+// the bin's midpoint (2b + 1) / 512. The draw depends only on the key and
+// the element index, so CPU and CUDA encoders give identical codes; a
+// ternary element decodes to x + e with |e| <= s/512 (s the chunk's scale),
+// checked exhaustively by Philox.EightBitDrawBias. Why 7 rounds and 8 bits:
+// docs/design/reproducible-rounding.md.
 #ifndef GRADSTREAM_COMMON_PHILOX_H_
 #define GRADSTREAM_COMMON_PHILOX_H_
 

@@ -1,6 +1,6 @@
 #!/bin/bash
-# The built-in CPU models against TorchScript through libtorch (issue 25
-# item 6; README.md here): saves the TorchScript modules from the built-in's
+# The built-in CPU models against TorchScript through libtorch (README.md
+# here): saves the TorchScript modules from the built-in's
 # own layer lists, runs model_runtime_bench's paired rounds with the BLAS
 # that libtorch finds (Debian's default: the reference libblas3), again with
 # OpenBLAS when OPENBLAS_DIR names a folder holding its libblas.so.3, and

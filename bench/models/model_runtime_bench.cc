@@ -1,8 +1,7 @@
 // model_runtime_bench: the built-in CPU models (worker/model, Eigen) against
 // the same networks saved as TorchScript and run through libtorch, one
-// trainer step at a time, in paired, interleaved rounds (issue 25 item 6;
-// the table and the decision are in README.md here and [model runtime] in
-// worker/model/model.h).
+// trainer step at a time, in paired, interleaved rounds (the table is in
+// README.md here, the decision in docs/design/model-runtime.md).
 //
 // A step is what the built-in trainer's CPU step computes per clock: copy
 // the pulled parameters in (Model::SetParam / copy_ into the module's

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fp32 push (and pull) of gradstream against ps-lite on loopback: one worker,
-# one server, one 64 MiB key, paired and interleaved (issue 12, item 3).
+# one server, one 64 MiB key, paired and interleaved (README.md here).
 #
 #   bench/pslite/run.sh [--reps N] [--warmup N] [--floats N] [--build DIR]
 #

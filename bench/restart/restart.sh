@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The coordinator's restart with a long history, in-process and as the real
-# binary (issue 24 item 1: 10,000 finished jobs and 200 live workers back in
-# service in under 2 s).
+# binary (10,000 finished jobs and 200 live workers back in service in under
+# 2 s; results in README.md here).
 #
 #   bench/restart/restart.sh [DIR]     (BUILD=build by default)
 #

@@ -1,4 +1,4 @@
-// Control-plane scale benchmark (issue 24, item 2): a real gs_coordinator and
+// Control-plane scale benchmark (README.md here): a real gs_coordinator and
 // real gs_shard processes on loopback, and ONE process simulating N workers
 // (sim_fleet.h: each its own channel, registering, heartbeating at the
 // coordinator's interval, taking assignments, leaving) while M jobs run with

@@ -10,25 +10,11 @@ it prints the median of the per-pair speed ratios.
                                     [--steps 10] [--malloc worker|default]
 
 NOTE: [torch_step malloc] Both sides' processes start with gs_worker's
-malloc settings (see [receive memory] in common/rpc/malloc_tuning.h), given
-here through GLIBC_TUNABLES so that the two get them alike, from their first
-allocation. With glibc's defaults (--malloc default) the two did not do the
-same work: a pull answer is ~100 MB of gRPC buffers, and the C++ driver,
-which frees no large block of its own, kept the default 128 KiB mmap
-threshold, so every step mapped its receive memory afresh (median ~12,000
-minor page faults per step), while in the Python process torch had freed
-large mmapped blocks (its import already; then the 25 MB temporaries of
-randn_like(p) * 1e-3), which raises glibc's dynamic thresholds (checked: a
-1 MiB malloc is mmapped before `import torch` and comes from the heap after
-it; a 20 MiB one comes from the heap after such a temporary), and the same
-buffers were reused (~1,000 faults per step). So the package came out
-"faster" than the C++ PsClient it wraps; with the same settings on both
-sides the ratio is the package's overhead.
-Measured (25M parameters, twobit, 7 rounds of a --malloc default run then a
---malloc worker run, --steps 15 or 21, nice -n 10, load 4-16 on 2 cores):
-default 1.059-1.380x (median 1.165x; C++ 9,000-15,400 faults per step, the
-package 0-1,600); worker 0.925-1.100x (median 0.969x; C++ 50-2,300, the
-package 0-600); per round, worker/default has a median of 0.862.
+malloc settings ([receive memory] in common/rpc/malloc_tuning.h), given
+through GLIBC_TUNABLES so that the two get them alike from their first
+allocation; with glibc's defaults the C++ driver maps its receive memory
+afresh every step and the ratio measures that, not the package. Why and the
+figures: README.md here.
 """
 
 import argparse

@@ -78,11 +78,11 @@ SYSTEMS = {
     # accuracy moves with the rounding alone.
     "gs-defaults-seed2": ("gradstream", ["--seed=2"]),
     "gs-defaults-seed3": ("gradstream", ["--seed=3"]),
-    # Item 3's reference: the same script single-process on one worker's
+    # The package's reference: the same script single-process on one worker's
     # share of the global batch, no network -- compute alone.
     "local-half": ("local", None),
     # ... and the package's step with that compute: a 1-worker job on the
-    # same share, so the second core is the shards' (item 3's ratio on a
+    # same share, so the second core is the shards' (the package's ratio on a
     # 2-core host, where a 2-worker job's compute alone fills both cores).
     "gs-defaults-1worker": ("gradstream", None),
 }

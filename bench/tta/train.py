@@ -197,7 +197,7 @@ def recompute_batchnorm(net, x, batches=8, batch=64):
     against fp16), while the training loss agreed. So before each
     evaluation they are recomputed from the current parameters over the
     same fixed training samples (a cumulative average, as NOTE [buffers] in
-    python/gradstream/torch.py describes): the accuracy is then a function
+    python/gradstream/parameter_server.py describes): the accuracy is then a function
     of the parameters alone, the same for DDP and gradstream."""
     bns = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if not bns:

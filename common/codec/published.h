@@ -1,40 +1,19 @@
 // The published copy of a chunk: what a shard serves to pulls when the job
 // has a pull codec, and what every worker reconstructs bit for bit.
 //
-// NOTE: [pull codec] With a pull codec the shard does not send its true
-// parameters p. Per chunk it keeps a *published* copy q and sends changes of
-// q, encoded: on publishing, d = p - q is encoded with the pull codec and q
-// += decoded(d) (ApplyPublishedDelta). What was not sent stays in p - q, the
-// shard-side residual of error feedback, and goes out with a later delta, so
-// q trails p by at most one codec residual. The shard keeps the last deltas
-// (at most a snapshot's weight of them); a pull names the copy the worker
-// holds (version + checksum) and gets the deltas from there on, or q whole
-// (a snapshot) when the shard cannot take that copy forward: the worker joins
-// or restarted, is too far behind, or the shard restarted from a checkpoint.
-// Shard and worker apply a delta the same way (this header), so their copies
-// stay equal bit for bit; each answer carries PublishedChecksum(q) and the
-// worker checks its copy against it. The published copy is in every shard
-// checkpoint (the residual is p - q, so it is saved with them).
+// NOTE: [pull codec] Per chunk the shard keeps a published copy q of its
+// parameters p and sends encoded changes of q: publishing encodes d = p - q
+// and adds decoded(d) to q (ApplyPublishedDelta), so p - q is the shard-side
+// residual and q trails p by at most one codec residual. A pull names the
+// copy the worker holds (version + PublishedChecksum) and gets the deltas
+// from there on, or q whole. Shard and worker apply a delta with the same
+// code, so their copies stay equal bit for bit. Design:
+// docs/design/pull-codec.md.
 //
 // NOTE: [pull codec default] A job that names its push codec pulls fp32
-// unless it sets a pull codec; a job that names no codec at all gets the
-// measured default policy, ternary pulls included ([default policy] in
-// common/job/codec_defaults.h). Why a hand-picked push codec does not bring
-// its pull codec along: the issue asked for that; measured, a compressed
-// pull costs accuracy that a compressed push does not: the Fashion-MNIST
-// script job of tests/torch (CNN, 2 workers, lr 0.05, 2 epochs of 6000
-// images) ended at 0.712 with fp32 pulls and 0.466 with twobit pulls, before
-// small tensors were pulled fp32 ([layer-wise pull] in
-// common/job/codec_defaults.h). With that rule the built-in CNN keeps twobit
-// pulls within 0.3 point of fp32 (bench/fashion_mnist.sh: 0.8750 against
-// 0.8774), but ternary pulls lose 0.6 point, and the script job, measured
-// again with the rule (tests/torch/fashion_mnist_job_test.py --codecs
-// none,twobit --twobit_flags=--pull_codec=twobit: 500 clocks, lr 0.02), ends
-// at 0.8277 against 0.8450 single-process (-1.7 pt) where twobit pushes
-// alone lose 0.3; and every compressed round costs the shard a publish.
-// Ternary pulls, with ternary pushes, did keep accuracy on bench/tta's three
-// models, so the defaults carry them; beside any other push codec a pull
-// codec stays the user's choice per job.
+// unless it sets a pull codec; only the default policy (a job that names no
+// codec) carries compressed pulls. Why, with the accuracy measured:
+// docs/design/pull-codec-default.md.
 #ifndef GRADSTREAM_COMMON_CODEC_PUBLISHED_H_
 #define GRADSTREAM_COMMON_CODEC_PUBLISHED_H_
 
@@ -54,14 +33,10 @@ namespace gradstream {
 // CRC32C of the little-endian fp32 bits of `copy` (little-endian hosts).
 uint32_t PublishedChecksum(absl::Span<const float> copy);
 
-// NOTE: [fused apply] Applying a delta, checksumming the result and (on a
-// worker) copying it into the caller's parameters were three passes over
-// every pulled chunk, each reading it back from L2 or memory; on a worker
-// they run on the stream's reader thread, in the pull's critical path. Done
-// block by block (kPublishBlock elements, 16 KiB: the block is still in L1
-// when it is checksummed and copied), a chunk is read from memory once. The
-// arithmetic is DecodeAdd's per element and the checksum is extended block
-// by block, so the results are the same bits as the three passes.
+// NOTE: [fused apply] A delta is applied, checksummed and (on a worker)
+// copied out block by block, kPublishBlock elements (16 KiB, still in L1),
+// so a pulled chunk is read from memory once; the results are the bits of
+// three separate passes. Measured: docs/design/fused-publish.md.
 inline constexpr uint32_t kPublishBlock = 4096;
 static_assert(kPublishBlock % 8 == 0, "a block starts on a payload byte of every codec");
 
@@ -79,19 +54,13 @@ static_assert(kPublishBlock % 8 == 0, "a block starts on a payload byte of every
 // the way, in one pass (see [fused apply]).
 uint32_t ChecksumAndCopy(absl::Span<const float> copy, float* out);
 
-// NOTE: [fused publish] Publishing a chunk was five passes: d = p - q into a
-// scratch chunk, mean |d| (twobit's adaptive threshold), the encode, q +=
-// decoded(d), the checksum of q; p and q come from memory (q was last
-// touched a step ago) and the scratch from L3. For twobit -- what a
-// compressed pull job mostly uses -- DeltaPublisher makes it two passes over
-// kPublishBlock-element blocks: the first sums |p - q| block by block, the
-// second recomputes each block of d into an L1 scratch, encodes it with the
-// threshold, adds the decoded block to q the way every worker will
-// (DecodeAdd's arithmetic, weight 1) and checksums it while it is in L1.
-// The threshold is mean |d| summed in another order than the one-call
-// encoder's (per block, then across blocks), so it may differ from it in
-// the last bits; nothing depends on that: the header carries it and shard
-// and workers both decode with it. Other codecs take the five passes.
+// NOTE: [fused publish] For twobit, DeltaPublisher publishes a chunk in two
+// passes over kPublishBlock-element blocks (sum |p - q|; then per block
+// recompute d, encode, add the decoded block to q as every worker will, and
+// checksum it while in L1); other codecs take five passes. The blocked
+// threshold may differ from the one-call encoder's in the last bits; the
+// header carries it, so nothing depends on that. Measured:
+// docs/design/fused-publish.md.
 class DeltaPublisher {
  public:
   // The pull codec `type` (not kNone) for chunks of `num_elems` elements,

@@ -26,19 +26,14 @@ const Tables& T() {
 }
 
 #if defined(__x86_64__)
-// NOTE: [crc streams] The SSE4.2 crc32 instruction computes exactly this
-// polynomial; one instruction per 8 bytes, but each depends on the last
-// (latency 3 cycles, throughput 1), so a single chain runs at a third of
-// what the unit can do (~7 GB/s). The pull codec checksums every published
-// copy on the shard and again on every worker, a pass over the model per
-// step each, so the bulk runs three independent chains over three adjacent
-// blocks of kLong (then kShort) bytes and joins them: the CRC register is
-// linear, so the register after A||B is Shift(register after A, |B|) xor
-// (register after B started from 0), where Shift appends |B| zero bytes and
-// is a 32x32 matrix over GF(2), applied with four 256-entry tables per block
-// length (Mark Adler's construction in crc32c.c, zlib license). Same
-// result as one chain, bit for bit: crc32c_test checks both against the
-// tables at many lengths and offsets.
+// NOTE: [crc streams] One crc32 chain runs at a third of the instruction's
+// throughput (each depends on the last), so the bulk runs three independent
+// chains over adjacent blocks of kLong (then kShort) bytes and joins them:
+// the register after A||B is Shift(register after A, |B|) xor (register
+// after B from 0), Shift being a 32x32 GF(2) matrix applied with four
+// 256-entry tables per block length (Mark Adler's construction in crc32c.c,
+// zlib license). Bit for bit one chain's result (crc32c_test). Why:
+// docs/design/fused-publish.md.
 constexpr size_t kLong = 8192;
 constexpr size_t kShort = 256;
 

@@ -79,21 +79,13 @@ class Env {
   [[nodiscard]] virtual absl::Status SyncDir(const std::string& dir) = 0;
 
   // NOTE: [env time]
-  // Every time read that decides something -- a deadline, a heartbeat, a
-  // staleness bound, a retry's backoff, a rate limit -- goes through Now(),
-  // and every wait for such a time through SleepFor() or AwaitWithDeadline(),
-  // so that one Env decides what "later" means. The real clock is the
-  // default everywhere; testing::FakeClockEnv (common/env/testing/
-  // fake_clock_env.h) moves only when a test advances it, so a test of a
-  // deadline decides by logic, not by how fast a loaded machine runs. Times
-  // that only measure (a log line's latency, a benchmark) may stay on
-  // absl::Now().
-  //
-  // An Env that overrides Now() must override SleepFor() and
-  // AwaitWithDeadline() too, with the same clock: a wait whose deadline is on
-  // one clock and whose wake-up is on another either never ends or ends
-  // early. A fake must wake a wait once its clock reaches the wait's
-  // deadline, and must never let a wait end by timeout before that.
+  // Every time read that decides something (a deadline, a heartbeat, a
+  // staleness bound, a backoff, a rate limit) goes through Now(), and every
+  // wait for such a time through SleepFor() or AwaitWithDeadline(); times
+  // that only measure may stay on absl::Now(). An Env that overrides Now()
+  // must override both waits with the same clock, wake a wait once its clock
+  // reaches the deadline, and never end one by timeout before. Why:
+  // docs/design/env-time.md.
 
   // Wall-clock time.
   virtual absl::Time Now() = 0;

@@ -96,22 +96,11 @@ class Optimizer {
   OptimizerState NewState(size_t num_elems) const;
 
   // NOTE: [finite apply] An update never leaves a parameter or a state
-  // value NaN or Inf; one that would is refused (InvalidArgument) with
-  // params and state (step included) exactly as they were. Finite inputs can
-  // still overflow (a huge scale times many +1 codes, pushed again and
-  // again), so the result is what counts. Two paths:
-  //   - fast: the state keeps upper bounds on |params| and |state| (found by
-  //     a scan when unknown), the chunk's validation gives one on |grad|;
-  //     when the bounds after the update (computed in double from the
-  //     optimizer's formula) stay far below FLT_MAX, nothing can overflow
-  //     and the update runs in place as ever. The bounds only grow along
-  //     this path, by about lr * |grad| per update.
-  //   - checked, when they do not: the update is written to a per-thread
-  //     scratch copy, checked while it is written (an integer OR over the
-  //     exponent bits), and swapped in only when every value is finite; the
-  //     bounds are then re-measured, so the fast path resumes.
-  // Normal training stays on the fast path; a hostile or diverging push
-  // takes the checked one (optim_benchmark measures both).
+  // value NaN or Inf; one that would is refused (InvalidArgument) with params
+  // and state (step included) exactly as they were. Updates whose magnitude
+  // bounds stay far below FLT_MAX run in place; others are written to a
+  // scratch copy, checked and swapped in. Design:
+  // docs/design/finite-apply.md.
 
   // params -= update(grad_scale * grad). InvalidArgument on size mismatch
   // (params, grad and state must all have params->size() elements) and for

@@ -17,7 +17,7 @@ when each worker took its own 32): codec none and ternary (16x fewer bytes)
 reach 100% test accuracy, as the single-process run does (99.9%); twobit
 with its fixed threshold 0.5 stays at 11%: the BatchNorm scales and biases
 are small tensors whose gradients a fixed threshold mostly zeroes (see the
-README's codec-policy notes).
+README, "Gradient codecs", per-tensor policy).
 BatchNorm's running statistics are buffers, not parameters: each worker
 keeps its own (the package warns once in a job), and rank 0 evaluates with
 its own (see [buffers] in gradstream/parameter_server.py).

@@ -191,18 +191,12 @@ class BspController final : public ConsistencyController {
     return moved;
   }
 
-  // NOTE: [lost rounds] A member's ClockAdvance(c + 1) reaches a shard after
-  // all its pushes for clock c (one stream, handled in order; the trainer
-  // even waits for their acks). So when every member of the epoch in effect
-  // at c has finished c but the round of c lacks some of their pushes, those
-  // will never come: an earlier run of this shard acknowledged them, then
-  // died, and the checkpoint this one restored predates them. The round is
-  // then closed with what did arrive (re-normalized, like a round that lost
-  // a dead member), or passed over when nothing did: those updates are lost
-  // (at most the checkpoint interval's worth) and the job goes on. Without
-  // this the members, who moved on, and the restored shard would wait for
-  // each other forever. A shard that never restarted has every push its
-  // members finished, so this never fires there.
+  // NOTE: [lost rounds] When every member of the epoch in effect at a clock
+  // finished it but its round lacks some of their pushes, those pushes were
+  // acknowledged by an earlier run of this shard and lost with it (the
+  // restored checkpoint predates them): the round closes with what arrived,
+  // re-normalized, or is passed over when nothing did. Only a restored shard
+  // gets here. Why: docs/design/lost-rounds.md.
   //
   // Passes over the run of clocks from the version's on that every member
   // finished with no round open for them: up to the slowest member's clock,

@@ -13,23 +13,14 @@
 // requested chunk reached version c (which implies all members pushed c-1).
 //
 // NOTE: [clock windows]
-// Every clock a member sends is checked against the clock the shard knows
-// for it (its latest ClockAdvance, or its join clock; JobContext::MemberClock)
-// before anything changes: a ClockAdvance and an SSP/async push may name at
-// most ClockWindow() clocks beyond it, a pull at most PullWindow(), or they
-// are refused with OUT_OF_RANGE naming the clock and the window. ClockWindow is what an
-// honest worker can be ahead of what this shard heard from it: sync,
-// --max_pending_rounds (it advances one clock at a time and cannot pass a
-// clock before this shard answered its pull); bounded, the bound plus that;
-// async, kAsyncClockWindow. A pull may look further ahead (at least
-// kAsyncClockWindow in every mode): a pull that waits is bounded anyway (the
-// clamped timeout, the per-stream cap, it ends with its stream), and tests
-// and tools ask for clocks ahead to see a pull wait. A sync push is further
-// held to the chunk's open rounds (bsp_controller.cc). The one exception: after a restore the shard
-// does not know where its members are (they went on while it was down), so
-// each member's first ClockAdvance may jump, and its pushes and pulls before
-// that are not held to the window (Membership::AllowCatchUp). Work per
-// message stays bounded either way: lost clocks are passed in one step.
+// Every clock a member sends is checked against the clock the shard knows for
+// it (JobContext::MemberClock) before anything changes: a ClockAdvance and an
+// SSP/async push may name at most ClockWindow() clocks beyond it, a pull at
+// most PullWindow(), or they are refused with OUT_OF_RANGE naming the clock
+// and the window; a sync push is further held to the chunk's open rounds.
+// After a restore each member's first ClockAdvance may jump
+// (Membership::AllowCatchUp). The windows per mode and why:
+// docs/design/clock-windows.md.
 #ifndef GRADSTREAM_SERVER_SHARD_CONSISTENCY_H_
 #define GRADSTREAM_SERVER_SHARD_CONSISTENCY_H_
 

@@ -13,19 +13,13 @@
 // only: a removed worker holds nothing back.
 //
 // NOTE: [rejoin clock]
-// A worker that an epoch adds (a joiner, or a worker that left and comes
-// back, in any mode) starts afresh: whatever clock it had before is
-// forgotten, and its clock becomes the epoch's *start clock*
+// A worker that an epoch adds (a joiner or a rejoiner, any mode) forgets its
+// old clock; its clock becomes the epoch's start clock
 //     start = max(effective clock, passed)
 // where `passed` is what the caller knows this shard already passed (sync:
-// the newest chunk version). So a rejoiner's old clock never pulls MinClock
-// back (SSP pulls would wait for a clock nobody will finish, status would show
-// a staleness of thousands), and a sync join the shard learns of after it
-// already closed the rounds from the effective clock on (see [late join] in
-// job.cc) starts where the shard is. In SSP/async a joiner planned behind the
-// slowest member (the coordinator plans ahead of every member, see [membership
-// plan]) holds MinClock at its start only until it catches up: its pulls there
-// are answerable at once.
+// the newest chunk version), so a rejoiner never pulls MinClock back and a
+// late sync join ([late join] in job.cc) starts where the shard is. Why:
+// docs/design/rejoin-clock.md.
 //
 // NOTE: [departed] A worker that died (or failed, restarted, left on a
 // signal) pushes nothing more. Its removal takes effect at the clock it never

@@ -2,22 +2,13 @@
 // recent encoded deltas, and what a pull gets (see [pull codec] in
 // common/codec/published.h).
 //
-// NOTE: [eager publish] Publishing (encode p - q, apply it to q, checksum q)
-// is the costly part of a compressed pull: a pass over the chunk or more.
-// It stays off the pull's critical path where the rule allows: in sync mode
-// a chunk's copy is published at every version change, so Job publishes it
-// on an executor thread as soon as its round closes (Job::PublishSoon), and
-// the pulls that follow, of every worker, only copy bytes already encoded.
-// SSP and async publish once per reader clock, which only a pull names (an
-// earlier publication could miss updates a later reader is owed), so they
-// publish when a pull is served. Either way a pull of 1 MiB or more is
-// served on an executor thread of its own, not on the stream's strand (which
-// goes on with the worker's next pushes), and serves its chunks in parallel
-// (Executor::ParallelFor): what has to be published then is encoded on
-// several threads. Publication runs under the
-// chunk's parameter lock and this class's chunk lock, whoever comes first
-// publishes, the other finds the copy current: the published copy is the
-// same whichever thread made it.
+// NOTE: [eager publish] In sync mode Job publishes a chunk on an executor
+// thread as soon as its round closes (Job::PublishSoon), so pulls only copy
+// encoded bytes; SSP and async publish once per reader clock, when a pull is
+// served. A pull of 1 MiB or more is served off the stream's strand, its
+// chunks in parallel. Publication runs under the chunk's parameter lock and
+// this class's chunk lock: whoever comes first publishes, the other finds
+// the copy current. Why: docs/design/eager-publish.md.
 #ifndef GRADSTREAM_SERVER_SHARD_PULL_PUBLISHER_H_
 #define GRADSTREAM_SERVER_SHARD_PULL_PUBLISHER_H_
 

@@ -419,7 +419,7 @@ TEST(ClockWindows, FarFutureClocksAreRefusedAndChangeNothing) {
     EXPECT_TRUE(t.job->AdvanceClock(10, 1 + window).ok());
     EXPECT_EQ(t.job->AdvanceClock(10, 2 + 2 * window).code(), absl::StatusCode::kOutOfRange);
     if (mode == ConsistencyMode::kSync) continue;
-    // Item 3 of the bug: a far-future push is refused, so a normal one after
+    // A far-future push is refused, so a normal one after
     // it is applied, not taken for a duplicate.
     EXPECT_EQ(t.Push(11, far, {1, 1}).status().code(), absl::StatusCode::kOutOfRange);
     EXPECT_EQ(t.Params(), (std::vector<float>{0, 0}));

@@ -3,22 +3,14 @@
 // server/shard/rpc/'s reactor and SessionHandler call it, and its tests run
 // it alone.
 //
-// NOTE: [pull schedule] When a worker's pull is answered, in one place each:
-//   - admitted: at most StreamPulls::kMaxWaiting pulls of one stream are
-//     unanswered at once; one more is answered RESOURCE_EXHAUSTED at once
-//     (an honest worker has one per clock; the cap bounds what one stream
-//     can park, see [parked pulls]);
-//   - its deadline: now + the timeout the worker asked for, clamped to the
-//     shard's --pull_timeout_ms (PullDeadline): a client never keeps a pull,
-//     and its stream, longer than the shard allows;
-//   - ready: when the job's consistency controller says so for the pull's
-//     clock and the slowest member's clock, with every chunk initialized
-//     (Job::Ready, ConsistencyController::PullReady in consistency.h);
-//   - order: pulls that are not ready park in arrival order and are answered
-//     in arrival order as they become ready (PullWaitList::TakeReady);
-//   - its end without parameters: deadline passed, stream ended, job closed
-//     (PullWaitList, [parked pulls]). A stream that half-closed finishes only
-//     once none of its pulls is unanswered (StreamPulls::waiting).
+// NOTE: [pull schedule] A pull is admitted when its stream has fewer than
+// StreamPulls::kMaxWaiting unanswered (else RESOURCE_EXHAUSTED at once), gets
+// the deadline PullDeadline gives, is ready when the job's consistency
+// controller says so with every chunk initialized (Job::Ready), is answered
+// in arrival order among parked pulls (PullWaitList::TakeReady), and ends
+// without parameters when its deadline passes, its stream ends or the job
+// closes ([parked pulls]). A half-closed stream finishes once none of its
+// pulls is unanswered. Why: docs/design/pull-schedule.md.
 #ifndef GRADSTREAM_SERVER_SHARD_STREAM_PULLS_H_
 #define GRADSTREAM_SERVER_SHARD_STREAM_PULLS_H_
 

@@ -1,12 +1,12 @@
-// A seeded chaos run per seed (issue 15): while a sync job trains, random
+// A seeded chaos run per seed: while a sync job trains, random
 // operator events hit the cluster, each a few seconds apart:
 //   * kill -9 of a worker, and a fresh worker process in its place (the
 //     replacement joins at a clock the coordinator plans right after the
-//     stall the death caused: item 11);
+//     stall the death caused);
 //   * kill -9 of a shard, restarted on its port (from its newest checkpoint,
-//     or re-initialized when it has none: items 7, 8);
+//     or re-initialized when it has none);
 //   * kill -9 of the coordinator, restarted with its state file;
-//   * `scale` up or down between 2 and 3 workers (items 9, 10).
+//   * `scale` up or down between 2 and 3 workers.
 // Every job must complete every step with a sane accuracy, and the total
 // time the job's clock stood still is printed and bounded: each event may
 // cost at most a heartbeat timeout plus a few seconds.

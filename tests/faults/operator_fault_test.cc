@@ -1,15 +1,15 @@
-// Operator sequences of issue 15 (items 7-12) through the real binaries:
+// Operator sequences through the real binaries:
 //   * a shard killed before its first checkpoint comes back without one, takes
-//     a live worker's parameters and the job completes (item 7);
+//     a live worker's parameters and the job completes;
 //   * a worker removed, then a shard restored from a checkpoint older than the
-//     removal: the coordinator's epochs replace the restored ones (item 8);
+//     removal: the coordinator's epochs replace the restored ones;
 //   * bounded staleness scaled 1 -> 2 -> 1 -> 2 with the same worker, and an
 //     async scale-down: each change takes effect within a few seconds, the
-//     rejoiner never pulls the shards' slowest clock back (items 9, 10);
+//     rejoiner never pulls the shards' slowest clock back;
 //   * SIGTERM makes a worker leave at once and exit 0; a worker killed after a
-//     coordinator restart is removed within one heartbeat timeout (item 12).
-// Item 11 (a replacement's join clock after a stall) is in chaos_fault_test.
-// Each test prints its figures on stdout (see the README's failure table).
+//     coordinator restart is removed within one heartbeat timeout.
+// A replacement's join clock after a stall is in chaos_fault_test.
+// Each test prints its figures on stdout (see docs/failures.md).
 #include <signal.h>
 
 #include <chrono>
@@ -74,7 +74,6 @@ void ExpectCompleted(LocalCluster& cluster, const std::string& job, uint32_t ste
   if (out != nullptr) *out = *done;
 }
 
-// Item 7.
 TEST(Operator, ShardKilledBeforeItsFirstCheckpointIsReinitialized) {
   ClusterOptions options;
   auto started = LocalCluster::Start(FaultBinaries(), options);
@@ -104,7 +103,6 @@ TEST(Operator, ShardKilledBeforeItsFirstCheckpointIsReinitialized) {
   StopAndClean(*std::move(started));
 }
 
-// Item 8.
 TEST(Operator, RestoreOlderThanAWorkerRemovalIsReconciled) {
   ClusterOptions options;
   options.workers = 3;
@@ -169,7 +167,6 @@ absl::StatusOr<absl::Duration> ScaleAndWait(LocalCluster& cluster, const std::st
   return absl::Now() - t0;
 }
 
-// Items 9 and 10.
 TEST(Operator, BoundedScaleUpDownUpWithARejoiningWorker) {
   ClusterOptions options;
   auto started = LocalCluster::Start(FaultBinaries(), options);
@@ -209,7 +206,7 @@ TEST(Operator, BoundedScaleUpDownUpWithARejoiningWorker) {
   StopAndClean(*std::move(started));
 }
 
-// Item 10: in async mode a scale-down takes effect within seconds. The clock
+// In async mode a scale-down takes effect within seconds. The clock
 // it is planned for lies about two seconds of clocks ahead ([membership plan]),
 // so how many clocks depends on the host's speed: this test holds the time a
 // user sees, and CoordinatorTest.AsyncScaleDownIsPlannedFromClocksNotPushCounts
@@ -244,7 +241,6 @@ TEST(Operator, AsyncScaleDownTakesEffectWithinSeconds) {
   StopAndClean(*std::move(started));
 }
 
-// Item 12.
 TEST(Operator, SigtermLeavesAtOnceAndACoordinatorRestartKeepsTheTimeout) {
   ClusterOptions options;
   options.workers = 3;

@@ -10,7 +10,8 @@ could send (it holds a valid worker token of that job), and asserts
     another job (push, ClockAdvance, pull) still works and is fast,
   - that the parameters of the attacked job are unchanged (pulled and
     compared) unless the case says how they change.
-Cases follow issue 15 (items 1-6) and the malformed-frame classes of
+Cases: clocks far ahead, non-finite pushes, parked-pull caps, Hello as
+another member, messages after Leave, and the malformed-frame classes of
 tests/security/security_test.cc and server/shard/rpc/session_fuzzer.cc.
 
   hostile_test.py --shard=BIN --proto_dir=DIR --work_dir=DIR [-k NAME]
@@ -359,7 +360,7 @@ def park_pulls(job, n_streams, per_stream):
 
 
 def case_clock_advance_far_future(sh, good):
-    """Item 1: ClockAdvance{2^62} from the only member of a sync job."""
+    """ClockAdvance{2^62} from the only member of a sync job."""
     job = Job(sh, "wedge", SYNC, [5])
     before = job.params()
     streams = [job.stream(5, 1) for _ in range(2)]  # two streams: both executor threads
@@ -380,7 +381,7 @@ def case_clock_advance_far_future(sh, good):
 
 
 def case_pull_and_push_far_future(sh, good):
-    """Item 1: pull and push clocks beyond the window, in every mode."""
+    """pull and push clocks beyond the window, in every mode."""
     for mode, name in ((SYNC, "farpull-sync"), (BOUNDED, "farpull-ssp"), (ASYNC, "farpull-async")):
         job = Job(sh, name, mode, [5, 6], staleness=2)
         before = job.params()
@@ -395,7 +396,7 @@ def case_pull_and_push_far_future(sh, good):
 
 
 def case_overflow_async(sh, good):
-    """Item 2: 25 async twobit pushes with scale FLT_MAX, every code +1."""
+    """25 async twobit pushes with scale FLT_MAX, every code +1."""
     for mode, name in ((ASYNC, "nan-async"), (BOUNDED, "nan-ssp"), (SYNC, "nan-sync")):
         job = Job(sh, name, mode, [5], staleness=100, lr=1.0)
         s = job.stream(5)
@@ -418,7 +419,7 @@ def case_overflow_async(sh, good):
 
 
 def case_far_push_then_normal(sh, good):
-    """Item 3: a normal push after a refused far-future one is applied."""
+    """a normal push after a refused far-future one is applied."""
     job = Job(sh, "dup-async", ASYNC, [5], lr=1.0)
     s = job.stream(5)
     before = job.params()
@@ -433,7 +434,7 @@ def case_far_push_then_normal(sh, good):
 
 
 def case_parked_pulls(sh, good):
-    """Item 4: caps on parked pulls and timeouts; parked pulls end with their stream."""
+    """caps on parked pulls and timeouts; parked pulls end with their stream."""
     job = Job(sh, "park", SYNC, [5, 6])
     before = job.params()
     s = job.stream(5)
@@ -486,7 +487,7 @@ def case_parked_pulls(sh, good):
 
 
 def case_impersonation(sh, good):
-    """Item 5: a member cannot say Hello as another member."""
+    """a member cannot say Hello as another member."""
     job = Job(sh, "imp", ASYNC, [7, 8])
     before = job.params()
     # H (8) as G (7) with incarnation + 1000, with H's own token.
@@ -518,7 +519,7 @@ def case_impersonation(sh, good):
 
 
 def case_leave_then_push(sh, good):
-    """Item 6: a Leave followed by more pushes."""
+    """a Leave followed by more pushes."""
     job = Job(sh, "leave", ASYNC, [5])
     before = job.params()
     s = job.stream(5)
@@ -536,7 +537,7 @@ def case_leave_then_push(sh, good):
 
 
 def case_not_protobuf(sh, good):
-    """Item 6: a frame that is not a WorkerMessage ends the stream INVALID_ARGUMENT."""
+    """a frame that is not a WorkerMessage ends the stream INVALID_ARGUMENT."""
     job = Job(sh, "garbage", ASYNC, [5])
     before = job.params()
     for junk in (b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x12\xff\xff\xff\xff\x0f"):
@@ -639,7 +640,7 @@ def case_sigterm(sh, good):
 
 
 # ---------------------------------------------------------------- --measure
-# Figures for issue 15's wedge (item 1) and leak (item 4), without asserting:
+# Figures for the far-clock wedge and the parked-pull leak, without asserting:
 # run against this gs_shard and an older one (--job_token_only) to compare.
 
 

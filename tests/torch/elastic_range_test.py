@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Elastic jobs (issue 24 item 3, see [elastic jobs] in
+"""Elastic jobs (see [elastic jobs] in
 server/coordinator/membership_planner.h), the real binaries end to end.
 
 --case random_sync | random_async: a `--workers 1:4` training script on a

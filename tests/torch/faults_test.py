@@ -1,5 +1,5 @@
-"""A script job survives what the README's failure table says jobs survive
-(issue 23): each --case runs the same small training (scripts/fault_train.py)
+"""A script job survives what the failure table (docs/failures.md) says jobs
+survive: each --case runs the same small training (scripts/fault_train.py)
 as a 2-worker sync job through the package, injects one fault mid-job, and
 asserts that the job COMPLETED every step with a final accuracy within 5
 points of the same script run single-process:

@@ -1,16 +1,17 @@
-"""A pull is asked once and answered once, however long it takes (issue 23,
-items 0 and 2; see [step loop] in worker/client/step_loop.h). Two cases,
+"""A pull is asked once and answered once, however long it takes (see
+[step loop] in worker/client/step_loop.h). Two cases,
 each a script job of 2 workers on 2 shards through the package:
 
   --case slow_link: the workers behind a 10 Mbit/s link (netns + tc, as
     bench/netns_shaped.sh): each full pull of the 1.6M-parameter model
     takes about 10 s on the wire, 20 times the loop's wait slice and 5 times
-    the 2 s after which the old loop asked again (and never finished).
+    the 2 s after which a loop that re-asks would ask again (and never
+    finish).
   --case straggler: on loopback, rank 1 sleeps 12 s before its first
     backward while rank 0's pull of clock 1 waits for its round, with 60
-    chunks on the shards; the old loop asked again every 2 s without
-    cancelling, and past 16 parked pulls per stream the shard failed the
-    healthy worker's pull with RESOURCE_EXHAUSTED.
+    chunks on the shards; a loop that asked again every 2 s without
+    cancelling would pass 16 parked pulls per stream, and the shard would
+    fail the healthy worker's pull with RESOURCE_EXHAUSTED.
 
 Each asserts that the job completed and, from the shards' metrics, that
 the shards sent every pull's bytes exactly once: workers x pulls x model

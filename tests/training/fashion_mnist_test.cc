@@ -4,15 +4,14 @@
 // through the real processes: 2 gs_shard, gs_coordinator and 2 gs_worker on
 // loopback.
 //
-// The recipe is bench/fashion_mnist.sh's (README, "Convergence on
-// Fashion-MNIST"): 2 workers, sync, batch 32, server momentum 0.9, lr 0.02,
-// 3000 clocks (about 3.2 epochs), seed 1. Sync training is deterministic
-// (stochastic rounding draws are keyed by seed, worker, clock and chunk), so
-// the accuracies below repeat exactly; the margins are the issue's: every
-// codec within 0.5 point of fp32, twobit pushes and pulls within 0.5 point of
-// fp32. Bounded staleness depends on timing and is held to a wider margin
-// (see the SSP check below). The whole suite takes about four minutes on 2
-// cores.
+// The recipe is bench/fashion_mnist.sh's (bench/README.md, "Fashion-MNIST"):
+// 2 workers, sync, batch 32, server momentum 0.9, lr 0.02, 3000 clocks (about
+// 3.2 epochs), seed 1. Sync training is deterministic (stochastic rounding
+// draws are keyed by seed, worker, clock and chunk), so the accuracies below
+// repeat exactly; the margins: every codec within 0.5 point of fp32, twobit
+// pushes and pulls within 0.5 point of fp32. Bounded staleness depends on
+// timing and is held to a wider margin (see the SSP check below). The whole
+// suite takes about four minutes on 2 cores.
 #include <sys/stat.h>
 
 #include <cstdio>

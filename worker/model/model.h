@@ -23,27 +23,10 @@
 // stream() is ordered after the gradient; work on another stream must wait
 // on an event recorded on stream().
 //
-// NOTE: [model runtime] These models are the project's own code (Eigen on
-// CPU, cuBLAS/cuDNN on GPU), not TorchScript run through libtorch. Measured
-// (bench/models: one trainer step, parameters in, forward + backward,
-// gradients out, one thread, 7 paired rounds; libtorch 1.13 from Debian over
-// the same NetworkSpec, checked to give the same loss and gradients; ratio
-// libtorch / built-in of CPU time, median): on the default MLP 20-64-10 and
-// softmax libtorch is 2-25x slower at batch 8-128 whatever its BLAS (its
-// fixed per-operator cost outweighs tens of microseconds of arithmetic);
-// with Debian's default BLAS (reference libblas3) it is 6-8x slower on a
-// 784-256-10 MLP and 0.8-2x on the LeNet-like CNN; with OpenBLAS it is
-// faster on the larger layers (0.49-0.89x on 784-256-10, 0.53-0.79x on the
-// CNN from batch 32), but the built-in compiled for x86-64-v3 is 1.3-2.3x
-// faster than its baseline build there, which leaves libtorch ahead only on
-// the CNN at batch 128 and on 3x32x32 at 32 (0.68-0.84x). Adopting it would
-// add 283 shared libraries (354 MiB) to the worker, about a second to every
-// process start, and a second implementation of every model, since Debian's
-// libtorch has no CUDA and the GPU path stays. Decision: not adopted; nothing
-// in the product links libtorch. Revisit if the built-in trainer is to train
-// larger CPU conv models, then with OpenBLAS as a dependency; the cheaper
-// step first is building the CPU kernels for x86-64-v3 behind a runtime
-// check. Table, costs and the command: bench/models/README.md.
+// NOTE: [model runtime] These models are the project's own code, not
+// TorchScript run through libtorch: measured slower on the default models and
+// a second implementation beside the GPU path. Decision and figures:
+// docs/design/model-runtime.md.
 //
 // Not thread-safe: a model belongs to one training thread.
 #ifndef GRADSTREAM_WORKER_MODEL_MODEL_H_

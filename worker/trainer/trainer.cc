@@ -306,10 +306,9 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
   }
   // Every member reads the final parameters once every member is done,
   // evaluates and reports the accuracy: all get the same parameters and the
-  // same figure, and the job's accuracy no longer depends on one process
-  // living through its report. Only rank 0 did this once; a chaos run
-  // killed rank 0 between its final evaluation and its report, and the job
-  // completed with the other members DONE and no accuracy.
+  // same figure, so the job's accuracy does not depend on one process
+  // living through its report (a member killed between its final
+  // evaluation and its report leaves the others' figure).
   {
     absl::Status s = PullInto(setup_->steps + options_.final_pull_slack);
     if (absl::IsCancelled(s)) return TrainOutcome::kStopped;

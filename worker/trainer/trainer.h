@@ -6,7 +6,7 @@
 // drops the newest assignment into an AssignmentFeed and reads progress from
 // a ProgressBoard, both thread-safe mailboxes. Membership changes (new rank or
 // world size, scale-down) take effect at clock boundaries, as the coordinator
-// announces them (see design.md, "Membership").
+// announces them (README.md, "Membership and scaling").
 #ifndef GRADSTREAM_WORKER_TRAINER_TRAINER_H_
 #define GRADSTREAM_WORKER_TRAINER_TRAINER_H_
 
@@ -51,16 +51,12 @@ bool Trains(const Assignment& a);
 
 // NOTE: [rejoin] A worker that left a job (scale-down) waits until the
 // coordinator moves it off that job before it takes another assignment. The
-// move shows as one heartbeat reply without a job; when the worker is added
-// back to the same job soon after (scale up again) the next reply names that
-// job again, and a wait that did not look between the two replies (a loaded
-// machine delays the training thread past one heartbeat) went on waiting on
-// a job "still active" that in fact asked it to rejoin: it kept reporting
-// LEFT, the coordinator removed it again with a "worker N left" epoch nobody
-// asked for, stalled the bounded job's other members at the join clock
-// until that epoch reached the shards, and planned the join once more. A new
-// membership is recognizable without the gap: it trains (Trains), in the
-// same job, from a later join clock than the one `trained` gave.
+// move shows as one heartbeat reply without a job, which a loaded training
+// thread can miss when the worker is added back to the same job right after;
+// waiting on regardless would keep it reporting LEFT and get it removed again
+// by an epoch nobody asked for. So a new membership is recognized without the
+// gap: it trains (Trains), in the same job, from a later join clock than the
+// one `trained` gave.
 bool RejoinsAfter(const Assignment& trained, const Assignment& now);
 
 // Newest assignment, written by the heartbeat thread. Thread-safe.

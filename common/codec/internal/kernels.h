@@ -4,11 +4,12 @@
 // same arithmetic (no fused multiply-add; -ffp-contract=off) and the same
 // reduction order. NOTE: [lane reduction] Sums over a chunk are accumulated
 // in fp64 in kSumLanes = 16 lanes, element i into lane i % 16, and the lanes
-// are added in order 0..15 at the end. That is the order a vector loop over
-// 16 elements with four 4-wide fp64 accumulators produces naturally, and the
-// scalar loop copies it, so scales and clip bounds agree to the bit. Sixteen
-// lanes, not eight: with eight, the sums ran at the latency of one fp64 add
-// per 8 elements and took 40% of a ternary encode. The CUDA kernels reduce in another order; see cuda_codec.h.
+// are added in order 0..15 at the end: the order a vector loop over 16
+// elements with four 4-wide fp64 accumulators produces, which the scalar loop
+// copies, so scales and clip bounds agree to the bit. Sixteen, not eight, so
+// the sums do not run at the latency of one fp64 add per 8 elements
+// (docs/design/ternary-encode.md). The CUDA kernels reduce in another order;
+// see cuda_codec.h.
 //
 // All kernels take `residual` == nullptr to mean "no error feedback": then
 // x = grad; otherwise x = grad + residual and residual is overwritten with
@@ -39,10 +40,10 @@ inline float InverseScale(float scale) { return 1.0f / scale; }
 // NOTE: [onebit zeros] Zeros carry no sign, so they are left out of both
 // means, and an exact zero (+0 or -0; common: gradients of dead ReLU units)
 // gets the bit whose value is nearer to 0 (1 on a tie), with error feedback
-// keeping the difference. Counting zeros on the positive side (the earlier
-// rule) shrinks the positive value toward 0 by the share of dead units and
-// then sends every dead unit as +pos: a push one way on every step that
-// error feedback must take back later. Excluded, the two values describe
+// keeping the difference. Counting zeros on the positive side instead would
+// shrink the positive value toward 0 by the share of dead units and then
+// send every dead unit as +pos: a push one way on every step that error
+// feedback must take back later. Excluded, the two values describe
 // the entries that have a sign, and a zero costs the least error one bit
 // can give, min(pos, -neg), carried to the next step like any other error.
 // When one side is empty its value is 0, so zeros decode exactly.

@@ -63,13 +63,11 @@ inline double AddLanes(const double (&lanes)[kSumLanes]) {
   return t;
 }
 
-// NOTE: [prefetch] The first pass over a chunk (the sums that set its
-// scale) reads two streams, grad and residual, from memory; the hardware
-// prefetcher alone kept it at about half of memcpy's bandwidth. Asking for
-// one 64-byte line of each stream per 16 elements, 4 KiB ahead, took a
-// 16M-element ternary encode from 0.25x to 0.31x memcpy (codec_benchmark,
-// paired). The ternary encode pass does the same (backward, see [ternary
-// passes]) for a chunk larger than the cache.
+// NOTE: [prefetch] The first pass over a chunk reads grad and residual from
+// memory; one 64-byte line of each per 16 elements is asked for 4 KiB ahead,
+// which the hardware prefetcher alone does not keep up with. The ternary
+// encode pass does the same for a chunk larger than the cache. Measured:
+// docs/design/ternary-encode.md.
 constexpr uint32_t kPrefetchElems = 1024;
 inline void PrefetchAhead(const float* grad, const float* residual, uint32_t i) {
   _mm_prefetch(reinterpret_cast<const char*>(grad + i + kPrefetchElems), _MM_HINT_T0);
@@ -436,21 +434,12 @@ uint8_t* DrawScratch(uint32_t n) {
   return buf.data();
 }
 
-// NOTE: [ternary passes] The scale of a ternary chunk needs the statistics
-// of the whole chunk before the first code, so the encode reads x twice.
-// The statistics pass streams grad and residual from memory and mostly
-// waits on it; the encode pass, when the chunk is still in cache, was bound
-// by the Philox rounds. Hence, with results bit for bit those of moments +
-// encode_ternary (codec_test checks it):
-// - With error feedback the statistics pass stores x = grad + residual into
-//   the residual, so the encode pass reads one stream, not two.
-// - The draws depend only on the key and the element index, so for a chunk
-//   of at most kMaxScratchElems the statistics pass computes them too, into
-//   a per-thread scratch of one byte per element, where they cost no time.
-//   A larger chunk comes back from memory in the encode pass anyway, whose
-//   wait then hides the rounds, and the scratch would only add traffic.
-// - The encode pass runs from the chunk's end back to its start, so that it
-//   first meets what the statistics pass left in the caches.
+// NOTE: [ternary passes] The statistics pass stores x = grad + residual into
+// the residual (with error feedback) and, for a chunk of at most
+// kMaxScratchElems, computes its draws into a per-thread scratch; the encode
+// pass then reads one stream and runs no Philox, from the chunk's end back
+// to its start. Results are bit for bit those of moments + encode_ternary
+// (codec_test). Why and the measurement: docs/design/ternary-encode.md.
 template <bool kResidual>
 bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float clip_factor,
                          PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out,

@@ -1,26 +1,14 @@
 // Device-side encoding for a GPU worker: gradients are encoded where backward
 // left them and only the packed codes cross PCIe.
 //
-// NOTE: [device encode] For every tensor whose gradient backward has just
-// enqueued (see [grad ready] in worker/model/model.h), Enqueue() puts on the
-// model's own stream, behind the kernels that produce the gradient:
-//   1. the codec library's CUDA encoder for each chunk of the tensor
-//      (common/codec/cuda_codec.h), with the chunk's residual in device
-//      memory and the same key (seed, worker, clock, tensor, chunk id) as
-//      the host path, into a device payload buffer;
-//   2. one copy of the tensor's codes (all chunks, back to back) into a
-//      pinned host slot. Two slots alternate between consecutive tensors, so
-//      the copy of tensor k+1 runs while tensor k's codes are still being
-//      read out of the other slot: Enqueue waits only when the push thread
-//      is two tensors behind.
-// A push thread waits for each tensor's copy in enqueue order and hands its
-// chunks to PsClient::PushEncoded, so a layer's pushes start as soon as its
-// codes are on the host, while backward continues on the GPU. The codec
-// semantics are the CPU's; cuda_codec.h says where sum-based scales may
-// differ by a few ulps and which encoders do not report NaN/Inf.
-// Codecs whose scale comes from statistics (ternary, onebit, adaptive
-// twobit) read the scale back, which waits for the tensor's gradient on the
-// calling thread; fixed-threshold twobit (the default) and none never wait.
+// NOTE: [device encode] Enqueue() puts each tensor's chunk encodes (residuals
+// in device memory, the host path's keys) and one copy of its codes into one
+// of two alternating pinned host slots on the model's stream, behind the
+// kernels that produce the gradient; a push thread hands each tensor's
+// chunks to PsClient::PushEncoded in enqueue order. Codecs whose scale comes
+// from statistics (ternary, onebit, adaptive twobit) read it back, which
+// waits for the gradient on the calling thread; fixed-threshold twobit and
+// none never wait. How and why: docs/design/device-encode.md.
 #ifndef GRADSTREAM_WORKER_TRAINER_INTERNAL_DEVICE_PUSHER_H_
 #define GRADSTREAM_WORKER_TRAINER_INTERNAL_DEVICE_PUSHER_H_
 
