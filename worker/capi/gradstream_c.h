@@ -13,7 +13,7 @@
  * A session is one worker of one script job: it talks to its gs_worker (the
  * agent on a Unix socket, proto/agent.proto) for the assignment and progress,
  * and to the shards (PsClient) for the data path. See [script jobs] in
- * server/coordinator/coordinator_script.cc.
+ * server/coordinator/reconciler.h.
  *
  * Every int-returning call returns 0 on success, otherwise an absl status
  * code (3 InvalidArgument, 4 DeadlineExceeded, 9 FailedPrecondition, 1

@@ -1,5 +1,5 @@
 // Runs a script job (JobSpec.entrypoint, see [script jobs] in
-// server/coordinator/coordinator_script.cc) on this worker: the user's
+// server/coordinator/reconciler.h) on this worker: the user's
 // training command as a child process, with the worker agent
 // (proto/agent.proto) on a private Unix socket that the script's gradstream
 // package talks to.
