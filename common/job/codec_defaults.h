@@ -115,6 +115,12 @@ inline constexpr uint32_t kDefaultTwobitMinElems = 16384;
 // shard map (TensorInfo::pull_codec, ChunkInfo::pull_fp32) and in status.
 inline constexpr uint32_t kDefaultPullMinElems = 16384;
 
+// The error bound of every lossy path, in clocks of signal (see
+// common/job/precision.h and docs/design/precision-control.md).
+inline constexpr float kDefaultPrecisionBound = 8.0f;
+// Clocks sent at full precision before a path's codec (0: no warm-up).
+inline constexpr uint32_t kDefaultPrecisionWarmup = 0;
+
 }  // namespace gradstream
 
 #endif  // GRADSTREAM_COMMON_JOB_CODEC_DEFAULTS_H_

@@ -90,6 +90,7 @@ void ApplyJobDefaults(JobSpec* spec) {
   if (codec->ternary_clip() == 0) codec->set_ternary_clip(kDefaultTernaryClip);
   if (codec->twobit_min_elems() == 0) codec->set_twobit_min_elems(kDefaultTwobitMinElems);
   if (codec->pull_min_elems() == 0) codec->set_pull_min_elems(kDefaultPullMinElems);
+  if (codec->precision_bound() == 0) codec->set_precision_bound(kDefaultPrecisionBound);
 
   if (spec->workers() == 0) spec->set_workers(std::max(2u, spec->workers_min()));
   if (spec->workers_min() > 0 && spec->min_workers_timeout_s() == 0) {

@@ -41,7 +41,7 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
                      : std::make_unique<PullPublisher>(
                            options_.pull_codec,
                            /*once_per_clock=*/options_.consistency.mode != ConsistencyMode::kSync,
-                           options_.chunks)),
+                           options_.chunks, options_.pull_precision)),
       staleness_hist_(kStalenessBuckets, 0) {
   for (const ChunkSpec& spec : options_.chunks) {
     auto chunk = std::make_unique<ChunkState>(spec.chunk_id, spec.num_elems);
@@ -491,6 +491,13 @@ JobStats Job::Stats(bool include_rounds) const {
   s.pulls_served = pulls_served_.load();
   s.bytes_out = bytes_out_.load();
   s.fp32_bytes_out = fp32_bytes_out_.load();
+  if (publisher_ != nullptr) {
+    for (const auto& c : chunks_) {
+      if (std::optional<PathPrecision> p = publisher_->Precision(c->chunk_id)) {
+        s.precision.emplace_back(c->chunk_id, std::move(*p));
+      }
+    }
+  }
   s.min_version = std::numeric_limits<uint64_t>::max();
   for (const auto& c : chunks_) {
     const uint64_t v = c->version.load();

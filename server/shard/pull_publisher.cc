@@ -16,14 +16,18 @@ constexpr uint32_t kPullWorker = 0xffffffff;
 }  // namespace
 
 PullPublisher::PullPublisher(CodecType codec, bool once_per_clock,
-                             const std::vector<ChunkSpec>& chunks)
+                             const std::vector<ChunkSpec>& chunks,
+                             const PrecisionPolicy& precision)
     : codec_(codec), once_per_clock_(once_per_clock) {
   CHECK(codec != CodecType::kNone) << "a pull publisher needs a compressing codec";
+  PrecisionPolicy policy = precision;
+  policy.ladder = LadderFrom(codec);
   for (const ChunkSpec& spec : chunks) {
     auto c = std::make_unique<Chunk>(spec.num_elems, spec.pull_fp32);
     if (!c->fp32) {
       absl::MutexLock l(&c->mu);
       c->publisher = *DeltaPublisher::Create(codec, spec.num_elems);
+      c->precision = std::make_unique<PrecisionController>(policy);
     }
     chunks_[spec.chunk_id] = std::move(c);
   }
@@ -38,10 +42,37 @@ void PullPublisher::Reset(Chunk& c, absl::Span<const float> params, uint64_t ver
   c.history_bytes = 0;
 }
 
+void PullPublisher::Control(Chunk& c, absl::Span<const float> params, uint64_t version) {
+  double error2 = 0, signal2 = 0, value2 = 0;
+  const bool first = c.published_params.empty();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const double p = params[i];
+    const double e = p - c.copy[i];
+    error2 += e * e;
+    value2 += p * p;
+    if (!first) {
+      const double u = p - c.published_params[i];
+      signal2 += u * u;
+    }
+  }
+  c.published_params.assign(params.begin(), params.end());
+  if (first) return;  // no update to measure against yet
+  c.precision->Observe(version, error2, signal2, value2);
+  if (c.precision->Flush()) {
+    Reset(c, params, version);  // the copy is exact from this version on
+    c.precision->Observe(version, 0.0, signal2, value2);
+  }
+}
+
 void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
                                  uint64_t version) {
   if (c.fp32) {  // see [layer-wise pull]
     Reset(c, params, version);
+    return;
+  }
+  if (c.precision->Codec() == CodecType::kNone) {  // raised: published whole
+    Reset(c, params, version);
+    Control(c, params, version);
     return;
   }
   Delta d;
@@ -71,6 +102,17 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
     c.history_bytes -= c.history.front().delta.payload.size() + kDeltaHeaderBytes;
     c.history.pop_front();
   }
+  Control(c, params, version);
+}
+
+std::optional<PathPrecision> PullPublisher::Precision(uint64_t chunk_id) const {
+  auto it = chunks_.find(chunk_id);
+  if (it == chunks_.end() || it->second->fp32) return std::nullopt;
+  const Chunk& c = *it->second;
+  absl::MutexLock l(&c.mu);
+  const PrecisionController& p = *c.precision;
+  return PathPrecision{p.level_codec(), p.ratio(), p.relative(), p.flushes(),
+                       {p.events().begin(), p.events().end()}};
 }
 
 PullPublisher::Chunk& PullPublisher::Find(uint64_t chunk_id) const {
@@ -83,6 +125,7 @@ void PullPublisher::MaybePublish(uint64_t chunk_id, Chunk& c, absl::Span<const f
                                  uint64_t version, uint64_t reader_clock) {
   if (!c.has) {
     Reset(c, params, version);
+    if (c.precision != nullptr) c.published_params.assign(params.begin(), params.end());
     c.published_clock = reader_clock;
   } else if (version != c.version && (!once_per_clock_ || reader_clock > c.published_clock)) {
     PublishDelta(chunk_id, c, params, version);

@@ -25,6 +25,7 @@
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
 #include "common/codec/published.h"
+#include "common/job/precision.h"
 #include "server/shard/types.h"
 
 namespace gradstream::shard {
@@ -41,7 +42,11 @@ class PullPublisher {
   // at every publication (a snapshot, see [layer-wise pull]). `once_per_clock`: publish at most once per
   // reader clock (SSP, async: a copy published for the fastest reader
   // satisfies every slower one) instead of at every version change (sync).
-  PullPublisher(CodecType codec, bool once_per_clock, const std::vector<ChunkSpec>& chunks);
+  // `precision` controls every compressed chunk's error (common/job/precision.h):
+  // measured at each publication; a flush publishes a snapshot (the copy is
+  // then exact), a chunk raised to kNone is published whole.
+  PullPublisher(CodecType codec, bool once_per_clock, const std::vector<ChunkSpec>& chunks,
+                const PrecisionPolicy& precision = PrecisionPolicy{});
 
   // Answers one pull of chunk `chunk_id` by a reader at `reader_clock` that
   // holds `held` (null: nothing): first publishes `params` (the true
@@ -60,6 +65,10 @@ class PullPublisher {
   // The caller serializes calls per chunk with the parameters' lock.
   void Publish(uint64_t chunk_id, absl::Span<const float> params, uint64_t version,
                uint64_t reader_clock);
+
+  // The chunk's pull error and precision decisions; nullopt for a chunk
+  // published fp32 by its size.
+  std::optional<PathPrecision> Precision(uint64_t chunk_id) const;
 
   // What a checkpoint keeps of a chunk; nullopt before its first pull.
   std::optional<PublishedCopy> Save(uint64_t chunk_id) const;
@@ -86,6 +95,10 @@ class PullPublisher {
     std::deque<Delta> history ABSL_GUARDED_BY(mu);   // oldest first
     size_t history_bytes ABSL_GUARDED_BY(mu) = 0;
     std::unique_ptr<DeltaPublisher> publisher ABSL_GUARDED_BY(mu);  // null for fp32 chunks
+    // Compressed chunks: the error control, and the parameters at the last
+    // publication (what the update since is measured against).
+    std::unique_ptr<PrecisionController> precision ABSL_GUARDED_BY(mu);
+    std::vector<float> published_params ABSL_GUARDED_BY(mu);
   };
 
   Chunk& Find(uint64_t chunk_id) const;
@@ -97,6 +110,10 @@ class PullPublisher {
   void PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
                     uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   static void Reset(Chunk& c, absl::Span<const float> params, uint64_t version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Measures what publishing `params` left in p - q against the update since
+  // the last publication; a flush makes the copy exact at once.
+  static void Control(Chunk& c, absl::Span<const float> params, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
   const CodecType codec_;

@@ -87,6 +87,79 @@ TEST(PullPublisher, WorkersFollowByDeltasAndNeverDrift) {
   }
 }
 
+// Stochastic ternary's error is as large as what it encodes, so with error
+// feedback p - q random-walks; the precision control holds it to its bound
+// in clocks of update by publishing the copy exact (a snapshot), which the
+// worker then holds bit for bit.
+TEST(PullPublisher, ErrorIsHeldToTheBoundByFlushes) {
+  auto run = [](double bound, double* worst_ratio, PathPrecision* last) {
+    PrecisionPolicy policy;
+    policy.bound = bound;
+    PullPublisher pub(CodecType::kTernary, false, {{7, kElems}}, policy);
+    std::mt19937 rng(3);
+    std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+    Worker w;
+    PulledChunk out;
+    pub.Serve(7, params, 0, 0, nullptr, &out);
+    w.Take(out);
+    *worst_ratio = 0;
+    int snapshots = 0;
+    for (uint64_t v = 1; v <= 400; ++v) {
+      params = Step(params, rng, 0.01f);
+      pub.Serve(7, params, v, v, w.held_or_null(), &out);
+      if (!out.values.empty()) {
+        ++snapshots;
+        EXPECT_TRUE(out.deltas.empty());
+      }
+      w.Take(out);
+      if (!out.values.empty()) EXPECT_EQ(w.copy, params) << "a flush publishes p exactly";
+      *worst_ratio = std::max(*worst_ratio, pub.Precision(7)->ratio);
+    }
+    *last = *pub.Precision(7);
+    EXPECT_EQ(static_cast<uint64_t>(snapshots), last->flushes);
+  };
+  double controlled, uncontrolled;
+  PathPrecision with, without;
+  run(8.0, &controlled, &with);
+  run(-1.0, &uncontrolled, &without);
+  EXPECT_GT(uncontrolled, 16.0) << "ternary's residual grows without control";
+  EXPECT_LE(controlled, 8.0 + 1.0);  // at most one clock's growth past the bound
+  EXPECT_GT(with.flushes, 2u);
+  EXPECT_EQ(with.codec, CodecType::kTernary) << "flushes far apart: not raised";
+  EXPECT_TRUE(with.events.empty());
+  EXPECT_EQ(without.flushes, 0u);
+  EXPECT_GT(with.relative, 0.0);
+}
+
+TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToFp32) {
+  PrecisionPolicy policy;
+  policy.bound = 0.5;               // every ternary delta leaves more than this
+  policy.min_flush_interval = 1000;
+  PullPublisher pub(CodecType::kTernary, false, {{7, kElems}}, policy);
+  std::mt19937 rng(4);
+  std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+  Worker w;
+  PulledChunk out;
+  pub.Serve(7, params, 0, 0, nullptr, &out);
+  w.Take(out);
+  for (uint64_t v = 1; v <= 10; ++v) {
+    params = Step(params, rng, 0.01f);
+    pub.Serve(7, params, v, v, w.held_or_null(), &out);
+    w.Take(out);
+  }
+  const PathPrecision p = *pub.Precision(7);
+  EXPECT_EQ(p.codec, CodecType::kNone);
+  ASSERT_FALSE(p.events.empty());
+  EXPECT_EQ(p.events.front().kind, PrecisionEvent::Kind::kRaise);
+  EXPECT_EQ(p.events.front().from, CodecType::kTernary);
+  // Raised, every version is published whole: the worker holds p exactly.
+  params = Step(params, rng, 0.01f);
+  pub.Serve(7, params, 11, 11, w.held_or_null(), &out);
+  EXPECT_FALSE(out.values.empty());
+  w.Take(out);
+  EXPECT_EQ(w.copy, params);
+}
+
 TEST(PullPublisher, SnapshotForUnknownCopiesAndTooLongChains) {
   PullPublisher pub(CodecType::kTwoBit, false, {{0, kElems}});
   std::mt19937 rng(2);

@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/codec/codec.h"
+#include "common/job/precision.h"
 #include "common/optim/optimizer.h"
 
 namespace gradstream::shard {
@@ -72,6 +74,9 @@ struct JobOptions {
   // Codec of the parameter deltas pulls carry (see [pull codec] in
   // common/codec/published.h); kNone = pulls carry the fp32 parameters.
   CodecType pull_codec = CodecType::kNone;
+  // Error control of the compressed pulls (the ladder is filled from
+  // pull_codec).
+  PrecisionPolicy pull_precision;
 };
 
 struct PushArgs {
@@ -110,6 +115,16 @@ struct PublishedCopy {
   uint64_t chunk_id = 0;
   uint64_t version = 0;
   std::vector<float> copy;
+};
+
+// The error of one lossy path of one chunk and the decisions on it (see
+// common/job/precision.h).
+struct PathPrecision {
+  CodecType codec = CodecType::kNone;  // the level the path is at
+  double ratio = 0.0;                  // |e| / |signal| at the last send
+  double relative = 0.0;               // |e| / |value| (0: unknown)
+  uint64_t flushes = 0;
+  std::vector<PrecisionEvent> events;  // oldest first
 };
 
 struct PulledChunk {
@@ -165,6 +180,8 @@ struct JobStats {
   // error ("" once a later one was written): see [checkpoint failures].
   uint64_t checkpoint_failures = 0;
   std::string checkpoint_error;
+  // Compressed chunks' pull error and decisions, by chunk id.
+  std::vector<std::pair<uint64_t, PathPrecision>> precision;
 };
 
 }  // namespace gradstream::shard

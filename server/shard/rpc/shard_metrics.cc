@@ -1,6 +1,7 @@
 #include "server/shard/rpc/shard_metrics.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 namespace gradstream::shard {
@@ -24,10 +25,15 @@ constexpr const char* kClockLag = "gs_shard_clock_lag";
 constexpr const char* kMembers = "gs_shard_active_members";
 constexpr const char* kEpoch = "gs_shard_membership_epoch";
 constexpr const char* kCheckpointFailures = "gs_shard_checkpoint_failures_total";
+constexpr const char* kPullErrorClocks = "gs_shard_pull_error_clocks";
+constexpr const char* kPullErrorRelative = "gs_shard_pull_error_relative";
+constexpr const char* kPullFlushes = "gs_shard_pull_flushes_total";
+constexpr const char* kPullRaised = "gs_shard_pull_raised";
 constexpr const char* kJobFamilies[] = {
     kPushes,       kPushBytes,  kPushFp32Bytes, kCompression, kPulls,    kPushSeconds, kStaleness,
     kMaxStaleness, kVersionMin, kVersionMax,    kMinClock,    kClockLag, kMembers,     kEpoch,
-    kPullBytes,    kPullFp32Bytes, kCheckpointFailures};
+    kPullBytes,    kPullFp32Bytes, kCheckpointFailures, kPullErrorClocks, kPullErrorRelative,
+    kPullFlushes,  kPullRaised};
 
 // Staleness 0..kStalenessBuckets-2 has its own bucket; the Job's last bucket
 // (staleness >= kStalenessBuckets-1) is Prometheus' +Inf.
@@ -62,6 +68,20 @@ void ExportJobStats(const std::string& job, const JobStats& s,
   counter(kPullFp32Bytes, "What the same pulls would weigh as fp32.", s.fp32_bytes_out, l);
   counter(kCheckpointFailures, "Periodic checkpoints that could not be written.",
           s.checkpoint_failures, l);
+  for (const auto& [chunk_id, pull] : s.precision) {
+    const metrics::Labels lc = {{"job", job}, {"chunk", std::to_string(chunk_id)}};
+    registry->GetGauge(kPullErrorClocks,
+                       "A compressed pull's error: |p - q| in clocks of update (see "
+                       "common/job/precision.h).",
+                       lc)
+        ->Set(pull.ratio);
+    registry->GetGauge(kPullErrorRelative, "A compressed pull's error |p - q| / |p|.", lc)
+        ->Set(pull.relative);
+    counter(kPullFlushes, "Exact publications the pull error bound asked for.", pull.flushes,
+            lc);
+    registry->GetGauge(kPullRaised, "1 while the chunk's pulls are raised to fp32.", lc)
+        ->Set(pull.codec == CodecType::kNone ? 1.0 : 0.0);
+  }
 
   metrics::Histogram* latency = registry->GetHistogram(
       kPushSeconds, "Time to handle one push (decode + accumulate/apply + ack), seconds.",

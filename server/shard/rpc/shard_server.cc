@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <chrono>
 #include <deque>
@@ -138,7 +139,29 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   o.token = req.job_token();
   o.pull_codec = static_cast<CodecType>(req.pull_codec());  // enums tied in common/codec/wire.cc
   if (!IsKnownCodec(o.pull_codec)) return absl::InvalidArgumentError("unknown pull codec");
+  // A spec stored before the bound existed has 0: the default applies.
+  o.pull_precision.bound =
+      req.precision_bound() == 0 ? kDefaultPrecisionBound : req.precision_bound();
+  if (!std::isfinite(o.pull_precision.bound)) {
+    return absl::InvalidArgumentError("precision_bound is not finite");
+  }
+  o.pull_precision.warmup_clocks = req.precision_warmup();
   return o;
+}
+
+void PathPrecisionToProto(const PathPrecision& p, pb::PathPrecision* out) {
+  out->set_codec(static_cast<pb::Codec>(p.codec));
+  out->set_ratio(p.ratio);
+  out->set_relative(p.relative);
+  out->set_flushes(p.flushes);
+  for (const PrecisionEvent& e : p.events) {
+    pb::PrecisionEvent* pe = out->add_events();
+    pe->set_raise(e.kind == PrecisionEvent::Kind::kRaise);
+    pe->set_clock(e.clock);
+    pe->set_from(static_cast<pb::Codec>(e.from));
+    pe->set_to(static_cast<pb::Codec>(e.to));
+    pe->set_ratio(e.ratio);
+  }
 }
 
 class ShardService;
@@ -488,6 +511,11 @@ class ShardService final : public ServiceBase {
       resp->set_max_clock(s.max_clock);
       resp->set_checkpoint_failures(s.checkpoint_failures);
       resp->set_checkpoint_error(s.checkpoint_error);
+      for (const auto& [chunk_id, pull] : s.precision) {
+        pb::ChunkPrecision* cp = resp->add_precision();
+        cp->set_chunk_id(chunk_id);
+        PathPrecisionToProto(pull, cp->mutable_pull());
+      }
       return absl::OkStatus();
     });
   }

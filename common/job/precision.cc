@@ -1,0 +1,98 @@
+// PrecisionController. See precision.h.
+#include "common/job/precision.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace gradstream {
+
+std::vector<CodecType> LadderFrom(CodecType base) {
+  if (base == CodecType::kNone) return {CodecType::kNone};
+  return {base, CodecType::kNone};
+}
+
+std::string DescribeEvent(const PrecisionEvent& e) {
+  std::string out = absl::StrCat(CodecTypeName(e.from), " -> ", CodecTypeName(e.to),
+                                 " at clock ", e.clock);
+  if (e.kind == PrecisionEvent::Kind::kRaise) {
+    absl::StrAppend(&out, absl::StrFormat(
+                              " (error %.3g clocks of signal again within the flush interval)",
+                              e.ratio));
+  } else {
+    absl::StrAppend(&out, " (error under half the bound since)");
+  }
+  return out;
+}
+
+PrecisionController::PrecisionController(const PrecisionPolicy& policy)
+    : policy_(policy), relax_wait_(policy.relax_after) {
+  if (policy_.ladder.empty()) policy_.ladder = {CodecType::kNone};
+  if (policy_.warmup_clocks > 0 && policy_.ladder.size() > 1) {
+    level_ = policy_.ladder.size() - 1;
+    warming_ = true;
+  }
+}
+
+void PrecisionController::Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from,
+                                 CodecType to) {
+  events_.push_back(PrecisionEvent{kind, clock, from, to, ratio_});
+  while (events_.size() > kMaxEvents) events_.pop_front();
+}
+
+void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
+                                  double value2) {
+  flush_next_ = false;  // what was asked has been sent
+  if (error2 <= 0.0) {
+    ratio_ = 0.0;
+  } else if (signal2 <= 0.0) {
+    ratio_ = std::numeric_limits<double>::infinity();
+  } else {
+    ratio_ = std::sqrt(error2 / signal2);
+  }
+  relative_ = (error2 > 0.0 && value2 > 0.0) ? std::sqrt(error2 / value2) : 0.0;
+  if (warming_) {
+    if (clock + 1 >= policy_.warmup_clocks) {
+      warming_ = false;
+      const CodecType from = policy_.ladder[level_];
+      level_ = 0;
+      ratio_ = 0.0;
+      Record(PrecisionEvent::Kind::kRelax, clock + 1, from, policy_.ladder[level_]);
+      calm_since_ = clock + 1;
+    }
+    return;
+  }
+  if (policy_.bound <= 0.0) return;
+  if (ratio_ > policy_.bound) {
+    calm_since_ = clock + 1;
+    if (!have_flushed_ || clock >= last_flush_ + policy_.min_flush_interval) {
+      flush_next_ = true;
+      have_flushed_ = true;
+      last_flush_ = clock;
+      ++flushes_;
+    } else if (level_ + 1 < policy_.ladder.size()) {
+      const CodecType from = policy_.ladder[level_];
+      ++level_;
+      Record(PrecisionEvent::Kind::kRaise, clock + 1, from, policy_.ladder[level_]);
+      flush_next_ = policy_.ladder[level_] != CodecType::kNone;
+      last_flush_ = clock;
+    }
+    return;
+  }
+  if (ratio_ > policy_.bound / 2) {
+    calm_since_ = clock + 1;
+    return;
+  }
+  if (level_ > 0 && clock + 1 >= calm_since_ + relax_wait_) {
+    const CodecType from = policy_.ladder[level_];
+    --level_;
+    Record(PrecisionEvent::Kind::kRelax, clock + 1, from, policy_.ladder[level_]);
+    relax_wait_ *= 2;  // raised again, it waits twice as long next time
+    calm_since_ = clock + 1;
+    have_flushed_ = false;
+  }
+}
+
+}  // namespace gradstream

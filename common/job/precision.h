@@ -1,0 +1,100 @@
+// Per-chunk precision control of a lossy path: one PrecisionController per
+// chunk per direction (a worker's pushes of it, a shard's pulls of it), fed
+// with the error each send left behind, deciding how the next send is
+// encoded. The one home of that policy; see docs/design/precision-control.md.
+//
+// The error is measured in clocks of signal: ratio = |e| / |s|, where e is
+// the residual the path still owes (a push's error-feedback residual, a
+// pull's p - q) and s what this clock added (the gradient, the parameter
+// update). A codec that contracts keeps the ratio bounded; one whose error
+// is as large as what it encodes (stochastic ternary) lets it grow without
+// bound. Past `bound` the next send is exact (a flush: the residual goes out
+// whole and is zero after it); flushes needed closer together than
+// `min_flush_interval` clocks raise the path one level of its ladder, and a
+// raised path steps back down after `relax_after` clocks under bound / 2
+// (the wait doubles with each step down, so a path that keeps needing the
+// higher level stays there).
+#ifndef GRADSTREAM_COMMON_JOB_PRECISION_H_
+#define GRADSTREAM_COMMON_JOB_PRECISION_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "common/codec/codec.h"
+
+namespace gradstream {
+
+struct PrecisionPolicy {
+  // Precision levels, lowest first; ends with kNone. One level: no control.
+  std::vector<CodecType> ladder = {CodecType::kNone};
+  double bound = 8.0;  // <= 0: measure only, never act
+  uint32_t min_flush_interval = 8;
+  uint32_t relax_after = 200;
+  // Clocks sent at the top of the ladder before the first step down
+  // (a full-precision warm-up); 0: start at the bottom.
+  uint32_t warmup_clocks = 0;
+};
+
+// The ladder of a path whose configured codec is `base`: base, then kNone.
+std::vector<CodecType> LadderFrom(CodecType base);
+
+struct PrecisionEvent {
+  enum class Kind : uint8_t { kRaise, kRelax };
+  Kind kind = Kind::kRaise;
+  uint64_t clock = 0;
+  CodecType from = CodecType::kNone;
+  CodecType to = CodecType::kNone;
+  double ratio = 0.0;  // what decided it
+};
+
+// "ternary -> none at clock 112 (error 9.3 clocks of signal, flushes 4 clocks
+// apart)" or "none -> ternary at clock 400 (warm-up over)".
+std::string DescribeEvent(const PrecisionEvent& e);
+
+// Not thread-safe: the owner serializes calls (one path of one chunk).
+class PrecisionController {
+ public:
+  explicit PrecisionController(const PrecisionPolicy& policy);
+
+  // How the next send is encoded: kNone for a flush (the residual goes out
+  // whole), else the current level's codec.
+  CodecType Codec() const { return flush_next_ ? CodecType::kNone : policy_.ladder[level_]; }
+  bool Flush() const { return flush_next_; }
+
+  // After the send of `clock`: the residual's energy |e|^2 and the signal's
+  // |s|^2 (both >= 0), and |value|^2 of what the path carries (the
+  // parameters; 0 when unknown). Decides the next send.
+  void Observe(uint64_t clock, double error2, double signal2, double value2);
+
+  // The last observation: |e| / |s| (0 when e is 0, +inf when s is 0 and e
+  // is not) and |e| / |value| (0 when unknown).
+  double ratio() const { return ratio_; }
+  double relative() const { return relative_; }
+  CodecType level_codec() const { return policy_.ladder[level_]; }
+  uint64_t flushes() const { return flushes_; }
+  // The newest events, oldest first (at most kMaxEvents).
+  static constexpr size_t kMaxEvents = 8;
+  const std::deque<PrecisionEvent>& events() const { return events_; }
+
+ private:
+  void Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from, CodecType to);
+
+  PrecisionPolicy policy_;
+  size_t level_ = 0;
+  bool flush_next_ = false;
+  bool have_flushed_ = false;
+  uint64_t last_flush_ = 0;
+  uint64_t calm_since_ = 0;    // first clock of the current run under bound / 2
+  uint32_t relax_wait_ = 0;    // clocks under bound / 2 before stepping down
+  bool warming_ = false;
+  double ratio_ = 0.0;
+  double relative_ = 0.0;
+  uint64_t flushes_ = 0;
+  std::deque<PrecisionEvent> events_;
+};
+
+}  // namespace gradstream
+
+#endif  // GRADSTREAM_COMMON_JOB_PRECISION_H_

@@ -1,0 +1,135 @@
+// PrecisionController: flushes, raises, relaxes and warm-up, driven by the
+// error figures a lossy path reports.
+#include "common/job/precision.h"
+
+#include <cmath>
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace gradstream {
+namespace {
+
+PrecisionPolicy Ternary(double bound = 8.0) {
+  PrecisionPolicy p;
+  p.ladder = LadderFrom(CodecType::kTernary);
+  p.bound = bound;
+  p.min_flush_interval = 8;
+  p.relax_after = 50;
+  return p;
+}
+
+TEST(PrecisionController, AContractingPathIsLeftAlone) {
+  PrecisionController c(Ternary());
+  for (uint64_t clock = 0; clock < 1000; ++clock) {
+    EXPECT_EQ(c.Codec(), CodecType::kTernary);
+    c.Observe(clock, /*error2=*/4.0, /*signal2=*/1.0, /*value2=*/400.0);
+  }
+  EXPECT_DOUBLE_EQ(c.ratio(), 2.0);
+  EXPECT_DOUBLE_EQ(c.relative(), 0.1);
+  EXPECT_EQ(c.flushes(), 0u);
+  EXPECT_TRUE(c.events().empty());
+}
+
+// A residual that random-walks (stochastic ternary with error feedback):
+// its energy grows by the signal's each clock until a flush clears it.
+TEST(PrecisionController, AGrowingResidualIsFlushedAtTheBound) {
+  PrecisionController c(Ternary());
+  double error2 = 0.0;
+  int flushed_at_ratio_over_bound = 0;
+  for (uint64_t clock = 0; clock < 1000; ++clock) {
+    const bool flush = c.Flush();
+    EXPECT_EQ(c.Codec(), flush ? CodecType::kNone : CodecType::kTernary);
+    error2 = flush ? 0.0 : error2 + 1.0;
+    c.Observe(clock, error2, 1.0, 0.0);
+    if (c.Flush()) flushed_at_ratio_over_bound += c.ratio() > 8.0;
+    EXPECT_LE(c.ratio(), std::sqrt(65.0));  // never more than one clock past the bound
+  }
+  // sqrt(t) > 8 after 65 clocks: a flush every 66 clocks, none raised.
+  EXPECT_EQ(c.flushes(), 1000u / 66);
+  EXPECT_EQ(flushed_at_ratio_over_bound, static_cast<int>(c.flushes()));
+  EXPECT_EQ(c.level_codec(), CodecType::kTernary);
+  EXPECT_TRUE(c.events().empty());
+}
+
+TEST(PrecisionController, FlushesTooCloseTogetherRaiseThePath) {
+  PrecisionController c(Ternary());
+  c.Observe(10, 100.0, 1.0, 0.0);  // 10 clocks of signal: flush
+  EXPECT_TRUE(c.Flush());
+  c.Observe(11, 0.0, 1.0, 0.0);
+  c.Observe(12, 100.0, 1.0, 0.0);  // over again 2 clocks later: raise
+  EXPECT_EQ(c.level_codec(), CodecType::kNone);
+  EXPECT_EQ(c.Codec(), CodecType::kNone);
+  ASSERT_EQ(c.events().size(), 1u);
+  const PrecisionEvent& e = c.events().back();
+  EXPECT_EQ(e.kind, PrecisionEvent::Kind::kRaise);
+  EXPECT_EQ(e.clock, 13u);
+  EXPECT_EQ(e.from, CodecType::kTernary);
+  EXPECT_EQ(e.to, CodecType::kNone);
+  EXPECT_DOUBLE_EQ(e.ratio, 10.0);
+  EXPECT_EQ(DescribeEvent(e),
+            "ternary -> none at clock 13 (error 10 clocks of signal again within the flush "
+            "interval)");
+}
+
+TEST(PrecisionController, ARaisedPathStepsDownAfterCalmAndWaitsLongerEachTime) {
+  PrecisionController c(Ternary());
+  c.Observe(0, 100.0, 1.0, 0.0);
+  c.Observe(1, 100.0, 1.0, 0.0);
+  ASSERT_EQ(c.level_codec(), CodecType::kNone);
+  uint64_t clock = 2;
+  while (c.level_codec() == CodecType::kNone) c.Observe(clock++, 0.0, 1.0, 0.0);
+  EXPECT_EQ(clock, 52u);  // relax_after = 50 calm clocks since the raise
+  EXPECT_EQ(c.events().back().kind, PrecisionEvent::Kind::kRelax);
+  // Raised again, the next step down waits 100 clocks.
+  c.Observe(clock++, 100.0, 1.0, 0.0);
+  c.Observe(clock++, 100.0, 1.0, 0.0);
+  ASSERT_EQ(c.level_codec(), CodecType::kNone);
+  const uint64_t raised = clock;
+  while (c.level_codec() == CodecType::kNone) c.Observe(clock++, 0.0, 1.0, 0.0);
+  EXPECT_EQ(clock - raised, 100u);
+}
+
+TEST(PrecisionController, WarmUpSendsFullPrecisionFirst) {
+  PrecisionPolicy p = Ternary();
+  p.warmup_clocks = 10;
+  PrecisionController c(p);
+  for (uint64_t clock = 0; clock < 10; ++clock) {
+    EXPECT_EQ(c.Codec(), CodecType::kNone) << clock;
+    c.Observe(clock, 0.0, 1.0, 0.0);
+  }
+  EXPECT_EQ(c.Codec(), CodecType::kTernary);
+  ASSERT_EQ(c.events().size(), 1u);
+  EXPECT_EQ(DescribeEvent(c.events().back()),
+            "none -> ternary at clock 10 (error under half the bound since)");
+}
+
+TEST(PrecisionController, BoundZeroMeasuresOnly) {
+  PrecisionController c(Ternary(/*bound=*/0.0));
+  for (uint64_t clock = 0; clock < 100; ++clock) c.Observe(clock, 1e6, 1.0, 0.0);
+  EXPECT_DOUBLE_EQ(c.ratio(), 1000.0);
+  EXPECT_EQ(c.Codec(), CodecType::kTernary);
+  EXPECT_EQ(c.flushes(), 0u);
+}
+
+TEST(PrecisionController, ResidualWithoutSignalIsInfinitelyManyClocks) {
+  PrecisionController c(Ternary());
+  c.Observe(0, 1.0, 0.0, 0.0);
+  EXPECT_EQ(c.ratio(), std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(c.Flush());
+  c.Observe(1, 0.0, 0.0, 0.0);  // nothing owed, nothing sent: 0, not NaN
+  EXPECT_EQ(c.ratio(), 0.0);
+}
+
+TEST(PrecisionController, AnUncompressedPathNeverActs) {
+  PrecisionPolicy p = Ternary();
+  p.ladder = LadderFrom(CodecType::kNone);
+  PrecisionController c(p);
+  c.Observe(0, 100.0, 1.0, 0.0);
+  c.Observe(1, 100.0, 1.0, 0.0);
+  EXPECT_EQ(c.Codec(), CodecType::kNone);
+  EXPECT_TRUE(c.events().empty());
+}
+
+}  // namespace
+}  // namespace gradstream
