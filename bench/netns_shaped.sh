@@ -42,7 +42,8 @@ BENCH_ARGS=${BENCH_ARGS:-}  # more ps_bench flags, e.g. --pull_first=false
 for bin in "$PS_BENCH" "$GS_SHARD"; do
   [[ -x $bin ]] || { echo "missing $bin (build ps_bench and gs_shard first)" >&2; exit 1; }
 done
-[[ $(id -u) -eq 0 ]] || { echo "needs root (ip netns, tc)" >&2; exit 1; }
+why=$("$ROOT/scripts/netns_check.sh") ||
+  { echo "netns_shaped.sh needs network namespaces: $why" >&2; exit 1; }
 
 TAG=$$
 NS_SRV=gs_srv_$TAG

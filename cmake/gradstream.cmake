@@ -24,21 +24,30 @@ function(gs_cc_binary)
   target_compile_options(${GS_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${GS_WARNINGS}>)
 endfunction()
 
-# gs_cc_test(NAME foo_test SRCS foo_test.cc DEPS libs [LABELS gpu;slow] [TIMEOUT 120])
-# Registers one ctest entry per binary; labels let CI pick (ctest -L / -LE).
+# gs_cc_test(NAME foo_test SRCS foo_test.cc DEPS libs LABELS unit;shard [TIMEOUT 120])
+# Registers one ctest entry per binary. LABELS is required (ctest -L / -LE
+# pick by it): `unit` for a test that runs in-process and takes seconds, the
+# tier `scripts/test.sh --fast` builds (target gs_unit_tests) and runs.
+if(GS_BUILD_TESTS AND NOT TARGET gs_unit_tests)
+  add_custom_target(gs_unit_tests)
+endif()
 function(gs_cc_test)
   if(NOT GS_BUILD_TESTS)
     return()
   endif()
   cmake_parse_arguments(GS "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT GS_LABELS)
+    message(FATAL_ERROR "gs_cc_test(${GS_NAME}): LABELS is required (unit, or the "
+                        "multi-process tier's: loopback, shard, faults, ...)")
+  endif()
   gs_cc_binary(NAME ${GS_NAME} SRCS ${GS_SRCS} DEPS ${GS_DEPS} GTest::gtest GTest::gtest_main)
   add_test(NAME ${GS_NAME} COMMAND ${GS_NAME})
   if(NOT GS_TIMEOUT)
     set(GS_TIMEOUT 300)
   endif()
-  set_tests_properties(${GS_NAME} PROPERTIES TIMEOUT ${GS_TIMEOUT})
-  if(GS_LABELS)
-    set_tests_properties(${GS_NAME} PROPERTIES LABELS "${GS_LABELS}")
+  set_tests_properties(${GS_NAME} PROPERTIES TIMEOUT ${GS_TIMEOUT} LABELS "${GS_LABELS}")
+  if("unit" IN_LIST GS_LABELS)
+    add_dependencies(gs_unit_tests ${GS_NAME})
   endif()
 endfunction()
 

@@ -369,8 +369,11 @@ def main():
                 os.path.splitext(args.report[0])[0])
         report.write(runs, stem)
         return 0
-    if os.geteuid() != 0:
-        print("run.py needs root for ip netns and tc: sudo %s" % " ".join(sys.argv),
+    # One line saying what is missing when this machine cannot build the network.
+    check = subprocess.run([os.path.join(REPO, "scripts", "netns_check.sh")],
+                           capture_output=True, text=True, timeout=120)
+    if check.returncode != 0:
+        print("run.py needs network namespaces: %s" % (check.stdout + check.stderr).strip(),
               file=sys.stderr)
         return 2
     args.build = os.path.abspath(args.build)

@@ -310,7 +310,7 @@ class ShapedLink:
     """Two network namespaces joined by a veth pair that tc's token bucket
     limits to `rate` in both directions (as bench/netns_shaped.sh): the
     cluster's servers on one side, its workers on the other. Needs root and
-    iproute2; `available()` says whether this machine can. Everything it
+    iproute2; `missing()` says whether this machine can. Everything it
     creates is removed by close(); the host's own interfaces are not
     touched."""
 
@@ -339,13 +339,14 @@ class ShapedLink:
             raise
 
     @staticmethod
-    def available():
-        if os.geteuid() != 0:
-            return "not root (ip netns and tc need it)"
-        for tool in ("ip", "tc"):
-            if subprocess.run(["sh", "-c", "command -v " + tool], capture_output=True).returncode:
-                return "no %s" % tool
-        return None
+    def missing():
+        """None when this machine can build the link, else one line saying
+        what is missing (scripts/netns_check.sh tries it on a throwaway
+        namespace)."""
+        check = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                             "netns_check.sh")
+        r = subprocess.run([check], capture_output=True, text=True, timeout=120)
+        return None if r.returncode == 0 else (r.stdout + r.stderr).strip()
 
     def close(self):
         for ns in (self.worker_ns, self.server_ns):  # removes the veth pair too

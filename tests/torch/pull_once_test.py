@@ -33,14 +33,15 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--case", choices=("slow_link", "straggler"), required=True)
     args = ap.parse_args()
+    if args.case == "slow_link":
+        why = cluster.ShapedLink.missing()
+        if why:
+            print("SKIP: the shaped link needs network namespaces: %s" % why)
+            sys.exit(cluster.SKIP)
     cluster.require_torch()
     steps, dims, flags, link = 2, (1280, 1250), [], None
     script = "%s %s/scripts/pull_once.py --steps %d" % (sys.executable, HERE, steps)
     if args.case == "slow_link":
-        why = cluster.ShapedLink.available()
-        if why:
-            print("SKIP: %s" % why)
-            sys.exit(cluster.SKIP)
         link = cluster.ShapedLink("10mbit")
     else:
         dims = (250, 240)
