@@ -237,6 +237,27 @@ std::string CodecText(const v1::CodecPolicy& c) {
   return out;
 }
 
+// The compressed pulls' error control in one line: the largest error, the
+// flushes, and which tensors are raised to fp32 (common/job/precision.h).
+std::string PrecisionText(const v1::JobStatus& j) {
+  double worst = 0;
+  uint64_t flushes = 0;
+  std::vector<std::string> raised;
+  for (const auto& t : j.precision()) {
+    worst = std::max(worst, t.pull().ratio());
+    flushes += t.pull().flushes();
+    if (t.pull().codec() == "none") raised.push_back(t.tensor());
+  }
+  const float bound = j.spec().codec().precision_bound();
+  std::string out = absl::StrFormat("pull error <= %.2g clocks of update", worst);
+  absl::StrAppend(&out, bound > 0 ? absl::StrFormat(" (bound %g)", bound) : " (measured only)");
+  absl::StrAppend(&out, ", ", flushes, " exact pull", flushes == 1 ? "" : "s", " asked by it");
+  if (!raised.empty()) {
+    absl::StrAppend(&out, "; fp32: ", absl::StrJoin(raised, ", "));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
@@ -286,6 +307,7 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
   }
   // What the shards say: a job whose clock stands still, and
   // checkpoints that cannot be written.
+  if (!j.precision().empty()) head.push_back({"precision", PrecisionText(j)});
   if (j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds) {
     head.push_back({"stalled", absl::StrFormat("stalled for %.0f s (the shards' clock has not moved)",
                                                p.stalled_seconds())});
@@ -320,6 +342,26 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
                       m.has_samples_per_sec() ? absl::StrFormat("%.0f", m.samples_per_sec()) : "-",
                       encode, note});
     }
+    out += "\n" + Table(rows);
+  }
+  // Every precision decision, by clock: "blocks.0.linear1.weight  pull
+  // ternary -> none at clock 112 (...)".
+  std::vector<std::pair<uint64_t, std::vector<std::string>>> decisions;
+  for (const auto& t : j.precision()) {
+    for (const auto& e : t.pull().events()) {
+      decisions.push_back(
+          {e.clock(), {t.tensor(), "pull",
+                       absl::StrCat(e.from(), " -> ", e.to(), " at clock ", e.clock()),
+                       e.raise() ? absl::StrFormat("error %.3g clocks of update, flushes too close",
+                                                   e.ratio())
+                                 : "error under half the bound"}});
+    }
+  }
+  if (!decisions.empty()) {
+    std::stable_sort(decisions.begin(), decisions.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::vector<std::string>> rows = {{"TENSOR", "PATH", "DECISION", "WHY"}};
+    for (auto& d : decisions) rows.push_back(std::move(d.second));
     out += "\n" + Table(rows);
   }
   if (!j.epochs().empty()) {

@@ -1,6 +1,7 @@
 // PrecisionController. See precision.h.
 #include "common/job/precision.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -34,6 +35,25 @@ PrecisionController::PrecisionController(const PrecisionPolicy& policy)
     level_ = policy_.ladder.size() - 1;
     warming_ = true;
   }
+}
+
+void MergePaths(const PathPrecision& p, PathPrecision* into) {
+  if (p.codec == CodecType::kNone) into->codec = CodecType::kNone;
+  into->ratio = std::max(into->ratio, p.ratio);
+  into->relative = std::max(into->relative, p.relative);
+  into->flushes += p.flushes;
+  into->events.insert(into->events.end(), p.events.begin(), p.events.end());
+  std::stable_sort(into->events.begin(), into->events.end(),
+                   [](const PrecisionEvent& a, const PrecisionEvent& b) { return a.clock < b.clock; });
+  if (into->events.size() > PrecisionController::kMaxEvents) {
+    into->events.erase(into->events.begin(),
+                       into->events.end() - PrecisionController::kMaxEvents);
+  }
+}
+
+PathPrecision PrecisionController::Report() const {
+  return PathPrecision{level_codec(), ratio_, relative_, flushes_,
+                       {events_.begin(), events_.end()}};
 }
 
 void PrecisionController::Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from,

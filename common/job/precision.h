@@ -53,6 +53,20 @@ struct PrecisionEvent {
 // apart)" or "none -> ternary at clock 400 (warm-up over)".
 std::string DescribeEvent(const PrecisionEvent& e);
 
+// What a path reports: its level, its last error and its decisions.
+struct PathPrecision {
+  CodecType codec = CodecType::kNone;  // the level it is at
+  double ratio = 0.0;                  // |e| / |signal| at the last send
+  double relative = 0.0;               // |e| / |value| (0: not measured)
+  uint64_t flushes = 0;
+  std::vector<PrecisionEvent> events;  // oldest first
+};
+
+// `into` += `p`, for a tensor's paths over its chunks: kNone (raised) wins
+// over a compressing codec, the larger errors, the flushes summed, the
+// newest kMaxEvents events of both by clock.
+void MergePaths(const PathPrecision& p, PathPrecision* into);
+
 // Not thread-safe: the owner serializes calls (one path of one chunk).
 class PrecisionController {
  public:
@@ -77,6 +91,7 @@ class PrecisionController {
   // The newest events, oldest first (at most kMaxEvents).
   static constexpr size_t kMaxEvents = 8;
   const std::deque<PrecisionEvent>& events() const { return events_; }
+  PathPrecision Report() const;
 
  private:
   void Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from, CodecType to);

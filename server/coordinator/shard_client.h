@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/job/precision.h"
 #include "common/job/shard_map.h"
 #include "server/coordinator/types.h"
 
@@ -46,6 +48,8 @@ struct ShardJobStats {
   uint64_t checkpoint_failures = 0;
   std::string checkpoint_error;
   uint64_t max_staleness = 0;
+  // Per compressed chunk: its pull error and precision decisions.
+  std::vector<std::pair<uint64_t, PathPrecision>> pull_precision;
 };
 
 // Implementations are thread-safe. Every call has a deadline; a shard that

@@ -295,6 +295,9 @@ void ShardFleet::Apply(const std::vector<ShardCall>& calls, const JobTableView& 
           js->second.checkpoint_failures[i] = call.stats.checkpoint_failures;
           js->second.checkpoint_errors[i] = call.stats.checkpoint_error;
           stats.max_staleness = std::max(stats.max_staleness, call.stats.max_staleness);
+          for (const auto& [chunk, p] : call.stats.pull_precision) {
+            js->second.pull_precision[chunk] = p;
+          }
           ++stats.answers;
         } else if (absl::IsNotFound(call.status)) {
           created[i] = false;  // the shard lost the job (restart)

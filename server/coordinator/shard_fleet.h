@@ -56,6 +56,8 @@ struct JobShards {
   // server/shard/job.h).
   std::vector<uint64_t> checkpoint_failures;
   std::vector<std::string> checkpoint_errors;
+  // Each compressed chunk's pull precision, from its shard's last answer.
+  std::map<uint64_t, PathPrecision> pull_precision;
 };
 
 // One shard RPC, planned under the lock and made outside it.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job/precision.h"
 #include "common/job/shard_map.h"
 
 namespace gradstream::coordinator {
@@ -157,6 +158,14 @@ struct JobMember {
 };
 
 // A job (v1::JobStatus): its durable record, and in views its answer.
+// One tensor's lossy paths (views only): over its chunks, the highest level,
+// the largest errors, every flush and every decision (see
+// common/job/precision.h).
+struct TensorPrecision {
+  std::string tensor;
+  PathPrecision pull;
+};
+
 struct JobStatus {
   std::string job_id;
   JobSpec spec;
@@ -177,6 +186,7 @@ struct JobStatus {
   uint32_t min_workers = 0;
   int64_t below_min_since_unix_ms = 0;
   std::string size_reason;  // views only
+  std::vector<TensorPrecision> precision;  // views only
 };
 
 struct WorkerStatus {

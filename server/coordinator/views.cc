@@ -207,6 +207,28 @@ JobStatus Views::Render(const JobRecord& job, bool full) const {
   }
   out.active_workers = active;
   out.size_reason = SizeReason(job.status, active, Now());
+  out.precision = TensorPrecisions(job);
+  return out;
+}
+
+std::vector<TensorPrecision> Views::TensorPrecisions(const JobRecord& job) const {
+  std::vector<TensorPrecision> out;
+  const JobShards* js = fleet_->Find(job.status.job_id);
+  if (js == nullptr || js->pull_precision.empty()) return out;
+  const ShardMap& map = job.status.shard_map;
+  std::vector<int> slot(map.tensors.size(), -1);
+  for (const auto& [chunk_id, p] : js->pull_precision) {
+    if (chunk_id >= map.chunks.size()) continue;
+    const uint32_t t = map.chunks[chunk_id].tensor;
+    if (t >= map.tensors.size()) continue;
+    if (slot[t] < 0) {
+      slot[t] = static_cast<int>(out.size());
+      out.push_back(TensorPrecision{map.tensors[t].name, p});
+      out.back().pull.flushes = 0;
+      out.back().pull.events.clear();
+    }
+    MergePaths(p, &out[slot[t]].pull);
+  }
   return out;
 }
 

@@ -40,6 +40,8 @@ class Views {
 
  private:
   absl::Time Now() const { return env_->Now(); }
+  // Per tensor, its chunks' pull precision as the shards last reported it.
+  std::vector<TensorPrecision> TensorPrecisions(const JobRecord& job) const;
 
   const JobLog* const jobs_;
   const WorkerPool* const workers_;

@@ -110,9 +110,7 @@ std::optional<PathPrecision> PullPublisher::Precision(uint64_t chunk_id) const {
   if (it == chunks_.end() || it->second->fp32) return std::nullopt;
   const Chunk& c = *it->second;
   absl::MutexLock l(&c.mu);
-  const PrecisionController& p = *c.precision;
-  return PathPrecision{p.level_codec(), p.ratio(), p.relative(), p.flushes(),
-                       {p.events().begin(), p.events().end()}};
+  return c.precision->Report();
 }
 
 PullPublisher::Chunk& PullPublisher::Find(uint64_t chunk_id) const {

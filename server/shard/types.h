@@ -117,16 +117,6 @@ struct PublishedCopy {
   std::vector<float> copy;
 };
 
-// The error of one lossy path of one chunk and the decisions on it (see
-// common/job/precision.h).
-struct PathPrecision {
-  CodecType codec = CodecType::kNone;  // the level the path is at
-  double ratio = 0.0;                  // |e| / |signal| at the last send
-  double relative = 0.0;               // |e| / |value| (0: unknown)
-  uint64_t flushes = 0;
-  std::vector<PrecisionEvent> events;  // oldest first
-};
-
 struct PulledChunk {
   uint64_t chunk_id = 0;
   uint64_t version = 0;

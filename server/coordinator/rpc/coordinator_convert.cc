@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/job/precision_proto.h"
 #include "common/job/shard_map_proto.h"
 
 namespace gradstream::coordinator {
@@ -212,6 +213,9 @@ absl::StatusOr<JobStatus> JobStatusFromProto(const v1::JobStatus& proto) {
   s.min_workers = proto.min_workers();
   s.below_min_since_unix_ms = proto.below_min_since_unix_ms();
   s.size_reason = proto.size_reason();
+  for (const auto& t : proto.precision()) {
+    s.precision.push_back(TensorPrecision{t.tensor(), PathPrecisionFromProto(t.pull())});
+  }
   return s;
 }
 
@@ -236,6 +240,11 @@ v1::JobStatus JobStatusToProto(const JobStatus& s) {
   proto.set_min_workers(s.min_workers);
   proto.set_below_min_since_unix_ms(s.below_min_since_unix_ms);
   proto.set_size_reason(s.size_reason);
+  for (const TensorPrecision& t : s.precision) {
+    v1::TensorPrecision* tp = proto.add_precision();
+    tp->set_tensor(t.tensor);
+    PathPrecisionToProto(t.pull, tp->mutable_pull());
+  }
   return proto;
 }
 

@@ -2,6 +2,7 @@
 #include "server/coordinator/rpc/shard_convert.h"
 
 #include "common/job/job_spec.h"
+#include "common/job/precision_proto.h"
 #include "common/job/shard_map_proto.h"
 #include "server/coordinator/rpc/coordinator_convert.h"
 
@@ -60,6 +61,9 @@ ShardJobStats StatsFromProto(const v1::StatsResponse& proto) {
   s.checkpoint_failures = proto.checkpoint_failures();
   s.checkpoint_error = proto.checkpoint_error();
   s.max_staleness = proto.max_staleness();
+  for (const v1::ChunkPrecision& c : proto.precision()) {
+    s.pull_precision.emplace_back(c.chunk_id(), PathPrecisionFromProto(c.pull()));
+  }
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include "common/executor.h"
 #include "common/grpc_util.h"
 #include "common/job/job_spec.h"
+#include "common/job/precision_proto.h"
 #include "common/rpc/rpc.h"
 #include "common/rpc/worker_token.h"
 #include "common/status.h"
@@ -147,21 +148,6 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   }
   o.pull_precision.warmup_clocks = req.precision_warmup();
   return o;
-}
-
-void PathPrecisionToProto(const PathPrecision& p, pb::PathPrecision* out) {
-  out->set_codec(static_cast<pb::Codec>(p.codec));
-  out->set_ratio(p.ratio);
-  out->set_relative(p.relative);
-  out->set_flushes(p.flushes);
-  for (const PrecisionEvent& e : p.events) {
-    pb::PrecisionEvent* pe = out->add_events();
-    pe->set_raise(e.kind == PrecisionEvent::Kind::kRaise);
-    pe->set_clock(e.clock);
-    pe->set_from(static_cast<pb::Codec>(e.from));
-    pe->set_to(static_cast<pb::Codec>(e.to));
-    pe->set_ratio(e.ratio);
-  }
 }
 
 class ShardService;

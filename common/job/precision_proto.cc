@@ -1,0 +1,45 @@
+// See precision_proto.h.
+#include "common/job/precision_proto.h"
+
+#include <string>
+
+namespace gradstream {
+namespace {
+
+CodecType CodecOrNone(const std::string& name) {
+  absl::StatusOr<CodecType> c = CodecTypeFromName(name);
+  return c.ok() ? *c : CodecType::kNone;
+}
+
+}  // namespace
+
+void PathPrecisionToProto(const PathPrecision& p, v1::PathPrecision* out) {
+  out->set_codec(std::string(CodecTypeName(p.codec)));
+  out->set_ratio(p.ratio);
+  out->set_relative(p.relative);
+  out->set_flushes(p.flushes);
+  for (const PrecisionEvent& e : p.events) {
+    v1::PrecisionEvent* pe = out->add_events();
+    pe->set_raise(e.kind == PrecisionEvent::Kind::kRaise);
+    pe->set_clock(e.clock);
+    pe->set_from(std::string(CodecTypeName(e.from)));
+    pe->set_to(std::string(CodecTypeName(e.to)));
+    pe->set_ratio(e.ratio);
+  }
+}
+
+PathPrecision PathPrecisionFromProto(const v1::PathPrecision& proto) {
+  PathPrecision p;
+  p.codec = CodecOrNone(proto.codec());
+  p.ratio = proto.ratio();
+  p.relative = proto.relative();
+  p.flushes = proto.flushes();
+  for (const v1::PrecisionEvent& e : proto.events()) {
+    p.events.push_back(PrecisionEvent{
+        e.raise() ? PrecisionEvent::Kind::kRaise : PrecisionEvent::Kind::kRelax, e.clock(),
+        CodecOrNone(e.from()), CodecOrNone(e.to()), e.ratio()});
+  }
+  return p;
+}
+
+}  // namespace gradstream
