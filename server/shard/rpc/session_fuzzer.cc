@@ -46,7 +46,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/buffer_pool.h"
 #include "common/codec/codec.h"
 #include "common/codec/registry.h"
 #include "common/codec/wire.h"
@@ -56,7 +55,6 @@
 #include "ps.pb.h"
 #include "server/shard/checkpoint.h"
 #include "server/shard/job.h"
-#include "server/shard/rpc/internal/worker_frame.h"
 #include "server/shard/rpc/session_handler.h"
 
 namespace gradstream::shard {
@@ -305,26 +303,9 @@ class Run {
   }
 
   void Message(int s, const std::string& bytes) {
-    // The reactor's parse (see [push frames]), over the bytes cut into three
-    // slices as gRPC might deliver them, must agree with protobuf's.
-    pb::WorkerMessage msg, want;
-    const bool want_ok = want.ParseFromString(bytes);
-    const size_t cut1 = bytes.empty() ? 0 : static_cast<uint8_t>(bytes.back()) % bytes.size();
-    const size_t cut2 = std::max(cut1, bytes.size() / 2);
-    const absl::string_view all(bytes);
-    const absl::string_view pieces[] = {all.substr(0, cut1), all.substr(cut1, cut2 - cut1),
-                                        all.substr(cut2)};
-    const bool ok = internal::ParseWorkerMessage(pieces, &payloads_, &msg);
-    Check(ok == want_ok, "the frame parse disagrees with protobuf on whether it parses");
-    if (!ok) return;
-    Check(msg.SerializeAsString() == want.SerializeAsString() &&
-              msg.push().has_chunk() == want.push().has_chunk(),
-          "the frame parse disagrees with protobuf's message");
+    pb::WorkerMessage msg;
+    if (!msg.ParseFromString(bytes)) return;
     Dispatch(s, msg);
-    // Recycled as the reactor recycles it once the message was handled.
-    if (msg.has_push()) {
-      payloads_.Give(std::move(*msg.mutable_push()->mutable_chunk()->mutable_payload()));
-    }
   }
 
   void Dispatch(int s, pb::WorkerMessage& msg) {
@@ -487,7 +468,6 @@ class Run {
   // Every stream ever opened (parked pulls' callbacks point at them), the
   // one open per index, and its handler.
   std::vector<std::unique_ptr<FuzzStream>> streams_;
-  BufferPool payloads_{size_t{4} << 20};
   FuzzStream* live_[kStreams] = {};
   std::unique_ptr<SessionHandler> handlers_[kStreams];
 
