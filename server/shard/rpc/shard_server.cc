@@ -148,9 +148,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
  public:
   // `metrics` (nullable) receives the push handling latency.
   static SessionReactor* Start(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
-                               absl::Duration default_pull_timeout, ShardMetrics* metrics) {
-    auto s = std::shared_ptr<SessionReactor>(
-        new SessionReactor(std::move(find_job), executor, env, default_pull_timeout, metrics));
+                               absl::Duration default_pull_timeout, size_t pull_answer_bytes,
+                               ShardMetrics* metrics) {
+    auto s = std::shared_ptr<SessionReactor>(new SessionReactor(
+        std::move(find_job), executor, env, default_pull_timeout, pull_answer_bytes, metrics));
     {
       absl::MutexLock l(&s->mu_);
       s->self_ = s;
@@ -236,11 +237,13 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
 
  private:
   SessionReactor(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
-                 absl::Duration default_pull_timeout, ShardMetrics* metrics)
+                 absl::Duration default_pull_timeout, size_t pull_answer_bytes,
+                 ShardMetrics* metrics)
       : executor_(executor),
         metrics_(metrics),
         id_(next_stream_id.fetch_add(1)),
-        handler_(std::move(find_job), env, default_pull_timeout, this) {}
+        pull_answer_bytes_(pull_answer_bytes),
+        handler_(std::move(find_job), env, default_pull_timeout, pull_answer_bytes, this) {}
 
   std::shared_ptr<SessionReactor> Self() {
     absl::MutexLock l(&mu_);
@@ -322,6 +325,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   Executor* const executor_;
   ShardMetrics* const metrics_;  // nullable
   const uint64_t id_;            // PullArgs::stream of this stream's pulls
+  const size_t pull_answer_bytes_;
   // Used by the strand only (one Handle at a time): no lock.
   SessionHandler handler_;
   std::shared_ptr<metrics::Histogram> push_seconds_;  // the bound job's, once it pushed
@@ -376,7 +380,8 @@ class ShardService final : public ServiceBase {
         [this, token = rpc::PresentedToken(*ctx)](const pb::Hello& hello) {
           return AdmitSession(hello, token);
         },
-        executor_, options_.env, options_.default_pull_timeout, metrics_.get());
+        executor_, options_.env, options_.default_pull_timeout, options_.pull_answer_bytes,
+        metrics_.get());
   }
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
@@ -466,6 +471,7 @@ class ShardService final : public ServiceBase {
       resp->set_max_clock(s.max_clock);
       resp->set_checkpoint_failures(s.checkpoint_failures);
       resp->set_checkpoint_error(s.checkpoint_error);
+      resp->set_push_messages(s.push_messages);
       return absl::OkStatus();
     });
   }
@@ -630,7 +636,7 @@ void SessionReactor::Handle(pb::WorkerMessage& msg) {
 void SessionReactor::SendPullResult(PullResult r) {
   // Converted outside the lock; queued under it so the chunks of one pull
   // stay together on the stream.
-  std::vector<pb::ServerMessage> msgs = PullResultToProto(std::move(r));
+  std::vector<pb::ServerMessage> msgs = PullResultToProto(std::move(r), pull_answer_bytes_);
   absl::MutexLock l(&mu_);
   pulls_.Answered();
   for (pb::ServerMessage& m : msgs) SendLocked(std::move(m));
