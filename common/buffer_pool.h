@@ -1,11 +1,9 @@
 // A bounded pool of reusable byte buffers for message payloads. A fresh
 // 1 MiB std::string per payload costs page faults and zero-filling every
 // time (measured on the worker: 64 MiB of fp32 chunks took ~170 ms to push
-// with fresh buffers, ~15 ms with recycled ones on the 2-core dev box; on the
-// shard see [push frames] in server/shard/rpc/internal/worker_frame.h), so a
+// with fresh buffers, ~15 ms with recycled ones on the 2-core dev box), so a
 // payload handed back once its message is done is the next one's buffer.
-// Users: the worker's push and init payloads (worker/client/ps_client.cc),
-// the shard's received push payloads (server/shard/rpc/shard_server.cc).
+// Users: the worker's push and init payloads (worker/client/ps_client.cc).
 #ifndef GRADSTREAM_COMMON_BUFFER_POOL_H_
 #define GRADSTREAM_COMMON_BUFFER_POOL_H_
 

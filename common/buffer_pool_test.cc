@@ -1,6 +1,5 @@
 // BufferPool: best fit, the byte bound, the small-buffer threshold, and use
-// from many threads. (Moved here from the worker's internal_test.cc and the
-// shard's worker_frame_test.cc when their two pools became this one.)
+// from many threads.
 #include "common/buffer_pool.h"
 
 #include <string>

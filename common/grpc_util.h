@@ -1,6 +1,6 @@
 // The one place where absl::Status meets its wire forms: grpc::Status, and
 // the (int32 code, string message) pair the shard protocol carries in Ack,
-// PullChunk and StreamError. All share the canonical code numbering, so
+// PullAnswer and StreamError. All share the canonical code numbering, so
 // conversion is a cast plus the message.
 #ifndef GRADSTREAM_COMMON_GRPC_UTIL_H_
 #define GRADSTREAM_COMMON_GRPC_UTIL_H_
@@ -24,7 +24,7 @@ inline absl::Status FromGrpcStatus(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-// Writes `s` into a message with set_code/set_message (Ack, PullChunk,
+// Writes `s` into a message with set_code/set_message (Ack, PullAnswer,
 // StreamError); OK is code 0 and an empty message.
 template <typename WireMessage>
 void StatusToWire(const absl::Status& s, WireMessage* m) {

@@ -87,6 +87,27 @@ SYSTEMS = {
     "gs-defaults-1worker": ("gradstream", None),
 }
 ONE_WORKER = {"gs-defaults-1worker"}
+
+
+def parse_system(name):
+    """A system name is a SYSTEMS key, optionally with gradstream options
+    after '@', joined by '@': 'base' runs every gradstream binary and the
+    package from --base_build (a before/after pair in one invocation);
+    'buckets=F:R' sets the package's push bucket bounds in bytes
+    (GRADSTREAM_BUCKET_BYTES, see worker/capi/gradstream_c.h); 'answer=N' the
+    shards' --pull_answer_bytes. Returns (SYSTEMS entry, {option: value})."""
+    key, *opts = name.split("@")
+    if key not in SYSTEMS:
+        raise KeyError(key)
+    parsed = {}
+    for o in opts:
+        k, _, v = o.partition("=")
+        if k not in ("base", "buckets", "answer") or (k == "base") != (v == ""):
+            raise KeyError(name)
+        parsed[k] = v
+    if parsed and SYSTEMS[key][0] != "gradstream":
+        raise KeyError(name)
+    return SYSTEMS[key], parsed
 LR = {"widecnn": 0.02, "resnet": 0.05, "vit": 0.02, "lstm": 1.0}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -121,8 +142,9 @@ class Run:
 
     def __init__(self, args, net, name, model, steps, rnd):
         self.args, self.net, self.name, self.model, self.steps = args, net, name, model, steps
-        self.kind, self.variant = SYSTEMS[name]
-        self.workers = 1 if name in ONE_WORKER else 2
+        (self.kind, self.variant), self.opts = parse_system(name)
+        self.build = args.base_build if "base" in self.opts else args.build
+        self.workers = 1 if name.split("@")[0] in ONE_WORKER else 2
         self.dir = tempfile.mkdtemp(prefix="tta-%s-%s-" % (model, name))
         self.out = os.path.join(self.dir, "result.json")
         self.procs = {}   # label -> Popen
@@ -130,7 +152,7 @@ class Run:
                     "steps_wanted": steps, "status": "failed"}
         self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                         PYTHONDONTWRITEBYTECODE="1",
-                        PYTHONPATH=os.path.join(args.build, "python"))
+                        PYTHONPATH=os.path.join(self.build, "python"))
         if args.blas_dir:
             self.env["LD_LIBRARY_PATH"] = args.blas_dir
 
@@ -175,7 +197,7 @@ class Run:
             ["--system", "local", "--global_batch", str(self.args.global_batch // 2)]))
 
     def cli(self, *argv, timeout=30):
-        r = subprocess.run(self.net.exec_argv("a", [os.path.join(self.args.build, "cli/gradstream"),
+        r = subprocess.run(self.net.exec_argv("a", [os.path.join(self.build, "cli/gradstream"),
                                                     "--coordinator=" + self.coordinator] +
                                               list(argv)),
                            capture_output=True, text=True, timeout=timeout)
@@ -185,13 +207,16 @@ class Run:
         return r.stdout
 
     def start_gradstream(self):
-        b, n = self.args.build, self.net.nodes
+        b, n = self.build, self.net.nodes
+        answer = (["--pull_answer_bytes=" + self.opts["answer"]] if "answer" in self.opts
+                  else [])
         shards = []
         for i, node in enumerate(("a", "b")):
             pf = os.path.join(self.dir, "shard%d.port" % i)
             self.spawn("shard%d" % i, node, [os.path.join(b, "server/shard/gs_shard"),
                                              "--address=" + n[node]["ip"], "--port=0",
-                                             "--port_file=" + pf, "--shard_index=%d" % i])
+                                             "--port_file=" + pf, "--shard_index=%d" % i] +
+                       answer)
             shards.append((n[node]["ip"], pf))
         shards = ["%s:%s" % (ip, self.wait_file(pf)) for ip, pf in shards]
         pf = os.path.join(self.dir, "coordinator.port")
@@ -200,10 +225,13 @@ class Run:
                                         "--port_file=" + pf, "--start_grace=1s",
                                         "--shards=" + ",".join(shards)])
         self.coordinator = "%s:%s" % (n["a"]["ip"], self.wait_file(pf))
+        env = {"GRADSTREAM_COORDINATOR": self.coordinator}
+        if "buckets" in self.opts:  # the scripts are gs_worker's children
+            env["GRADSTREAM_BUCKET_BYTES"] = self.opts["buckets"].replace(":", ",")
         for node in ("c", "d")[:self.workers]:
             self.spawn("worker_" + node, node, [os.path.join(b, "worker/trainer/gs_worker"),
                                                 "--device=cpu", "--name=tta-" + node],
-                       env={"GRADSTREAM_COORDINATOR": self.coordinator})
+                       env=env)
         deadline = time.time() + 60
         while len(json.loads(self.cli("cluster", "--json")).get("workers", [])) < self.workers:
             if time.time() > deadline:
@@ -351,6 +379,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--deadline", type=float, default=900, help="seconds per run")
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--base_build", default="",
+                    help="the build the systems NAME@base run (gradstream binaries and package)")
     ap.add_argument("--blas_dir", default="",
                     help="LD_LIBRARY_PATH for the scripts, e.g. "
                          "/usr/lib/x86_64-linux-gnu/openblas-pthread (see the README)")
@@ -377,22 +407,35 @@ def main():
               file=sys.stderr)
         return 2
     args.build = os.path.abspath(args.build)
-    for rel in ("server/shard/gs_shard", "server/coordinator/gs_coordinator",
-                "worker/trainer/gs_worker", "cli/gradstream", "python/gradstream/_lib.py"):
-        if not os.path.exists(os.path.join(args.build, rel)):
-            print("missing %s in --build %s: cmake --build %s --target gs_shard gs_coordinator "
-                  "gs_worker gradstream gs_python" % (rel, args.build, args.build),
-                  file=sys.stderr)
+    systems = args.systems.split(",")
+    unknown = []
+    for s in systems:
+        try:
+            parse_system(s)
+        except KeyError:
+            unknown.append(s)
+    if unknown:
+        print("unknown systems %s (want %s, gradstream ones with @base, @buckets=F:R, "
+              "@answer=N)" % (unknown, ",".join(SYSTEMS)), file=sys.stderr)
+        return 2
+    builds = [args.build]
+    if any("@base" in s for s in systems):
+        if not args.base_build:
+            print("a system @base needs --base_build", file=sys.stderr)
             return 2
+        args.base_build = os.path.abspath(args.base_build)
+        builds.append(args.base_build)
+    for build in builds:
+        for rel in ("server/shard/gs_shard", "server/coordinator/gs_coordinator",
+                    "worker/trainer/gs_worker", "cli/gradstream", "python/gradstream/_lib.py"):
+            if not os.path.exists(os.path.join(build, rel)):
+                print("missing %s in %s: cmake --build %s --target gs_shard gs_coordinator "
+                      "gs_worker gradstream gs_python" % (rel, build, build), file=sys.stderr)
+                return 2
     blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
     if not args.blas_dir and "/blas/" in blas:
         print("note: torch will use the reference BLAS (%s), which makes the wide layers' "
               "compute ~40x slower; see the README's --blas_dir" % blas, file=sys.stderr)
-    systems = args.systems.split(",")
-    unknown = [s for s in systems if s not in SYSTEMS]
-    if unknown:
-        print("unknown systems %s (want %s)" % (unknown, ",".join(SYSTEMS)), file=sys.stderr)
-        return 2
     rate_steps = dict(kv.split("=") for kv in args.rate_steps.split(",") if kv)
     os.makedirs(args.results, exist_ok=True)
     stem = os.path.join(args.results, args.name or time.strftime("%Y%m%d-%H%M%S", time.gmtime()))

@@ -107,7 +107,7 @@ TEST(Config, KeepaliveMustBePositive) {
   EXPECT_EQ(BuildConfig(s).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-struct WireStatus {  // the shape of Ack, PullChunk and StreamError
+struct WireStatus {  // the shape of Ack, PullAnswer and StreamError
   int32_t code = 0;
   std::string message;
   void set_code(int32_t c) { code = c; }

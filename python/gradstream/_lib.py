@@ -33,6 +33,8 @@ class Stats(ctypes.Structure):
         ("reconnects", ctypes.c_uint64),
         ("fp32_bytes_pulled", ctypes.c_uint64),
         ("bytes_pulled_discarded", ctypes.c_uint64),
+        ("push_messages", ctypes.c_uint64),
+        ("pull_messages", ctypes.c_uint64),
     ]
 
 

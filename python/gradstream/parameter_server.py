@@ -2,11 +2,12 @@
 training step over libgradstream_c's step loop (worker/client/step_loop.h,
 the loop the built-in trainer runs too: see [step loop] there).
 
-One step of clock c: backward pushes each gradient from its hook (encoded
-on the autograd thread, by pointer, no copy); ps.step() ends the clock in
-C++ -- zeros for the tensors backward did not reach, the pull of clock
-c + 1 asked for at once, the clock advanced -- and returns once the
-clock's pushes are acknowledged, without waiting for the pull; the
+One step of clock c: backward hands each gradient from its hook to the
+library's encode thread, by pointer, no copy, and goes on (see [push
+path]); ps.step() ends the clock in C++ -- zeros for the tensors backward
+did not reach, the pull of clock c + 1 asked for at once, the clock
+advanced -- and returns once the clock's pushes are acknowledged, without
+waiting for the pull; the
 progress report goes out on the session's reporter thread. The next
 forward waits per module for the parameters that module's forward reads
 (gs_wait_tensors), so the first layers compute while the rest of the pull
@@ -19,6 +20,16 @@ not taken from what it owns (_wait_plan.py; docs/design/layer-wise-wait.md)
 -- and when the model's forward returns every parameter is in place. Code
 that reads parameters outside the model's forward before calling it calls
 ps.synchronize() first; model.state_dict() does that itself.
+
+NOTE: [push path] The hook passes the gradient's memory to gs_push and
+returns: encoding, the residual update and sending run on the library's
+encode thread while backward goes on ([encode thread] in
+worker/client/step_loop.h). Until ps.step() has ended the clock the memory
+is read there, so the hook keeps a detached alias of the gradient (the same
+storage; holding the gradient object itself would make autograd copy it
+into .grad instead of moving it). Changing p.grad in place before
+ps.step() (clip_grad_norm_, say) would race with the encode, and it never
+changed what was pushed: ps.step() raises instead.
 
 NOTE: [buffers] Only parameters live on the shards. A model's buffers
 (model.named_buffers(): BatchNorm's running_mean and running_var, and
@@ -134,6 +145,8 @@ class ParameterServer:
                                      pin_memory=p.is_cuda and torch.cuda.is_available())
                          for p in self._params]
         self._pushed = [False] * n
+        self._shapes = [p.shape for p in self._params]
+        self._held = [None] * n  # (gradient, its version) being encoded (see [push path])
         self._ready = [True] * n  # in place since the last ps.step()
         self._unready = 0
         self._left = False
@@ -223,14 +236,31 @@ class ParameterServer:
         if g.dtype != torch.float32:
             raise TypeError("gradstream: gradient of %r is %s, want torch.float32" %
                             (self._names[i], g.dtype))
-        if tuple(g.shape) != tuple(self._params[i].shape):
+        if g.shape != self._shapes[i]:
             raise ValueError("gradstream: gradient of %r has shape %s, the parameter %s" %
-                             (self._names[i], tuple(g.shape), tuple(self._params[i].shape)))
+                             (self._names[i], tuple(g.shape), tuple(self._shapes[i])))
         if g.is_cuda:
             g = g.to("cpu")
         g = g.contiguous()
+        self._held[i] = (g, g._version)  # read by the encode thread until ps.step()
         _lib.check(s.lib, s.lib.gs_push(s.handle, i, g.data_ptr(), g.numel(), s.clock))
         self._pushed[i] = True
+
+    def _release_held(self):
+        """After gs_end_clock: the encode thread no longer reads the clock's
+        gradients. Raises when one was changed in place meanwhile (see [push
+        path])."""
+        held, self._held = self._held, [None] * len(self._held)
+        changed = [self._names[i] for i, h in enumerate(held)
+                   if h is not None and h[0]._version != h[1]]
+        if changed:
+            raise RuntimeError(
+                "gradstream: the gradient of %s was changed in place between backward() and "
+                "ps.step(): gradstream pushes each gradient as backward produces it and encodes "
+                "it while backward goes on, so a change made afterwards (clip_grad_norm_, "
+                "p.grad.mul_(...)) is not pushed and races with the encode. Transform the "
+                "gradient in a hook registered before the ParameterServer (p.register_hook), "
+                "or scale the loss." % ", ".join(changed[:4]))
 
     def _exit(self, why):
         self._left = True  # nothing left to tell the shards
@@ -265,7 +295,9 @@ class ParameterServer:
         if not m.active:
             self._exit("the job ended")
         leaving = bool(m.leave) and s.clock >= m.leave_clock
-        self._call(s.lib.gs_end_clock(s.handle, ended, None if leaving else self._targets()))
+        rc = s.lib.gs_end_clock(s.handle, ended, None if leaving else self._targets())
+        self._release_held()
+        self._call(rc)
         self._pushed = [False] * len(self._params)
         if leaving:
             self._left = True

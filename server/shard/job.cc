@@ -8,7 +8,9 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/codec/decoder.h"
 #include "common/status.h"
 #include "glog/logging.h"
 
@@ -183,50 +185,101 @@ absl::Status Job::CheckIncarnation(uint64_t worker, uint64_t incarnation) const 
 }
 
 absl::StatusOr<bool> Job::Push(const PushArgs& push) {
-  ChunkState* chunk = FindChunk(push.chunk_id);
-  if (chunk == nullptr) {
-    pushes_rejected_.fetch_add(1);
-    return absl::NotFoundError(
-        absl::StrCat("chunk ", push.chunk_id, " is not on this shard for job ", id()));
+  return Push(PushBucket{push.worker, push.clock, {{push.chunk_id, push.header, push.payload}}});
+}
+
+absl::Status Job::CheckBucket(const PushBucket& bucket,
+                              std::vector<ChunkState*>* states) const {
+  if (bucket.chunks.empty()) return absl::InvalidArgumentError("a Push with no chunks");
+  states->reserve(bucket.chunks.size());
+  absl::flat_hash_set<uint64_t> seen;
+  for (const PushBucket::Chunk& c : bucket.chunks) {
+    ChunkState* chunk = FindChunk(c.chunk_id);
+    if (chunk == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("chunk ", c.chunk_id, " is not on this shard for job ", id()));
+    }
+    if (!seen.insert(c.chunk_id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", c.chunk_id, " is in the Push twice"));
+    }
+    states->push_back(chunk);
+  }
+  // A bucket of one is validated where it is applied, before anything
+  // changes; a larger one here, so that a bad chunk late in it cannot leave
+  // the chunks before it applied. Weight 1 covers every controller's (at
+  // most 1 in magnitude) for the overflow rule.
+  if (bucket.chunks.size() > 1) {
+    for (size_t i = 0; i < bucket.chunks.size(); ++i) {
+      const PushBucket::Chunk& c = bucket.chunks[i];
+      absl::StatusOr<ChunkDecoder> d =
+          ChunkDecoder::Create(c.header, c.payload, (*states)[i]->num_elems, 1.0f);
+      if (!d.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("chunk ", c.chunk_id, " (", i + 1, " of ",
+                                                       bucket.chunks.size(), " in the Push): ",
+                                                       d.status().message()));
+      }
+    }
   }
   if (options_.consistency.mode != ConsistencyMode::kSync) {
     // Sync pushes are held to the chunk's open rounds instead (see [clock
     // windows]).
-    if (absl::Status s = membership_.CheckClock(push.worker, push.clock, clock_window_, "push");
-        !s.ok()) {
-      pushes_rejected_.fetch_add(1);
-      return s;
-    }
-    if (awaiting_init_.load() && !chunk->initialized.load()) {
+    GS_RETURN_IF_ERROR(membership_.CheckClock(bucket.worker, bucket.clock, clock_window_, "push"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Job::Push(const PushBucket& bucket) {
+  push_messages_.fetch_add(1);
+  std::vector<ChunkState*> states;
+  if (absl::Status s = CheckBucket(bucket, &states); !s.ok()) {
+    pushes_rejected_.fetch_add(std::max<size_t>(1, bucket.chunks.size()));
+    return s;
+  }
+  absl::Status first;
+  bool all_duplicate = true;
+  std::vector<ChunkState*> moved;
+  for (size_t i = 0; i < bucket.chunks.size(); ++i) {
+    const PushBucket::Chunk& c = bucket.chunks[i];
+    ChunkState* chunk = states[i];
+    if (options_.consistency.mode != ConsistencyMode::kSync && awaiting_init_.load() &&
+        !chunk->initialized.load()) {
       pushes_duplicate_.fetch_add(1);  // nothing to apply it to: see [re-initialization]
-      return true;
+      continue;
     }
+    const PushArgs push{bucket.worker, c.chunk_id, bucket.clock, c.header, c.payload};
+    absl::StatusOr<bool> dup;
+    uint64_t before = 0, after = 0;
+    {
+      absl::MutexLock l(&chunk->mu);
+      before = chunk->version.load();
+      dup = controller_->Push(*chunk, push, *this);
+      after = chunk->version.load();
+    }
+    if (!dup.ok()) {
+      pushes_rejected_.fetch_add(1);
+      first.Update(dup.status());
+      all_duplicate = false;
+      continue;
+    }
+    if (*dup) {
+      pushes_duplicate_.fetch_add(1);
+      continue;
+    }
+    all_duplicate = false;
+    pushes_applied_.fetch_add(1);
+    bytes_in_.fetch_add(c.payload.size());
+    fp32_bytes_in_.fetch_add(uint64_t{c.header.num_elems} * sizeof(float));
+    if (after != before) moved.push_back(chunk);
   }
-  absl::StatusOr<bool> dup;
-  uint64_t before = 0, after = 0;
-  {
-    absl::MutexLock l(&chunk->mu);
-    before = chunk->version.load();
-    dup = controller_->Push(*chunk, push, *this);
-    after = chunk->version.load();
-  }
-  if (!dup.ok()) {
-    pushes_rejected_.fetch_add(1);
-    return dup;
-  }
-  if (*dup) {
-    pushes_duplicate_.fetch_add(1);
-    return true;
-  }
-  pushes_applied_.fetch_add(1);
-  bytes_in_.fetch_add(push.payload.size());
-  fp32_bytes_in_.fetch_add(uint64_t{push.header.num_elems} * sizeof(float));
-  if (after != before) {
-    PublishSoon(chunk);
+  // Once per bucket, not per chunk: parked pulls are looked at once.
+  if (!moved.empty()) {
+    PublishSoon(std::move(moved));
     Wake();
     MaybeCheckpoint();
   }
-  return false;
+  if (!first.ok()) return first;
+  return all_duplicate;
 }
 
 absl::StatusOr<bool> Job::Init(uint64_t chunk_id, std::string_view values) {
@@ -277,15 +330,17 @@ bool Job::AdvanceChunks() {
   return moved;
 }
 
-void Job::PublishSoon(ChunkState* chunk) {
+void Job::PublishSoon(std::vector<ChunkState*> chunks) {
   // See [eager publish]: sync only; SSP and async publish per reader clock,
   // which only a pull names.
   if (publisher_ == nullptr || options_.consistency.mode != ConsistencyMode::kSync) return;
   std::shared_ptr<Job> self = shared_from_this();
-  executor_->Submit([self, chunk] {
-    absl::MutexLock l(&chunk->mu);
-    const uint64_t version = chunk->version.load();
-    self->publisher_->Publish(chunk->chunk_id, chunk->params, version, version);
+  executor_->Submit([self, chunks = std::move(chunks)] {
+    for (ChunkState* chunk : chunks) {
+      absl::MutexLock l(&chunk->mu);
+      const uint64_t version = chunk->version.load();
+      self->publisher_->Publish(chunk->chunk_id, chunk->params, version, version);
+    }
   });
 }
 
@@ -484,6 +539,7 @@ void Job::RecordRound(RoundInfo round) {
 JobStats Job::Stats(bool include_rounds) const {
   JobStats s;
   s.pushes_applied = pushes_applied_.load();
+  s.push_messages = push_messages_.load();
   s.pushes_duplicate = pushes_duplicate_.load();
   s.pushes_rejected = pushes_rejected_.load();
   s.bytes_in = bytes_in_.load();

@@ -93,11 +93,23 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   // Returns true for a duplicate. NotFound for an unknown chunk; other codes
   // as ConsistencyController::Push. Parameters are unchanged on error.
   [[nodiscard]] absl::StatusOr<bool> Push(const PushArgs& push);
+  // A Push message (a bucket). The bucket is checked whole first -- no chunk, a chunk
+  // twice (InvalidArgument), a chunk not on this shard (NotFound), every
+  // chunk's header and payload by [chunk validation] (InvalidArgument
+  // naming the chunk), a push clock outside the worker's window -- and a
+  // bucket that fails changes nothing. Then each chunk is pushed as Push
+  // does: true when every chunk was a duplicate, else the first chunk's
+  // error (the others are still applied: pushes are idempotent per worker,
+  // clock and chunk, so a replay of the bucket is safe).
+  [[nodiscard]] absl::StatusOr<bool> Push(const PushBucket& bucket);
   // DropJob: streams still bound to the job end at their next message.
   void MarkDropped() { dropped_.store(true); }
   bool dropped() const { return dropped_.load(); }
-  // Counts a push the RPC edge refused before it reached the job.
-  void CountRejected() { pushes_rejected_.fetch_add(1); }
+  // Counts a Push the RPC edge refused before it reached the job.
+  void CountRejected() {
+    push_messages_.fetch_add(1);
+    pushes_rejected_.fetch_add(1);
+  }
   // First Init of a chunk sets its parameters; later ones are duplicates.
   // InvalidArgument for a size mismatch or non-finite values.
   [[nodiscard]] absl::StatusOr<bool> Init(uint64_t chunk_id, std::string_view values);
@@ -172,9 +184,12 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   // Lets the controller close what became ready on every chunk; returns true
   // when some version moved.
   bool AdvanceChunks();
-  // Sync mode: publishes `chunk`'s new version on an executor thread (see
-  // [eager publish]); a no-op otherwise.
-  void PublishSoon(ChunkState* chunk);
+  // Sync mode: publishes the new versions of `chunks` on an executor thread
+  // (see [eager publish]); a no-op otherwise.
+  void PublishSoon(std::vector<ChunkState*> chunks);
+  // The whole-bucket checks of Push(PushBucket); the bucket's chunks in `states`.
+  [[nodiscard]] absl::Status CheckBucket(const PushBucket& bucket,
+                                         std::vector<ChunkState*>* states) const;
   bool Ready(const PullArgs& pull) const;
   void Serve(const PullArgs& pull, const PullCallback& done);
   // Serves a ready pull: at once when it is small, else on an executor
@@ -208,6 +223,7 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::atomic<uint64_t> pushes_applied_{0}, pushes_duplicate_{0}, pushes_rejected_{0};
   std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};
   std::atomic<uint64_t> bytes_out_{0}, fp32_bytes_out_{0};
+  std::atomic<uint64_t> push_messages_{0};
 
   // NOTE: [checkpoint failures] A periodic checkpoint that cannot be written
   // (disk full, permission denied) is counted, kept as the job's checkpoint

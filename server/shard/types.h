@@ -87,6 +87,19 @@ struct PushArgs {
   absl::string_view payload;
 };
 
+// One Push message: a bucket of one worker's chunk gradients at one clock
+// (see docs/design/fused-messages.md). Views the message.
+struct PushBucket {
+  struct Chunk {
+    uint64_t chunk_id = 0;
+    ChunkHeader header;
+    absl::string_view payload;
+  };
+  uint64_t worker = 0;
+  uint64_t clock = 0;
+  std::vector<Chunk> chunks;
+};
+
 // A worker's published copy of one chunk (see [pull codec]).
 struct HeldCopy {
   uint64_t chunk_id = 0;
@@ -170,6 +183,7 @@ struct JobStats {
   // error ("" once a later one was written): see [checkpoint failures].
   uint64_t checkpoint_failures = 0;
   std::string checkpoint_error;
+  uint64_t push_messages = 0;  // buckets that reached the job (Job::Push)
   // Compressed chunks' pull error and decisions, by chunk id.
   std::vector<std::pair<uint64_t, PathPrecision>> precision;
 };

@@ -5,7 +5,7 @@ A second client implementation of proto/ps.proto (Python, Debian's
 python3-grpcio; stubs generated from proto/ at test time into --work_dir by
 python3-grpc-tools). Each case sends what a misbehaving member of a job
 could send (it holds a valid worker token of that job), and asserts
-  - the reply: the Ack / PullChunk / StreamError code and the stream's status,
+  - the reply: the Ack / PullAnswer / StreamError code and the stream's status,
   - that the shard stays alive and responsive: a good client's step in
     another job (push, ClockAdvance, pull) still works and is fast,
   - that the parameters of the attacked job are unchanged (pulled and
@@ -137,9 +137,10 @@ class Stream:
         return self.call.code().value[0], self.call.details()
 
     # --- protocol helpers
-    def hello(self, job, worker, incarnation=1, expect_ok=True):
+    def hello(self, job, worker, incarnation=1, expect_ok=True, protocol=None):
         m = pb.WorkerMessage()
         m.hello.job_id, m.hello.worker_id, m.hello.incarnation = job, worker, incarnation
+        m.hello.protocol = pb.SESSION_PROTOCOL_FUSED if protocol is None else protocol
         self.send(m)
         r = self.recv()
         if expect_ok:
@@ -147,11 +148,14 @@ class Stream:
         return r
 
     def push(self, seq, chunk, clock, values=None, codec=0, scale=0.0, payload=None, n=N):
+        """A Push of one chunk."""
+        return self.push_bucket(seq, clock, [pushed(chunk, values, codec, scale, payload, n)])
+
+    def push_bucket(self, seq, clock, chunks):
+        """A Push of several chunks (pushed() builds each)."""
         m = pb.WorkerMessage()
-        p = m.push
-        p.seq, p.chunk_id, p.clock = seq, chunk, clock
-        p.chunk.codec, p.chunk.num_elems, p.chunk.scale = codec, n, scale
-        p.chunk.payload = payload if payload is not None else floats(values)
+        m.push.seq, m.push.clock = seq, clock
+        m.push.chunks.extend(chunks)
         self.send(m)
         return self.ack(seq)
 
@@ -184,12 +188,13 @@ class Stream:
         out = {}
         while True:
             r = self.recv(timeout)
-            check(r is not Stream.END and r.HasField("pull"), "a PullChunk", r)
+            check(r is not Stream.END and r.HasField("pull"), "a PullAnswer", r)
             if r.pull.request_id != rid:
                 continue
             if r.pull.code != 0:
                 return r.pull.code, r.pull.message
-            out[r.pull.chunk_id] = unfloats(r.pull.values)
+            for c in r.pull.chunks:
+                out[c.chunk_id] = unfloats(c.values)
             if r.pull.last:
                 return 0, out
 
@@ -208,6 +213,14 @@ class Stream:
 
 class CaseFailed(AssertionError):
     pass
+
+
+def pushed(chunk, values=None, codec=0, scale=0.0, payload=None, n=N):
+    """One chunk of a Push: fp32 `values`, or a `payload` in `codec`."""
+    c = pb.PushedChunk(chunk_id=chunk)
+    c.chunk.codec, c.chunk.num_elems, c.chunk.scale = codec, n, scale
+    c.chunk.payload = payload if payload is not None else floats(values)
+    return c
 
 
 def check(cond, what, got=None):
@@ -291,13 +304,15 @@ SYNC, BOUNDED, ASYNC = 0, 1, 2
 class Job:
     """A job on the shard with an initialized chunk and an observer stream."""
 
-    def __init__(self, shard, name, mode, members, staleness=0, optimizer="sgd", lr=0.1):
+    def __init__(self, shard, name, mode, members, staleness=0, optimizer="sgd", lr=0.1,
+                 chunks=1):
         self.shard, self.name, self.members = shard, name, members
         self.token = shard.create_job(name, mode, members, optimizer=optimizer, lr=lr,
-                                      staleness=staleness)
+                                      staleness=staleness, chunks=chunks)
         self.init_values = [0.5 + 0.001 * i for i in range(N)]
         s = self.stream(members[0])
-        check(s.init(1, 0, self.init_values).code == OK, "InitChunk accepted")
+        for c in range(chunks):
+            check(s.init(1 + c, c, self.init_values).code == OK, "InitChunk accepted")
         s.half_close()
         check(s.status()[0] == OK, "clean close after Init")
         self.observer = Stream(shard.channel, self.token)  # the job token: coordinator's trust
@@ -315,10 +330,15 @@ class Job:
         return s
 
     def params(self):
+        """Chunk 0's values."""
+        return self.all_params()[0]
+
+    def all_params(self):
+        """{chunk: values}."""
         self._rid += 1
         code, chunks = self.observer.pull(self._rid, 0)
         check(code == OK, "observer pull OK", chunks)
-        return chunks[0]
+        return chunks
 
 
 class GoodClient:
@@ -527,9 +547,8 @@ def case_leave_then_push(sh, good):
     m.leave.SetInParent()
     s.send(m)
     seq_msg = pb.WorkerMessage()
-    p = seq_msg.push
-    p.seq, p.chunk_id, p.clock = 1, 0, 0
-    p.chunk.codec, p.chunk.num_elems, p.chunk.payload = 0, N, floats([1.0] * N)
+    seq_msg.push.seq = 1
+    seq_msg.push.chunks.append(pushed(0, [1.0] * N))
     s.send(seq_msg)
     s.expect_stream_error(FAILED_PRECONDITION, "push after Leave")
     check(job.params() == before, "parameters unchanged")
@@ -613,12 +632,63 @@ def case_malformed_classes(sh, good):
     big = Stream(sh.channel, job.wtoken(5))
     big.hello("frames", 5, 1)
     m = pb.WorkerMessage()
-    m.push.seq, m.push.chunk.payload = 1, b"\x00" * (9 << 20)
+    m.push.seq = 1
+    m.push.chunks.append(pushed(0, payload=b"\x00" * (9 << 20)))
     big.send(m)
     code, _ = big.status()
     check(code == RESOURCE_EXHAUSTED, "oversized message: RESOURCE_EXHAUSTED", code)
     check(s.push(99, 0, 0, [0.0] * N).code == OK, "the stream goes on")
     check(job.params() == before, "parameters unchanged")
+    good.step()
+
+
+def case_malformed_buckets(sh, good):
+    """A Push of several chunks is checked whole before any is applied: a
+    good chunk beside a bad one changes nothing (async: it would apply at
+    once), each refusal names its chunk; a worker of an older protocol is
+    refused at Hello."""
+    job = Job(sh, "buckets", ASYNC, [5], chunks=3)
+    before = job.all_params()
+    s = job.stream(5)
+    good_chunk = pushed(0, [1.0] * N)
+    cases = [
+        ("no chunk", [], INVALID_ARGUMENT, "no chunks"),
+        ("a chunk twice", [good_chunk, pushed(1, [1.0] * N), good_chunk], INVALID_ARGUMENT,
+         "chunk 0 is in the Push twice"),
+        ("a chunk not on the shard", [good_chunk, pushed(77, [1.0] * N)], NOT_FOUND, "chunk 77"),
+        ("a truncated twobit payload",
+         [good_chunk, pushed(1, codec=1, scale=1.0, payload=b"\x55" * 10)], INVALID_ARGUMENT,
+         "chunk 1 (2 of 2 in the Push)"),
+        ("an invalid 2-bit code", [good_chunk, pushed(2, codec=1, scale=1.0,
+                                                      payload=b"\xff" * (N // 4))],
+         INVALID_ARGUMENT, "chunk 2 (2 of 2 in the Push)"),
+        ("NaN in the last chunk", [good_chunk, pushed(1, [1.0] * N),
+                                   pushed(2, [float("nan")] * N)],
+         INVALID_ARGUMENT, "chunk 2 (3 of 3 in the Push)"),
+        ("an unknown codec", [good_chunk, pushed(1, codec=9, payload=b"\x00" * N)],
+         INVALID_ARGUMENT, "chunk 1 of the Push: unknown codec 9"),
+    ]
+    for seq, (what, chunks, want, says) in enumerate(cases, start=1):
+        a = s.push_bucket(seq, 0, chunks)
+        check(a.code == want and says in a.message,
+              "%s: Ack code %d saying %r" % (what, want, says), a)
+    check(job.all_params() == before, "parameters unchanged")
+    # A bucket of 200,000 entries of one chunk (1.2 MB): refused at once.
+    t0 = time.time()
+    a = s.push_bucket(100, 0, [pushed(0, n=1, payload=b"\x00" * 4)] * 200000)
+    check(a.code == INVALID_ARGUMENT and "twice" in a.message, "a huge bucket refused", a)
+    check(time.time() - t0 < 2.0, "refused within 2 s", time.time() - t0)
+    check(job.all_params() == before, "parameters unchanged")
+    # The same chunks well formed are applied, every one.
+    a = s.push_bucket(101, 0, [good_chunk, pushed(1, [1.0] * N), pushed(2, [1.0] * N)])
+    check(a.code == OK and not a.duplicate, "a good bucket applied", a)
+    st = sh.stats("buckets")
+    check(st.pushes_applied == 3, "3 chunks applied", st.pushes_applied)
+    # A Hello of the Session protocol before buckets.
+    old = Stream(sh.channel, job.wtoken(5))
+    r = old.hello("buckets", 5, 1, expect_ok=False, protocol=pb.SESSION_PROTOCOL_UNSPECIFIED)
+    check(r.HasField("error") and r.error.code == FAILED_PRECONDITION and
+          "Session protocol 0" in r.error.message, "an older protocol: FAILED_PRECONDITION", r)
     good.step()
 
 
@@ -718,6 +788,7 @@ CASES = [
     case_leave_then_push,
     case_not_protobuf,
     case_malformed_classes,
+    case_malformed_buckets,
     case_sigterm,  # last: stops the shard
 ]
 

@@ -243,7 +243,8 @@ TEST_F(ShardProtocolTest, BadInputGetsAClearStatusAndChangesNothing) {
     ASSERT_TRUE(s.Hello("bad", 1).ok());
     pb::WorkerMessage m;
     m.mutable_push()->set_seq(1);
-    *m.mutable_push()->mutable_chunk() = RawChunk(std::vector<float>(9 << 18, 1.0f));  // 9 MiB
+    *m.mutable_push()->add_chunks()->mutable_chunk() =
+        RawChunk(std::vector<float>(9 << 18, 1.0f));  // 9 MiB
     s.Write(m);
     grpc::Status st = s.WaitClosed();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
@@ -258,6 +259,147 @@ TEST_F(ShardProtocolTest, BadInputGetsAClearStatusAndChangesNothing) {
   const std::vector<float> after = PullValues(w2, 101, 1, 0);
   ASSERT_EQ(after.size(), kN);
   for (uint32_t i = 0; i < kN; ++i) ASSERT_FLOAT_EQ(after[i], init[i] - 0.1f);
+}
+
+pb::PushedChunk Pushed(uint64_t chunk, pb::EncodedChunk enc) {
+  pb::PushedChunk c;
+  c.set_chunk_id(chunk);
+  *c.mutable_chunk() = std::move(enc);
+  return c;
+}
+
+pb::Push Bucket(uint64_t clock, std::vector<pb::PushedChunk> chunks) {
+  pb::Push p;
+  p.set_clock(clock);
+  for (pb::PushedChunk& c : chunks) *p.add_chunks() = std::move(c);
+  return p;
+}
+
+// A bucket is checked whole before any chunk is applied ([fused messages]):
+// a good chunk beside a bad one is not applied either, and each refusal
+// says which chunk and why.
+TEST_F(ShardProtocolTest, MalformedBucketGetsAClearStatusAndChangesNothing) {
+  CreateJob("bucket", pb::SYNC, {1, 2}, {4, 8, 4});
+  SessionClient w1(shard_->Connect()), w2(shard_->Connect());
+  ASSERT_TRUE(w1.Hello("bucket", 1).ok());
+  ASSERT_TRUE(w2.Hello("bucket", 2).ok());
+  uint64_t seq = 0;
+  for (uint64_t c = 0; c < 3; ++c) {
+    ASSERT_EQ(w1.Init(++seq, c, std::vector<float>(c == 1 ? 8 : 4, 1.0f))->code(), 0);
+  }
+  const pb::PushedChunk good = Pushed(0, RawChunk({1, 1, 1, 1}));
+  pb::EncodedChunk short_payload = RawChunk(std::vector<float>(8, 1.0f));
+  short_payload.mutable_payload()->resize(28);
+  pb::EncodedChunk unknown_codec = RawChunk(std::vector<float>(8, 1.0f));
+  unknown_codec.set_codec(static_cast<pb::Codec>(9));
+  pb::EncodedChunk nan_value = RawChunk(std::vector<float>(8, 1.0f));
+  nan_value.mutable_payload()->replace(4, 4, FloatBytes({NAN}));
+  struct Bad {
+    const char* what;
+    pb::Push push;
+    int code;
+    const char* says;  // in the Ack's message
+  };
+  const Bad cases[] = {
+      {"no chunk", Bucket(0, {}), kInvalidArgument, "no chunks"},
+      {"a chunk twice", Bucket(0, {good, Pushed(1, RawChunk(std::vector<float>(8, 1.0f))), good}),
+       kInvalidArgument, "chunk 0 is in the Push twice"},
+      {"a chunk not on the shard", Bucket(0, {good, Pushed(77, RawChunk({1}))}), kNotFound,
+       "chunk 77"},
+      {"a short payload", Bucket(0, {good, Pushed(1, short_payload)}), kInvalidArgument,
+       "chunk 1 (2 of 2 in the Push)"},
+      {"an unknown codec", Bucket(0, {good, Pushed(1, unknown_codec)}), kInvalidArgument,
+       "chunk 1 of the Push: unknown codec 9"},
+      {"a NaN value", Bucket(0, {good, Pushed(1, nan_value)}), kInvalidArgument,
+       "chunk 1 (2 of 2 in the Push)"},
+  };
+  for (const Bad& b : cases) {
+    auto ack = w1.PushMessage(++seq, b.push);
+    ASSERT_TRUE(ack.ok()) << b.what << ": " << ack.status();
+    EXPECT_EQ(ack->code(), b.code) << b.what << ": " << ack->message();
+    EXPECT_NE(ack->message().find(b.says), std::string::npos) << b.what << ": " << ack->message();
+  }
+  pb::StatsResponse st = Stats("bucket");
+  EXPECT_EQ(st.pushes_applied(), 0u);  // not even the good chunks beside the bad ones
+  EXPECT_EQ(st.pushes_duplicate(), 0u);
+  EXPECT_EQ(st.push_messages(), std::size(cases));
+
+  // The same chunks, well formed: one message each, every chunk applied
+  // (none was held back as a duplicate by a refused bucket).
+  const pb::Push whole = Bucket(0, {good, Pushed(1, RawChunk(std::vector<float>(8, 3.0f))),
+                                    Pushed(2, RawChunk({5, 5, 5, 5}))});
+  auto a1 = w1.PushMessage(++seq, whole);
+  auto a2 = w2.PushMessage(++seq, whole);
+  ASSERT_TRUE(a1.ok() && a2.ok());
+  ASSERT_EQ(a1->code(), 0) << a1->message();
+  ASSERT_EQ(a2->code(), 0) << a2->message();
+  EXPECT_FALSE(a1->duplicate());
+  st = Stats("bucket");
+  EXPECT_EQ(st.pushes_applied(), 6u);
+  EXPECT_EQ(st.pushes_duplicate(), 0u);
+  EXPECT_EQ(st.push_messages(), std::size(cases) + 2);
+  // Replayed whole (a reconnect): every chunk a duplicate, the Ack says so.
+  auto again = w1.PushMessage(++seq, whole);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->code(), 0);
+  EXPECT_TRUE(again->duplicate());
+  EXPECT_EQ(PullValues(w1, 100, 1, 1), std::vector<float>(8, 1.0f - 0.1f * 3.0f));
+  EXPECT_EQ(PullValues(w1, 101, 1, 2), std::vector<float>(4, 1.0f - 0.1f * 5.0f));
+}
+
+// A pull's chunks come back several to a PullAnswer, up to the shard's
+// --pull_answer_bytes (a larger chunk alone).
+TEST_F(ShardProtocolTest, PullAnswersCarrySeveralChunksUpToTheBound) {
+  auto small = ShardProcess::Start({"--pull_answer_bytes=40"});
+  ASSERT_TRUE(small.ok()) << small.status();
+  for (ShardProcess* shard : {shard_.get(), small->get()}) {
+    pb::CreateJobRequest req;
+    req.set_job_id("answers");
+    req.mutable_optimizer()->set_type("sgd");
+    req.mutable_consistency()->set_mode(pb::SYNC);
+    const uint32_t sizes[] = {4, 4, 4, 16, 2};  // 16, 16, 16, 64, 8 bytes
+    for (uint32_t i = 0; i < std::size(sizes); ++i) {
+      pb::ChunkInfo* c = req.add_chunks();
+      c->set_chunk_id(i);
+      c->set_num_elems(sizes[i]);
+    }
+    req.mutable_membership()->set_epoch(1);
+    req.mutable_membership()->add_worker_ids(1);
+    pb::CreateJobResponse resp;
+    auto stub = shard->Stub();
+    ASSERT_TRUE(Call(stub.get(), &pb::ParameterServer::Stub::CreateJob, req, &resp).ok());
+    SessionClient s(shard->Connect());
+    ASSERT_TRUE(s.Hello("answers", 1).ok());
+    for (uint32_t i = 0; i < std::size(sizes); ++i) {
+      ASSERT_EQ(s.Init(i + 1, i, std::vector<float>(sizes[i], 1.0f))->code(), 0);
+    }
+    ASSERT_TRUE(s.SendPull(1, 0));
+    std::vector<int> per_message;
+    for (;;) {
+      std::optional<pb::ServerMessage> m = s.Next();
+      ASSERT_TRUE(m.has_value() && m->has_pull());
+      ASSERT_EQ(m->pull().code(), 0) << m->pull().message();
+      per_message.push_back(m->pull().chunks_size());
+      if (m->pull().last()) break;
+    }
+    if (shard == shard_.get()) {
+      EXPECT_EQ(per_message, std::vector<int>{5});  // 120 bytes, under 1 MiB
+    } else {
+      EXPECT_EQ(per_message, (std::vector<int>{2, 1, 1, 1}));  // 16+16 | 16 | 64 | 8
+    }
+  }
+}
+
+// A worker of another protocol version is refused at Hello, saying so.
+TEST_F(ShardProtocolTest, HelloOfAnotherProtocolIsRefused) {
+  CreateJob("protocol", pb::SYNC, {1}, {4});
+  SessionClient s(shard_->Connect());
+  absl::StatusOr<pb::HelloAck> ack =
+      s.Hello("protocol", 1, 1, 1, pb::SESSION_PROTOCOL_UNSPECIFIED);
+  EXPECT_EQ(ack.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(ack.status().message().find("speaks Session protocol 0, this shard 2"),
+            std::string::npos)
+      << ack.status();
 }
 
 TEST_F(ShardProtocolTest, DropJobEndsItsPullsAndStreams) {

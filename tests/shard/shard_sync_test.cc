@@ -208,7 +208,7 @@ TEST_P(ShardSyncTest, MatchesSingleProcessReference) {
         for (int s = 0; s < 2; ++s) {
           auto chunks = sess[s]->Pull(clock + 1000 * s, clock);
           if (!chunks.ok()) return fail(chunks.status().ToString());
-          for (const pb::PullChunk& pc : *chunks) {
+          for (const PulledChunkView& pc : *chunks) {
             if (pc.code() != 0) return fail(absl::StrCat("pull: ", pc.message()));
             if (pc.version() != static_cast<uint64_t>(clock)) return fail("wrong version");
             const ChunkDef& c = kChunks[pc.chunk_id()];
@@ -240,7 +240,7 @@ TEST_P(ShardSyncTest, MatchesSingleProcessReference) {
     ASSERT_TRUE(reader.Hello(job, 0).ok());
     auto chunks = reader.Pull(1, kSteps);
     ASSERT_TRUE(chunks.ok()) << chunks.status();
-    for (const pb::PullChunk& pc : *chunks) {
+    for (const PulledChunkView& pc : *chunks) {
       ASSERT_EQ(pc.code(), 0) << pc.message();
       EXPECT_EQ(pc.version(), static_cast<uint64_t>(kSteps));
       const ChunkDef& c = kChunks[pc.chunk_id()];

@@ -227,12 +227,14 @@ grpc::Status SessionClient::WaitClosed(absl::Duration timeout) {
 }
 
 absl::StatusOr<pb::HelloAck> SessionClient::Hello(const std::string& job, uint64_t worker,
-                                                  uint64_t incarnation, uint64_t epoch) {
+                                                  uint64_t incarnation, uint64_t epoch,
+                                                  pb::SessionProtocol protocol) {
   pb::WorkerMessage m;
   m.mutable_hello()->set_job_id(job);
   m.mutable_hello()->set_worker_id(worker);
   m.mutable_hello()->set_incarnation(incarnation);
   m.mutable_hello()->set_epoch(epoch);
+  m.mutable_hello()->set_protocol(protocol);
   if (!Write(m)) return absl::UnavailableError("write failed");
   auto r = Await([](const pb::ServerMessage& s) { return s.has_hello_ack() || s.has_error(); },
                  absl::Seconds(20));
@@ -245,11 +247,18 @@ absl::StatusOr<pb::HelloAck> SessionClient::Hello(const std::string& job, uint64
 
 absl::StatusOr<pb::Ack> SessionClient::Push(uint64_t seq, uint64_t chunk, uint64_t clock,
                                             const pb::EncodedChunk& encoded) {
+  pb::Push push;
+  push.set_clock(clock);
+  pb::PushedChunk* c = push.add_chunks();
+  c->set_chunk_id(chunk);
+  *c->mutable_chunk() = encoded;
+  return PushMessage(seq, std::move(push));
+}
+
+absl::StatusOr<pb::Ack> SessionClient::PushMessage(uint64_t seq, pb::Push push) {
   pb::WorkerMessage m;
+  *m.mutable_push() = std::move(push);
   m.mutable_push()->set_seq(seq);
-  m.mutable_push()->set_chunk_id(chunk);
-  m.mutable_push()->set_clock(clock);
-  *m.mutable_push()->mutable_chunk() = encoded;
   if (!Write(m)) return absl::UnavailableError("write failed");
   auto r = Await(
       [seq](const pb::ServerMessage& s) {
@@ -292,9 +301,9 @@ bool SessionClient::SendPull(uint64_t request_id, uint64_t clock,
   return Write(m);
 }
 
-absl::StatusOr<std::vector<pb::PullChunk>> SessionClient::AwaitPull(uint64_t request_id,
-                                                                    absl::Duration timeout) {
-  std::vector<pb::PullChunk> out;
+absl::StatusOr<std::vector<PulledChunkView>> SessionClient::AwaitPull(uint64_t request_id,
+                                                                      absl::Duration timeout) {
+  std::vector<PulledChunkView> out;
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     auto r = Await(
@@ -306,12 +315,16 @@ absl::StatusOr<std::vector<pb::PullChunk>> SessionClient::AwaitPull(uint64_t req
     if (r->has_error()) {
       return absl::Status(static_cast<absl::StatusCode>(r->error().code()), r->error().message());
     }
-    out.push_back(r->pull());
-    if (r->pull().last()) return out;
+    auto a = std::make_shared<const pb::PullAnswer>(std::move(*r->mutable_pull()));
+    if (a->chunks_size() == 0) out.emplace_back(a, -1, a->last());
+    for (int i = 0; i < a->chunks_size(); ++i) {
+      out.emplace_back(a, i, a->last() && i + 1 == a->chunks_size());
+    }
+    if (a->last()) return out;
   }
 }
 
-absl::StatusOr<std::vector<pb::PullChunk>> SessionClient::Pull(uint64_t request_id, uint64_t clock,
+absl::StatusOr<std::vector<PulledChunkView>> SessionClient::Pull(uint64_t request_id, uint64_t clock,
                                                                const std::vector<uint64_t>& chunks,
                                                                uint32_t timeout_ms) {
   if (!SendPull(request_id, clock, chunks, timeout_ms)) {

@@ -77,6 +77,30 @@ class FileWaiter {
 
 // One Session stream, driven from the test thread. A reader thread queues
 // what the server sends; every wait has a timeout. Not thread-safe.
+// One chunk of a pull's answer as a test reads it: the chunk, with its
+// PullAnswer's code, message and `last`. A failed pull is one of these with
+// the code and no chunk.
+class PulledChunkView {
+ public:
+  PulledChunkView(std::shared_ptr<const pb::PullAnswer> answer, int chunk, bool last)
+      : answer_(std::move(answer)), chunk_(chunk), last_(last) {}
+  int32_t code() const { return answer_->code(); }
+  const std::string& message() const { return answer_->message(); }
+  bool last() const { return last_; }
+  uint64_t min_clock() const { return answer_->min_clock(); }
+  uint64_t chunk_id() const { return chunk().chunk_id(); }
+  uint64_t version() const { return chunk().version(); }
+  const std::string& values() const { return chunk().values(); }
+
+ private:
+  const pb::PulledChunk& chunk() const {
+    return chunk_ < 0 ? pb::PulledChunk::default_instance() : answer_->chunks(chunk_);
+  }
+  std::shared_ptr<const pb::PullAnswer> answer_;
+  int chunk_;  // -1: none
+  bool last_;
+};
+
 class SessionClient {
  public:
   // `token`: sent as the stream's bearer token (common/rpc/rpc.h) when set.
@@ -95,21 +119,24 @@ class SessionClient {
   grpc::Status WaitClosed(absl::Duration timeout = absl::Seconds(20));
 
   // Hello; returns the HelloAck or the StreamError as a status.
-  absl::StatusOr<pb::HelloAck> Hello(const std::string& job, uint64_t worker,
-                                     uint64_t incarnation = 1, uint64_t epoch = 1);
+  absl::StatusOr<pb::HelloAck> Hello(
+      const std::string& job, uint64_t worker, uint64_t incarnation = 1, uint64_t epoch = 1,
+      pb::SessionProtocol protocol = pb::SESSION_PROTOCOL_FUSED);
   // Sends one push / init and waits for its Ack (messages for other requests
-  // are kept for later).
+  // are kept for later). Push sends a bucket of one chunk; PushMessage sends
+  // `push` as it is, with `seq`.
   absl::StatusOr<pb::Ack> Push(uint64_t seq, uint64_t chunk, uint64_t clock,
                                const pb::EncodedChunk& encoded);
+  absl::StatusOr<pb::Ack> PushMessage(uint64_t seq, pb::Push push);
   absl::StatusOr<pb::Ack> Init(uint64_t seq, uint64_t chunk, const std::vector<float>& values);
-  // Sends a pull and collects its PullChunks up to `last`. A failed pull is a
-  // single PullChunk with code != 0 (returned as is).
-  absl::StatusOr<std::vector<pb::PullChunk>> Pull(uint64_t request_id, uint64_t clock,
+  // Sends a pull and collects its chunks from its PullAnswers up to `last`.
+  // A failed pull is a single entry with code != 0.
+  absl::StatusOr<std::vector<PulledChunkView>> Pull(uint64_t request_id, uint64_t clock,
                                                   const std::vector<uint64_t>& chunks = {},
                                                   uint32_t timeout_ms = 0);
   bool SendPull(uint64_t request_id, uint64_t clock, const std::vector<uint64_t>& chunks = {},
                 uint32_t timeout_ms = 0);
-  absl::StatusOr<std::vector<pb::PullChunk>> AwaitPull(uint64_t request_id,
+  absl::StatusOr<std::vector<PulledChunkView>> AwaitPull(uint64_t request_id,
                                                        absl::Duration timeout = absl::Seconds(20));
   bool Clock(uint64_t clock);
 

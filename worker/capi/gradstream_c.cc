@@ -11,7 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -265,6 +267,16 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, con
   opt.seed = a.spec().seed();
   opt.codec = gradstream::CodecPolicyFromProto(a.spec().codec());
   opt.job_token = a.job_token();
+  opt.first_bucket_bytes = gradstream::client::kStepLoopFirstBucketBytes;
+  opt.bucket_bytes = gradstream::client::kStepLoopBucketBytes;
+  if (const char* env = std::getenv("GRADSTREAM_BUCKET_BYTES"); env != nullptr && *env != 0) {
+    std::vector<std::string> parts = absl::StrSplit(env, ',');
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &opt.first_bucket_bytes) ||
+        !absl::SimpleAtoi(parts[1], &opt.bucket_bytes)) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "gradstream: GRADSTREAM_BUCKET_BYTES='", env, "': want FIRST,REST (bytes)")));
+    }
+  }
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       PsClient::Connect(*map, opt, s->channels.get());
   if (!client.ok()) return Fail(client.status());
@@ -431,6 +443,8 @@ int gs_stats_get(gs_session* s, gs_stats* out) {
   out->reconnects = cs.reconnects;
   out->fp32_bytes_pulled = cs.fp32_bytes_pulled;
   out->bytes_pulled_discarded = cs.bytes_pulled_discarded;
+  out->push_messages = cs.push_messages;
+  out->pull_messages = cs.pull_messages;
   return Ok();
 }
 

@@ -22,10 +22,13 @@
  *
  * The data path is worker/client/step_loop.h's StepLoop, the loop the
  * built-in trainer runs too (see [step loop]): gs_push per tensor as
- * backward produces it, gs_end_clock (asks for the next clock's pull at
- * once and returns when the pushes are acknowledged, without waiting for
- * the pull), gs_wait_tensors before
- * a layer reads its parameters.
+ * backward produces it (handed to the session's encode thread), gs_end_clock
+ * (asks for the next clock's pull at once and returns when the pushes are
+ * acknowledged, without waiting for the pull), gs_wait_tensors before a
+ * layer reads its parameters. Pushes travel in buckets ([fused messages] in
+ * worker/client/ps_client.h); GRADSTREAM_BUCKET_BYTES="FIRST,REST" in the
+ * environment of gs_declare's caller overrides the bounds (bytes; 0,0 = no
+ * buckets), for measuring them.
  *
  * NOTE: [C ABI threads] gs_open, gs_declare and gs_close are called by one
  * thread, with no other call of the same session running; gs_close last.
@@ -65,6 +68,8 @@ typedef struct gs_stats {
   uint64_t reconnects;
   uint64_t fp32_bytes_pulled;       /* the same pulls as fp32 */
   uint64_t bytes_pulled_discarded;  /* answers to pulls given up, part of bytes_pulled */
+  uint64_t push_messages;           /* Push messages (buckets) sent */
+  uint64_t pull_messages;           /* pull answer messages received */
 } gs_stats;
 
 /* The message of the calling thread's last failed call ("" if none). */
@@ -118,20 +123,24 @@ int gs_set_encode_path(gs_session* s, const char* path);
  * (params[i] has the tensor's element count) and waits for the shards. */
 int gs_init_params(gs_session* s, const float* const* params, int64_t timeout_ms);
 
-/* Encodes tensor `tensor`'s gradient (num_elems floats) on the calling
- * thread and queues it to the shards for clock `clock`; `grad` may be reused
- * when it returns. FailedPrecondition for a second push of a tensor in one
- * clock. Acknowledgements are waited for by gs_end_clock or gs_wait_pushes. */
+/* Hands tensor `tensor`'s gradient (num_elems floats) for clock `clock` to
+ * the session's encode thread and returns at once ([encode thread] in
+ * worker/client/step_loop.h): `grad` must stay valid and unchanged until
+ * gs_end_clock for `clock` (or gs_wait_pushes, gs_leave) returns, whatever
+ * it returns. FailedPrecondition for a second push of a tensor in one clock.
+ * Encoding errors and acknowledgements are waited for by gs_end_clock or
+ * gs_wait_pushes. */
 int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elems,
             uint64_t clock);
 
-/* Ends clock `clock`: pushes zeros for every tensor not pushed in it, asks
- * for the pull of clock + 1 into next[i] (one pointer per tensor, valid
- * until that pull is waited for or abandoned; NULL = no pull: the last
- * clock, a leave), waits (at most 60 s) until the clock's pushes are
- * acknowledged, then advances the clock on every shard: a clock reported
- * complete has its pushes on every shard (see [step loop]). Does not wait
- * for the pull. */
+/* Ends clock `clock`: waits until the clock's gradients are encoded, pushes
+ * zeros for every tensor not pushed in it, asks for the pull of clock + 1
+ * into next[i] (one pointer per tensor, valid until that pull is waited for
+ * or abandoned; NULL = no pull: the last clock, a leave), waits (at most
+ * 60 s in all) until the clock's pushes are acknowledged, then advances the
+ * clock on every shard: a clock reported complete has its pushes on every
+ * shard (see [step loop]). Does not wait for the pull. When it returns, the
+ * encode thread no longer reads the clock's gradients. */
 int gs_end_clock(gs_session* s, uint64_t clock, float* const* next);
 
 /* Asks for the pull of `clock` into params[i] unless that pull is in

@@ -2,7 +2,9 @@
 // [client streams] in ps_client.h.
 #include "worker/client/ps_client.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -39,6 +41,10 @@ class PsClientImpl final : public PsClient {
 
   ~PsClientImpl() override {
     for (auto& s : streams_) s->Stop();
+    // Chunks never sent: their handles end as the streams' did.
+    for (auto& dones : TakeBucket().dones) {
+      for (const std::shared_ptr<Completion>& d : dones) d->Done(absl::CancelledError("client stopped"));
+    }
   }
 
   absl::Status Init(ChannelFactory* channels) {
@@ -85,21 +91,19 @@ class PsClientImpl final : public PsClient {
     absl::MutexLock lock(tensor_mu_[tensor].get());
     auto encode_and_send = [&](size_t i) {
       const ChunkInfo& c = enc.chunk(i);
-      std::unique_ptr<v1::WorkerMessage> message = NewPush(c, clock);
-      v1::EncodedChunk* chunk = message->mutable_push()->mutable_chunk();
       // The encoded size: a compressed push returns a buffer of that size to
       // the pool, so asking for the fp32 size would never find it again.
-      *chunk->mutable_payload() = buffers_.Take(PayloadBytes(enc.codec(), c.num_elems));
+      std::string payload = buffers_.Take(PayloadBytes(enc.codec(), c.num_elems));
       ChunkHeader header;
-      absl::Status s = enc.EncodeChunk(i, grad, options_.seed, options_.worker_id, clock, &header,
-                                       chunk->mutable_payload());
+      absl::Status s =
+          enc.EncodeChunk(i, grad, options_.seed, options_.worker_id, clock, &header, &payload);
       if (!s.ok()) {
         // The other chunks still go out; the handle reports this failure.
         done->Done(absl::Status(s.code(), absl::StrCat("tensor '", info.name, "' chunk ",
                                                        c.chunk_id, ": ", s.message())));
         return;
       }
-      SendChunk(c, header, std::move(message), done);
+      AddToBucket(c, clock, header, std::move(payload), done);
     };
     if (encode_pool_ != nullptr && enc.num_chunks() > 1) {
       encode_pool_->ParallelFor(enc.num_chunks(), encode_pool_->num_threads(), encode_and_send);
@@ -138,12 +142,9 @@ class PsClientImpl final : public PsClient {
     }
     auto done = std::make_shared<Completion>(static_cast<int>(chunks.size()));
     for (size_t i = 0; i < chunks.size(); ++i) {
-      const ChunkInfo& c = enc.chunk(i);
-      std::unique_ptr<v1::WorkerMessage> message = NewPush(c, clock);
-      std::string* payload = message->mutable_push()->mutable_chunk()->mutable_payload();
-      *payload = buffers_.Take(chunks[i].payload.size());
-      payload->assign(chunks[i].payload.data(), chunks[i].payload.size());
-      SendChunk(c, chunks[i].header, std::move(message), done);
+      std::string payload = buffers_.Take(chunks[i].payload.size());
+      payload.assign(chunks[i].payload.data(), chunks[i].payload.size());
+      AddToBucket(enc.chunk(i), clock, chunks[i].header, std::move(payload), done);
     }
     return MakePush(std::move(done));
   }
@@ -205,7 +206,7 @@ class PsClientImpl final : public PsClient {
       const float* src = values[c.tensor].data() + c.offset;
       *init->mutable_values() = buffers_.Take(size_t{c.num_elems} * sizeof(float));
       init->mutable_values()->assign(reinterpret_cast<const char*>(src), size_t{c.num_elems} * sizeof(float));
-      streams_[c.shard]->SendPush(std::move(message), done);
+      streams_[c.shard]->SendPush(std::move(message), {done});
     }
     return done->Wait(timeout);
   }
@@ -216,7 +217,10 @@ class PsClientImpl final : public PsClient {
     return first;
   }
 
+  void Flush() override { Send(TakeBucket()); }
+
   absl::Status Leave(absl::Duration timeout) override {
+    Flush();
     const absl::Time deadline = absl::Now() + timeout;
     absl::Status status;
     for (auto& s : streams_) status.Update(s->Drain(deadline));
@@ -229,6 +233,8 @@ class PsClientImpl final : public PsClient {
     ClientStats st;
     st.push_calls = push_calls_.load();
     st.chunks_pushed = chunks_pushed_.load();
+    st.push_messages = push_messages_.load();
+    st.pull_messages = counters_.pull_messages.load();
     st.bytes_pushed = bytes_pushed_.load();
     st.fp32_bytes_pushed = fp32_bytes_pushed_.load();
     st.chunks_acked = counters_.chunks_acked.load();
@@ -263,25 +269,69 @@ class PsClientImpl final : public PsClient {
   }
 
  private:
-  // A Push message for chunk `c` at `clock`, without its encoded chunk.
-  static std::unique_ptr<v1::WorkerMessage> NewPush(const ChunkInfo& c, uint64_t clock) {
-    auto message = std::make_unique<v1::WorkerMessage>();
-    message->mutable_push()->set_chunk_id(c.chunk_id);
-    message->mutable_push()->set_clock(clock);
-    return message;
+  // The open bucket (see [fused messages]): per shard, the Push being filled
+  // and one completion per chunk in it.
+  struct Bucket {
+    uint64_t clock = 0;
+    uint64_t bytes = 0;  // encoded payload bytes, every shard's
+    std::vector<std::unique_ptr<v1::WorkerMessage>> pushes;       // by shard; null: none
+    std::vector<std::vector<std::shared_ptr<Completion>>> dones;  // by shard
+    bool empty() const { return pushes.empty(); }
+  };
+
+  // Counts chunk `c`'s encoded gradient in the stats and adds it to the open
+  // bucket of `clock`; sends the bucket once it is full (and first the open
+  // one of another clock).
+  void AddToBucket(const ChunkInfo& c, uint64_t clock, const ChunkHeader& header,
+                   std::string payload, const std::shared_ptr<Completion>& done) {
+    chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
+    bytes_pushed_.fetch_add(payload.size(), std::memory_order_relaxed);
+    fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float), std::memory_order_relaxed);
+    Bucket other_clock, full;
+    {
+      absl::MutexLock lock(&bucket_mu_);
+      if (!open_.empty() && open_.clock != clock) other_clock = TakeBucketLocked();
+      open_.clock = clock;
+      if (open_.pushes.empty()) {
+        open_.pushes.resize(streams_.size());
+        open_.dones.resize(streams_.size());
+      }
+      std::unique_ptr<v1::WorkerMessage>& push = open_.pushes[c.shard];
+      if (push == nullptr) {
+        push = std::make_unique<v1::WorkerMessage>();
+        push->mutable_push()->set_clock(clock);
+      }
+      open_.bytes += payload.size();
+      v1::PushedChunk* pc = push->mutable_push()->add_chunks();
+      pc->set_chunk_id(c.chunk_id);
+      ChunkToWire(header, std::move(payload), pc->mutable_chunk());
+      open_.dones[c.shard].push_back(done);
+      const bool first = sent_clock_ != clock || sent_in_clock_ == 0;
+      const uint64_t bound = first ? options_.first_bucket_bytes : options_.bucket_bytes;
+      if (open_.bytes >= bound) full = TakeBucketLocked();
+    }
+    Send(std::move(other_clock));
+    Send(std::move(full));
   }
 
-  // Completes `message` (its payload is in place) with `header`, counts the
-  // chunk in the stats and queues it on the owning shard's stream.
-  void SendChunk(const ChunkInfo& c, const ChunkHeader& header,
-                 std::unique_ptr<v1::WorkerMessage> message,
-                 const std::shared_ptr<Completion>& done) {
-    v1::EncodedChunk* chunk = message->mutable_push()->mutable_chunk();
-    ChunkToWire(header, chunk);
-    chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
-    bytes_pushed_.fetch_add(chunk->payload().size(), std::memory_order_relaxed);
-    fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float), std::memory_order_relaxed);
-    streams_[c.shard]->SendPush(std::move(message), done);
+  Bucket TakeBucket() {
+    absl::MutexLock lock(&bucket_mu_);
+    return TakeBucketLocked();
+  }
+  Bucket TakeBucketLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bucket_mu_) {
+    if (open_.empty()) return Bucket();
+    if (sent_clock_ != open_.clock) sent_in_clock_ = 0;
+    sent_clock_ = open_.clock;
+    ++sent_in_clock_;
+    return std::exchange(open_, Bucket());
+  }
+  // One Push per shard the bucket holds chunks of.
+  void Send(Bucket bucket) {
+    for (size_t s = 0; s < bucket.pushes.size(); ++s) {
+      if (bucket.pushes[s] == nullptr) continue;
+      push_messages_.fetch_add(1, std::memory_order_relaxed);
+      streams_[s]->SendPush(std::move(bucket.pushes[s]), std::move(bucket.dones[s]));
+    }
   }
 
   static std::vector<uint32_t> ChunkElems(const ShardMap& map) {
@@ -303,7 +353,11 @@ class PsClientImpl final : public PsClient {
   internal::PublishedCopies published_;  // pull codec: the copies pulls apply to
   std::unique_ptr<Executor> encode_pool_;  // null: encode on the caller
   std::atomic<uint64_t> push_calls_{0}, chunks_pushed_{0}, bytes_pushed_{0},
-      fp32_bytes_pushed_{0}, pull_calls_{0};
+      fp32_bytes_pushed_{0}, pull_calls_{0}, push_messages_{0};
+  absl::Mutex bucket_mu_;
+  Bucket open_ ABSL_GUARDED_BY(bucket_mu_);
+  uint64_t sent_clock_ ABSL_GUARDED_BY(bucket_mu_) = 0;    // clock of the last bucket sent
+  uint64_t sent_in_clock_ ABSL_GUARDED_BY(bucket_mu_) = 0;  // buckets sent in it
 };
 
 }  // namespace
@@ -313,6 +367,11 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(const ShardMap& map,
                                                             ChannelFactory* channels) {
   GS_RETURN_IF_ERROR(ValidateShardMap(map));
   if (options.job_id.empty()) return absl::InvalidArgumentError("Connect: empty job_id");
+  if (std::max(options.first_bucket_bytes, options.bucket_bytes) > kMaxBucketBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Connect: bucket bounds ", options.first_bucket_bytes, "/", options.bucket_bytes,
+        " bytes, at most ", kMaxBucketBytes, " (a Push message must fit the shard's limit)"));
+  }
   auto client = std::make_unique<PsClientImpl>(map, options);
   GS_RETURN_IF_ERROR(client->Init(channels != nullptr ? channels : ChannelFactory::Default()));
   return client;

@@ -39,7 +39,8 @@
 //   ... wait on every push, then on the pull ...
 //
 // Pull splits each shard's chunks into a few requests (at most 6) by the
-// push they must follow, and each request goes out on the stream right after
+// push message they must follow (one request per bucket, see [fused
+// messages]), and each request goes out on the stream right after
 // the last push of its chunks that is not yet acknowledged (chunks with none
 // first), never ahead of a clock advance, init or leave queued before it. A
 // shard handles a stream's messages in order, so every request reaches the
@@ -62,8 +63,22 @@
 // needs this worker's pushes too -- and each is answered as soon as its own
 // chunks' rounds close. Not under SSP/async: there the pull may be answered
 // at once, without this worker's clock-c pushes. A pull with no push of
-// its chunks queued is split into up to 6 requests of at least 4 chunks
-// each, answered independently.
+// its chunks queued is split into up to 6 requests of at least 1 MiB of
+// fp32 each, answered independently.
+//
+// NOTE: [fused messages] A Push message carries a bucket of chunks, and a
+// pull's answer comes back in PullAnswers of several chunks: the cost of a
+// step of many small tensors is per message, not per byte. With
+// ClientOptions::bucket_bytes set, the chunks of every push of a clock
+// gather in one open bucket, in push order (backward order in a training
+// step), whatever their shard and codec (each chunk keeps its tensor's
+// codec); once the bucket's encoded bytes reach the bound -- a smaller one
+// for the clock's first bucket, so the first push leaves early -- it goes
+// out as one Push per shard it holds chunks of. Flush() sends what is left
+// (the step loop does at the end of each clock); a push in the open bucket
+// is not acknowledged before. The map's chunk-to-shard balance is unchanged:
+// buckets only group what each shard gets. The sizes, and why:
+// docs/design/fused-messages.md.
 //
 // NOTE: [client streams] One bidirectional Session stream per shard, each with
 // its own writer thread and reader thread, so a slow shard never stalls the
@@ -143,18 +158,34 @@ struct ClientOptions {
   // parallel; 0 = encode on the calling thread only (right for small hosts
   // and for callers that push several tensors from several threads).
   int encode_threads = 0;
+  // Push buckets (see [fused messages]): the open bucket goes out once its
+  // encoded bytes reach first_bucket_bytes (the clock's first bucket) or
+  // bucket_bytes (the others). 0: a chunk goes out as soon as it is encoded,
+  // and Flush() is never needed. At most kMaxBucketBytes.
+  uint64_t first_bucket_bytes = 0;
+  uint64_t bucket_bytes = 0;
 };
+
+// A bucket may pass its bound by one chunk (1 MiB of fp32 at most), so a
+// Push stays under the shard's 8 MiB message limit.
+inline constexpr uint64_t kMaxBucketBytes = uint64_t{4} << 20;
+// The bucket bounds of the step loop's drivers (the Python package and
+// gs_worker's trainer), chosen by measurement: docs/design/fused-messages.md.
+inline constexpr uint64_t kStepLoopFirstBucketBytes = uint64_t{64} << 10;
+inline constexpr uint64_t kStepLoopBucketBytes = uint64_t{1} << 20;
 
 // Cumulative counters since Connect().
 struct ClientStats {
   uint64_t push_calls = 0;
   uint64_t chunks_pushed = 0;
+  uint64_t push_messages = 0;      // Push messages (buckets) sent, replays not counted
   uint64_t bytes_pushed = 0;       // encoded payload bytes
   uint64_t fp32_bytes_pushed = 0;  // what the same chunks weigh as fp32
   uint64_t chunks_acked = 0;
   uint64_t duplicate_acks = 0;     // replays the shard had already applied
   uint64_t pull_calls = 0;
   uint64_t chunks_pulled = 0;
+  uint64_t pull_messages = 0;      // PullAnswers received
   uint64_t bytes_pulled = 0;       // parameter bytes received (fp32 values or pull-codec deltas)
   uint64_t fp32_bytes_pulled = 0;  // what the same chunks weigh as fp32
   // Answers that arrived for a pull already abandoned (its waiter gave up or
@@ -221,11 +252,13 @@ class PsClient {
 
   // Pushes the gradient of tensor `tensor` computed at clock `clock`: each
   // chunk is encoded on the calling thread with its own encoder (and
-  // residual), then queued on its shard's stream; `grad` may be reused as
-  // soon as Push returns. The handle completes when every chunk is
-  // acknowledged; an error is the first failing chunk's status with the
-  // shard's code and message (InvalidArgument for a wrong tensor index or
-  // size, or for a gradient the codec rejects).
+  // residual), then added to the open bucket (see [fused messages]) or, with
+  // no buckets, queued on its shard's stream; `grad` may be reused as soon
+  // as Push returns. The handle completes when every chunk is acknowledged
+  // (a chunk in the open bucket only after it was sent); an error is the
+  // first failing chunk's status with the shard's code and message
+  // (InvalidArgument for a wrong tensor index or size, or for a gradient the
+  // codec rejects).
   virtual PushHandle Push(uint32_t tensor, absl::Span<const float> grad, uint64_t clock) = 0;
 
   // Push for a gradient the caller has already encoded (a GPU worker encodes
@@ -284,6 +317,9 @@ class PsClient {
   // `values` holds one span per tensor of the tensor's size.
   [[nodiscard]] virtual absl::Status InitParams(absl::Span<const absl::Span<const float>> values,
                                                 absl::Duration timeout) = 0;
+
+  // Sends the open bucket (see [fused messages]); a no-op without one.
+  virtual void Flush() = 0;
 
   // Tells every shard this worker's clock is now `clock`. Queued behind the
   // pushes already made; Cancelled after Leave (the client is stopped), the

@@ -675,8 +675,9 @@ TEST_F(PsClientTest, StepLoopWaitsOnlyForTheTensorsAskedFor) {
   ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
   StepLoop loop(client->get(), StepLoopOptions(), {});
   std::vector<std::vector<float>> params = {std::vector<float>(50000), std::vector<float>(50000)};
-  ASSERT_TRUE(loop.Push(0, std::vector<float>(50000, 1.0f), 0).ok());
-  ASSERT_TRUE(loop.Push(1, std::vector<float>(50000, 1.0f), 0).ok());
+  const std::vector<float> grad(50000, 1.0f);  // read by the encode thread until EndClock
+  ASSERT_TRUE(loop.Push(0, grad, 0).ok());
+  ASSERT_TRUE(loop.Push(1, grad, 0).ok());
   ASSERT_TRUE(loop.WaitPushes(kWait).ok());
   const pid_t stopped = shards_[second_shard]->pid();
   ASSERT_EQ(::kill(stopped, SIGSTOP), 0);
@@ -719,6 +720,118 @@ TEST_F(PsClientTest, StepLoopReinitializesAShardThatLostItsParameters) {
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(reinits, 1);
   EXPECT_EQ(params[0][7], init[0][7]);
+}
+
+// Polls `done` every millisecond until it holds or `deadline` passes.
+bool PollUntil(const std::function<bool()>& done, absl::Duration deadline = kWait) {
+  const absl::Time give_up = absl::Now() + deadline;
+  while (!done()) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// [fused messages]: the small tensors of a step travel in buckets, in push
+// order -- the first bucket alone (it fills at one tensor here), the rest
+// together, one Push per shard they hold chunks of -- and the pull comes back
+// in one PullAnswer per bucket a shard got. Without buckets every chunk is a
+// message of its own. Counted per step, on the client and on the shards.
+TEST_F(PsClientTest, StepLoopSendsSmallTensorsInBuckets) {
+  StartShards(2);
+  std::vector<TensorSpec> specs;
+  for (int t = 0; t < 10; ++t) specs.push_back({absl::StrCat("t", t), 100});
+  CodecPolicy fp32;
+  fp32.default_codec = "none";
+  auto map = SplitModel(specs, Addresses(), kMaxChunkElems, fp32);
+  ASSERT_TRUE(map.ok());
+  ASSERT_EQ(map->chunks.size(), 10u);
+  ASSERT_TRUE(testing::CreateJob(*map, Sgd(0.5f), kWait).ok());
+  for (const bool buckets : {true, false}) {
+    SCOPED_TRACE(buckets ? "buckets" : "no buckets");
+    ClientOptions o = Options();
+    if (buckets) {
+      o.first_bucket_bytes = 400;  // one tensor's fp32 bytes
+      o.bucket_bytes = 1 << 20;
+    }
+    auto client = PsClient::Connect(*map, o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto init = InitValues(*map);
+    ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+    StepLoop loop(client->get(), StepLoopOptions(), {});
+    std::vector<std::vector<float>> grads, params;
+    for (int t = 0; t < 10; ++t) {
+      grads.emplace_back(100, static_cast<float>(t + 1));
+      params.emplace_back(100, 0.0f);
+    }
+    const uint64_t first = buckets ? 0 : 2;  // clocks: the first job ran two
+    loop.StartPull(first, MutableSpans(params));
+    ASSERT_TRUE(loop.WaitTensors({}).ok());
+    for (uint64_t clock = first; clock < first + 2; ++clock) {
+      const ClientStats before = (*client)->stats();
+      uint64_t shard_messages = 0;
+      for (const auto& shard : shards_) {
+        auto st = testing::GetStats(shard->address(), "job", kWait);
+        ASSERT_TRUE(st.ok()) << st.status();
+        shard_messages += st->push_messages();
+      }
+      for (int t = 9; t >= 0; --t) ASSERT_TRUE(loop.Push(t, grads[t], clock).ok());  // backward order
+      ASSERT_TRUE(loop.EndClock(clock, MutableSpans(params)).ok());
+      ASSERT_TRUE(loop.WaitTensors({}).ok());
+      const ClientStats after = (*client)->stats();
+      uint64_t shard_messages_after = 0;
+      for (const auto& shard : shards_) {
+        shard_messages_after += testing::GetStats(shard->address(), "job", kWait)->push_messages();
+      }
+      EXPECT_EQ(after.chunks_pushed - before.chunks_pushed, 10u);
+      EXPECT_EQ(after.push_messages - before.push_messages, buckets ? 3u : 10u);
+      EXPECT_EQ(shard_messages_after - shard_messages, buckets ? 3u : 10u);
+      if (buckets) EXPECT_EQ(after.pull_messages - before.pull_messages, 3u);
+    }
+    // Every chunk applied once per clock, whatever the message it came in.
+    for (int t = 0; t < 10; ++t) {
+      const float applied = 0.5f * static_cast<float>(t + 1) * static_cast<float>(first + 2);
+      EXPECT_FLOAT_EQ(params[t][0], init[t][0] - applied) << "tensor " << t;
+    }
+  }
+}
+
+// [encode thread]: StepLoop::Push returns before its gradient is encoded
+// (as the package's gradient hook does). The encode thread is held,
+// without a timer, inside the previous tensor's send: the shard is stopped
+// (SIGSTOP), so tensor a's Push is never acknowledged and b's cannot get
+// room in a send window of 1 byte. c's Push returns while c's encode has not
+// even started; once the shard runs again the clock completes as usual.
+TEST_F(PsClientTest, StepLoopPushReturnsBeforeTheGradientIsEncoded) {
+  StartShards(1);
+  CodecPolicy fp32;
+  fp32.default_codec = "none";
+  auto map = SplitModel({{"a", 1000}, {"b", 1000}, {"c", 1000}}, Addresses(), kMaxChunkElems, fp32);
+  ASSERT_TRUE(map.ok());
+  ASSERT_TRUE(testing::CreateJob(*map, Sgd(1.0f), kWait).ok());
+  ClientOptions o = Options();
+  o.max_inflight_bytes_per_shard = 1;  // one push at a time
+  o.rpc_deadline = absl::Minutes(1);   // how long a push waits for room
+  auto client = PsClient::Connect(*map, o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto init = InitValues(*map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  StepLoop loop(client->get(), StepLoopOptions(), {});
+  const std::vector<float> grad(1000, 1.0f);
+  ASSERT_EQ(::kill(shards_[0]->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(loop.Push(0, grad, 0).ok());
+  ASSERT_TRUE(loop.Push(1, grad, 0).ok());
+  // a is sent (and unacknowledged); b's push has begun and waits for room.
+  ASSERT_TRUE(PollUntil([&] { return (*client)->stats().push_calls == 2; }));
+  ASSERT_TRUE(loop.Push(2, grad, 0).ok());
+  EXPECT_EQ((*client)->stats().push_calls, 2u);  // c's encode has not started
+  EXPECT_EQ((*client)->stats().chunks_acked, map->chunks.size());  // the inits only
+  ASSERT_EQ(::kill(shards_[0]->pid(), SIGCONT), 0);
+  std::vector<std::vector<float>> params(3, std::vector<float>(1000));
+  ASSERT_TRUE(loop.EndClock(0, MutableSpans(params)).ok());
+  EXPECT_EQ((*client)->stats().push_calls, 3u);
+  ASSERT_TRUE(loop.WaitTensors({}).ok());
+  for (int t = 0; t < 3; ++t) EXPECT_FLOAT_EQ(params[t][7], init[t][7] - 1.0f) << "tensor " << t;
 }
 
 }  // namespace

@@ -15,29 +15,81 @@ StepLoop::StepLoop(PsClient* client, StepLoopOptions options, StepLoopHooks hook
       options_(options),
       hooks_(std::move(hooks)),
       num_tensors_(static_cast<uint32_t>(client->shard_map().tensors.size())),
-      pushed_(num_tensors_, false) {}
+      pushed_(num_tensors_, false) {
+  encoder_ = options_.env->StartThread("gs-encode", [this] { EncodeLoop(); });
+}
 
-StepLoop::~StepLoop() { AbandonPull(); }
-
-absl::Status StepLoop::Push(uint32_t tensor, absl::Span<const float> grad, uint64_t clock) {
+StepLoop::~StepLoop() {
+  AbandonPull();
   {
     absl::MutexLock lock(&mu_);
-    if (tensor >= num_tensors_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("push of tensor ", tensor, ": the model has ", num_tensors_));
-    }
-    if (pushed_[tensor]) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "a second gradient for tensor '", client_->shard_map().tensors[tensor].name,
-          "' in clock ", clock, ": one backward per step"));
-    }
-    pushed_[tensor] = true;
+    stopping_ = true;
+    queue_.clear();
   }
-  // Encoded on this thread, outside the lock: other tensors push meanwhile.
-  PushHandle h = client_->Push(tensor, grad, clock);
+  encoder_.join();
+}
+
+absl::Status StepLoop::Push(uint32_t tensor, absl::Span<const float> grad, uint64_t clock) {
   absl::MutexLock lock(&mu_);
-  open_.push_back(std::move(h));
+  if (tensor >= num_tensors_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push of tensor ", tensor, ": the model has ", num_tensors_));
+  }
+  if (pushed_[tensor]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a second gradient for tensor '", client_->shard_map().tensors[tensor].name,
+        "' in clock ", clock, ": one backward per step"));
+  }
+  pushed_[tensor] = true;
+  queue_.push_back(Queued{tensor, grad, clock});
+  ++queued_;
   return absl::OkStatus();
+}
+
+void StepLoop::EncodeLoop() {
+  for (;;) {
+    Queued q;
+    {
+      absl::MutexLock lock(&mu_);
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty();
+      };
+      // Idle between steps: no deadline, the destructor ends the wait.
+      mu_.Await(absl::Condition(&work));
+      if (stopping_) return;
+      q = queue_.front();
+      queue_.pop_front();
+    }
+    const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
+    PushHandle h = client_->Push(q.tensor, q.grad, q.clock);
+    const double took = absl::ToDoubleSeconds(absl::Now() - start);
+    absl::MutexLock lock(&mu_);
+    open_.push_back(std::move(h));
+    ++encoded_;
+    encode_seconds_ += took;
+  }
+}
+
+absl::Status StepLoop::WaitEncoded(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return encoded_ == queued_; };
+  if (options_.env->AwaitWithDeadline(&mu_, absl::Condition(&all), deadline)) {
+    return absl::OkStatus();
+  }
+  // The caller frees the gradients when this returns: those not started are
+  // dropped, and the one being encoded is waited for (its own sends are
+  // bounded by the client's rpc_deadline).
+  const uint64_t dropped = queue_.size();
+  queue_.clear();
+  queued_ -= dropped;
+  mu_.Await(absl::Condition(&all));
+  return absl::DeadlineExceededError(
+      absl::StrCat(dropped, " gradients were still waiting to be encoded at the deadline"));
+}
+
+double StepLoop::encode_seconds() const {
+  absl::MutexLock lock(&mu_);
+  return encode_seconds_;
 }
 
 void StepLoop::AddPush(uint32_t tensor, PushHandle handle) {
@@ -48,28 +100,35 @@ void StepLoop::AddPush(uint32_t tensor, PushHandle handle) {
 
 absl::Status StepLoop::EndClock(uint64_t clock,
                                 std::optional<std::vector<absl::Span<float>>> next) {
+  const absl::Time deadline = options_.env->Now() + options_.push_wait;
+  absl::Status encoded = WaitEncoded(deadline);
   std::vector<uint32_t> missing;
   {
     absl::MutexLock lock(&mu_);
     for (uint32_t t = 0; t < num_tensors_; ++t) {
       if (!pushed_[t]) missing.push_back(t);
     }
+    pushed_.assign(num_tensors_, false);
   }
+  GS_RETURN_IF_ERROR(encoded);
+  // Zeros are encoded here: the encode thread is idle.
+  std::vector<PushHandle> zeros;
   for (uint32_t t : missing) {
     const size_t n = client_->shard_map().tensors[t].num_elems;
     if (zeros_.size() < n) zeros_.resize(n, 0.0f);
-    GS_RETURN_IF_ERROR(Push(t, absl::MakeConstSpan(zeros_.data(), n), clock));
+    zeros.push_back(client_->Push(t, absl::MakeConstSpan(zeros_.data(), n), clock));
   }
+  client_->Flush();
   std::vector<PushHandle> pushes;
   {
     absl::MutexLock lock(&mu_);
     pushes = std::exchange(open_, {});
-    pushed_.assign(num_tensors_, false);
   }
+  pushes.insert(pushes.end(), zeros.begin(), zeros.end());
   if (next.has_value()) StartPull(clock + 1, *std::move(next));
   // Acknowledged everywhere before any shard hears the clock is done (see
   // [step loop]).
-  GS_RETURN_IF_ERROR(WaitHandles(std::move(pushes), options_.env->Now() + options_.push_wait));
+  GS_RETURN_IF_ERROR(WaitHandles(std::move(pushes), deadline));
   return client_->AdvanceClock(clock + 1);
 }
 
@@ -168,12 +227,15 @@ absl::Status StepLoop::WaitTensors(absl::Span<const uint32_t> tensors) {
 }
 
 absl::Status StepLoop::WaitPushes(absl::Duration timeout) {
+  const absl::Time deadline = options_.env->Now() + timeout;
+  GS_RETURN_IF_ERROR(WaitEncoded(deadline));
+  client_->Flush();
   std::vector<PushHandle> all;
   {
     absl::MutexLock lock(&mu_);
     all = open_;
   }
-  return WaitHandles(std::move(all), options_.env->Now() + timeout);
+  return WaitHandles(std::move(all), deadline);
 }
 
 absl::Status StepLoop::WaitHandles(std::vector<PushHandle> handles, absl::Time deadline) {

@@ -5,8 +5,12 @@
 //
 // NOTE: [step loop] One step of clock c, in order:
 //   1. Push(t, grad, c) for each tensor as backward produces its gradient
-//      (from any thread; each tensor once per clock);
-//   2. EndClock(c, next): zeros for every tensor not pushed (a parameter
+//      (from any thread; each tensor once per clock). It hands the gradient
+//      to the loop's encode thread and returns, so encoding, the residual
+//      update and sending overlap the rest of backward (see [encode
+//      thread]);
+//   2. EndClock(c, next): waits until the encode thread has taken every
+//      gradient of the clock, zeros for every tensor not pushed (a parameter
 //      without a gradient still counts in the round), the pull of clock
 //      c + 1 asked for at once into `next` (see [overlapped pull] in
 //      ps_client.h: it travels while the pushes still go out), a wait for
@@ -23,6 +27,17 @@
 //      the pushes of its round arrived anyway;
 //   3. WaitTensors(ts) before tensors ts are read -- per module, first layers
 //      first (ByteScheduler's priority) -- or WaitTensors({}) for all.
+// Step 2 also sends the clock's last push bucket (PsClient::Flush, see
+// [fused messages] in ps_client.h) before it asks for the pull, so the pull
+// goes behind every push it must follow.
+//
+// NOTE: [encode thread] One thread per loop encodes the pushed gradients in
+// the order they were pushed (backward order, which is also the order the
+// buckets fill in); PsClient's encode pool, when configured, spreads a
+// large tensor's chunks further. The caller keeps each gradient alive and
+// unchanged until the clock's EndClock (or WaitPushes) returns: the Python
+// package holds a reference to the gradient's storage until then, the
+// trainer's gradients live in the model until the next backward.
 // A pull is asked once and answered once, however long it takes on the wire:
 // a wait that runs out of its slice looks at the job (`check`) and at the
 // pull's progress, and waits again on the same pull. The old loops (2 s in
@@ -41,8 +56,10 @@
 #define GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -86,29 +103,34 @@ struct StepLoopHooks {
 // Thread-safe: Push may be called from several threads at once (torch's
 // autograd threads), and waits from any thread; EndClock, StartPull and
 // AbandonPull are the training thread's. `client` is not owned and must
-// outlive the loop.
+// outlive the loop. Owns the encode thread (see [encode thread]).
 class StepLoop {
  public:
   StepLoop(PsClient* client, StepLoopOptions options, StepLoopHooks hooks);
-  // Abandons the pull in flight: nothing is written into its targets after.
+  // Abandons the pull in flight (nothing is written into its targets after)
+  // and stops the encode thread; gradients pushed and not yet encoded are
+  // dropped unread.
   ~StepLoop();
   StepLoop(const StepLoop&) = delete;
   StepLoop& operator=(const StepLoop&) = delete;
 
-  // Encodes and queues tensor `tensor`'s gradient for clock `clock` (see
-  // PsClient::Push; `grad` may be reused when it returns).
-  // FailedPrecondition when the tensor was already pushed this clock,
-  // InvalidArgument for an index out of range.
+  // Hands tensor `tensor`'s gradient for clock `clock` to the encode thread
+  // and returns (see [encode thread]): `grad` must stay valid and unchanged
+  // until EndClock(clock) or WaitPushes returns. The encode's errors come
+  // with the clock's acknowledgements (EndClock). FailedPrecondition when the
+  // tensor was already pushed this clock, InvalidArgument for an index out
+  // of range.
   [[nodiscard]] absl::Status Push(uint32_t tensor, absl::Span<const float> grad, uint64_t clock);
   // A push made elsewhere (PsClient::PushEncoded: the GPU path) of tensor
   // `tensor`, waited for as Push's are.
   void AddPush(uint32_t tensor, PushHandle handle);
 
-  // Ends clock `clock` (see [step loop]): pushes zeros for the tensors not
-  // pushed in it, asks for the pull of clock + 1 into `next` (one span per
-  // tensor, see PsClient::Pull) unless it is nullopt, waits (push_wait)
-  // until the clock's pushes are acknowledged and advances every shard's
-  // clock. The pushes' or AdvanceClock's error.
+  // Ends clock `clock` (see [step loop]): waits until every gradient pushed
+  // is encoded, pushes zeros for the tensors not pushed in it, sends the
+  // last bucket, asks for the pull of clock + 1 into `next` (one span per
+  // tensor, see PsClient::Pull) unless it is nullopt, waits (push_wait, one
+  // deadline for all of it) until the clock's pushes are acknowledged and
+  // advances every shard's clock. The pushes' or AdvanceClock's error.
   [[nodiscard]] absl::Status EndClock(uint64_t clock,
                                       std::optional<std::vector<absl::Span<float>>> next);
 
@@ -128,9 +150,14 @@ class StepLoop {
   // this returns).
   void AbandonPull();
 
-  // Waits for every push made so far, one deadline for all (DeadlineExceeded
-  // when it passes; the first push error otherwise).
+  // Waits for every push made so far to be encoded, sent and acknowledged,
+  // one deadline for all (DeadlineExceeded when it passes; the first push
+  // error otherwise).
   [[nodiscard]] absl::Status WaitPushes(absl::Duration timeout);
+
+  // Seconds the encode thread spent encoding and queueing pushes, since the
+  // loop started (the trainer's encode share).
+  double encode_seconds() const;
 
  private:
   struct Pull {
@@ -140,7 +167,16 @@ class StepLoop {
     int reinits = 0;
     uint64_t generation = 0;  // asked again this many times
   };
+  // A gradient handed to the encode thread.
+  struct Queued {
+    uint32_t tensor = 0;
+    absl::Span<const float> grad;
+    uint64_t clock = 0;
+  };
   absl::Status WaitHandles(std::vector<PushHandle> handles, absl::Time deadline);
+  void EncodeLoop();
+  // Waits until the encode thread took every gradient pushed so far.
+  absl::Status WaitEncoded(absl::Time deadline);
 
   PsClient* const client_;
   const StepLoopOptions options_;
@@ -152,6 +188,12 @@ class StepLoop {
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);       // this clock, by tensor
   std::vector<PushHandle> open_ ABSL_GUARDED_BY(mu_);  // pushes of the clock in progress
   std::optional<Pull> pull_ ABSL_GUARDED_BY(mu_);
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);      // not yet taken by the encode thread
+  uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;           // gradients handed over, ever
+  uint64_t encoded_ ABSL_GUARDED_BY(mu_) = 0;          // ... and encoded
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  double encode_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread encoder_;  // last: started once the rest exists
 };
 
 }  // namespace gradstream::client

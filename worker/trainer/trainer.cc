@@ -124,15 +124,20 @@ absl::Status Trainer::Step(uint64_t clock) {
       enqueued.push_back(t);
       return;
     }
-    // Wait for backward first (GetGrad would), so that what is timed is the
-    // copy and the encode, not the layer's backward.
-    if (model_->device() == Device::kGpu) push_status.Update(model_->Synchronize());
-    const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
+    // The gradient stays in the model (or host_grads_) until the next
+    // backward, past EndClock, as the loop's encode thread needs it.
     if (model_->device() == Device::kCpu) {
       push_status.Update(loop_->Push(
           t, absl::MakeConstSpan(model_->grad_data(t), model_->params()[t].num_elems), clock));
-    } else if (absl::Status s = model_->GetGrad(t, host_grads_[t]); s.ok()) {
-      // The host path of a GPU model: copy the fp32 gradient, encode here.
+      return;
+    }
+    // Wait for backward first (GetGrad would), so that what is timed is the
+    // copy, not the layer's backward.
+    push_status.Update(model_->Synchronize());
+    const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
+    if (absl::Status s = model_->GetGrad(t, host_grads_[t]); s.ok()) {
+      // The host path of a GPU model: copy the fp32 gradient, encode on the
+      // loop's encode thread.
       push_status.Update(loop_->Push(t, host_grads_[t], clock));
     } else {
       push_status.Update(s);
@@ -216,8 +221,10 @@ void Trainer::Publish(uint64_t clock) {
   progress_.fp32_bytes_pulled = cs.fp32_bytes_pulled;
   progress_.bytes_pulled_discarded = cs.bytes_pulled_discarded;
   progress_.encode_path = pusher_ != nullptr ? "device" : "host";
+  const double encode_seconds =
+      encode_seconds_ + (loop_ != nullptr ? loop_->encode_seconds() : 0.0);
   progress_.encode_share =
-      step_seconds_ > 0 ? static_cast<float>(encode_seconds_ / step_seconds_) : 0.0f;
+      step_seconds_ > 0 ? static_cast<float>(encode_seconds / step_seconds_) : 0.0f;
   // The norm is a pass over every residual (on the GPU for the device
   // path): once per rate window, not per step.
   if (new_window || clock == setup_->steps) {

@@ -92,8 +92,9 @@ struct Progress {
   std::string encode_path;
   // Share of the training steps' wall time (pull to clock) spent encoding
   // and copying gradients or codes: on the host path the time the training
-  // thread spends copying to host and encoding, on the device path the GPU
-  // time of the encode kernels and code copies.
+  // thread spends copying to host plus the step loop's encode thread's time
+  // (which overlaps backward), on the device path the GPU time of the encode
+  // kernels and code copies.
   float encode_share = 0;
 };
 

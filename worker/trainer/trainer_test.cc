@@ -52,6 +52,7 @@ class RecordingClient final : public client::PsClient {
     Record("init");
     return absl::OkStatus();
   }
+  void Flush() override {}
   absl::Status AdvanceClock(uint64_t clock) override {
     Record(absl::StrCat("clock ", clock));
     return absl::OkStatus();

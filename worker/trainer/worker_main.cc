@@ -357,6 +357,8 @@ class Worker {
     opt.seed = setup.seed;
     opt.codec = setup.codec;
     opt.job_token = a.job_token();
+    opt.first_bucket_bytes = client::kStepLoopFirstBucketBytes;
+    opt.bucket_bytes = client::kStepLoopBucketBytes;
     GS_ASSIGN_OR_RETURN(std::unique_ptr<client::PsClient> ps,
                         client::PsClient::Connect(map, opt, shard_channels_.get()));
     TrainerOptions topt;

@@ -19,17 +19,21 @@
 // is a libFuzzer -timeout finding; nothing here blocks or spawns threads):
 //  1. every Push and Init that reaches the job is answered by exactly one Ack
 //     with its seq, synchronously, and GetStats-style counters agree with
-//     the acks (applied / duplicate / rejected);
+//     the acks (one Push message each; applied / duplicate / rejected per
+//     chunk while every Push holds at most one chunk);
 //  2. rejected and duplicate pushes/inits have no effect at all: replaying
 //     the input without them yields the same messages on every stream and
 //     the same final state (params, optimizer state, versions, applied
-//     clocks, membership, clocks, incarnations);
+//     clocks, membership, clocks, incarnations). A refused bucket of several
+//     chunks may have applied some (Job::Push(PushBucket)), so it is only
+//     dropped when the whole-bucket checks refused it (no chunk counted as
+//     applied or duplicate);
 //  3. every pull that reaches the job is answered exactly once (parked ones
 //     by the deadline sweep, DropJob or the final cancel), with either one
 //     error or exactly the requested chunks, each num_elems floats, the last
-//     one flagged; sync answers only at version >= clock, bounded only when
-//     the slowest clock is >= clock - s; DEADLINE_EXCEEDED only after the
-//     deadline;
+//     message flagged; sync answers only at version >= clock, bounded only
+//     when the slowest clock is >= clock - s; DEADLINE_EXCEEDED only after
+//     the deadline;
 //  4. parameters (served and final) stay finite while every accepted
 //     gradient and initial value is moderate (|x| <= 1e6: larger finite
 //     values may overflow fp32 through the optimizer by design);
@@ -46,7 +50,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/buffer_pool.h"
 #include "common/codec/codec.h"
 #include "common/codec/registry.h"
 #include "common/codec/wire.h"
@@ -56,7 +59,6 @@
 #include "ps.pb.h"
 #include "server/shard/checkpoint.h"
 #include "server/shard/job.h"
-#include "server/shard/rpc/internal/worker_frame.h"
 #include "server/shard/rpc/session_handler.h"
 
 namespace gradstream::shard {
@@ -66,6 +68,9 @@ namespace pb = ::gradstream::v1;
 
 constexpr int kStreams = 3;
 constexpr float kModerate = 1e6f;
+// PullAnswers of a few chunks: the chunks here are 20 and 64 bytes, so some
+// answers hold one chunk and some two.
+constexpr size_t kPullAnswerBytes = 64;
 const char kJobId[] = "job";
 const char kCheckpointDir[] = "/mem";
 // Chunk ids and sizes of the fuzzed job: an odd size (2-bit and 1-bit tails)
@@ -225,8 +230,11 @@ class Run {
                                                  " times"));
     }
     const JobStats s = job_->Stats(false);
-    Check(s.pushes_applied == acks_applied_ && s.pushes_duplicate == acks_duplicate_ &&
-              s.pushes_rejected == acks_rejected_,
+    Check(s.push_messages == push_acks_,
+          absl::StrCat(s.push_messages, " Push messages counted, ", push_acks_, " acked"));
+    Check(multi_chunk_pushes_ > 0 ||
+              (s.pushes_applied == acks_applied_ && s.pushes_duplicate == acks_duplicate_ &&
+               s.pushes_rejected == acks_rejected_),
           absl::StrCat("stats (", s.pushes_applied, "/", s.pushes_duplicate, "/",
                        s.pushes_rejected, ") disagree with the acks (", acks_applied_, "/",
                        acks_duplicate_, "/", acks_rejected_, ")"));
@@ -305,26 +313,9 @@ class Run {
   }
 
   void Message(int s, const std::string& bytes) {
-    // The reactor's parse (see [push frames]), over the bytes cut into three
-    // slices as gRPC might deliver them, must agree with protobuf's.
-    pb::WorkerMessage msg, want;
-    const bool want_ok = want.ParseFromString(bytes);
-    const size_t cut1 = bytes.empty() ? 0 : static_cast<uint8_t>(bytes.back()) % bytes.size();
-    const size_t cut2 = std::max(cut1, bytes.size() / 2);
-    const absl::string_view all(bytes);
-    const absl::string_view pieces[] = {all.substr(0, cut1), all.substr(cut1, cut2 - cut1),
-                                        all.substr(cut2)};
-    const bool ok = internal::ParseWorkerMessage(pieces, &payloads_, &msg);
-    Check(ok == want_ok, "the frame parse disagrees with protobuf on whether it parses");
-    if (!ok) return;
-    Check(msg.SerializeAsString() == want.SerializeAsString() &&
-              msg.push().has_chunk() == want.push().has_chunk(),
-          "the frame parse disagrees with protobuf's message");
+    pb::WorkerMessage msg;
+    if (!msg.ParseFromString(bytes)) return;
     Dispatch(s, msg);
-    // Recycled as the reactor recycles it once the message was handled.
-    if (msg.has_push()) {
-      payloads_.Give(std::move(*msg.mutable_push()->mutable_chunk()->mutable_payload()));
-    }
   }
 
   void Dispatch(int s, pb::WorkerMessage& msg) {
@@ -336,11 +327,12 @@ class Run {
           [this](const pb::Hello& hello) {
             return in_table_ && hello.job_id() == kJobId ? job_ : nullptr;
           },
-          &env_, in_.options.default_pull_timeout, live_[s]);
+          &env_, in_.options.default_pull_timeout, kPullAnswerBytes, live_[s]);
     }
     FuzzStream* stream = live_[s];
     current_message_ = &msg;
     const size_t first = events_.size();
+    const JobStats before = job_->Stats(false);
     handlers_[s]->Handle(msg);
     current_message_ = nullptr;
 
@@ -366,17 +358,29 @@ class Run {
     const bool ok = ack->code() == 0;
     Check(ok || !ack->message().empty(), "error Ack without a message");
     Check(ok || !ack->duplicate(), "an Ack both failed and duplicate");
-    if (!ok || ack->duplicate()) no_effect_.insert(current_);
     if (push) {
+      const JobStats after = job_->Stats(false);
+      ++push_acks_;
+      if (msg.push().chunks_size() > 1) ++multi_chunk_pushes_;
+      const bool some_took = after.pushes_applied + after.pushes_duplicate >
+                             before.pushes_applied + before.pushes_duplicate;
+      if (ack->duplicate() || (!ok && (msg.push().chunks_size() <= 1 || !some_took))) {
+        no_effect_.insert(current_);
+      }
       if (!ok) {
         ++acks_rejected_;
       } else if (ack->duplicate()) {
         ++acks_duplicate_;
       } else {
         ++acks_applied_;
-        if (!(Magnitude(msg.push().chunk()) <= kModerate)) moderate_ = false;
+        for (const pb::PushedChunk& c : msg.push().chunks()) {
+          if (!(Magnitude(c.chunk()) <= kModerate)) moderate_ = false;
+        }
       }
-    } else if (ok && !ack->duplicate() && !(Magnitude(msg.init().values()) <= kModerate)) {
+    } else if (!ok || ack->duplicate()) {
+      no_effect_.insert(current_);
+    }
+    if (!push && ok && !ack->duplicate() && !(Magnitude(msg.init().values()) <= kModerate)) {
       moderate_ = false;
     }
   }
@@ -439,24 +443,31 @@ class Run {
     const absl::Status status = r.status;
     const std::vector<PulledChunk> chunks = r.chunks;
     const uint64_t min_clock = r.min_clock;
-    const std::vector<pb::ServerMessage> msgs = PullResultToProto(std::move(r));
+    const std::vector<pb::ServerMessage> msgs = PullResultToProto(std::move(r), kPullAnswerBytes);
     for (const pb::ServerMessage& m : msgs) Emit(p.stream, m);
     Check(!msgs.empty() && msgs.back().pull().last(), "pull answer without a last message");
     for (size_t i = 0; i + 1 < msgs.size(); ++i) {
-      Check(!msgs[i].pull().last(), "last set before the final PullChunk");
+      Check(!msgs[i].pull().last(), "last set before the final PullAnswer");
     }
+    size_t answered = 0;
     for (const pb::ServerMessage& m : msgs) {
-      Check(m.pull().request_id() == request_id, "PullChunk of another request");
+      Check(m.pull().request_id() == request_id, "PullAnswer of another request");
+      answered += m.pull().chunks_size();
+      size_t bytes = 0;
+      for (const pb::PulledChunk& c : m.pull().chunks()) bytes += c.values().size();
+      Check(m.pull().chunks_size() <= 1 || bytes <= kPullAnswerBytes,
+            "a PullAnswer of several chunks over the bound");
     }
     if (!status.ok()) {
       Check(msgs.size() == 1 && msgs[0].pull().code() == static_cast<int>(status.code()),
-            "a failed pull must be one PullChunk with the code");
+            "a failed pull must be one PullAnswer with the code");
       if (status.code() == absl::StatusCode::kDeadlineExceeded) {
         Check(env_.Now() >= p.deadline, "DEADLINE_EXCEEDED before the pull's deadline");
       }
       return;
     }
-    Check(chunks.size() == p.chunk_ids.size(), "pull answered with another chunk count");
+    Check(chunks.size() == p.chunk_ids.size() && answered == chunks.size(),
+          "pull answered with another chunk count");
     const ConsistencyOptions& mode = in_.options.consistency;
     if (mode.mode == ConsistencyMode::kBounded) {
       Check(min_clock + mode.staleness >= p.clock, "staleness bound broken");
@@ -487,7 +498,6 @@ class Run {
   // Every stream ever opened (parked pulls' callbacks point at them), the
   // one open per index, and its handler.
   std::vector<std::unique_ptr<FuzzStream>> streams_;
-  BufferPool payloads_{size_t{4} << 20};
   FuzzStream* live_[kStreams] = {};
   std::unique_ptr<SessionHandler> handlers_[kStreams];
 
@@ -496,6 +506,8 @@ class Run {
   pb::Ack ack_store_;
   std::set<size_t> no_effect_;
   uint64_t acks_applied_ = 0, acks_duplicate_ = 0, acks_rejected_ = 0;
+  uint64_t push_acks_ = 0;           // Acks of Push messages
+  uint64_t multi_chunk_pushes_ = 0;  // Pushes of more than one chunk
   bool moderate_ = true;
   std::string final_state_;
 };
@@ -520,6 +532,7 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
     m.mutable_hello()->set_job_id(kJobId);
     m.mutable_hello()->set_worker_id(w);
     m.mutable_hello()->set_incarnation(1);
+    m.mutable_hello()->set_protocol(pb::SESSION_PROTOCOL_FUSED);
     AddRecord(&s, w - 1, Msg(m));
   }
   uint64_t seq = 1;
@@ -533,6 +546,8 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
   }
   for (uint64_t clock = 0; clock < 2; ++clock) {
     for (uint64_t w = 1; w <= 2; ++w) {
+      // Clock 0: a Push per chunk; clock 1: one bucket of every chunk.
+      pb::WorkerMessage m;
       for (const ChunkSpec& c : kChunks) {
         std::vector<float> g(c.num_elems);
         for (uint32_t i = 0; i < c.num_elems; ++i) g[i] = (i % 3 == 0 ? -0.7f : 0.6f) * (w + clock);
@@ -543,14 +558,18 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
         CHECK((*enc)->Encode(g, EncodeKey{1, uint32_t(w), uint32_t(clock), 0, uint32_t(c.chunk_id)},
                              &h, &payload)
                   .ok());
-        pb::WorkerMessage m;
         pb::Push* p = m.mutable_push();
-        p->set_seq(seq++);
-        p->set_chunk_id(c.chunk_id);
+        if (p->chunks_size() == 0) p->set_seq(seq++);
         p->set_clock(clock);
-        ChunkToWire(h, std::move(payload), p->mutable_chunk());
-        AddRecord(&s, w - 1, Msg(m));
+        pb::PushedChunk* pc = p->add_chunks();
+        pc->set_chunk_id(c.chunk_id);
+        ChunkToWire(h, std::move(payload), pc->mutable_chunk());
+        if (clock == 0) {
+          AddRecord(&s, w - 1, Msg(m));
+          m.Clear();
+        }
       }
+      if (clock == 1) AddRecord(&s, w - 1, Msg(m));
       pb::WorkerMessage adv;
       adv.mutable_clock()->set_clock(clock + 1);
       AddRecord(&s, w - 1, Msg(adv));

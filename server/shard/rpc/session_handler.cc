@@ -12,10 +12,11 @@ namespace gradstream::shard {
 namespace pb = ::gradstream::v1;
 
 SessionHandler::SessionHandler(JobLookup find_job, Env* env, absl::Duration default_pull_timeout,
-                               Stream* stream)
+                               size_t pull_answer_bytes, Stream* stream)
     : find_job_(std::move(find_job)),
       env_(env),
       default_pull_timeout_(default_pull_timeout),
+      pull_answer_bytes_(pull_answer_bytes),
       stream_(stream) {}
 
 void SessionHandler::Fail(absl::StatusCode code, const std::string& message) {
@@ -56,7 +57,7 @@ void SessionHandler::Handle(pb::WorkerMessage& msg) {
   }
   switch (msg.msg_case()) {
     case pb::WorkerMessage::kPush:
-      return HandlePush(*msg.mutable_push());
+      return HandlePush(msg.push());
     case pb::WorkerMessage::kInit:
       return HandleInit(msg.init());
     case pb::WorkerMessage::kPull:
@@ -85,6 +86,13 @@ void SessionHandler::HandleHello(const pb::Hello& hello) {
   if (job == nullptr) {
     return Fail(absl::StatusCode::kNotFound, absl::StrCat("unknown job '", hello.job_id(), "'"));
   }
+  if (hello.protocol() != pb::SESSION_PROTOCOL_FUSED) {
+    return Fail(absl::StatusCode::kFailedPrecondition,
+                absl::StrCat("worker ", hello.worker_id(), " speaks Session protocol ",
+                             static_cast<int>(hello.protocol()), ", this shard ",
+                             static_cast<int>(pb::SESSION_PROTOCOL_FUSED),
+                             ": run workers and shards of the same gradstream version"));
+  }
   absl::StatusOr<Job::HelloInfo> info = job->Hello(hello.worker_id(), hello.incarnation());
   if (!info.ok()) return Fail(info.status().code(), std::string(info.status().message()));
   job_ = std::move(job);
@@ -98,21 +106,24 @@ void SessionHandler::HandleHello(const pb::Hello& hello) {
   stream_->Send(std::move(m));
 }
 
-void SessionHandler::HandlePush(pb::Push& push) {
-  // Payload and scales are checked where they are decoded (see [chunk
-  // validation] in common/codec/decoder.h).
-  absl::StatusOr<ChunkHeader> header = ChunkHeaderFromWire(push.chunk());
-  if (!header.ok()) {
-    job_->CountRejected();
-    return SendAck(push.seq(), header.status());
+void SessionHandler::HandlePush(const pb::Push& push) {
+  // Payloads and scales are checked by the job, before any chunk is applied
+  // (see [chunk validation] in common/codec/decoder.h).
+  PushBucket bucket;
+  bucket.worker = worker_;
+  bucket.clock = push.clock();
+  bucket.chunks.reserve(push.chunks_size());
+  for (const pb::PushedChunk& c : push.chunks()) {
+    absl::StatusOr<ChunkHeader> header = ChunkHeaderFromWire(c.chunk());
+    if (!header.ok()) {
+      job_->CountRejected();
+      return SendAck(push.seq(),
+                     absl::InvalidArgumentError(absl::StrCat(
+                         "chunk ", c.chunk_id(), " of the Push: ", header.status().message())));
+    }
+    bucket.chunks.push_back(PushBucket::Chunk{c.chunk_id(), *header, c.chunk().payload()});
   }
-  PushArgs args;
-  args.worker = worker_;
-  args.chunk_id = push.chunk_id();
-  args.clock = push.clock();
-  args.header = *header;
-  args.payload = push.chunk().payload();
-  SendAck(push.seq(), job_->Push(args));
+  SendAck(push.seq(), job_->Push(bucket));
 }
 
 void SessionHandler::HandleInit(const pb::InitChunk& init) {
@@ -136,42 +147,52 @@ void SessionHandler::HandlePull(const pb::PullRequest& pull) {
     PullResult refused;
     refused.request_id = args.request_id;
     refused.status = done.status();
-    for (pb::ServerMessage& m : PullResultToProto(std::move(refused))) stream_->Send(std::move(m));
+    for (pb::ServerMessage& m : PullResultToProto(std::move(refused), pull_answer_bytes_)) {
+      stream_->Send(std::move(m));
+    }
     return;
   }
   if (!*done) return;
   job_->Pull(std::move(args), *std::move(done));
 }
 
-std::vector<pb::ServerMessage> PullResultToProto(PullResult r) {
+std::vector<pb::ServerMessage> PullResultToProto(PullResult r, size_t max_bytes) {
   std::vector<pb::ServerMessage> out;
+  auto answer = [&]() {
+    pb::PullAnswer* a = out.emplace_back().mutable_pull();
+    a->set_request_id(r.request_id);
+    a->set_min_clock(r.min_clock);
+    return a;
+  };
   if (!r.status.ok() || r.chunks.empty()) {
-    pb::ServerMessage& m = out.emplace_back();
-    pb::PullChunk* pc = m.mutable_pull();
-    pc->set_request_id(r.request_id);
-    pc->set_last(true);
-    StatusToWire(r.status, pc);
-    pc->set_min_clock(r.min_clock);
+    pb::PullAnswer* a = answer();
+    a->set_last(true);
+    StatusToWire(r.status, a);
     return out;
   }
-  out.reserve(r.chunks.size());
-  for (size_t i = 0; i < r.chunks.size(); ++i) {
-    pb::ServerMessage& m = out.emplace_back();
-    pb::PullChunk* pc = m.mutable_pull();
-    pc->set_request_id(r.request_id);
-    pc->set_chunk_id(r.chunks[i].chunk_id);
-    pc->set_version(r.chunks[i].version);
-    pc->set_values(std::move(r.chunks[i].values));
-    if (r.chunks[i].published) {
+  pb::PullAnswer* a = nullptr;
+  size_t bytes = 0;  // in `a`
+  for (PulledChunk& c : r.chunks) {
+    size_t size = c.values.size();
+    for (const EncodedDelta& d : c.deltas) size += d.payload.size();
+    if (a == nullptr || (bytes > 0 && bytes + size > max_bytes)) {
+      a = answer();
+      bytes = 0;
+    }
+    bytes += size;
+    pb::PulledChunk* pc = a->add_chunks();
+    pc->set_chunk_id(c.chunk_id);
+    pc->set_version(c.version);
+    pc->set_values(std::move(c.values));
+    if (c.published) {
       pc->set_published(true);
-      pc->set_checksum(r.chunks[i].checksum);
-      for (EncodedDelta& d : r.chunks[i].deltas) {
+      pc->set_checksum(c.checksum);
+      for (EncodedDelta& d : c.deltas) {
         ChunkToWire(d.header, std::move(d.payload), pc->add_deltas());
       }
     }
-    pc->set_last(i + 1 == r.chunks.size());
-    pc->set_min_clock(r.min_clock);
   }
+  a->set_last(true);
   return out;
 }
 

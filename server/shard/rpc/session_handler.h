@@ -57,14 +57,15 @@ class SessionHandler {
   using JobLookup =
       std::function<absl::StatusOr<std::shared_ptr<Job>>(const v1::Hello& hello)>;
 
-  // `env` and `stream` must outlive the handler.
+  // `env` and `stream` must outlive the handler. Refusals of pulls are
+  // converted with `pull_answer_bytes` (PullResultToProto).
   SessionHandler(JobLookup find_job, Env* env, absl::Duration default_pull_timeout,
-                 Stream* stream);
+                 size_t pull_answer_bytes, Stream* stream);
 
   // Handles one message. Stream-level failures (no Hello first, second Hello,
   // unknown or dropped job, stale incarnation, empty message, a ClockAdvance
   // outside the worker's window, anything after Leave) go to Stream::Fail;
-  // per-message failures are answered with a code in the Ack or PullChunk.
+  // per-message failures are answered with a code in the Ack or PullAnswer.
   // A pull's timeout_ms is clamped to `default_pull_timeout` (PullDeadline,
   // [pull schedule]).
   void Handle(v1::WorkerMessage& msg);
@@ -76,7 +77,7 @@ class SessionHandler {
 
  private:
   void HandleHello(const v1::Hello& hello);
-  void HandlePush(v1::Push& push);
+  void HandlePush(const v1::Push& push);
   void HandleInit(const v1::InitChunk& init);
   void HandlePull(const v1::PullRequest& pull);
   void Fail(absl::StatusCode code, const std::string& message);
@@ -85,6 +86,7 @@ class SessionHandler {
   const JobLookup find_job_;
   Env* const env_;
   const absl::Duration default_pull_timeout_;
+  const size_t pull_answer_bytes_;
   Stream* const stream_;
 
   std::shared_ptr<Job> job_;
@@ -93,9 +95,12 @@ class SessionHandler {
   bool left_ = false;  // Leave was handled: nothing may follow
 };
 
-// The wire form of a pull's answer: one PullChunk per chunk, the last with
-// `last` set, or a single PullChunk with the non-OK code.
-std::vector<v1::ServerMessage> PullResultToProto(PullResult result);
+// The wire form of a pull's answer: PullAnswers of the chunks in order, each
+// holding chunks up to `max_bytes` of values and deltas (a larger chunk
+// alone), the last with `last` set; or a single PullAnswer with the non-OK
+// code. See docs/design/fused-messages.md for the bound.
+std::vector<v1::ServerMessage> PullResultToProto(PullResult result, size_t max_bytes);
+
 
 }  // namespace gradstream::shard
 

@@ -38,6 +38,9 @@ ABSL_FLAG(int, max_message_bytes, 8 << 20, "Receive limit per gRPC message.");
 ABSL_FLAG(uint32_t, shard_index, 0, "This shard's index (logs; jobs carry their own).");
 ABSL_FLAG(int, executor_threads, 0, "Decode/apply threads; 0 = hardware concurrency.");
 ABSL_FLAG(int, pull_timeout_ms, 60000, "Default deadline of a parked pull.");
+ABSL_FLAG(int, pull_answer_bytes,
+          static_cast<int>(gradstream::shard::ShardServerOptions().pull_answer_bytes),
+          "A pull's chunks travel in messages of up to this many bytes (a larger chunk alone).");
 ABSL_FLAG(uint32_t, max_pending_rounds, 4, "Open sync rounds allowed per chunk.");
 ABSL_FLAG(uint32_t, max_jobs, 64, "Jobs this shard holds at once (RESOURCE_EXHAUSTED past it).");
 ABSL_FLAG(uint64_t, max_chunks, 1 << 16, "Chunks over all jobs (RESOURCE_EXHAUSTED past it).");
@@ -69,6 +72,12 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.executor_threads = absl::GetFlag(FLAGS_executor_threads);
   options.default_pull_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_pull_timeout_ms));
+  if (absl::GetFlag(FLAGS_pull_answer_bytes) <= 0 ||
+      absl::GetFlag(FLAGS_pull_answer_bytes) > absl::GetFlag(FLAGS_max_message_bytes) / 2) {
+    std::fprintf(stderr, "gs_shard: --pull_answer_bytes must be in 1..max_message_bytes/2\n");
+    return 2;
+  }
+  options.pull_answer_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_pull_answer_bytes));
   options.max_pending_rounds = absl::GetFlag(FLAGS_max_pending_rounds);
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.max_chunks = absl::GetFlag(FLAGS_max_chunks);

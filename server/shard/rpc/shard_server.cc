@@ -13,7 +13,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/buffer_pool.h"
 #include "common/executor.h"
 #include "common/grpc_util.h"
 #include "common/job/job_spec.h"
@@ -24,13 +23,11 @@
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "ps.grpc.pb.h"
 #include "server/shard/job.h"
 #include "server/shard/rpc/internal/session_lifecycle.h"
-#include "server/shard/rpc/internal/worker_frame.h"
 #include "server/shard/rpc/session_handler.h"
 #include "server/shard/rpc/shard_metrics.h"
 #include "server/shard/stream_pulls.h"
@@ -46,10 +43,6 @@ using internal::SessionPhase;
 constexpr int kMessageOverhead = 1024;
 // Messages read ahead of the executor per stream (flow control).
 constexpr size_t kMaxInbox = 8;
-// Capacity of the recycled push payload buffers, shard-wide (see [push
-// frames]): a stream has at most kMaxInbox + 2 pushes in hand, 1 MiB each
-// for fp32 chunks, so this serves several streams at full speed.
-constexpr size_t kPayloadPoolBytes = size_t{64} << 20;
 
 // Names each Session stream's pulls (PullArgs::stream).
 std::atomic<uint64_t> next_stream_id{1};
@@ -163,12 +156,11 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
                              private SessionHandler::Stream {
  public:
   // `metrics` (nullable) receives the push handling latency.
-  // `payloads` (shard-wide) recycles push payload buffers.
   static SessionReactor* Start(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
-                               absl::Duration default_pull_timeout, ShardMetrics* metrics,
-                               BufferPool* payloads) {
+                               absl::Duration default_pull_timeout, size_t pull_answer_bytes,
+                               ShardMetrics* metrics) {
     auto s = std::shared_ptr<SessionReactor>(new SessionReactor(
-        std::move(find_job), executor, env, default_pull_timeout, metrics, payloads));
+        std::move(find_job), executor, env, default_pull_timeout, pull_answer_bytes, metrics));
     {
       absl::MutexLock l(&s->mu_);
       s->self_ = s;
@@ -184,7 +176,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   void OnReadDone(bool ok) override {
     bool schedule = false;
     pb::WorkerMessage msg;
-    const bool parsed = ok && Parse(&msg);
+    const bool parsed =
+        ok && grpc::SerializationTraits<pb::WorkerMessage>::Deserialize(&read_buf_, &msg).ok();
     read_buf_.Clear();
     if (ok && !parsed) {
       const std::string why = "a Session frame is not a valid WorkerMessage (ps.proto)";
@@ -253,30 +246,19 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
 
  private:
   SessionReactor(SessionHandler::JobLookup find_job, Executor* executor, Env* env,
-                 absl::Duration default_pull_timeout, ShardMetrics* metrics,
-                 BufferPool* payloads)
+                 absl::Duration default_pull_timeout, size_t pull_answer_bytes,
+                 ShardMetrics* metrics)
       : executor_(executor),
         metrics_(metrics),
-        payloads_(payloads),
         id_(next_stream_id.fetch_add(1)),
-        handler_(std::move(find_job), env, default_pull_timeout, this) {}
+        pull_answer_bytes_(pull_answer_bytes),
+        handler_(std::move(find_job), env, default_pull_timeout, pull_answer_bytes, this) {}
 
   std::shared_ptr<SessionReactor> Self() {
     absl::MutexLock l(&mu_);
     return self_;
   }
 
-  // Parses read_buf_ (see [push frames]): false when it is not a WorkerMessage.
-  bool Parse(pb::WorkerMessage* msg) {
-    std::vector<grpc::Slice> slices;
-    if (!read_buf_.Dump(&slices).ok()) return false;
-    std::vector<absl::string_view> pieces;
-    pieces.reserve(slices.size());
-    for (const grpc::Slice& s : slices) {
-      pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
-    }
-    return internal::ParseWorkerMessage(pieces, payloads_, msg);
-  }
   void Drain();
   // Handles `msg`, timing it into the job's push latency when it is a push.
   void Handle(pb::WorkerMessage& msg);
@@ -351,8 +333,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
 
   Executor* const executor_;
   ShardMetrics* const metrics_;  // nullable
-  BufferPool* const payloads_;
   const uint64_t id_;            // PullArgs::stream of this stream's pulls
+  const size_t pull_answer_bytes_;
   // Used by the strand only (one Handle at a time): no lock.
   SessionHandler handler_;
   std::shared_ptr<metrics::Histogram> push_seconds_;  // the bound job's, once it pushed
@@ -407,7 +389,8 @@ class ShardService final : public ServiceBase {
         [this, token = rpc::PresentedToken(*ctx)](const pb::Hello& hello) {
           return AdmitSession(hello, token);
         },
-        executor_, options_.env, options_.default_pull_timeout, metrics_.get(), &payloads_);
+        executor_, options_.env, options_.default_pull_timeout, options_.pull_answer_bytes,
+        metrics_.get());
   }
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
@@ -497,6 +480,7 @@ class ShardService final : public ServiceBase {
       resp->set_max_clock(s.max_clock);
       resp->set_checkpoint_failures(s.checkpoint_failures);
       resp->set_checkpoint_error(s.checkpoint_error);
+      resp->set_push_messages(s.push_messages);
       for (const auto& [chunk_id, pull] : s.precision) {
         pb::ChunkPrecision* cp = resp->add_precision();
         cp->set_chunk_id(chunk_id);
@@ -621,7 +605,6 @@ class ShardService final : public ServiceBase {
 
   const ShardServerOptions options_;
   Executor* const executor_;
-  BufferPool payloads_{kPayloadPoolBytes};  // see [push frames]
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   // Last member: its collector (which lists jobs_) is registered once the
@@ -647,9 +630,6 @@ void SessionReactor::Drain() {
       }
     }
     Handle(msg);
-    if (msg.has_push()) {
-      payloads_->Give(std::move(*msg.mutable_push()->mutable_chunk()->mutable_payload()));
-    }
   }
 }
 
@@ -670,7 +650,7 @@ void SessionReactor::Handle(pb::WorkerMessage& msg) {
 void SessionReactor::SendPullResult(PullResult r) {
   // Converted outside the lock; queued under it so the chunks of one pull
   // stay together on the stream.
-  std::vector<pb::ServerMessage> msgs = PullResultToProto(std::move(r));
+  std::vector<pb::ServerMessage> msgs = PullResultToProto(std::move(r), pull_answer_bytes_);
   absl::MutexLock l(&mu_);
   pulls_.Answered();
   for (pb::ServerMessage& m : msgs) SendLocked(std::move(m));

@@ -30,6 +30,9 @@ struct ShardServerOptions {
   int max_message_bytes = 8 << 20;  // receive limit: 1 MiB chunks fit with room
   int executor_threads = 0;         // 0 = hardware concurrency
   absl::Duration default_pull_timeout = absl::Seconds(60);
+  // A pull's answer travels in messages of chunks up to this many bytes
+  // (PullResultToProto in session_handler.h).
+  size_t pull_answer_bytes = size_t{1} << 20;
   uint32_t max_pending_rounds = 4;
   // Resource limits: CreateJob answers RESOURCE_EXHAUSTED past these, so a
   // runaway client cannot make the shard allocate without bound.

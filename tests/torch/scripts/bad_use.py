@@ -1,6 +1,8 @@
 """Scripts that use gradstream wrongly, for bad_use_test.py (--case):
   shape: rank 1 declares fc.weight with another shape than rank 0's
-  dtype: a float64 model"""
+  dtype: a float64 model
+  clip: clip_grad_norm_ between backward() and ps.step() (changes .grad in
+        place while the library encodes it)"""
 
 import argparse
 import sys
@@ -22,11 +24,15 @@ def main():
         model = nn.Linear(4, 3 if gs.rank() == 0 else 5)
     elif args.case == "dtype":
         model = nn.Linear(4, 3).double()
+    elif args.case == "clip":
+        model = nn.Linear(4, 3)
     else:
         sys.exit("unknown case")
     ps = gs.ParameterServer(model, timeout=60)
     for _ in range(1000):
         F.mse_loss(model(torch.randn(8, 4)), torch.zeros(8, model.out_features)).backward()
+        if args.case == "clip":
+            nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
         ps.step()
         time.sleep(0.01)
 

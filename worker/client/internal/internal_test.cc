@@ -42,35 +42,53 @@ struct PullFixture {
   }
 };
 
+// One PullAnswer of fp32 chunks (id, values) from shard 0.
+void Answer(PullState& state, const std::vector<std::pair<uint64_t, std::string>>& chunks,
+            bool last) {
+  std::vector<AnsweredChunk> answer;
+  for (const auto& [id, bytes] : chunks) answer.push_back(AnsweredChunk{id, bytes, nullptr});
+  state.OnAnswer(0, answer, last);
+}
+
 TEST(PullState, CopiesChunksAndCompletesOnLast) {
   PullFixture f;
-  EXPECT_EQ(f.state->OnChunk(0, 1, Bytes({3, 4}), false), 8u);
+  Answer(*f.state, {{1, Bytes({3, 4})}}, false);
   EXPECT_FALSE(f.state->completion().done());
-  f.state->OnChunk(0, 0, Bytes({1, 2}), true);
+  EXPECT_EQ(f.state->chunks_done(), 1u);
+  Answer(*f.state, {{0, Bytes({1, 2})}}, true);
   EXPECT_TRUE(f.state->completion().Wait(absl::ZeroDuration()).ok());
+  EXPECT_EQ(f.out, (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(PullState, OneAnswerCarriesSeveralChunks) {
+  PullFixture f;
+  Answer(*f.state, {{1, Bytes({3, 4})}, {0, Bytes({1, 2})}}, true);
+  EXPECT_TRUE(f.state->completion().Wait(absl::ZeroDuration()).ok());
+  EXPECT_EQ(f.state->chunks_done(), 2u);
   EXPECT_EQ(f.out, (std::vector<float>{1, 2, 3, 4}));
 }
 
 TEST(PullState, MissingChunkAtLastIsInternal) {
   PullFixture f;
-  f.state->OnChunk(0, 0, Bytes({1, 2}), true);
+  Answer(*f.state, {{0, Bytes({1, 2})}}, true);
   EXPECT_EQ(f.state->completion().Wait(absl::ZeroDuration()).code(), absl::StatusCode::kInternal);
 }
 
-TEST(PullState, WrongSizeOrUnaskedChunkIsInternalAndWritesNothing) {
-  PullFixture f;
-  f.state->OnChunk(0, 0, Bytes({1, 2, 3}), false);
+TEST(PullState, AnAnswerWithABadChunkWritesNothing) {
+  PullFixture f;  // the second chunk is one float too long
+  Answer(*f.state, {{0, Bytes({1, 2})}, {1, Bytes({3, 4, 5})}}, false);
   EXPECT_EQ(f.state->completion().Wait(absl::ZeroDuration()).code(), absl::StatusCode::kInternal);
-  EXPECT_EQ(f.out[0], -1.0f);
-  PullFixture g;
-  g.state->OnChunk(0, 7, Bytes({1, 2}), false);
+  EXPECT_EQ(f.out, std::vector<float>(4, -1.0f));
+  PullFixture g;  // chunk 7 was not asked for
+  Answer(*g.state, {{0, Bytes({1, 2})}, {7, Bytes({1, 2})}}, false);
   EXPECT_EQ(g.state->completion().Wait(absl::ZeroDuration()).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(g.out, std::vector<float>(4, -1.0f));
 }
 
 TEST(PullState, NothingIsWrittenAfterAbandon) {
   PullFixture f;
   f.state->Abandon();
-  EXPECT_EQ(f.state->OnChunk(0, 0, Bytes({1, 2}), true), 0u);
+  Answer(*f.state, {{0, Bytes({1, 2})}}, true);
   EXPECT_EQ(f.out[0], -1.0f);
   EXPECT_TRUE(f.state->abandoned(0));
 }

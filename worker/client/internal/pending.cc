@@ -73,10 +73,11 @@ void PullState::End(const absl::Status& status) {
   completion_->Done(status);
 }
 
-void PullState::Arrived(uint64_t chunk_id) {
+void PullState::Arrived(absl::Span<const uint64_t> chunk_ids) {
+  if (chunk_ids.empty()) return;
   absl::MutexLock lock(&progress_mu_);
-  ++chunks_done_;
-  --tensor_pending_[targets_[chunk_id].tensor];
+  chunks_done_ += chunk_ids.size();
+  for (uint64_t id : chunk_ids) --tensor_pending_[targets_[id].tensor];
 }
 
 absl::Status PullState::WaitTensors(absl::Span<const uint32_t> tensors, absl::Duration timeout,
@@ -133,48 +134,42 @@ void PullState::Finish(Part& part, uint32_t shard, bool last) {
   }
 }
 
-size_t PullState::OnChunk(uint32_t shard, uint64_t chunk_id, std::string_view values, bool last) {
-  if (shard >= parts_.size()) return 0;
-  Part& part = *parts_[shard];
-  absl::MutexLock lock(&part.mu);
-  if (part.finished || part.abandoned) return 0;
-  size_t copied = 0;
-  // A PullChunk marked `last` may carry no chunk (an empty answer terminator);
-  // the shard then leaves values empty.
-  if (!values.empty() || !last) {
-    if (!Expected(part, shard, chunk_id)) return 0;
-    const PullTarget& t = targets_[chunk_id];
-    if (values.size() != size_t{t.num_elems} * sizeof(float)) {
-      part.finished = true;
-      End(absl::InternalError(
-          absl::StrCat("shard ", shard, " sent ", values.size(), " bytes for chunk ", chunk_id,
-                       " of ", t.num_elems, " elements")));
-      return 0;
-    }
-    std::memcpy(t.dst, values.data(), values.size());  // little-endian hosts only
-    if (part.received.insert(chunk_id).second) Arrived(chunk_id);
-    copied = values.size();
-  }
-  Finish(part, shard, last);
-  return copied;
-}
-
-void PullState::OnPublished(uint32_t shard, uint64_t chunk_id, const PublishedAnswer& answer,
-                            bool last) {
+void PullState::OnAnswer(uint32_t shard, absl::Span<const AnsweredChunk> chunks, bool last) {
   if (shard >= parts_.size()) return;
   Part& part = *parts_[shard];
   absl::MutexLock lock(&part.mu);
   if (part.finished || part.abandoned) return;
-  if (!Expected(part, shard, chunk_id)) return;
-  absl::Status s = published_ == nullptr
-                       ? absl::InternalError("a published answer, but the client keeps no copies")
-                       : published_->Apply(chunk_id, answer, targets_[chunk_id].dst);
-  if (!s.ok()) {
-    part.finished = true;
-    End(absl::Status(s.code(), absl::StrCat("shard ", shard, ": ", s.message())));
-    return;
+  for (const AnsweredChunk& c : chunks) {
+    if (!Expected(part, shard, c.chunk_id)) return;
+    const size_t want = size_t{targets_[c.chunk_id].num_elems} * sizeof(float);
+    if (c.published == nullptr && c.values.size() != want) {
+      part.finished = true;
+      End(absl::InternalError(absl::StrCat("shard ", shard, " sent ", c.values.size(),
+                                           " bytes for chunk ", c.chunk_id, " of ",
+                                           targets_[c.chunk_id].num_elems, " elements")));
+      return;
+    }
   }
-  if (part.received.insert(chunk_id).second) Arrived(chunk_id);
+  std::vector<uint64_t> arrived;
+  arrived.reserve(chunks.size());
+  for (const AnsweredChunk& c : chunks) {
+    const PullTarget& t = targets_[c.chunk_id];
+    if (c.published == nullptr) {
+      std::memcpy(t.dst, c.values.data(), c.values.size());  // little-endian hosts only
+    } else {
+      absl::Status s = published_ == nullptr
+                           ? absl::InternalError("a published answer, but the client keeps no copies")
+                           : published_->Apply(c.chunk_id, *c.published, t.dst);
+      if (!s.ok()) {
+        part.finished = true;
+        Arrived(arrived);
+        End(absl::Status(s.code(), absl::StrCat("shard ", shard, ": ", s.message())));
+        return;
+      }
+    }
+    if (part.received.insert(c.chunk_id).second) arrived.push_back(c.chunk_id);
+  }
+  Arrived(arrived);
   Finish(part, shard, last);
 }
 

@@ -48,6 +48,14 @@ struct PullTarget {
   uint32_t tensor = 0;   // the tensor it is part of (see PullState::WaitTensors)
 };
 
+// One chunk of a received PullAnswer: fp32 `values`, or a published answer
+// (pull codec). Views the message.
+struct AnsweredChunk {
+  uint64_t chunk_id = 0;
+  std::string_view values;                     // little-endian fp32, unless published
+  const PublishedAnswer* published = nullptr;  // see [pull codec]
+};
+
 // One pull request, shared by the shard streams that answer parts of it.
 // Thread-safe: each shard's part has its own lock so two shards' readers copy
 // in parallel; Abandon() takes every part lock, so once it returns no reader
@@ -79,15 +87,15 @@ class PullState {
   // arrive; 1 by default.
   void SplitPart(uint32_t shard, int n);
 
-  // One PullChunk from `shard`. Copies `values` (little-endian fp32) into
-  // place; on `last` completes the shard's part (Internal when chunks are
-  // missing). A chunk that is not part of the request, or of the wrong size,
-  // fails the pull with Internal. Returns the bytes copied.
-  size_t OnChunk(uint32_t shard, uint64_t chunk_id, std::string_view values, bool last);
-  // One published PullChunk (pull codec, see [pull codec]): applied to the
-  // chunk's published copy, which is then copied into place. A failed apply
-  // (checksum mismatch: DataLoss) fails the pull; as OnChunk otherwise.
-  void OnPublished(uint32_t shard, uint64_t chunk_id, const PublishedAnswer& answer, bool last);
+  // One PullAnswer from `shard`: every chunk is checked first (a chunk not
+  // part of the request, or fp32 values of the wrong size, fail the pull with
+  // Internal and nothing is written), then put in place -- fp32 values
+  // copied, a published answer applied to the chunk's published copy, which
+  // is then copied (a failed apply fails the pull: DataLoss for a checksum
+  // mismatch). On `last` the answer completes one of the shard's requests
+  // (see SplitPart): the part is complete at its last request, Internal when
+  // chunks are missing then.
+  void OnAnswer(uint32_t shard, absl::Span<const AnsweredChunk> chunks, bool last);
   PublishedCopies* published() const { return published_; }
   // Elements of `chunk_id` as asked for (0 when not asked for).
   uint32_t chunk_elems(uint64_t chunk_id) const {
@@ -102,8 +110,8 @@ class PullState {
  private:
   // Ends the pull with `status` (the first error wins).
   void End(const absl::Status& status);
-  // `chunk_id` is in place.
-  void Arrived(uint64_t chunk_id);
+  // `chunk_ids` are in place.
+  void Arrived(absl::Span<const uint64_t> chunk_ids);
 
   struct Part {
     std::vector<uint64_t> expected;

@@ -18,8 +18,9 @@ namespace {
 // pull]): with a second pull of the stream they stay under the shard's cap
 // of parked pulls per stream (StreamPulls::kMaxWaiting, 16).
 constexpr size_t kMaxPullRequests = 6;
-// Chunks per request at least when a pull with no push to follow is split.
-constexpr size_t kMinChunksPerRequest = 4;
+// fp32 bytes per request at least when a pull with no push to follow is
+// split: a request is answered in PullAnswers of about this size anyway.
+constexpr uint64_t kMinBytesPerRequest = uint64_t{1} << 20;
 
 absl::Status Annotate(const absl::Status& s, const std::string& prefix) {
   if (s.ok()) return s;
@@ -79,22 +80,29 @@ uint64_t ShardStream::Enqueue(Entry entry) {
 }
 
 void ShardStream::SendPush(std::unique_ptr<v1::WorkerMessage> message,
-                           std::shared_ptr<Completion> done) {
-  const uint64_t bytes = message->has_push() ? message->push().chunk().payload().size()
-                                             : message->init().values().size();
+                           std::vector<std::shared_ptr<Completion>> done) {
+  uint64_t bytes = 0;
+  if (message->has_push()) {
+    for (const v1::PushedChunk& c : message->push().chunks()) bytes += c.chunk().payload().size();
+  } else {
+    bytes = message->init().values().size();
+  }
+  auto fail = [&done](const absl::Status& s) {
+    for (const std::shared_ptr<Completion>& d : done) d->Done(s);
+  };
   absl::MutexLock lock(&mu_);
   auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return inflight_bytes_ == 0 || inflight_bytes_ + bytes <= options_.max_inflight_bytes_per_shard ||
            phase_ != StreamPhase::kOpen;
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&room), options_.rpc_deadline)) {
-    done->Done(absl::ResourceExhaustedError(
+    fail(absl::ResourceExhaustedError(
         absl::StrCat(Describe(), ": ", inflight_bytes_, " bytes unacknowledged for ",
                      absl::FormatDuration(options_.rpc_deadline))));
     return;
   }
   if (absl::Status closed = ClosedStatus(); !closed.ok()) {
-    done->Done(closed);
+    fail(closed);
     return;
   }
   const uint64_t seq = next_seq_++;
@@ -113,7 +121,7 @@ void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
     pull->Fail(shard_, closed);
     return;
   }
-  std::vector<PullGroup> groups = GroupByPendingPush(pull->chunks_of(shard_));
+  std::vector<PullGroup> groups = GroupByPendingPush(*pull);
   pull->SplitPart(shard_, static_cast<int>(groups.size()));
   for (PullGroup& g : groups) {
     const uint64_t request_id = next_request_++;
@@ -127,7 +135,7 @@ void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
     // Journal order after everything queued (a replay sends it after every
     // push it follows); its first send may come earlier (see [overlapped pull]).
     const uint64_t order = next_order_++;
-    journal_.emplace(order, Entry{Kind::kPull, std::move(message), nullptr, pull});
+    journal_.emplace(order, Entry{Kind::kPull, std::move(message), {}, pull});
     request_order_[request_id] = order;
     g.order = order;
   }
@@ -135,13 +143,16 @@ void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
 }
 
 std::vector<ShardStream::PullGroup> ShardStream::GroupByPendingPush(
-    const std::vector<uint64_t>& chunks) const {
+    const PullState& pull) const {
+  const std::vector<uint64_t>& chunks = pull.chunks_of(shard_);
   absl::flat_hash_map<uint64_t, uint64_t> last_push;  // chunk id -> journal order, 0 = none
   for (uint64_t id : chunks) last_push[id] = 0;
   for (const auto& [order, e] : journal_) {
     if (e.kind != Kind::kPush || !e.message->has_push()) continue;
-    auto it = last_push.find(e.message->push().chunk_id());
-    if (it != last_push.end()) it->second = order;  // the journal iterates in order
+    for (const v1::PushedChunk& c : e.message->push().chunks()) {
+      auto it = last_push.find(c.chunk_id());
+      if (it != last_push.end()) it->second = order;  // the journal iterates in order
+    }
   }
   std::vector<std::pair<uint64_t, uint64_t>> pending;  // (order, chunk id)
   PullGroup settled;                                    // no push of theirs pending
@@ -154,7 +165,6 @@ std::vector<ShardStream::PullGroup> ShardStream::GroupByPendingPush(
     }
   }
   std::vector<PullGroup> groups;
-  size_t n = 0;  // groups of pending chunks, evenly split in push order
   if (pending.empty()) {
     // Nothing to follow. Still a few requests, each answered as soon as its
     // own chunks may be read: a sync-mode pull issued before the pushes of
@@ -162,16 +172,32 @@ std::vector<ShardStream::PullGroup> ShardStream::GroupByPendingPush(
     // chunks are still being pushed, and an ordinary one is served in
     // parallel. Small pulls stay one request.
     if (settled.chunks.empty()) return {std::move(settled)};  // one empty request, as before
-    for (uint64_t id : settled.chunks) pending.emplace_back(0, id);  // order 0: none
-    n = std::clamp<size_t>(pending.size() / kMinChunksPerRequest, 1, kMaxPullRequests);
-  } else {
-    if (!settled.chunks.empty()) groups.push_back(std::move(settled));
-    std::sort(pending.begin(), pending.end());
-    n = std::min(pending.size(), kMaxPullRequests - groups.size());
+    uint64_t bytes = 0;
+    for (uint64_t id : settled.chunks) bytes += uint64_t{pull.chunk_elems(id)} * sizeof(float);
+    const size_t n = static_cast<size_t>(std::clamp<uint64_t>(
+        bytes / kMinBytesPerRequest, 1, std::min(kMaxPullRequests, settled.chunks.size())));
+    for (size_t g = 0; g < n; ++g) {
+      PullGroup& group = groups.emplace_back();
+      const size_t begin = settled.chunks.size() * g / n;
+      const size_t end = settled.chunks.size() * (g + 1) / n;
+      group.chunks.assign(settled.chunks.begin() + begin, settled.chunks.begin() + end);
+    }
+    return groups;
   }
+  if (!settled.chunks.empty()) groups.push_back(std::move(settled));
+  // One request per push message the chunks follow (a bucket's chunks are
+  // answerable together); past the cap, consecutive pushes share one.
+  std::sort(pending.begin(), pending.end());
+  std::vector<size_t> starts;  // index in `pending` where each push's chunks start
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (i == 0 || pending[i].first != pending[i - 1].first) starts.push_back(i);
+  }
+  const size_t n = std::min(starts.size(), kMaxPullRequests - groups.size());
   for (size_t g = 0; g < n; ++g) {
     PullGroup& group = groups.emplace_back();
-    const size_t begin = pending.size() * g / n, end = pending.size() * (g + 1) / n;
+    const size_t begin = starts[starts.size() * g / n];
+    const size_t last = starts.size() * (g + 1) / n;
+    const size_t end = last == starts.size() ? pending.size() : starts[last];
     for (size_t i = begin; i < end; ++i) group.chunks.push_back(pending[i].second);
     group.after_push = pending[end - 1].first;
   }
@@ -213,7 +239,7 @@ absl::Status ShardStream::SendClock(uint64_t clock) {
   if (clock_order_ != 0) journal_.erase(clock_order_);
   auto message = std::make_shared<v1::WorkerMessage>();
   message->mutable_clock()->set_clock(clock);
-  clock_order_ = Enqueue(Entry{Kind::kClock, std::move(message), nullptr, nullptr});
+  clock_order_ = Enqueue(Entry{Kind::kClock, std::move(message), {}, nullptr});
   return absl::OkStatus();
 }
 
@@ -240,7 +266,7 @@ absl::Status ShardStream::Leave(absl::Time deadline) {
   Transition(StreamEvent::kLeave);
   auto message = std::make_shared<v1::WorkerMessage>();
   message->mutable_leave();
-  Enqueue(Entry{Kind::kLeave, std::move(message), nullptr, nullptr});
+  Enqueue(Entry{Kind::kLeave, std::move(message), {}, nullptr});
   auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return phase_ == StreamPhase::kClosed || phase_ == StreamPhase::kFailed;
   };
@@ -275,7 +301,7 @@ void ShardStream::FailAll(const absl::Status& status) {
   }
   // Completions are called without mu_: a waiter may call back into us.
   for (auto& [order, e] : journal) {
-    if (e.kind == Kind::kPush) e.done->Done(status);
+    for (const std::shared_ptr<Completion>& d : e.done) d->Done(status);
     if (e.kind == Kind::kPull) e.pull->Fail(shard_, status);
   }
 }
@@ -458,6 +484,7 @@ void ShardStream::ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::Ser
   h->set_worker_id(options_.worker_id);
   h->set_incarnation(options_.incarnation);
   h->set_epoch(options_.epoch);
+  h->set_protocol(v1::SESSION_PROTOCOL_FUSED);
   if (stream->Write(hello)) {
     v1::ServerMessage m;
     while (stream->Read(&m)) Dispatch(m, conn);
@@ -500,14 +527,17 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
         journal_.erase(je);
         inflight_bytes_ -= entry.bytes;
       }
-      counters_->chunks_acked.fetch_add(1, std::memory_order_relaxed);
+      counters_->chunks_acked.fetch_add(entry.done.size(), std::memory_order_relaxed);
       if (ack.duplicate()) counters_->duplicate_acks.fetch_add(1, std::memory_order_relaxed);
-      entry.done->Done(
-          Annotate(StatusFromWire(ack.code(), ack.message()), absl::StrCat(Describe(), ": ")));
-      // Sole owner (the writer let go of its copy): recycle the payload.
+      const absl::Status status =
+          Annotate(StatusFromWire(ack.code(), ack.message()), absl::StrCat(Describe(), ": "));
+      for (const std::shared_ptr<Completion>& d : entry.done) d->Done(status);
+      // Sole owner (the writer let go of its copy): recycle the payloads.
       if (entry.message.use_count() == 1) {
         if (entry.message->has_push()) {
-          buffers_->Give(std::move(*entry.message->mutable_push()->mutable_chunk()->mutable_payload()));
+          for (v1::PushedChunk& c : *entry.message->mutable_push()->mutable_chunks()) {
+            buffers_->Give(std::move(*c.mutable_chunk()->mutable_payload()));
+          }
         } else if (entry.message->has_init()) {
           buffers_->Give(std::move(*entry.message->mutable_init()->mutable_values()));
         }
@@ -515,15 +545,16 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
       return;
     }
     case v1::ServerMessage::kPull: {
-      const v1::PullChunk& pc = m.pull();
+      const v1::PullAnswer& pa = m.pull();
+      counters_->pull_messages.fetch_add(1, std::memory_order_relaxed);
       std::shared_ptr<PullState> pull;
       {
         absl::MutexLock lock(&mu_);
-        auto it = request_order_.find(pc.request_id());
+        auto it = request_order_.find(pa.request_id());
         auto je = it == request_order_.end() ? journal_.end() : journal_.find(it->second);
         if (je != journal_.end()) {
           pull = je->second.pull;
-          if (pc.last() || pc.code() != 0) {
+          if (pa.last() || pa.code() != 0) {
             journal_.erase(je);
             request_order_.erase(it);
           }
@@ -532,29 +563,21 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
       if (pull == nullptr || pull->abandoned(shard_)) {
         // Sent by the shard for nobody: a pull its waiter gave up on. The
         // bytes crossed the network all the same, so they are counted.
-        uint64_t bytes = pc.values().size();
-        for (const v1::EncodedChunk& d : pc.deltas()) bytes += d.payload().size();
+        uint64_t bytes = 0;
+        for (const v1::PulledChunk& c : pa.chunks()) {
+          bytes += c.values().size();
+          for (const v1::EncodedChunk& d : c.deltas()) bytes += d.payload().size();
+        }
         counters_->bytes_pulled.fetch_add(bytes, std::memory_order_relaxed);
         counters_->bytes_pulled_discarded.fetch_add(bytes, std::memory_order_relaxed);
         return;
       }
-      if (pc.code() != 0) {
-        pull->Fail(shard_, Annotate(StatusFromWire(pc.code(), pc.message()),
+      if (pa.code() != 0) {
+        pull->Fail(shard_, Annotate(StatusFromWire(pa.code(), pa.message()),
                                     absl::StrCat(Describe(), ": ")));
         return;
       }
-      if (pc.published()) {
-        OnPublished(pc, *pull);
-        return;
-      }
-      // Counted before OnChunk, which may complete the handle: a caller that
-      // waited must see its own bytes in stats().
-      if (!pc.values().empty()) {
-        counters_->chunks_pulled.fetch_add(1, std::memory_order_relaxed);
-        counters_->bytes_pulled.fetch_add(pc.values().size(), std::memory_order_relaxed);
-        counters_->fp32_bytes_pulled.fetch_add(pc.values().size(), std::memory_order_relaxed);
-      }
-      pull->OnChunk(shard_, pc.chunk_id(), pc.values(), pc.last());
+      OnAnswer(pa, *pull);
       return;
     }
     case v1::ServerMessage::kError: {
@@ -582,27 +605,42 @@ void ShardStream::AddHeldCopies(const PullState& pull, const std::vector<uint64_
   }
 }
 
-void ShardStream::OnPublished(const v1::PullChunk& pc, PullState& pull) {
-  PublishedAnswer answer;
-  answer.version = pc.version();
-  answer.checksum = pc.checksum();
-  answer.snapshot = pc.values();
-  uint64_t bytes = pc.values().size();
-  for (const v1::EncodedChunk& d : pc.deltas()) {
-    absl::StatusOr<ChunkHeader> header = ChunkHeaderFromWire(d);
-    if (!header.ok()) {
-      pull.Fail(shard_, Annotate(header.status(), absl::StrCat(Describe(), ": pulled delta: ")));
-      return;
+void ShardStream::OnAnswer(const v1::PullAnswer& answer, PullState& pull) {
+  std::vector<AnsweredChunk> chunks(answer.chunks_size());
+  std::vector<PublishedAnswer> published(answer.chunks_size());
+  uint64_t bytes = 0, fp32_bytes = 0;
+  for (int i = 0; i < answer.chunks_size(); ++i) {
+    const v1::PulledChunk& pc = answer.chunks(i);
+    AnsweredChunk& c = chunks[i];
+    c.chunk_id = pc.chunk_id();
+    bytes += pc.values().size();
+    if (!pc.published()) {
+      c.values = pc.values();
+      fp32_bytes += pc.values().size();
+      continue;
     }
-    answer.deltas.emplace_back(*header, d.payload());
-    bytes += d.payload().size();
+    PublishedAnswer& p = published[i];
+    p.version = pc.version();
+    p.checksum = pc.checksum();
+    p.snapshot = pc.values();
+    for (const v1::EncodedChunk& d : pc.deltas()) {
+      absl::StatusOr<ChunkHeader> header = ChunkHeaderFromWire(d);
+      if (!header.ok()) {
+        pull.Fail(shard_, Annotate(header.status(), absl::StrCat(Describe(), ": pulled delta: ")));
+        return;
+      }
+      p.deltas.emplace_back(*header, d.payload());
+      bytes += d.payload().size();
+    }
+    c.published = &p;
+    fp32_bytes += uint64_t{pull.chunk_elems(pc.chunk_id())} * sizeof(float);
   }
-  // Counted before OnPublished, which may complete the handle (as OnChunk).
-  counters_->chunks_pulled.fetch_add(1, std::memory_order_relaxed);
+  // Counted before OnAnswer, which may complete the handle: a caller that
+  // waited must see its own bytes in stats().
+  counters_->chunks_pulled.fetch_add(chunks.size(), std::memory_order_relaxed);
   counters_->bytes_pulled.fetch_add(bytes, std::memory_order_relaxed);
-  const uint32_t n = pull.chunk_elems(pc.chunk_id());
-  counters_->fp32_bytes_pulled.fetch_add(uint64_t{n} * sizeof(float), std::memory_order_relaxed);
-  pull.OnPublished(shard_, pc.chunk_id(), answer, pc.last());
+  counters_->fp32_bytes_pulled.fetch_add(fp32_bytes, std::memory_order_relaxed);
+  pull.OnAnswer(shard_, chunks, answer.last());
 }
 
 }  // namespace gradstream::client::internal

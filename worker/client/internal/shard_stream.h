@@ -32,6 +32,7 @@ namespace gradstream::client::internal {
 // Counters every stream of a client adds to.
 struct StreamCounters {
   std::atomic<uint64_t> chunks_acked{0};
+  std::atomic<uint64_t> pull_messages{0};
   std::atomic<uint64_t> duplicate_acks{0};
   std::atomic<uint64_t> chunks_pulled{0};
   std::atomic<uint64_t> bytes_pulled{0};
@@ -59,12 +60,15 @@ class ShardStream {
   // `deadline`.
   absl::Status WaitReady(absl::Time deadline);
 
-  // Queue a message; `done` gets exactly one Done() (ack status, or the error
-  // that ended the stream). `message` gets its seq here.
-  void SendPush(std::unique_ptr<v1::WorkerMessage> message, std::shared_ptr<Completion> done);
+  // Queue a Push (a bucket) or an InitChunk; each of `done` gets exactly one
+  // Done() (the ack's status, or the error that ended the stream): a Push's
+  // has one per chunk, in the order of its chunks. `message` gets its seq
+  // here.
+  void SendPush(std::unique_ptr<v1::WorkerMessage> message,
+                std::vector<std::shared_ptr<Completion>> done);
   // Asks for `pull`'s chunks of this shard, in one request per group of
   // chunks whose pushes are still pending (see [overlapped pull]); `pull`
-  // gets one OnChunk(last) per request, or a Fail.
+  // gets one OnAnswer(last) per request, or a Fail.
   void SendPull(uint64_t clock, std::shared_ptr<PullState> pull);
   // Not answered by the shard; only the latest one is replayed.
   absl::Status SendClock(uint64_t clock);
@@ -83,7 +87,7 @@ class ShardStream {
   struct Entry {
     Kind kind;
     std::shared_ptr<v1::WorkerMessage> message;
-    std::shared_ptr<Completion> done;  // kPush (pushes and inits)
+    std::vector<std::shared_ptr<Completion>> done;  // kPush (pushes and inits)
     std::shared_ptr<PullState> pull;   // kPull
     uint64_t bytes = 0;                // counted against max_inflight_bytes
   };
@@ -107,9 +111,11 @@ class ShardStream {
     uint64_t after_push = 0;  // journal order of the last pending push of `chunks`; 0 = none
     uint64_t order = 0;       // the request's own journal order
   };
-  // Splits a pull's chunks into requests by the push they must follow:
-  // chunks without a pending push first, then the others in push order.
-  std::vector<PullGroup> GroupByPendingPush(const std::vector<uint64_t>& chunks) const
+  // Splits `pull`'s chunks of this shard into requests by the push message
+  // they must follow: chunks without a pending push first, then one request
+  // per push (consecutive pushes share one past kMaxPullRequests), in push
+  // order. With no push pending, into requests of 1 MiB of fp32 or more.
+  std::vector<PullGroup> GroupByPendingPush(const PullState& pull) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts each group's request into the send queue right after its push
   // (or first, when that was written), never ahead of a non-push message.
@@ -118,7 +124,8 @@ class ShardStream {
   // request, and hands a published answer to its pull.
   void AddHeldCopies(const PullState& pull, const std::vector<uint64_t>& chunks,
                      v1::PullRequest* req);
-  void OnPublished(const v1::PullChunk& pc, PullState& pull);
+  // Hands one PullAnswer's chunks to `pull`.
+  void OnAnswer(const v1::PullAnswer& answer, PullState& pull);
   void Transition(StreamEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Transition(Connection* conn, ConnectionEvent event) {
     conn->phase = NextConnectionPhase(conn->phase, event);
