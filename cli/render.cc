@@ -237,24 +237,31 @@ std::string CodecText(const v1::CodecPolicy& c) {
   return out;
 }
 
-// The compressed pulls' error control in one line: the largest error, the
-// flushes, and which tensors are raised to fp32 (common/job/precision.h).
-std::string PrecisionText(const v1::JobStatus& j) {
+// One path's error control over the job's tensors in one line: the largest
+// error, the exact sends the bound asked for, the tensors raised to fp32
+// (common/job/precision.h).
+std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
   double worst = 0;
   uint64_t flushes = 0;
+  int tensors = 0;
   std::vector<std::string> raised;
   for (const auto& t : j.precision()) {
-    worst = std::max(worst, t.pull().ratio());
-    flushes += t.pull().flushes();
-    if (t.pull().codec() == "none") raised.push_back(t.tensor());
+    if (pulls ? !t.has_pull() : !t.has_push()) continue;
+    const v1::PathPrecision& p = pulls ? t.pull() : t.push();
+    ++tensors;
+    worst = std::max(worst, p.ratio());
+    flushes += p.flushes();
+    if (p.codec() == "none") raised.push_back(t.tensor());
   }
+  if (tensors == 0) return "";
+  std::string out = absl::StrFormat("%s error <= %.2g clocks of %s over %d tensor%s",
+                                    pulls ? "pull" : "push", worst,
+                                    pulls ? "update" : "gradient", tensors,
+                                    tensors == 1 ? "" : "s");
   const float bound = j.spec().codec().precision_bound();
-  std::string out = absl::StrFormat("pull error <= %.2g clocks of update", worst);
   absl::StrAppend(&out, bound > 0 ? absl::StrFormat(" (bound %g)", bound) : " (measured only)");
-  absl::StrAppend(&out, ", ", flushes, " exact pull", flushes == 1 ? "" : "s", " asked by it");
-  if (!raised.empty()) {
-    absl::StrAppend(&out, "; fp32: ", absl::StrJoin(raised, ", "));
-  }
+  absl::StrAppend(&out, ", ", flushes, " exact send", flushes == 1 ? "" : "s");
+  if (!raised.empty()) absl::StrAppend(&out, "; fp32: ", absl::StrJoin(raised, ", "));
   return out;
 }
 
@@ -307,7 +314,10 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
   }
   // What the shards say: a job whose clock stands still, and
   // checkpoints that cannot be written.
-  if (!j.precision().empty()) head.push_back({"precision", PrecisionText(j)});
+  for (bool pulls : {false, true}) {
+    std::string text = PrecisionText(j, pulls);
+    if (!text.empty()) head.push_back({pulls ? "pull error" : "push error", std::move(text)});
+  }
   if (j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds) {
     head.push_back({"stalled", absl::StrFormat("stalled for %.0f s (the shards' clock has not moved)",
                                                p.stalled_seconds())});
@@ -348,13 +358,16 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
   // ternary -> none at clock 112 (...)".
   std::vector<std::pair<uint64_t, std::vector<std::string>>> decisions;
   for (const auto& t : j.precision()) {
-    for (const auto& e : t.pull().events()) {
-      decisions.push_back(
-          {e.clock(), {t.tensor(), "pull",
-                       absl::StrCat(e.from(), " -> ", e.to(), " at clock ", e.clock()),
-                       e.raise() ? absl::StrFormat("error %.3g clocks of update, flushes too close",
-                                                   e.ratio())
-                                 : "error under half the bound"}});
+    for (bool pulls : {false, true}) {
+      if (pulls ? !t.has_pull() : !t.has_push()) continue;
+      for (const auto& e : (pulls ? t.pull() : t.push()).events()) {
+        decisions.push_back(
+            {e.clock(),
+             {t.tensor(), pulls ? "pull" : "push",
+              absl::StrCat(e.from(), " -> ", e.to(), " at clock ", e.clock()),
+              e.raise() ? absl::StrFormat("error %.3g clocks, exact sends too close", e.ratio())
+                        : "error stayed under half the bound"}});
+      }
     }
   }
   if (!decisions.empty()) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/codec/registry.h"
 
 namespace gradstream {
 
@@ -19,6 +20,22 @@ absl::Status ErrorFeedback::Encode(absl::Span<const float> grad, const EncodeKey
 absl::Status ErrorFeedback::EncodeWithResidual(absl::Span<const float>, absl::Span<float>,
                                                const EncodeKey&, ChunkHeader*, std::string*) {
   return absl::FailedPreconditionError("error feedback cannot wrap another residual");
+}
+
+absl::Status ErrorFeedback::EncodeExact(absl::Span<const float> grad, const EncodeKey& key,
+                                        ChunkHeader* header, std::string* payload) {
+  if (grad.size() != residual_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("error feedback sized for ", residual_.size(),
+                                                   " elements, got ", grad.size()));
+  }
+  if (exact_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<Codec>> none =
+        CodecRegistry::Global().Create("none", CodecOptions());
+    if (!none.ok()) return none.status();
+    exact_ = *std::move(none);
+  }
+  // none's fused pass: x = g + r sent as is, r = x - x = 0.
+  return exact_->EncodeWithResidual(grad, absl::MakeSpan(residual_), key, header, payload);
 }
 
 double ErrorFeedback::ResidualNorm() const {

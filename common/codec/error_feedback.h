@@ -30,11 +30,17 @@ class ErrorFeedback final : public Codec {
                                                 ChunkHeader* header,
                                                 std::string* payload) override;
 
+  // Sends grad + residual whole (fp32, codec none) and clears the residual:
+  // a flush of the precision control (common/job/precision.h).
+  [[nodiscard]] absl::Status EncodeExact(absl::Span<const float> grad, const EncodeKey& key,
+                                         ChunkHeader* header, std::string* payload);
+
   // L2 norm of the residual (exported as a metric by workers).
   double ResidualNorm() const;
 
  private:
   const std::unique_ptr<Codec> inner_;
+  std::unique_ptr<Codec> exact_;  // codec none, made at the first flush
   std::vector<float> residual_;
 };
 

@@ -33,6 +33,8 @@ struct CodecPolicy {
                                                        // [layer-wise codec]
   std::string pull_codec = kHandPickedPullCodec;  // codec of pulled parameter changes; see
                                                   // [pull codec]
+  float precision_bound = kDefaultPrecisionBound;      // see common/job/precision.h
+  uint32_t precision_warmup = kDefaultPrecisionWarmup;  // clocks at full precision first
   uint64_t pull_min_elems = kDefaultPullMinElems;  // smaller tensors are pulled fp32; see
                                                    // [layer-wise pull]
 };

@@ -371,6 +371,9 @@ CodecPolicy CodecPolicyFromProto(const v1::CodecPolicy& proto) {
   policy.twobit_min_elems = proto.twobit_min_elems();
   if (!proto.pull_codec().empty()) policy.pull_codec = proto.pull_codec();
   policy.pull_min_elems = proto.pull_min_elems();
+  // A spec stored before the bound existed has 0: the default applies.
+  if (proto.precision_bound() != 0) policy.precision_bound = proto.precision_bound();
+  policy.precision_warmup = proto.precision_warmup();
   return policy;
 }
 

@@ -77,6 +77,9 @@ class PrecisionController {
   CodecType Codec() const { return flush_next_ ? CodecType::kNone : policy_.ladder[level_]; }
   bool Flush() const { return flush_next_; }
 
+  // A send without a measurement: a flush asked for has gone out.
+  void Skip() { flush_next_ = false; }
+
   // After the send of `clock`: the residual's energy |e|^2 and the signal's
   // |s|^2 (both >= 0), and |value|^2 of what the path carries (the
   // parameters; 0 when unknown). Decides the next send.

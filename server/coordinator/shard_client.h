@@ -48,8 +48,9 @@ struct ShardJobStats {
   uint64_t checkpoint_failures = 0;
   std::string checkpoint_error;
   uint64_t max_staleness = 0;
-  // Per compressed chunk: its pull error and precision decisions.
+  // Per compressed chunk: its pull and push error and precision decisions.
   std::vector<std::pair<uint64_t, PathPrecision>> pull_precision;
+  std::vector<std::pair<uint64_t, PathPrecision>> push_precision;
 };
 
 // Implementations are thread-safe. Every call has a deadline; a shard that

@@ -298,6 +298,9 @@ void ShardFleet::Apply(const std::vector<ShardCall>& calls, const JobTableView& 
           for (const auto& [chunk, p] : call.stats.pull_precision) {
             js->second.pull_precision[chunk] = p;
           }
+          for (const auto& [chunk, p] : call.stats.push_precision) {
+            js->second.push_precision[chunk] = p;
+          }
           ++stats.answers;
         } else if (absl::IsNotFound(call.status)) {
           created[i] = false;  // the shard lost the job (restart)

@@ -58,6 +58,7 @@ struct JobShards {
   std::vector<std::string> checkpoint_errors;
   // Each compressed chunk's pull precision, from its shard's last answer.
   std::map<uint64_t, PathPrecision> pull_precision;
+  std::map<uint64_t, PathPrecision> push_precision;
 };
 
 // One shard RPC, planned under the lock and made outside it.

@@ -163,7 +163,7 @@ struct JobMember {
 // common/job/precision.h).
 struct TensorPrecision {
   std::string tensor;
-  PathPrecision pull;
+  std::optional<PathPrecision> pull, push;  // unset: that path is not compressed
 };
 
 struct JobStatus {

@@ -214,21 +214,33 @@ JobStatus Views::Render(const JobRecord& job, bool full) const {
 std::vector<TensorPrecision> Views::TensorPrecisions(const JobRecord& job) const {
   std::vector<TensorPrecision> out;
   const JobShards* js = fleet_->Find(job.status.job_id);
-  if (js == nullptr || js->pull_precision.empty()) return out;
+  if (js == nullptr) return out;
   const ShardMap& map = job.status.shard_map;
   std::vector<int> slot(map.tensors.size(), -1);
-  for (const auto& [chunk_id, p] : js->pull_precision) {
-    if (chunk_id >= map.chunks.size()) continue;
-    const uint32_t t = map.chunks[chunk_id].tensor;
-    if (t >= map.tensors.size()) continue;
-    if (slot[t] < 0) {
-      slot[t] = static_cast<int>(out.size());
-      out.push_back(TensorPrecision{map.tensors[t].name, p});
-      out.back().pull.flushes = 0;
-      out.back().pull.events.clear();
+  auto fold = [&](const std::map<uint64_t, PathPrecision>& chunks,
+                  std::optional<PathPrecision> TensorPrecision::*path) {
+    for (const auto& [chunk_id, p] : chunks) {
+      if (chunk_id >= map.chunks.size()) continue;
+      const uint32_t t = map.chunks[chunk_id].tensor;
+      if (t >= map.tensors.size()) continue;
+      if (slot[t] < 0) {
+        slot[t] = static_cast<int>(out.size());
+        out.push_back(TensorPrecision{map.tensors[t].name, std::nullopt, std::nullopt});
+      }
+      std::optional<PathPrecision>& into = out[slot[t]].*path;
+      if (!into) {
+        into = p;
+        into->flushes = 0;
+        into->events.clear();
+      }
+      MergePaths(p, &*into);
     }
-    MergePaths(p, &out[slot[t]].pull);
-  }
+  };
+  fold(js->pull_precision, &TensorPrecision::pull);
+  fold(js->push_precision, &TensorPrecision::push);
+  std::sort(out.begin(), out.end(), [&](const TensorPrecision& a, const TensorPrecision& b) {
+    return a.tensor < b.tensor;
+  });
   return out;
 }
 

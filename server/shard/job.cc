@@ -267,6 +267,8 @@ absl::StatusOr<bool> Job::Push(const PushBucket& bucket) {
       continue;
     }
     all_duplicate = false;
+    push_precision_.Record(c.chunk_id, bucket.worker, bucket.clock, c.header.codec,
+                           c.error_clocks, c.raised);
     pushes_applied_.fetch_add(1);
     bytes_in_.fetch_add(c.payload.size());
     fp32_bytes_in_.fetch_add(uint64_t{c.header.num_elems} * sizeof(float));
@@ -547,12 +549,12 @@ JobStats Job::Stats(bool include_rounds) const {
   s.pulls_served = pulls_served_.load();
   s.bytes_out = bytes_out_.load();
   s.fp32_bytes_out = fp32_bytes_out_.load();
-  if (publisher_ != nullptr) {
-    for (const auto& c : chunks_) {
-      if (std::optional<PathPrecision> p = publisher_->Precision(c->chunk_id)) {
-        s.precision.emplace_back(c->chunk_id, std::move(*p));
-      }
-    }
+  for (const auto& c : chunks_) {
+    JobStats::ChunkPrecision p;
+    p.chunk_id = c->chunk_id;
+    if (publisher_ != nullptr) p.pull = publisher_->Precision(c->chunk_id);
+    p.push = push_precision_.Report(c->chunk_id);
+    if (p.pull || p.push) s.precision.push_back(std::move(p));
   }
   s.min_version = std::numeric_limits<uint64_t>::max();
   for (const auto& c : chunks_) {

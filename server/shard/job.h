@@ -58,6 +58,7 @@
 #include "common/env/env.h"
 #include "server/shard/membership.h"
 #include "server/shard/pull_publisher.h"
+#include "server/shard/push_precision.h"
 #include "server/shard/pull_waitlist.h"
 #include "server/shard/types.h"
 
@@ -214,6 +215,7 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   CheckpointProgress progress_;
   // Null without a pull codec (pulls carry the fp32 parameters).
   const std::unique_ptr<PullPublisher> publisher_;
+  PushPrecisionBook push_precision_;  // what workers report of their pushes' error
 
   mutable absl::Mutex stats_mu_;
   std::vector<uint64_t> staleness_hist_ ABSL_GUARDED_BY(stats_mu_);

@@ -5,6 +5,7 @@
 #define GRADSTREAM_SERVER_SHARD_TYPES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -94,6 +95,8 @@ struct PushBucket {
     uint64_t chunk_id = 0;
     ChunkHeader header;
     absl::string_view payload;
+    float error_clocks = 0;  // the worker's report (PushedChunk)
+    bool raised = false;
   };
   uint64_t worker = 0;
   uint64_t clock = 0;
@@ -184,8 +187,12 @@ struct JobStats {
   uint64_t checkpoint_failures = 0;
   std::string checkpoint_error;
   uint64_t push_messages = 0;  // buckets that reached the job (Job::Push)
-  // Compressed chunks' pull error and decisions, by chunk id.
-  std::vector<std::pair<uint64_t, PathPrecision>> precision;
+  // Compressed chunks' error and decisions, by chunk id.
+  struct ChunkPrecision {
+    uint64_t chunk_id = 0;
+    std::optional<PathPrecision> pull, push;
+  };
+  std::vector<ChunkPrecision> precision;
 };
 
 }  // namespace gradstream::shard

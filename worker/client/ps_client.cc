@@ -24,6 +24,7 @@ namespace {
 using internal::Completion;
 using internal::PullState;
 using internal::PullTarget;
+using internal::PushPrecisionReport;
 using internal::ShardStream;
 using internal::TensorEncoder;
 
@@ -95,15 +96,16 @@ class PsClientImpl final : public PsClient {
       // the pool, so asking for the fp32 size would never find it again.
       std::string payload = buffers_.Take(PayloadBytes(enc.codec(), c.num_elems));
       ChunkHeader header;
-      absl::Status s =
-          enc.EncodeChunk(i, grad, options_.seed, options_.worker_id, clock, &header, &payload);
+      PushPrecisionReport report;
+      absl::Status s = enc.EncodeChunk(i, grad, options_.seed, options_.worker_id, clock, &header,
+                                       &payload, &report);
       if (!s.ok()) {
         // The other chunks still go out; the handle reports this failure.
         done->Done(absl::Status(s.code(), absl::StrCat("tensor '", info.name, "' chunk ",
                                                        c.chunk_id, ": ", s.message())));
         return;
       }
-      AddToBucket(c, clock, header, std::move(payload), done);
+      AddToBucket(c, clock, header, std::move(payload), done, report);
     };
     if (encode_pool_ != nullptr && enc.num_chunks() > 1) {
       encode_pool_->ParallelFor(enc.num_chunks(), encode_pool_->num_threads(), encode_and_send);
@@ -283,7 +285,8 @@ class PsClientImpl final : public PsClient {
   // bucket of `clock`; sends the bucket once it is full (and first the open
   // one of another clock).
   void AddToBucket(const ChunkInfo& c, uint64_t clock, const ChunkHeader& header,
-                   std::string payload, const std::shared_ptr<Completion>& done) {
+                   std::string payload, const std::shared_ptr<Completion>& done,
+                   const PushPrecisionReport& report = PushPrecisionReport()) {
     chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
     bytes_pushed_.fetch_add(payload.size(), std::memory_order_relaxed);
     fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float), std::memory_order_relaxed);
@@ -305,6 +308,8 @@ class PsClientImpl final : public PsClient {
       v1::PushedChunk* pc = push->mutable_push()->add_chunks();
       pc->set_chunk_id(c.chunk_id);
       ChunkToWire(header, std::move(payload), pc->mutable_chunk());
+      pc->set_error_clocks(report.error_clocks);
+      pc->set_raised(report.raised);
       open_.dones[c.shard].push_back(done);
       const bool first = sent_clock_ != clock || sent_in_clock_ == 0;
       const uint64_t bound = first ? options_.first_bucket_bytes : options_.bucket_bytes;

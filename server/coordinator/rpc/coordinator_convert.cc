@@ -214,7 +214,10 @@ absl::StatusOr<JobStatus> JobStatusFromProto(const v1::JobStatus& proto) {
   s.below_min_since_unix_ms = proto.below_min_since_unix_ms();
   s.size_reason = proto.size_reason();
   for (const auto& t : proto.precision()) {
-    s.precision.push_back(TensorPrecision{t.tensor(), PathPrecisionFromProto(t.pull())});
+    TensorPrecision tp{t.tensor(), std::nullopt, std::nullopt};
+    if (t.has_pull()) tp.pull = PathPrecisionFromProto(t.pull());
+    if (t.has_push()) tp.push = PathPrecisionFromProto(t.push());
+    s.precision.push_back(std::move(tp));
   }
   return s;
 }
@@ -243,7 +246,8 @@ v1::JobStatus JobStatusToProto(const JobStatus& s) {
   for (const TensorPrecision& t : s.precision) {
     v1::TensorPrecision* tp = proto.add_precision();
     tp->set_tensor(t.tensor);
-    PathPrecisionToProto(t.pull, tp->mutable_pull());
+    if (t.pull) PathPrecisionToProto(*t.pull, tp->mutable_pull());
+    if (t.push) PathPrecisionToProto(*t.push, tp->mutable_push());
   }
   return proto;
 }

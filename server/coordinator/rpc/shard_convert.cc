@@ -62,7 +62,8 @@ ShardJobStats StatsFromProto(const v1::StatsResponse& proto) {
   s.checkpoint_error = proto.checkpoint_error();
   s.max_staleness = proto.max_staleness();
   for (const v1::ChunkPrecision& c : proto.precision()) {
-    s.pull_precision.emplace_back(c.chunk_id(), PathPrecisionFromProto(c.pull()));
+    if (c.has_pull()) s.pull_precision.emplace_back(c.chunk_id(), PathPrecisionFromProto(c.pull()));
+    if (c.has_push()) s.push_precision.emplace_back(c.chunk_id(), PathPrecisionFromProto(c.push()));
   }
   return s;
 }

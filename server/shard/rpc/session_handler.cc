@@ -121,7 +121,8 @@ void SessionHandler::HandlePush(const pb::Push& push) {
                      absl::InvalidArgumentError(absl::StrCat(
                          "chunk ", c.chunk_id(), " of the Push: ", header.status().message())));
     }
-    bucket.chunks.push_back(PushBucket::Chunk{c.chunk_id(), *header, c.chunk().payload()});
+    bucket.chunks.push_back(PushBucket::Chunk{c.chunk_id(), *header, c.chunk().payload(),
+                                              c.error_clocks(), c.raised()});
   }
   SendAck(push.seq(), job_->Push(bucket));
 }

@@ -29,11 +29,12 @@ constexpr const char* kPullErrorClocks = "gs_shard_pull_error_clocks";
 constexpr const char* kPullErrorRelative = "gs_shard_pull_error_relative";
 constexpr const char* kPullFlushes = "gs_shard_pull_flushes_total";
 constexpr const char* kPullRaised = "gs_shard_pull_raised";
+constexpr const char* kPushErrorClocks = "gs_shard_push_error_clocks";
 constexpr const char* kJobFamilies[] = {
     kPushes,       kPushBytes,  kPushFp32Bytes, kCompression, kPulls,    kPushSeconds, kStaleness,
     kMaxStaleness, kVersionMin, kVersionMax,    kMinClock,    kClockLag, kMembers,     kEpoch,
     kPullBytes,    kPullFp32Bytes, kCheckpointFailures, kPullErrorClocks, kPullErrorRelative,
-    kPullFlushes,  kPullRaised};
+    kPullFlushes,  kPullRaised, kPushErrorClocks};
 
 // Staleness 0..kStalenessBuckets-2 has its own bucket; the Job's last bucket
 // (staleness >= kStalenessBuckets-1) is Prometheus' +Inf.
@@ -68,8 +69,17 @@ void ExportJobStats(const std::string& job, const JobStats& s,
   counter(kPullFp32Bytes, "What the same pulls would weigh as fp32.", s.fp32_bytes_out, l);
   counter(kCheckpointFailures, "Periodic checkpoints that could not be written.",
           s.checkpoint_failures, l);
-  for (const auto& [chunk_id, pull] : s.precision) {
-    const metrics::Labels lc = {{"job", job}, {"chunk", std::to_string(chunk_id)}};
+  for (const JobStats::ChunkPrecision& cp : s.precision) {
+    const metrics::Labels lc = {{"job", job}, {"chunk", std::to_string(cp.chunk_id)}};
+    if (cp.push) {
+      registry->GetGauge(kPushErrorClocks,
+                         "A compressed push's error as its workers report it: the largest "
+                         "|residual| / |gradient| (see common/job/precision.h).",
+                         lc)
+          ->Set(cp.push->ratio);
+    }
+    if (!cp.pull) continue;
+    const PathPrecision& pull = *cp.pull;
     registry->GetGauge(kPullErrorClocks,
                        "A compressed pull's error: |p - q| in clocks of update (see "
                        "common/job/precision.h).",

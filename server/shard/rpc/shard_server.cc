@@ -481,10 +481,11 @@ class ShardService final : public ServiceBase {
       resp->set_checkpoint_failures(s.checkpoint_failures);
       resp->set_checkpoint_error(s.checkpoint_error);
       resp->set_push_messages(s.push_messages);
-      for (const auto& [chunk_id, pull] : s.precision) {
+      for (const JobStats::ChunkPrecision& p : s.precision) {
         pb::ChunkPrecision* cp = resp->add_precision();
-        cp->set_chunk_id(chunk_id);
-        PathPrecisionToProto(pull, cp->mutable_pull());
+        cp->set_chunk_id(p.chunk_id);
+        if (p.pull) PathPrecisionToProto(*p.pull, cp->mutable_pull());
+        if (p.push) PathPrecisionToProto(*p.push, cp->mutable_push());
       }
       return absl::OkStatus();
     });

@@ -1,9 +1,13 @@
 // Per-chunk encoders of one tensor. See tensor_encoder.h.
 #include "worker/client/internal/tensor_encoder.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "common/codec/error_feedback.h"
 #include "common/codec/registry.h"
+#include "common/job/precision.h"
 #include "common/status.h"
 
 namespace gradstream::client::internal {
@@ -20,19 +24,24 @@ absl::StatusOr<std::unique_ptr<TensorEncoder>> TensorEncoder::Create(
   options.ternary_clip = policy.ternary_clip;
   std::unique_ptr<TensorEncoder> enc(new TensorEncoder());
   enc->codec_ = type;
+  PrecisionPolicy precision;
+  precision.ladder = LadderFrom(type);
+  precision.bound = policy.precision_bound;
+  precision.warmup_clocks = policy.precision_warmup;
   for (const ChunkInfo& c : map.chunks) {
     if (c.tensor != tensor) continue;
     GS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec,
                         MakeChunkEncoder(codec_name, options, error_feedback, c.num_elems));
     enc->chunks_.push_back(c);
     enc->encoders_.push_back(std::move(codec));
+    if (error_feedback) enc->precision_.push_back(std::make_unique<PrecisionController>(precision));
   }
   return enc;
 }
 
 absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, uint64_t seed,
                                         uint64_t worker, uint64_t clock, ChunkHeader* header,
-                                        std::string* payload) {
+                                        std::string* payload, PushPrecisionReport* report) {
   const ChunkInfo& c = chunks_[i];
   if (c.offset + c.num_elems > grad.size()) {
     return absl::InvalidArgumentError(absl::StrCat("gradient of ", grad.size(),
@@ -45,7 +54,26 @@ absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, 
   key.clock = static_cast<uint32_t>(clock);
   key.tensor = c.tensor;
   key.chunk = static_cast<uint32_t>(c.chunk_id);
-  return encoders_[i]->Encode(grad.subspan(c.offset, c.num_elems), key, header, payload);
+  const absl::Span<const float> g = grad.subspan(c.offset, c.num_elems);
+  if (precision_.empty()) return encoders_[i]->Encode(g, key, header, payload);
+  PrecisionController& ctl = *precision_[i];
+  auto* ef = static_cast<ErrorFeedback*>(encoders_[i].get());
+  GS_RETURN_IF_ERROR(ctl.Codec() == CodecType::kNone ? ef->EncodeExact(g, key, header, payload)
+                                                      : ef->Encode(g, key, header, payload));
+  if (clock % kMeasureEvery == 0 || ctl.Flush()) {
+    double signal2 = 0;
+    for (float x : g) signal2 += double{x} * x;
+    const double r = ef->ResidualNorm();
+    ctl.Observe(clock, r * r, signal2, 0.0);
+  } else {
+    ctl.Skip();
+  }
+  if (report != nullptr) {
+    report->error_clocks = static_cast<float>(
+        std::min(ctl.ratio(), static_cast<double>(std::numeric_limits<float>::max())));
+    report->raised = ctl.level_codec() == CodecType::kNone;
+  }
+  return absl::OkStatus();
 }
 
 double TensorEncoder::ResidualNormSquared() const {

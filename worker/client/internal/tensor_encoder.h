@@ -12,9 +12,16 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
+#include "common/job/precision.h"
 #include "common/job/shard_map.h"
 
 namespace gradstream::client::internal {
+
+// What a push says of its chunk's error control (PushedChunk in ps.proto).
+struct PushPrecisionReport {
+  float error_clocks = 0;  // |residual| / |gradient| at the last measurement
+  bool raised = false;     // the chunk's pushes are at full precision
+};
 
 // Not thread-safe: the client holds a per-tensor lock while encoding.
 class TensorEncoder {
@@ -35,10 +42,18 @@ class TensorEncoder {
   const ChunkInfo& chunk(size_t i) const { return chunks_[i]; }
 
   // Encodes chunk `i` of `grad` (the whole tensor). The stochastic-rounding key
-  // is (seed, worker, clock, tensor index, global chunk id).
+  // is (seed, worker, clock, tensor index, global chunk id). Under error
+  // feedback the chunk's PrecisionController decides: its codec, or the
+  // residual sent whole (a flush, or a chunk raised to fp32); every
+  // kMeasureEvery clocks it measures the residual against the gradient.
   [[nodiscard]] absl::Status EncodeChunk(size_t i, absl::Span<const float> grad, uint64_t seed,
                                          uint64_t worker, uint64_t clock, ChunkHeader* header,
-                                         std::string* payload);
+                                         std::string* payload,
+                                         PushPrecisionReport* report = nullptr);
+  // A measurement reads the chunk's gradient and residual once more: every
+  // 4th clock keeps that under a quarter pass per push, and the error moves
+  // slowly (it grows like the square root of the clocks it is not flushed).
+  static constexpr uint64_t kMeasureEvery = 4;
 
   // Sum of squared residuals over the chunks (0 without error feedback).
   double ResidualNormSquared() const;
@@ -48,6 +63,7 @@ class TensorEncoder {
   CodecType codec_ = CodecType::kNone;
   std::vector<ChunkInfo> chunks_;
   std::vector<std::unique_ptr<Codec>> encoders_;
+  std::vector<std::unique_ptr<PrecisionController>> precision_;  // empty without error feedback
 };
 
 }  // namespace gradstream::client::internal

@@ -1,0 +1,47 @@
+// What the workers report of their pushes' error control, per chunk: each
+// worker's level and error as of its newest push, every flush, and each
+// change of level as an event (see common/job/precision.h; the workers
+// decide, the shard only keeps the record for stats and status).
+#ifndef GRADSTREAM_SERVER_SHARD_PUSH_PRECISION_H_
+#define GRADSTREAM_SERVER_SHARD_PUSH_PRECISION_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "common/codec/codec.h"
+#include "common/job/precision.h"
+
+namespace gradstream::shard {
+
+// Thread-safe.
+class PushPrecisionBook {
+ public:
+  // One pushed chunk: its codec (header), the worker's report.
+  void Record(uint64_t chunk_id, uint64_t worker, uint64_t clock, CodecType codec,
+              float error_clocks, bool raised);
+  // Over the workers: kNone when any is raised, the largest error, the
+  // flushes summed, the events by clock; nullopt before a compressed push.
+  std::optional<PathPrecision> Report(uint64_t chunk_id) const;
+
+ private:
+  struct Worker {
+    bool raised = false;
+    double ratio = 0;
+  };
+  struct Chunk {
+    CodecType base = CodecType::kNone;  // the compressing codec seen
+    absl::flat_hash_map<uint64_t, Worker> workers;
+    uint64_t flushes = 0;
+    std::deque<PrecisionEvent> events;
+  };
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, Chunk> chunks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_PUSH_PRECISION_H_
