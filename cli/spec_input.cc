@@ -65,6 +65,10 @@ constexpr FlagHelp kSpecFlags[] = {
     {"no_error_feedback", "disable error feedback (an ablation: twobit/onebit lose accuracy)"},
     {"pull_codec", "codec of pulled parameter changes: none|twobit|ternary|onebit"},
     {"pull_min_elems", "tensors smaller than this are pulled fp32 under a pull codec (1 = none)"},
+    {"precision_bound",
+     "error bound of every compressed path, in clocks of signal: past it the next send is "
+     "exact (negative = measure only)"},
+    {"precision_warmup", "clocks every compressed path sends at full precision first"},
     {"consistency", "sync|bounded|async"},
     {"staleness", "staleness bound for bounded"},
     {"workers", "worker count N, or an elastic range MIN:MAX (e.g. 1:4)"},
@@ -111,6 +115,8 @@ std::string CodecFlagDefault(std::string_view flag) {
     return absl::StrCat(kDefaultPullCodec, " when --codec is not given, else none");
   }
   if (flag == "pull_min_elems") return absl::StrCat(kDefaultPullMinElems);
+  if (flag == "precision_bound") return absl::StrCat(kDefaultPrecisionBound);
+  if (flag == "precision_warmup") return absl::StrCat(kDefaultPrecisionWarmup);
   return "";
 }
 
@@ -241,6 +247,8 @@ absl::Status ApplySpecFlags(const Args& args, v1::JobSpec* spec) {
             [](v1::JobSpec*s, uint32_t v) { s->mutable_codec()->set_twobit_min_elems(v); }},
            {"pull_min_elems",
             [](v1::JobSpec*s, uint32_t v) { s->mutable_codec()->set_pull_min_elems(v); }},
+           {"precision_warmup",
+            [](v1::JobSpec*s, uint32_t v) { s->mutable_codec()->set_precision_warmup(v); }},
            {"staleness",
             [](v1::JobSpec*s, uint32_t v) { s->mutable_consistency()->set_staleness(v); }},
            {"shards", [](v1::JobSpec*s, uint32_t v) { s->set_shards(v); }},
@@ -261,6 +269,8 @@ absl::Status ApplySpecFlags(const Args& args, v1::JobSpec* spec) {
             [](v1::JobSpec*s, float v) { s->mutable_codec()->set_twobit_threshold(v); }},
            {"ternary_clip",
             [](v1::JobSpec*s, float v) { s->mutable_codec()->set_ternary_clip(v); }},
+           {"precision_bound",
+            [](v1::JobSpec*s, float v) { s->mutable_codec()->set_precision_bound(v); }},
        }) {
     absl::Status s = WithFloat(args, flag, [&](float v) { setter(spec, v); });
     if (!s.ok()) return s;

@@ -189,6 +189,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   }
   if (!Finite(codec.twobit_threshold())) bad("codec.twobit_threshold: must be finite");
   if (!Finite(codec.ternary_clip())) bad("codec.ternary_clip: must be finite");
+  if (!Finite(codec.precision_bound())) bad("codec.precision_bound: must be finite");
 
   // Override keys must name tensors of the model; only checkable when the
   // model itself is valid.

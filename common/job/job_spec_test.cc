@@ -1,5 +1,7 @@
 #include "common/job/job_spec.h"
 
+#include <limits>
+
 #include "absl/strings/match.h"
 #include "common/job/codec_defaults.h"
 #include "common/job/codec_policy.h"
@@ -28,6 +30,8 @@ TEST(JobSpec, DefaultsFillEveryZeroField) {
   EXPECT_EQ(spec.codec().twobit_min_elems(), kDefaultTwobitMinElems);
   EXPECT_EQ(spec.codec().pull_codec(), kDefaultPullCodec);
   EXPECT_EQ(spec.codec().pull_min_elems(), kDefaultPullMinElems);
+  EXPECT_FLOAT_EQ(spec.codec().precision_bound(), kDefaultPrecisionBound);
+  EXPECT_EQ(spec.codec().precision_warmup(), kDefaultPrecisionWarmup);
   EXPECT_EQ(spec.workers(), 2u);
   EXPECT_EQ(spec.chunk_elems(), 262144u);
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
@@ -186,6 +190,21 @@ TEST(JobSpec, DeclaredTensorsErrorsNameTheTensor) {
   model.add_tensors()->set_name("w");
   EXPECT_EQ(DeclaredTensors(model).status().message(),
             "model.tensors[1].name: 'w' declared twice");
+}
+
+TEST(JobSpec, PrecisionBoundMustBeFiniteAndReachesThePolicy) {
+  v1::JobSpec spec;
+  ApplyJobDefaults(&spec);
+  spec.mutable_codec()->set_precision_bound(-1.0f);  // measure only
+  spec.mutable_codec()->set_precision_warmup(50);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  const CodecPolicy policy = CodecPolicyFromProto(spec.codec());
+  EXPECT_FLOAT_EQ(policy.precision_bound, -1.0f);
+  EXPECT_EQ(policy.precision_warmup, 50u);
+  spec.mutable_codec()->set_precision_bound(std::numeric_limits<float>::infinity());
+  const absl::Status s = ValidateJobSpec(spec);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("precision_bound"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -81,15 +81,18 @@ void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
       ratio_ = 0.0;
       Record(PrecisionEvent::Kind::kRelax, clock + 1, from, policy_.ladder[level_]);
       calm_since_ = clock + 1;
+      last_flush_ = clock + 1;
     }
     return;
   }
   if (policy_.bound <= 0.0) return;
+  // No signal this clock (a tensor backward did not reach): nothing to judge
+  // the residual against; it goes out with the next gradients.
+  if (signal2 <= 0.0) return;
   if (ratio_ > policy_.bound) {
     calm_since_ = clock + 1;
-    if (!have_flushed_ || clock >= last_flush_ + policy_.min_flush_interval) {
+    if (clock >= last_flush_ + policy_.min_flush_interval) {
       flush_next_ = true;
-      have_flushed_ = true;
       last_flush_ = clock;
       ++flushes_;
     } else if (level_ + 1 < policy_.ladder.size()) {
@@ -111,7 +114,7 @@ void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
     Record(PrecisionEvent::Kind::kRelax, clock + 1, from, policy_.ladder[level_]);
     relax_wait_ *= 2;  // raised again, it waits twice as long next time
     calm_since_ = clock + 1;
-    have_flushed_ = false;
+    last_flush_ = clock + 1;
   }
 }
 

@@ -30,8 +30,17 @@ struct PrecisionPolicy {
   // Precision levels, lowest first; ends with kNone. One level: no control.
   std::vector<CodecType> ladder = {CodecType::kNone};
   double bound = 8.0;  // <= 0: measure only, never act
-  uint32_t min_flush_interval = 8;
-  uint32_t relax_after = 200;
+  // A residual that grows linearly (nothing gets through: a codec whose scale
+  // does not fit the signal) reaches the bound in `bound` clocks; one that
+  // random-walks (stochastic rounding) in about bound^2 / c^2. Flushes closer
+  // than 3 * bound clocks say the codec passes too little of the signal.
+  // The start and each step down count as a flush: a codec that passes
+  // nothing is raised at its first crossing, `bound` clocks in.
+  uint32_t min_flush_interval = 24;
+  // A raised path steps down after this many calm clocks, twice as many each
+  // time: a codec unfit for the tensor then costs at most bound / relax_after
+  // of its clocks.
+  uint32_t relax_after = 1000;
   // Clocks sent at the top of the ladder before the first step down
   // (a full-precision warm-up); 0: start at the bottom.
   uint32_t warmup_clocks = 0;
@@ -102,8 +111,7 @@ class PrecisionController {
   PrecisionPolicy policy_;
   size_t level_ = 0;
   bool flush_next_ = false;
-  bool have_flushed_ = false;
-  uint64_t last_flush_ = 0;
+  uint64_t last_flush_ = 0;  // or the start, or the last step down
   uint64_t calm_since_ = 0;    // first clock of the current run under bound / 2
   uint32_t relax_wait_ = 0;    // clocks under bound / 2 before stepping down
   bool warming_ = false;

@@ -14,7 +14,7 @@ PrecisionPolicy Ternary(double bound = 8.0) {
   PrecisionPolicy p;
   p.ladder = LadderFrom(CodecType::kTernary);
   p.bound = bound;
-  p.min_flush_interval = 8;
+  p.min_flush_interval = 8;  // the default (24) is checked below
   p.relax_after = 50;
   return p;
 }
@@ -112,13 +112,32 @@ TEST(PrecisionController, BoundZeroMeasuresOnly) {
   EXPECT_EQ(c.flushes(), 0u);
 }
 
-TEST(PrecisionController, ResidualWithoutSignalIsInfinitelyManyClocks) {
+TEST(PrecisionController, AClockWithoutSignalIsNotJudged) {
   PrecisionController c(Ternary());
-  c.Observe(0, 1.0, 0.0, 0.0);
+  c.Observe(0, 1.0, 0.0, 0.0);  // a tensor backward did not reach
   EXPECT_EQ(c.ratio(), std::numeric_limits<double>::infinity());
-  EXPECT_TRUE(c.Flush());
+  EXPECT_FALSE(c.Flush());
   c.Observe(1, 0.0, 0.0, 0.0);  // nothing owed, nothing sent: 0, not NaN
   EXPECT_EQ(c.ratio(), 0.0);
+}
+
+// A codec that passes nothing (a fixed threshold far above the gradients):
+// the residual grows by one clock of gradient per clock and passes the bound
+// after 9 clocks, well before a random walk would: raised at once (the
+// start counts as a flush), its residual then sent whole.
+TEST(PrecisionController, AStalledCodecIsRaisedAtItsFirstCrossing) {
+  PrecisionPolicy p = Ternary();
+  p.min_flush_interval = PrecisionPolicy().min_flush_interval;
+  PrecisionController c(p);
+  double error = 0;
+  uint64_t clock = 0;
+  for (; clock < 100 && c.level_codec() != CodecType::kNone; ++clock) {
+    error += 1.0;
+    c.Observe(clock, error * error, 1.0, 0.0);
+  }
+  ASSERT_EQ(c.level_codec(), CodecType::kNone);
+  EXPECT_EQ(c.events().back().clock, 9u);  // over after clock 8: fp32 from clock 9
+  EXPECT_EQ(c.flushes(), 0u);
 }
 
 TEST(PrecisionController, AnUncompressedPathNeverActs) {
