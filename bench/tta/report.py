@@ -99,7 +99,7 @@ def table(runs):
     order = {s: i for i, s in enumerate(dict.fromkeys(r["system"] for r in runs))}
     for (model, rate), by_sys in groups(runs).items():
         steps = max(r["steps_wanted"] for rs in by_sys.values() for r in rs)
-        lm = model == "lstm"
+        lm = model in ("lstm", "wordlm")
         lines += ["", "### %s, %s, %d steps" % (model, label(rate), steps), "",
                   "| system | ok/runs | ms/step median | p90 | accuracy at the end%s | "
                   "time to DDP fp32's final accuracy (s) | MB/step per worker (sent + received) | "
@@ -163,8 +163,9 @@ def draw(stem, panels, how):
                   "set multiplot layout 1,%d title \"%s: test accuracy against training time "
                   "(%s)\"" % (len(by_rate), model, how),
                   "set key bottom right", "set grid", "set xlabel \"training time (s)\"",
-                  "set ylabel \"%s\"" % ("next-character accuracy" if model == "lstm"
-                                         else "test accuracy")]
+                  "set ylabel \"%s\"" % ({"lstm": "next-character accuracy",
+                                          "wordlm": "next-word accuracy"}.get(
+                                              model, "test accuracy"))]
         for rate, series in by_rate:
             plots = []
             for k, (title, points) in enumerate(series):

@@ -108,7 +108,7 @@ def parse_system(name):
     if parsed and SYSTEMS[key][0] != "gradstream":
         raise KeyError(name)
     return SYSTEMS[key], parsed
-LR = {"widecnn": 0.02, "resnet": 0.05, "vit": 0.02, "lstm": 1.0}
+LR = {"widecnn": 0.02, "resnet": 0.05, "vit": 0.02, "lstm": 1.0, "wordlm": 0.2}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

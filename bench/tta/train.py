@@ -72,16 +72,21 @@ def fashion_mnist(test_limit):
     return (x, y), (tx[:test_limit], ty[:test_limit]), 10
 
 
-def fortunes(seq_len, test_limit):
-    """The fortunes package's English text as bytes, windows of seq_len + 1
-    characters: the last 10% of the text is the test set."""
+def fortune_text():
+    """Every English fortune file of the fortunes package, concatenated."""
     names = sorted(n for n in os.listdir(FORTUNES)
                    if "." not in n and n not in ("ascii-art", "art") and
                    os.path.isfile(os.path.join(FORTUNES, n)) and
                    not os.path.islink(os.path.join(FORTUNES, n)))
     if not names:
         raise FileNotFoundError("no fortune files in %s (apt-get install fortunes)" % FORTUNES)
-    text = b"".join(open(os.path.join(FORTUNES, n), "rb").read() for n in names)
+    return b"".join(open(os.path.join(FORTUNES, n), "rb").read() for n in names)
+
+
+def fortunes(seq_len, test_limit):
+    """The fortunes package's English text as bytes, windows of seq_len + 1
+    characters: the last 10% of the text is the test set."""
+    text = fortune_text()
     vocab = sorted(set(text))
     lut = torch.zeros(256, dtype=torch.long)
     lut[torch.tensor(vocab)] = torch.arange(len(vocab))
@@ -93,6 +98,26 @@ def fortunes(seq_len, test_limit):
         return t[:n * seq_len].view(n, seq_len), t[1:n * seq_len + 1].view(n, seq_len)
     test = windows(ids[cut:])
     return windows(ids[:cut]), (test[0][:test_limit], test[1][:test_limit]), len(vocab)
+
+
+def fortune_words(seq_len, test_limit, vocab=8000):
+    """The fortunes text as words (lower-cased runs of letters and
+    apostrophes), the `vocab` - 1 most frequent kept and the rest one
+    unknown id; windows of seq_len + 1 words, the last 10% the test set."""
+    import collections
+    import re
+    text = fortune_text().decode("latin-1").lower()
+    words = re.findall(r"[a-z']+", text)
+    counts = collections.Counter(words)
+    ids = {w: i + 1 for i, (w, _) in enumerate(counts.most_common(vocab - 1))}
+    t = torch.tensor([ids.get(w, 0) for w in words], dtype=torch.long)
+    cut = int(len(t) * 0.9)
+
+    def windows(t):
+        n = (len(t) - 1) // seq_len
+        return t[:n * seq_len].view(n, seq_len), t[1:n * seq_len + 1].view(n, seq_len)
+    test = windows(t[cut:])
+    return windows(t[:cut]), (test[0][:test_limit], test[1][:test_limit]), vocab
 
 
 # -- models
@@ -172,6 +197,23 @@ class CharLSTM(nn.Module):
         return self.head(self.lstm(self.embed(x))[0])
 
 
+class WordLM(nn.Module):
+    """A word-level language model whose largest tensor is its embedding
+    table: embeddings (vocab x 64), a GRU of 128, an output layer tied to the
+    embedding (through a projection to 64)."""
+
+    def __init__(self, vocab, embed=64, hidden=128):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.rnn = nn.GRU(embed, hidden, batch_first=True)
+        self.proj = nn.Linear(hidden, embed)
+        self.out = nn.Linear(embed, vocab)
+        self.out.weight = self.embed.weight
+
+    def forward(self, x):
+        return self.out(self.proj(self.rnn(self.embed(x))[0]))
+
+
 def build(model, classes):
     if model == "widecnn":
         return WideCNN()
@@ -179,6 +221,8 @@ def build(model, classes):
         return ResNet()
     if model == "vit":
         return ViT()
+    if model == "wordlm":
+        return WordLM(classes)
     return CharLSTM(classes)
 
 
@@ -277,7 +321,8 @@ def net_bytes():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--system", choices=("ddp", "gradstream", "local"), required=True)
-    ap.add_argument("--model", choices=("widecnn", "resnet", "vit", "lstm"), default="widecnn")
+    ap.add_argument("--model", choices=("widecnn", "resnet", "vit", "lstm", "wordlm"),
+                    default="widecnn")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--global_batch", type=int, default=64)
     ap.add_argument("--eval_every", type=int, default=25)
@@ -300,6 +345,8 @@ def main():
     torch.set_num_threads(args.threads)
     if args.model == "lstm":
         train, test, classes = fortunes(args.seq_len, args.test_limit)
+    elif args.model == "wordlm":
+        train, test, classes = fortune_words(args.seq_len // 2, args.test_limit)
     else:
         train, test, classes = fashion_mnist(args.test_limit)
     gs.init()
