@@ -31,6 +31,9 @@ std::string DescribeEvent(const PrecisionEvent& e) {
 PrecisionController::PrecisionController(const PrecisionPolicy& policy)
     : policy_(policy), relax_wait_(policy.relax_after) {
   if (policy_.ladder.empty()) policy_.ladder = {CodecType::kNone};
+  if (policy_.min_flush_interval == 0 && policy_.bound > 0) {
+    policy_.min_flush_interval = static_cast<uint32_t>(std::ceil(3.0 * policy_.bound));
+  }
   if (policy_.warmup_clocks > 0 && policy_.ladder.size() > 1) {
     level_ = policy_.ladder.size() - 1;
     warming_ = true;

@@ -36,7 +36,8 @@ struct PrecisionPolicy {
   // than 3 * bound clocks say the codec passes too little of the signal.
   // The start and each step down count as a flush: a codec that passes
   // nothing is raised at its first crossing, `bound` clocks in.
-  uint32_t min_flush_interval = 24;
+  // 0: 3 * bound.
+  uint32_t min_flush_interval = 0;
   // A raised path steps down after this many calm clocks, twice as many each
   // time: a codec unfit for the tensor then costs at most bound / relax_after
   // of its clocks.

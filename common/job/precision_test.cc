@@ -14,7 +14,7 @@ PrecisionPolicy Ternary(double bound = 8.0) {
   PrecisionPolicy p;
   p.ladder = LadderFrom(CodecType::kTernary);
   p.bound = bound;
-  p.min_flush_interval = 8;  // the default (24) is checked below
+  p.min_flush_interval = 8;  // the default (3 x bound) is checked below
   p.relax_after = 50;
   return p;
 }

@@ -63,6 +63,11 @@ class Convergence : public ::testing::Test {
     s.mutable_optimizer()->set_momentum(0.9f);
     s.mutable_codec()->set_default_codec("none");
     s.mutable_codec()->set_min_compress_elems(0);
+    // The codecs alone: the precision guard raises fixed-t twobit as the
+    // gradients shrink and this MLP's ternary pulls (docs/design/
+    // precision-control.md, "Fixed thresholds"); torch_precision_guard_test
+    // covers the guard.
+    s.mutable_codec()->set_precision_bound(-1);
     s.set_workers(4);
     s.set_seed(7);
     s.set_eval_every(1500);

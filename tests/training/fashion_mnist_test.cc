@@ -70,6 +70,10 @@ class FashionMnist : public ::testing::Test {
     s.mutable_optimizer()->set_learning_rate(0.02f);
     s.mutable_optimizer()->set_momentum(0.9f);
     s.mutable_codec()->set_default_codec(codec);  // the rest of the policy: defaults
+    // ...but the codecs alone: the guard raises fixed-t twobit as the
+    // gradients shrink (docs/design/precision-control.md, "Fixed thresholds");
+    // torch_precision_guard_test covers the guard.
+    s.mutable_codec()->set_precision_bound(-1);
     s.set_workers(2);
     s.set_eval_every(1000);
     return s;
