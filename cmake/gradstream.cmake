@@ -24,6 +24,12 @@ function(gs_cc_binary)
   target_compile_options(${GS_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${GS_WARNINGS}>)
 endfunction()
 
+# The environment of every ctest entry: the tests, and the daemons and
+# scripts they start, keep Abseil's lock-order checking ([mutex deadlock
+# detection] in common/mutex_mode.h). set_tests_properties(... ENVIRONMENT
+# "${GS_TEST_ENVIRONMENT}") where a test is added without gs_cc_test.
+set(GS_TEST_ENVIRONMENT "GRADSTREAM_MUTEX_DEADLOCK_DETECTION=1")
+
 # gs_cc_test(NAME foo_test SRCS foo_test.cc DEPS libs LABELS unit;shard [TIMEOUT 120])
 # Registers one ctest entry per binary. LABELS is required (ctest -L / -LE
 # pick by it): `unit` for a test that runs in-process and takes seconds, the
@@ -45,7 +51,8 @@ function(gs_cc_test)
   if(NOT GS_TIMEOUT)
     set(GS_TIMEOUT 300)
   endif()
-  set_tests_properties(${GS_NAME} PROPERTIES TIMEOUT ${GS_TIMEOUT} LABELS "${GS_LABELS}")
+  set_tests_properties(${GS_NAME} PROPERTIES TIMEOUT ${GS_TIMEOUT} LABELS "${GS_LABELS}"
+                       ENVIRONMENT "${GS_TEST_ENVIRONMENT}")
   if("unit" IN_LIST GS_LABELS)
     add_dependencies(gs_unit_tests ${GS_NAME})
   endif()

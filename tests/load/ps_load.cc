@@ -12,7 +12,8 @@
 // clock, push a twobit-coded tensor and a small tensor that travels as
 // `none`, advance the clock. It measures push latency (Push() call to the
 // handle completing: encode + wire + the shard's decode/apply + ack), pushes
-// per second and pulls, counts every non-OK status, samples each shard's RSS
+// per second and pulls, the shards' CPU per push (/proc/<pid>/stat over the
+// load phase), counts every non-OK status, samples each shard's RSS
 // from /proc/<pid>/status and checks it stays bounded, checks the shards'
 // own counters (GetStats) against what was pushed, and stops the shards with
 // SIGTERM and requires exit code 0 (a sanitizer in a shard that found
@@ -34,6 +35,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <random>
@@ -96,6 +98,19 @@ uint64_t RssKb(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
   }
   return 0;
+}
+
+// utime + stime of `pid` in seconds; 0 when it cannot be read.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  // Fields after the command name, from field 3 (state): utime is the 14th.
+  std::vector<std::string> f = absl::StrSplit(stat.substr(paren + 2), ' ');
+  if (f.size() < 13) return 0;
+  return (std::strtod(f[11].c_str(), nullptr) + std::strtod(f[12].c_str(), nullptr)) /
+         static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // A shard that died (a sanitizer that halts, a crash) is a zombie until we
@@ -371,6 +386,8 @@ int Run() {
   const absl::Time deadline = start + absl::Seconds(duration);
   std::vector<RssSeries> rss(num_shards);
   RssSeries self_rss;
+  double shard_cpu_s = 0;
+  for (const auto& s : shards) shard_cpu_s -= CpuSeconds(s->pid());
   while (absl::Now() < deadline) {
     if (const int dead = DeadShard(shards); dead >= 0) AbortOnDeadShard(shards, dead, "the load");
     const double t = absl::ToDoubleSeconds(absl::Now() - start);
@@ -380,6 +397,7 @@ int Run() {
                             deadline - absl::Now()));
   }
   const uint64_t pushes_in_phase = sh.pushes.load();
+  for (const auto& s : shards) shard_cpu_s += CpuSeconds(s->pid());
   const uint64_t pulls_in_phase = sh.pulls.load();
   const double phase_s = absl::ToDoubleSeconds(absl::Now() - start);
   sh.stop_clock.store(sh.max_clock.load() + 1);  // [load stop clock]
@@ -465,6 +483,8 @@ int Run() {
   row("drain to stop clock + leave (s)", absl::StrFormat("%.2f", drain_s));
   row("pushes (tensor handles)", absl::StrCat(push_ms.size()));
   row("pushes/s in load phase", absl::StrFormat("%.0f", pushes_in_phase / phase_s));
+  row("shard CPU per push (us, all shards)",
+      absl::StrFormat("%.1f", pushes_in_phase ? 1e6 * shard_cpu_s / pushes_in_phase : 0.0));
   row("push latency p50 (ms)", absl::StrFormat("%.2f", Percentile(push_ms, 0.50)));
   row("push latency p99 (ms)", absl::StrFormat("%.2f", Percentile(push_ms, 0.99)));
   row("push latency max (ms)", absl::StrFormat("%.2f", Percentile(push_ms, 1.0)));

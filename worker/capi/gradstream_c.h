@@ -77,7 +77,8 @@ const char* gs_last_error(void);
 
 /* Connects to the agent at `agent` ("unix:/path/agent.sock") and reads the
  * assignment (waits up to timeout_ms until it lists this worker). NULL on
- * error (gs_last_error). */
+ * error (gs_last_error). Turns Abseil's lock-order checking off for the
+ * process ([mutex deadlock detection] in common/mutex_mode.h). */
 gs_session* gs_open(const char* agent, int64_t timeout_ms);
 
 /* Declares the model: tensor i is names[i] with ndims[i] dimensions, taken in

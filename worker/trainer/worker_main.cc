@@ -32,6 +32,7 @@
 #include "common/job/shard_map_proto.h"
 #include "common/log_flags.h"
 #include "common/metrics/metrics_server.h"
+#include "common/mutex_mode.h"
 #include "common/rpc/flags.h"
 #include "common/rpc/malloc_tuning.h"
 #include "common/status.h"
@@ -438,6 +439,7 @@ class Worker {
 
 int main(int argc, char** argv) {
   gradstream::ParseFlagsAndInitLogging(argc, argv);  // [log flags]
+  gradstream::SkipMutexDeadlockDetection();          // [mutex deadlock detection]
   // Pull answers are large messages too: see [receive memory].
   if (!gradstream::rpc::KeepFreedMemoryForReuse()) {
     LOG(INFO) << "malloc settings for large messages not applied (not glibc malloc)";

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/log_flags.h"
 #include "common/metrics/metrics_server.h"
+#include "common/mutex_mode.h"
 #include "common/port_file.h"
 #include "common/rpc/flags.h"
 #include "glog/logging.h"
@@ -61,6 +62,7 @@ void OnSignal(int) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("gradstream coordinator: gs_coordinator --port=7070 --state_file=F");
   gradstream::ParseFlagsAndInitLogging(argc, argv);  // [log flags]
+  gradstream::SkipMutexDeadlockDetection();          // [mutex deadlock detection]
 
   gradstream::coordinator::CoordinatorOptions options;
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);

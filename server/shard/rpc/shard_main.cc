@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/log_flags.h"
 #include "common/metrics/metrics_server.h"
+#include "common/mutex_mode.h"
 #include "common/port_file.h"
 #include "common/rpc/flags.h"
 #include "common/rpc/malloc_tuning.h"
@@ -52,6 +53,7 @@ ABSL_FLAG(std::string, metrics_port_file, "",
 
 int main(int argc, char** argv) {
   gradstream::ParseFlagsAndInitLogging(argc, argv);  // [log flags]
+  gradstream::SkipMutexDeadlockDetection();          // [mutex deadlock detection]
   // Before any thread starts: see [receive memory].
   if (!gradstream::rpc::KeepFreedMemoryForReuse()) {
     LOG(INFO) << "malloc settings for large messages not applied (not glibc malloc)";
