@@ -140,6 +140,26 @@ TEST(PrecisionController, AStalledCodecIsRaisedAtItsFirstCrossing) {
   EXPECT_EQ(c.flushes(), 0u);
 }
 
+// The flush spacing follows the bound (3 x bound): with a bound of 16 a
+// crossing 40 clocks after the start is too close (raise); with a bound of 8,
+// one 40 clocks after the start is not (flush).
+TEST(PrecisionController, TheFlushSpacingFollowsTheBound) {
+  for (double bound : {16.0, 8.0}) {
+    PrecisionPolicy p = Ternary(bound);
+    p.min_flush_interval = PrecisionPolicy().min_flush_interval;
+    PrecisionController c(p);
+    for (uint64_t clock = 0; clock < 40; ++clock) c.Observe(clock, 1.0, 1.0, 0.0);
+    c.Observe(40, 4 * bound * bound, 1.0, 0.0);  // 2 x bound
+    if (bound == 16.0) {
+      EXPECT_EQ(c.level_codec(), CodecType::kNone) << bound;
+      EXPECT_EQ(c.flushes(), 0u) << bound;
+    } else {
+      EXPECT_EQ(c.level_codec(), CodecType::kTernary) << bound;
+      EXPECT_EQ(c.flushes(), 1u) << bound;
+    }
+  }
+}
+
 TEST(PrecisionController, AnUncompressedPathNeverActs) {
   PrecisionPolicy p = Ternary();
   p.ladder = LadderFrom(CodecType::kNone);
