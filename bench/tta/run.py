@@ -67,6 +67,9 @@ SYSTEMS = {
                                                    "--pull_codec", "none"]),
     "gs-ternary-twobitpull": ("gradstream", ["--codec", "ternary", "--pull_codec", "twobit"]),
     "gs-ternary-fp32pull": ("gradstream", ["--codec", "ternary", "--pull_codec", "none"]),
+    # The defaults with a full-precision warm-up of N clocks
+    # (docs/design/precision-control.md).
+    "gs-warmup20": ("gradstream", ["--precision_warmup=20"]),
     # Ternary with a tighter clip (in sigmas of the chunk): error feedback
     # carries what is clipped to later clocks, the variance of what is sent
     # falls with the scale.
