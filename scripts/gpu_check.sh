@@ -11,6 +11,8 @@
 #   tests/  the GPU tests, codec_benchmark and a few CPU tests (stripped)
 #   lib/    every shared library those need except glibc and the CUDA/driver
 #           stack (libcuda, cuBLAS, cuDNN come from the GPU machine)
+#   python/       the gradstream package with libgradstream_c.so
+#   tests/torch/  the package's GPU tests (run with the GPU machine's torch)
 #   run.sh            on the GPU machine: GPU tests, GPU codec benchmark,
 #                     CNN training GPU vs CPU, encode share; prints one report
 #   run_cpu_tests.sh  anywhere (e.g. a bare Debian 12 container): CPU tests
@@ -77,6 +79,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja "-DCMAKE_BUILD_TYPE=$BUILD_TYPE" -DGS_CUDA
   "-DCMAKE_CUDA_ARCHITECTURES=$ARCHS" >/dev/null
 targets=()
 for p in "${BINARIES[@]}" "${TESTS[@]}"; do targets+=("$(basename "$p")"); done
+targets+=(gs_python)
 log "building ${targets[*]}"
 ninja -C "$BUILD" -j "$JOBS" "${targets[@]}"
 
@@ -85,12 +88,19 @@ rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/bin" "$BUNDLE/tests" "$BUNDLE/lib"
 for p in "${BINARIES[@]}"; do strip --strip-unneeded -o "$BUNDLE/bin/$(basename "$p")" "$BUILD/$p"; done
 for p in "${TESTS[@]}"; do strip --strip-unneeded -o "$BUNDLE/tests/$(basename "$p")" "$BUILD/$p"; done
+mkdir -p "$BUNDLE/python/gradstream" "$BUNDLE/tests/torch/scripts"
+cp "$BUILD"/python/gradstream/*.py "$BUNDLE/python/gradstream/"
+strip --strip-unneeded -o "$BUNDLE/python/gradstream/libgradstream_c.so" \
+  "$BUILD/python/gradstream/libgradstream_c.so"
+cp "$ROOT"/tests/torch/{cluster.py,exactness_test.py,cuda_train_test.py} "$BUNDLE/tests/torch/"
+cp "$ROOT"/tests/torch/scripts/{one_step.py,cuda_train.py} "$BUNDLE/tests/torch/scripts/"
 
 # Shared libraries from ldd, minus glibc (the loader must match the system's)
 # and the CUDA/driver stack (tied to the GPU machine's driver; too big).
 skip='^(linux-vdso|ld-linux|libc|libm|libpthread|libdl|librt|libresolv|libutil|libnsl|libanl)\.so'
 cuda='^(libcuda|libcudart|libcublas|libcublasLt|libcudnn|libnvidia|libnvrtc|libnvJitLink)'
-for f in "$BUNDLE"/bin/* "$BUNDLE"/tests/*; do
+for f in "$BUNDLE"/bin/* "$BUNDLE"/tests/*_test "$BUNDLE"/tests/codec_benchmark \
+  "$BUNDLE/python/gradstream/libgradstream_c.so"; do
   ldd "$f" | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r name path; do
   if [[ $name =~ $skip || $name =~ $cuda ]]; then continue; fi

@@ -83,6 +83,31 @@ __global__ void StatsKernel(const float* g, const float* r, uint32_t n, DeviceSt
   }
 }
 
+__global__ void SumSquaresKernel(const float* a, const float* b, uint32_t n, double* out) {
+  __shared__ double sh[2][kThreads];
+  double qa = 0, qb = 0;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const double x = a[i], y = b[i];
+    qa += x * x;
+    qb += y * y;
+  }
+  const int t = threadIdx.x;
+  sh[0][t] = qa;
+  sh[1][t] = qb;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (t < stride) {
+      sh[0][t] += sh[0][t + stride];
+      sh[1][t] += sh[1][t + stride];
+    }
+    __syncthreads();
+  }
+  if (t == 0) {
+    atomicAdd(&out[0], sh[0][0]);
+    atomicAdd(&out[1], sh[1][0]);
+  }
+}
+
 __global__ void EncodeF32Kernel(const float* g, float* r, uint32_t n, float* out) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -310,6 +335,14 @@ absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options, const f
     }
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown codec id ", static_cast<int>(type)));
+}
+
+absl::Status SumSquaresOnDevice(const float* d_a, const float* d_b, uint32_t n, double* d_out,
+                                void* stream) {
+  if (n == 0) return absl::OkStatus();
+  const unsigned blocks = std::min<unsigned>(Blocks(n), 256);
+  SumSquaresKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(d_a, d_b, n, d_out);
+  return CheckLaunch("SumSquaresKernel");
 }
 
 absl::Status DecodeAddOnDevice(const ChunkHeader& h, const uint8_t* d_payload,

@@ -14,6 +14,10 @@ absl::Status EncodeOnDevice(CodecType, const CodecOptions&, const float*, float*
   return absl::FailedPreconditionError("gradstream was built without CUDA (GS_CUDA=OFF)");
 }
 
+absl::Status SumSquaresOnDevice(const float*, const float*, uint32_t, double*, void*) {
+  return absl::FailedPreconditionError("gradstream was built without CUDA (GS_CUDA=OFF)");
+}
+
 absl::Status DecodeAddOnDevice(const ChunkHeader&, const uint8_t*, size_t, float*, float, void*) {
   return absl::FailedPreconditionError("gradstream was built without CUDA (GS_CUDA=OFF)");
 }

@@ -42,6 +42,12 @@ bool DeviceAvailable();
                                           const EncodeKey& key, uint8_t* d_payload,
                                           ChunkHeader* header, void* stream);
 
+// d_out[0] += |d_a|^2 and d_out[1] += |d_b|^2 over n device floats (fp64
+// sums, device memory; the caller zeroes them). Queued on `stream`; reads
+// nothing back. For error measurements ([device encode]).
+[[nodiscard]] absl::Status SumSquaresOnDevice(const float* d_a, const float* d_b, uint32_t n,
+                                              double* d_out, void* stream);
+
 // d_acc[i] += weight * decoded[i] for a chunk whose payload is on the device.
 // Validates first (same rules as the CPU DecodeAdd; one synchronization) and
 // leaves d_acc untouched on InvalidArgument.

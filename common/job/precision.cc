@@ -15,6 +15,14 @@ std::vector<CodecType> LadderFrom(CodecType base) {
   return {base, CodecType::kNone};
 }
 
+PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks) {
+  PrecisionPolicy p;
+  p.ladder = LadderFrom(base);
+  p.bound = bound;
+  p.warmup_clocks = warmup_clocks;
+  return p;
+}
+
 std::string DescribeEvent(const PrecisionEvent& e) {
   std::string out = absl::StrCat(CodecTypeName(e.from), " -> ", CodecTypeName(e.to),
                                  " at clock ", e.clock);

@@ -50,6 +50,15 @@ struct PrecisionPolicy {
 // The ladder of a path whose configured codec is `base`: base, then kNone.
 std::vector<CodecType> LadderFrom(CodecType base);
 
+// The policy of a worker's pushes of a chunk encoded with `base` (host or
+// device encoder alike): LadderFrom(base), the job's bound and warm-up.
+PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks);
+
+// A worker measures a push's error every this many clocks (and after each
+// flush): a measurement reads the chunk's gradient and residual once more,
+// and the error moves slowly (like the square root of the clocks unflushed).
+inline constexpr uint64_t kPushMeasureEvery = 4;
+
 struct PrecisionEvent {
   enum class Kind : uint8_t { kRaise, kRelax };
   Kind kind = Kind::kRaise;

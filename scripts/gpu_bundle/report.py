@@ -55,6 +55,14 @@ def main():
                      f" {s['failed']} failed, {secs} s")
         for m in s["skip_messages"]:
             lines.append(f"    skip: {m}")
+    for name in ("torch_exactness_cuda_test", "torch_cuda_train_test"):
+        rc, secs = steps.get(name, (-1, 0))
+        verdict = {0: "PASS", 77: "SKIP (torch sees no GPU)"}.get(rc, f"FAIL (exit {rc})")
+        lines.append(f"  {name:24s} {verdict:18s} {secs} s")
+        for line in read(os.path.join(out, name + ".log")).splitlines():
+            if line.startswith(("sgd", "momentum", "adagrad", "rank", "largest", "FAIL",
+                                "AssertionError")):
+                lines.append(f"    {line[:160]}")
     rc, secs = steps.get("cpu_tests", (-1, 0))
     lines.append(f"  {'CPU tests (run_cpu_tests.sh)':24s} {'PASS' if rc == 0 else 'FAIL'}")
 

@@ -9,7 +9,9 @@
 #    paired with a device-to-device cudaMemcpy);
 # 3. training on a local cluster (coordinator, 2 shards, 2 workers sharing
 #    the GPU): the CNN with device encoding, with host encoding, and on CPU;
-# 4. the CPU tests;
+# 4. the package with the model on the GPU (torch's CUDA tensors): exactness
+#    against a reference on the GPU, and a CNN trained with the defaults;
+# 5. the CPU tests;
 # then prints one report. Into $OUT (or ./gpu-out/) go two files only, as
 # the device tool returns few: report.txt and gpu-check-logs.tgz (every log,
 # bench.json). Exit status 0 when every step passed.
@@ -59,6 +61,16 @@ step device_pusher_test 180 "$B/tests/device_pusher_test"
 step codec_benchmark 180 "$B/tests/codec_benchmark" --benchmark_filter='^BM_Gpu' \
   --benchmark_min_time=0.2 --benchmark_format=json "--benchmark_out=$OUTDIR/bench.json"
 step training_gpu_test 480 env GS_BIN_DIR="$B/bin" "$B/tests/training_gpu_test"
+# The package's tests want a build tree: the binaries where CMake puts them,
+# python/ beside them (gs_worker finds the package from its own path).
+T=$OUTDIR/tree
+mkdir -p "$T/server/shard" "$T/server/coordinator" "$T/worker/trainer" "$T/cli"
+cp "$B/bin/gs_shard" "$T/server/shard/"; cp "$B/bin/gs_coordinator" "$T/server/coordinator/"
+cp "$B/bin/gs_worker" "$T/worker/trainer/"; cp "$B/bin/gradstream" "$T/cli/"
+cp -r "$B/python" "$T/python"
+for t in exactness_cuda:exactness_test cuda_train:cuda_train_test; do
+  step "torch_${t%%:*}_test" 300 python3 "$B/tests/torch/${t#*:}.py" --build "$T" --device cuda
+done
 step cpu_tests 120 "$B/run_cpu_tests.sh"
 
 python3 "$B/report.py" "$OUTDIR" | tee "$DEST/report.txt"

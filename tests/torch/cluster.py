@@ -353,10 +353,13 @@ class ShapedLink:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
-def main_args():
+def main_args(device=False):
     import argparse
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True, help="the CMake build folder")
+    if device:
+        ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="where the job's model lives")
     return ap.parse_args()
 
 

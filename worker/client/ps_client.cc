@@ -134,8 +134,9 @@ class PsClientImpl final : public PsClient {
     for (size_t i = 0; i < chunks.size(); ++i) {
       const ChunkHeader& h = chunks[i].header;
       const uint32_t n = enc.chunk(i).num_elems;
-      if (h.codec != codec || h.num_elems != n ||
-          chunks[i].payload.size() != PayloadBytes(codec, n)) {
+      const bool exact = h.codec == CodecType::kNone && enc.guarded();
+      if ((h.codec != codec && !exact) || h.num_elems != n ||
+          chunks[i].payload.size() != PayloadBytes(h.codec, n)) {
         return fail(absl::InvalidArgumentError(absl::StrCat(
             "PushEncoded: tensor '", name, "' chunk ", i, " is ", CodecTypeName(h.codec), " with ",
             h.num_elems, " elements and ", chunks[i].payload.size(), " bytes, the map wants ",
@@ -146,7 +147,10 @@ class PsClientImpl final : public PsClient {
     for (size_t i = 0; i < chunks.size(); ++i) {
       std::string payload = buffers_.Take(chunks[i].payload.size());
       payload.assign(chunks[i].payload.data(), chunks[i].payload.size());
-      AddToBucket(enc.chunk(i), clock, chunks[i].header, std::move(payload), done);
+      PushPrecisionReport report;
+      report.error_clocks = chunks[i].error_clocks;
+      report.raised = chunks[i].raised;
+      AddToBucket(enc.chunk(i), clock, chunks[i].header, std::move(payload), done, report);
     }
     return MakePush(std::move(done));
   }

@@ -201,6 +201,8 @@ struct ClientStats {
 struct EncodedChunkView {
   ChunkHeader header;
   absl::string_view payload;  // PayloadBytes(header.codec, header.num_elems) bytes
+  float error_clocks = 0;     // the caller's error control (PushedChunk)
+  bool raised = false;
 };
 
 // Handles are cheap to copy; an empty (default) handle waits as OK at once.
@@ -269,7 +271,8 @@ class PsClient {
   // are copied before it returns; the client's own encoders (and residuals)
   // are not touched. The handle fails with InvalidArgument, and nothing is
   // sent, for a wrong tensor index or chunk count, or a chunk whose codec,
-  // element count or payload size does not match the map.
+  // element count or payload size does not match the map (a guarded
+  // tensor's chunk may also be exact: "none", a flush or a raised chunk).
   virtual PushHandle PushEncoded(uint32_t tensor, absl::Span<const EncodedChunkView> chunks,
                                  uint64_t clock) = 0;
 

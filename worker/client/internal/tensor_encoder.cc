@@ -24,10 +24,8 @@ absl::StatusOr<std::unique_ptr<TensorEncoder>> TensorEncoder::Create(
   options.ternary_clip = policy.ternary_clip;
   std::unique_ptr<TensorEncoder> enc(new TensorEncoder());
   enc->codec_ = type;
-  PrecisionPolicy precision;
-  precision.ladder = LadderFrom(type);
-  precision.bound = policy.precision_bound;
-  precision.warmup_clocks = policy.precision_warmup;
+  const PrecisionPolicy precision =
+      PushPrecisionPolicy(type, policy.precision_bound, policy.precision_warmup);
   for (const ChunkInfo& c : map.chunks) {
     if (c.tensor != tensor) continue;
     GS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec,
@@ -60,7 +58,7 @@ absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, 
   auto* ef = static_cast<ErrorFeedback*>(encoders_[i].get());
   GS_RETURN_IF_ERROR(ctl.Codec() == CodecType::kNone ? ef->EncodeExact(g, key, header, payload)
                                                       : ef->Encode(g, key, header, payload));
-  if (clock % kMeasureEvery == 0 || ctl.Flush()) {
+  if (clock % kPushMeasureEvery == 0 || ctl.Flush()) {
     double signal2 = 0;
     for (float x : g) signal2 += double{x} * x;
     const double r = ef->ResidualNorm();

@@ -36,8 +36,10 @@ class TensorEncoder {
                                                                const CodecPolicy& policy);
 
   // The codec every chunk of the tensor travels with (PushEncoded checks
-  // device-encoded chunks against it).
+  // device-encoded chunks against it); guarded(): a PrecisionController may
+  // send a chunk exact (kNone) instead.
   CodecType codec() const { return codec_; }
+  bool guarded() const { return !precision_.empty(); }
   size_t num_chunks() const { return chunks_.size(); }
   const ChunkInfo& chunk(size_t i) const { return chunks_[i]; }
 
@@ -45,15 +47,11 @@ class TensorEncoder {
   // is (seed, worker, clock, tensor index, global chunk id). Under error
   // feedback the chunk's PrecisionController decides: its codec, or the
   // residual sent whole (a flush, or a chunk raised to fp32); every
-  // kMeasureEvery clocks it measures the residual against the gradient.
+  // kPushMeasureEvery clocks it measures the residual against the gradient.
   [[nodiscard]] absl::Status EncodeChunk(size_t i, absl::Span<const float> grad, uint64_t seed,
                                          uint64_t worker, uint64_t clock, ChunkHeader* header,
                                          std::string* payload,
                                          PushPrecisionReport* report = nullptr);
-  // A measurement reads the chunk's gradient and residual once more: every
-  // 4th clock keeps that under a quarter pass per push, and the error moves
-  // slowly (it grows like the square root of the clocks it is not flushed).
-  static constexpr uint64_t kMeasureEvery = 4;
 
   // Sum of squared residuals over the chunks (0 without error feedback).
   double ResidualNormSquared() const;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec/cuda_codec.h"
+#include "common/job/precision.h"
 #include "common/status.h"
 
 #ifdef GS_HAVE_CUDA
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -64,19 +66,28 @@ struct Chunk {
   uint32_t offset = 0;  // in the tensor
   uint32_t num_elems = 0;
   uint32_t chunk_id = 0;
-  size_t payload_offset = 0;  // in the tensor's codes
-  size_t payload_bytes = 0;
 };
 
-// How one tensor is encoded; fixed for the job.
+// Chunk codes sit back to back, each at a 16-byte aligned offset (fp32
+// payloads need aligned float stores).
+size_t AlignCode(size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+// How one tensor is encoded. The codec is fixed for the job unless the
+// tensor has error feedback: then each chunk's PrecisionController (the host
+// encoder's policy, common/job/precision.h) may send it exact.
 struct TensorPlan {
   CodecType type = CodecType::kNone;
   bool error_feedback = false;
   uint64_t num_elems = 0;
   std::vector<Chunk> chunks;
-  size_t payload_bytes = 0;  // all chunks' codes, back to back
-  size_t payload_base = 0;   // byte offset in the device payload arena
-  size_t residual_base = 0;  // float offset in the residual arena (error feedback only)
+  size_t payload_capacity = 0;  // the largest codes of all chunks, aligned
+  size_t payload_base = 0;      // byte offset in the device payload arena
+  size_t residual_base = 0;     // float offset in the residual arena (error feedback only)
+  std::vector<std::unique_ptr<PrecisionController>> precision;  // by chunk; error feedback only
+  size_t norm_base = 0;  // this tensor's chunks' (|g|^2, |r|^2) pairs in the norm arenas
+  cudaEvent_t measured = nullptr;  // recorded after the norms' copy to host
+  bool pending = false;            // the norms of pending_clock are on their way
+  uint64_t pending_clock = 0;
 };
 
 class DevicePusherImpl final : public DevicePusher {
@@ -105,6 +116,11 @@ class DevicePusherImpl final : public DevicePusher {
     }
     if (payload_ != nullptr) cudaFree(payload_);
     if (residual_ != nullptr) cudaFree(residual_);
+    if (norms_ != nullptr) cudaFree(norms_);
+    if (norms_host_ != nullptr) cudaFreeHost(norms_host_);
+    for (TensorPlan& p : plans_) {
+      if (p.measured != nullptr) cudaEventDestroy(p.measured);
+    }
   }
 
   absl::Status Init() {
@@ -116,7 +132,7 @@ class DevicePusherImpl final : public DevicePusher {
                                                      " tensors, the model ",
                                                      model_->params().size()));
     }
-    size_t payload_total = 0, residual_total = 0, max_tensor_bytes = 1;
+    size_t payload_total = 0, residual_total = 0, max_tensor_bytes = 1, norm_total = 0;
     for (const TensorInfo& t : map.tensors) {
       if (static_cast<int64_t>(t.num_elems) != model_->params()[t.index].num_elems) {
         return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has ", t.num_elems,
@@ -130,20 +146,27 @@ class DevicePusherImpl final : public DevicePusher {
       GS_ASSIGN_OR_RETURN(p.type, CodecTypeFromName(name));
       p.error_feedback = p.type != CodecType::kNone && options_.codec.error_feedback;
       p.num_elems = t.num_elems;
+      const PrecisionPolicy precision = PushPrecisionPolicy(
+          p.type, options_.codec.precision_bound, options_.codec.precision_warmup);
       for (const ChunkInfo& c : map.chunks) {
         if (c.tensor != t.index) continue;
-        const size_t bytes = PayloadBytes(p.type, c.num_elems);
         p.chunks.push_back({static_cast<uint32_t>(c.offset), c.num_elems,
-                            static_cast<uint32_t>(c.chunk_id), p.payload_bytes, bytes});
-        p.payload_bytes += bytes;
+                            static_cast<uint32_t>(c.chunk_id)});
+        const CodecType widest = p.error_feedback ? CodecType::kNone : p.type;
+        p.payload_capacity += AlignCode(PayloadBytes(widest, c.num_elems));
+        if (p.error_feedback) p.precision.push_back(std::make_unique<PrecisionController>(precision));
       }
       p.payload_base = payload_total;
-      payload_total += (p.payload_bytes + kAlign - 1) / kAlign * kAlign;
+      payload_total += (p.payload_capacity + kAlign - 1) / kAlign * kAlign;
       if (p.error_feedback) {
         p.residual_base = residual_total;
         residual_total += t.num_elems;
+        p.norm_base = norm_total;
+        norm_total += 2 * p.chunks.size();
+        GS_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&p.measured, cudaEventDisableTiming),
+                                "cudaEventCreate"));
       }
-      max_tensor_bytes = std::max(max_tensor_bytes, p.payload_bytes);
+      max_tensor_bytes = std::max(max_tensor_bytes, p.payload_capacity);
       plans_.push_back(std::move(p));
     }
     residual_elems_ = residual_total;
@@ -153,6 +176,10 @@ class DevicePusherImpl final : public DevicePusher {
         "cudaMalloc"));
     GS_RETURN_IF_ERROR(
         Cuda(cudaMemsetAsync(residual_, 0, residual_total * sizeof(float), stream_), "cudaMemset"));
+    const size_t norm_bytes = std::max<size_t>(norm_total, 1) * sizeof(double);
+    GS_RETURN_IF_ERROR(Cuda(cudaMalloc(reinterpret_cast<void**>(&norms_), norm_bytes), "cudaMalloc"));
+    GS_RETURN_IF_ERROR(Cuda(cudaMallocHost(reinterpret_cast<void**>(&norms_host_), norm_bytes),
+                            "cudaMallocHost"));
     for (Slot& s : slots_) {
       GS_RETURN_IF_ERROR(Cuda(cudaMallocHost(&s.host, max_tensor_bytes), "cudaMallocHost"));
       GS_RETURN_IF_ERROR(Cuda(cudaEventCreate(&s.begin), "cudaEventCreate"));
@@ -167,7 +194,9 @@ class DevicePusherImpl final : public DevicePusher {
     if (tensor < 0 || tensor >= static_cast<int>(plans_.size())) {
       return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor, " of ", plans_.size()));
     }
-    const TensorPlan& p = plans_[tensor];
+    TensorPlan& p = plans_[tensor];
+    // The error the last measured push left decides this push's codecs.
+    GS_RETURN_IF_ERROR(ObservePending(p));
     const int s = next_slot_;
     {
       absl::MutexLock lock(&mu_);
@@ -177,12 +206,16 @@ class DevicePusherImpl final : public DevicePusher {
       }
     }
     next_slot_ ^= 1;
-    Item item{tensor, clock, s, std::vector<ChunkHeader>(p.chunks.size())};
+    const size_t nc = p.chunks.size();
+    Item item{tensor, clock, s, std::vector<ChunkHeader>(nc), std::vector<size_t>(nc),
+              std::vector<size_t>(nc), std::vector<float>(nc, 0.0f), std::vector<bool>(nc, false)};
     Slot& slot = slots_[s];
     GS_RETURN_IF_ERROR(Cuda(cudaEventRecord(slot.begin, stream_), "cudaEventRecord"));
     const float* grad = model_->grad_data(tensor);
     uint8_t* codes = payload_ + p.payload_base;
-    for (size_t i = 0; i < p.chunks.size(); ++i) {
+    size_t used = 0;
+    bool measure = false;
+    for (size_t i = 0; i < nc; ++i) {
       const Chunk& c = p.chunks[i];
       EncodeKey key;
       key.seed = options_.seed;
@@ -191,14 +224,48 @@ class DevicePusherImpl final : public DevicePusher {
       key.tensor = static_cast<uint32_t>(tensor);
       key.chunk = c.chunk_id;
       float* residual = p.error_feedback ? residual_ + p.residual_base + c.offset : nullptr;
-      GS_RETURN_IF_ERROR(cuda::EncodeOnDevice(p.type, codec_options_, grad + c.offset, residual,
-                                              c.num_elems, key, codes + c.payload_offset,
-                                              &item.headers[i], stream_));
+      CodecType type = p.type;
+      if (!p.precision.empty()) {
+        const PrecisionController& ctl = *p.precision[i];
+        type = ctl.Codec();  // kNone: a flush or a raised chunk, sent exact
+        measure |= clock % kPushMeasureEvery == 0 || ctl.Flush();
+        item.error_clocks[i] = static_cast<float>(
+            std::min(ctl.ratio(), static_cast<double>(std::numeric_limits<float>::max())));
+        item.raised[i] = ctl.level_codec() == CodecType::kNone;
+      }
+      item.offsets[i] = used;
+      item.bytes[i] = PayloadBytes(type, c.num_elems);
+      GS_RETURN_IF_ERROR(cuda::EncodeOnDevice(type, codec_options_, grad + c.offset, residual,
+                                              c.num_elems, key, codes + used, &item.headers[i],
+                                              stream_));
+      used += AlignCode(item.bytes[i]);
     }
-    GS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(slot.host, codes, p.payload_bytes,
-                                            cudaMemcpyDeviceToHost, stream_),
-                            "cudaMemcpyAsync"));
+    GS_RETURN_IF_ERROR(
+        Cuda(cudaMemcpyAsync(slot.host, codes, used, cudaMemcpyDeviceToHost, stream_),
+             "cudaMemcpyAsync"));
     GS_RETURN_IF_ERROR(Cuda(cudaEventRecord(slot.end, stream_), "cudaEventRecord"));
+    if (measure) {
+      // |g|^2 and the new |r|^2 per chunk, read at the tensor's next push:
+      // behind the codes' copy, so the push never waits for them.
+      double* norms = norms_ + p.norm_base;
+      GS_RETURN_IF_ERROR(
+          Cuda(cudaMemsetAsync(norms, 0, 2 * nc * sizeof(double), stream_), "cudaMemsetAsync"));
+      for (size_t i = 0; i < nc; ++i) {
+        const Chunk& c = p.chunks[i];
+        GS_RETURN_IF_ERROR(cuda::SumSquaresOnDevice(grad + c.offset,
+                                                    residual_ + p.residual_base + c.offset,
+                                                    c.num_elems, norms + 2 * i, stream_));
+      }
+      GS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(norms_host_ + p.norm_base, norms,
+                                              2 * nc * sizeof(double), cudaMemcpyDeviceToHost,
+                                              stream_),
+                              "cudaMemcpyAsync"));
+      GS_RETURN_IF_ERROR(Cuda(cudaEventRecord(p.measured, stream_), "cudaEventRecord"));
+      p.pending = true;
+      p.pending_clock = clock;
+    } else {
+      for (auto& ctl : p.precision) ctl->Skip();
+    }
     absl::MutexLock lock(&mu_);
     slot.busy = true;
     queue_.push_back(std::move(item));
@@ -248,7 +315,22 @@ class DevicePusherImpl final : public DevicePusher {
     uint64_t clock;
     int slot;
     std::vector<ChunkHeader> headers;
+    std::vector<size_t> offsets, bytes;  // each chunk's codes in the slot
+    std::vector<float> error_clocks;     // what the push reports of its error control
+    std::vector<bool> raised;
   };
+
+  // Feeds the norms of the tensor's last measured push to its controllers.
+  absl::Status ObservePending(TensorPlan& p) {
+    if (!p.pending) return absl::OkStatus();
+    p.pending = false;
+    GS_RETURN_IF_ERROR(Cuda(cudaEventSynchronize(p.measured), "cudaEventSynchronize"));
+    for (size_t i = 0; i < p.precision.size(); ++i) {
+      const double* n = norms_host_ + p.norm_base + 2 * i;
+      p.precision[i]->Observe(p.pending_clock, n[1], n[0], 0.0);
+    }
+    return absl::OkStatus();
+  }
 
   absl::Status CopyResiduals(size_t begin, size_t n, float* out) {
     GS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(out, residual_ + begin, n * sizeof(float),
@@ -282,9 +364,10 @@ class DevicePusherImpl final : public DevicePusher {
         views.reserve(p.chunks.size());
         for (size_t i = 0; i < p.chunks.size(); ++i) {
           views.push_back({item.headers[i],
-                           absl::string_view(reinterpret_cast<const char*>(slot.host) +
-                                                 p.chunks[i].payload_offset,
-                                             p.chunks[i].payload_bytes)});
+                           absl::string_view(
+                               reinterpret_cast<const char*>(slot.host) + item.offsets[i],
+                               item.bytes[i]),
+                           item.error_clocks[i], item.raised[i]});
         }
         // Copies the codes out of the slot before it returns.
         handle = client_->PushEncoded(static_cast<uint32_t>(item.tensor), views, item.clock);
@@ -311,6 +394,8 @@ class DevicePusherImpl final : public DevicePusher {
   uint8_t* payload_ = nullptr;     // device: every tensor's codes
   float* residual_ = nullptr;      // device: residuals of error-feedback tensors
   size_t residual_elems_ = 0;
+  double* norms_ = nullptr;       // device: (|g|^2, |r|^2) per guarded chunk
+  double* norms_host_ = nullptr;  // pinned: their copy, read by ObservePending
   Slot slots_[2];
   int next_slot_ = 0;  // training thread only
 

@@ -8,7 +8,11 @@
 // chunks to PsClient::PushEncoded in enqueue order. Codecs whose scale comes
 // from statistics (ternary, onebit, adaptive twobit) read it back, which
 // waits for the gradient on the calling thread; fixed-threshold twobit and
-// none never wait. How and why: docs/design/device-encode.md.
+// none never wait. Tensors with error feedback are guarded as on the host
+// (common/job/precision.h): every kPushMeasureEvery clocks the chunks'
+// |g|^2 and |residual|^2 are reduced on the device and read at the tensor's
+// next push, which they decide (its codec, or exact). How and why:
+// docs/design/device-encode.md.
 #ifndef GRADSTREAM_WORKER_TRAINER_INTERNAL_DEVICE_PUSHER_H_
 #define GRADSTREAM_WORKER_TRAINER_INTERNAL_DEVICE_PUSHER_H_
 

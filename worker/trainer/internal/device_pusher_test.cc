@@ -4,6 +4,8 @@
 #include "worker/trainer/internal/device_pusher.h"
 
 #include <cmath>
+#include <map>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,15 +44,17 @@ class CapturingClient final : public client::PsClient {
     uint64_t clock;
     std::vector<ChunkHeader> headers;
     std::vector<std::string> payloads;
+    std::vector<bool> raised;
   };
 
   client::PushHandle Push(uint32_t, absl::Span<const float>, uint64_t) override { return {}; }
   client::PushHandle PushEncoded(uint32_t tensor, absl::Span<const client::EncodedChunkView> chunks,
                                  uint64_t clock) override {
-    Pushed p{tensor, clock, {}, {}};
+    Pushed p{tensor, clock, {}, {}, {}};
     for (const auto& c : chunks) {
       p.headers.push_back(c.header);
       p.payloads.emplace_back(c.payload);
+      p.raised.push_back(c.raised);
     }
     pushed.push_back(std::move(p));
     return {};
@@ -175,6 +179,85 @@ TEST_P(DevicePusherTest, ResidualInvariantAndHostBytes) {
   if (codec != "none") {
     EXPECT_GT(*norm, 0.0);
   }
+}
+
+// The push guard on the device ([device encode]): twobit with a threshold
+// no gradient reaches passes nothing, so every chunk's residual grows by the
+// same gradient each clock. The device pusher's controllers flush each chunk (send
+// it exact, "none", residual to zero) and then raise it, at the same clocks
+// as the host encoders driven with the same gradients, and say so in the
+// pushes (raised; the device's report is a clock behind the host's, as it
+// reads a push's error at the tensor's next push).
+TEST(DevicePusherGuard, RaisesAChunkWhoseCodecPassesNothingLikeTheHost) {
+  if (!cuda::DeviceAvailable()) GTEST_SKIP() << "no CUDA device is present";
+  ModelConfig config;
+  config.type = ModelType::kCnn;
+  config.input = {1, 28, 28};
+  auto model = CreateModel(config, Device::kGpu);
+  ASSERT_TRUE(model.ok()) << model.status();
+  CodecPolicy policy;
+  policy.default_codec = "twobit";
+  policy.twobit_threshold = 10.0f;  // gradients are N(0, 0.3): nothing gets through
+  policy.twobit_min_elems = 1;
+  policy.precision_bound = 2;
+  auto map = SplitModel((*model)->params(), {"shard:0"}, 1000, policy);
+  ASSERT_TRUE(map.ok()) << map.status();
+  CapturingClient client(*map);
+  DevicePusherOptions options;
+  options.codec = policy;
+  auto pusher = DevicePusher::Create(model->get(), &client, options);
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  std::vector<std::unique_ptr<client::internal::TensorEncoder>> host;
+  for (const auto& t : map->tensors) {
+    auto enc = client::internal::TensorEncoder::Create(*map, t.index, t.codec, policy);
+    ASSERT_TRUE(enc.ok());
+    host.push_back(*std::move(enc));
+  }
+  int exact = 0, raised = 0;
+  std::map<std::pair<uint32_t, size_t>, bool> host_raised;  // at the clock before
+  for (uint64_t clock = 0; clock < 16; ++clock) {
+    std::vector<std::vector<float>> grads;
+    for (int t = 0; t < (*model)->num_tensors(); ++t) {
+      // The same gradient every clock: the residual grows linearly.
+      grads.push_back(Random((*model)->params()[t].num_elems, t));
+      ASSERT_EQ(cudaMemcpy((*model)->grad_data(t), grads[t].data(), grads[t].size() * 4,
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+    client.pushed.clear();
+    for (int t = (*model)->num_tensors() - 1; t >= 0; --t) {
+      ASSERT_TRUE((*pusher)->Enqueue(t, clock).ok());
+    }
+    double seconds = 0;
+    ASSERT_TRUE((*pusher)->Finish(&seconds).ok());
+    for (const auto& p : client.pushed) {
+      auto residual = (*pusher)->Residuals(static_cast<int>(p.tensor));
+      ASSERT_TRUE(residual.ok());
+      for (size_t i = 0; i < p.headers.size(); ++i) {
+        ChunkHeader h;
+        std::string payload;
+        client::internal::PushPrecisionReport report;
+        ASSERT_TRUE(
+            host[p.tensor]->EncodeChunk(i, grads[p.tensor], 1, 0, clock, &h, &payload, &report)
+                .ok());
+        ASSERT_EQ(p.headers[i].codec, h.codec)
+            << "tensor " << p.tensor << " chunk " << i << " clock " << clock;
+        bool& was_raised = host_raised[std::make_pair(p.tensor, i)];
+        EXPECT_EQ(p.raised[i], was_raised);
+        was_raised = report.raised;
+        if (h.codec == CodecType::kNone) {
+          ++exact;
+          const ChunkInfo& c = host[p.tensor]->chunk(i);
+          for (uint32_t j = 0; j < c.num_elems; ++j) {
+            ASSERT_EQ((*residual)[c.offset + j], 0.0f) << "an exact push leaves no residual";
+          }
+        }
+        raised += p.raised[i];
+      }
+    }
+  }
+  EXPECT_GT(exact, 0) << "no chunk was flushed";
+  EXPECT_GT(raised, 0) << "no chunk was raised";
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, DevicePusherTest,
