@@ -234,6 +234,7 @@ std::string CodecText(const v1::CodecPolicy& c) {
                         ? absl::StrCat(" (fp32 below ", c.pull_min_elems(), " elements)")
                         : "");
   }
+  if (c.link_choice() == "on") absl::StrAppend(&out, ", link choice on (probes fp32 sends)");
   return out;
 }
 

@@ -69,6 +69,7 @@ constexpr FlagHelp kSpecFlags[] = {
      "error bound of every compressed path, in clocks of signal: past it the next send is "
      "exact (negative = measure only)"},
     {"precision_warmup", "clocks every compressed path sends at full precision first"},
+    {"link_choice", "on|off: each worker probes exact pushes against its codecs, keeps the faster"},
     {"consistency", "sync|bounded|async"},
     {"staleness", "staleness bound for bounded"},
     {"workers", "worker count N, or an elastic range MIN:MAX (e.g. 1:4)"},
@@ -117,6 +118,7 @@ std::string CodecFlagDefault(std::string_view flag) {
   if (flag == "pull_min_elems") return absl::StrCat(kDefaultPullMinElems);
   if (flag == "precision_bound") return absl::StrCat(kDefaultPrecisionBound);
   if (flag == "precision_warmup") return absl::StrCat(kDefaultPrecisionWarmup);
+  if (flag == "link_choice") return kDefaultLinkChoice ? "on" : "off";
   return "";
 }
 
@@ -298,6 +300,7 @@ absl::Status ApplySpecFlags(const Args& args, v1::JobSpec* spec) {
   if (auto v = args.Get("optimizer")) spec->mutable_optimizer()->set_type(*v);
   if (auto v = args.Get("codec")) spec->mutable_codec()->set_default_codec(*v);
   if (auto v = args.Get("pull_codec")) spec->mutable_codec()->set_pull_codec(*v);
+  if (auto v = args.Get("link_choice")) spec->mutable_codec()->set_link_choice(*v);
   if (auto v = args.Get("codec_override")) {
     for (absl::string_view kv : absl::StrSplit(*v, ',', absl::SkipEmpty())) {
       std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));

@@ -70,6 +70,8 @@ SYSTEMS = {
     # The defaults with a full-precision warm-up of N clocks
     # (docs/design/precision-control.md).
     "gs-warmup20": ("gradstream", ["--precision_warmup=20"]),
+    # The link-aware choice (docs/design/link-choice.md): probe exact pushes.
+    "gs-link": ("gradstream", ["--link_choice=on"]),
     # Ternary with a tighter clip (in sigmas of the chunk): error feedback
     # carries what is clipped to later clocks, the variance of what is sent
     # falls with the scale.
@@ -310,6 +312,17 @@ class Run:
         if self.rec["status"] != "ok":
             self.rec["logs"] = {l: tail(os.path.join(self.dir, l + ".log"))
                                 for l in self.procs}
+        # The link choice's decisions ([link choice]), from every process's log.
+        link = []
+        for l in self.procs:
+            try:
+                with open(os.path.join(self.dir, l + ".log"), errors="replace") as f:
+                    link += ["%s: %s" % (l, line.strip()[line.find("link choice"):])
+                             for line in f if "link choice at clock" in line]
+            except OSError:
+                pass
+        if link:
+            self.rec["link_choice"] = link
         shutil.rmtree(self.dir, ignore_errors=True)   # what matters is in the record
         return self.rec
 

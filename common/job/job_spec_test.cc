@@ -207,5 +207,19 @@ TEST(JobSpec, PrecisionBoundMustBeFiniteAndReachesThePolicy) {
   EXPECT_NE(s.message().find("precision_bound"), std::string::npos) << s;
 }
 
+TEST(JobSpec, LinkChoiceIsOnOrOffAndReachesThePolicy) {
+  v1::JobSpec spec;
+  ApplyJobDefaults(&spec);
+  EXPECT_EQ(spec.codec().link_choice(), kDefaultLinkChoice ? "on" : "off");
+  EXPECT_EQ(CodecPolicyFromProto(spec.codec()).link_choice, kDefaultLinkChoice);
+  spec.mutable_codec()->set_link_choice("on");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  EXPECT_TRUE(CodecPolicyFromProto(spec.codec()).link_choice);
+  spec.mutable_codec()->set_link_choice("yes");
+  const absl::Status s = ValidateJobSpec(spec);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("codec.link_choice: want on|off, got 'yes'"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace gradstream

@@ -129,4 +129,50 @@ void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
   }
 }
 
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+bool LinkChoice::Exact(uint64_t clock) const {
+  if (!Probing(clock)) return exact_;
+  return ((clock - next_probe_) / policy_.window) % 2 == 1;  // windows 1 and 3
+}
+
+void LinkChoice::Observe(uint64_t clock, double seconds) {
+  if (!Probing(clock)) return;
+  const uint64_t phase = clock - next_probe_;
+  const bool exact_window = (phase / policy_.window) % 2 == 1;
+  if (phase % policy_.window != 0) {  // a window's first clock carries the switch
+    (exact_window ? exact_s_ : codec_s_).push_back(seconds);
+  }
+  if (exact_window && phase % policy_.window == 1 && !codec_s_.empty()) {
+    const double codec = Median(codec_s_);
+    if (seconds > policy_.abort_ratio * codec) {  // exact is far slower: stop paying for it
+      Decide(clock, false, seconds, codec);
+      return;
+    }
+  }
+  if (phase + 1 != 4ull * policy_.window) return;
+  const double exact = Median(exact_s_), codec = Median(codec_s_);
+  Decide(clock, !exact_s_.empty() && !codec_s_.empty() && exact < (1.0 - policy_.margin) * codec,
+         exact, codec);
+}
+
+void LinkChoice::Decide(uint64_t clock, bool exact, double exact_s, double codec_s) {
+  const bool agrees = !decisions_.empty() && decisions_.back().exact == exact;
+  hold_ = agrees ? std::min(2 * hold_, std::max(policy_.max_hold, policy_.hold)) : policy_.hold;
+  exact_ = exact;
+  next_probe_ = clock + 1 + hold_;
+  exact_s_.clear();
+  codec_s_.clear();
+  decisions_.push_back(LinkDecision{clock, exact, exact_s, codec_s});
+  while (decisions_.size() > kMaxDecisions) decisions_.pop_front();
+}
+
 }  // namespace gradstream

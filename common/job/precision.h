@@ -131,6 +131,63 @@ class PrecisionController {
   std::deque<PrecisionEvent> events_;
 };
 
+// NOTE: [link choice] Where the wire is not the bottleneck, exact (fp32) sends
+// cost less CPU than a codec and no accuracy. A LinkChoice picks between a
+// path's codecs and exact sends by measurement: from clock `start`, a probe
+// of four windows of `window` clocks (codecs, exact, codecs, exact) compares
+// the median step times, each window's first clock left out (it carries the
+// switch); exact wins when faster by `margin`. An exact window whose first
+// measured clock is over `abort_ratio` times the codecs' median ends the
+// probe at once (a slow link pays two exact clocks, not a window). The
+// winner holds `hold` clocks, doubled (up to `max_hold`) each time the next
+// probe agrees. Workers time their pushes, shards their publications, each
+// deciding for itself. See docs/design/link-choice.md.
+struct LinkChoicePolicy {
+  bool enabled = false;
+  uint32_t start = 20;
+  uint32_t window = 6;
+  uint32_t hold = 400;
+  uint32_t max_hold = 6400;
+  double margin = 0.05;
+  double abort_ratio = 1.5;
+};
+
+struct LinkDecision {
+  uint64_t clock = 0;        // the probe's last clock
+  bool exact = false;        // what won
+  double exact_seconds = 0;  // median step time of the exact windows (0: none measured)
+  double codec_seconds = 0;  // ... of the codec windows
+};
+
+// Not thread-safe: the owner serializes calls.
+class LinkChoice {
+ public:
+  explicit LinkChoice(const LinkChoicePolicy& policy)
+      : policy_(policy), next_probe_(policy.start), hold_(policy.hold) {}
+
+  // Whether the sends of `clock` go exact.
+  bool Exact(uint64_t clock) const;
+  // Step `clock` took `seconds` (wall time). Clocks are observed in order.
+  void Observe(uint64_t clock, double seconds);
+  // The decisions so far, newest last (at most kMaxDecisions).
+  static constexpr size_t kMaxDecisions = 8;
+  const std::deque<LinkDecision>& decisions() const { return decisions_; }
+
+ private:
+  bool Probing(uint64_t clock) const {
+    return policy_.enabled && policy_.window > 0 && clock >= next_probe_ &&
+           clock - next_probe_ < 4ull * policy_.window;
+  }
+  void Decide(uint64_t clock, bool exact, double exact_s, double codec_s);
+
+  const LinkChoicePolicy policy_;
+  uint64_t next_probe_;  // first clock of the next (or current) probe
+  uint32_t hold_;
+  bool exact_ = false;  // the last probe's winner
+  std::vector<double> exact_s_, codec_s_;  // this probe's step times
+  std::deque<LinkDecision> decisions_;
+};
+
 }  // namespace gradstream
 
 #endif  // GRADSTREAM_COMMON_JOB_PRECISION_H_

@@ -170,5 +170,66 @@ TEST(PrecisionController, AnUncompressedPathNeverActs) {
   EXPECT_TRUE(c.events().empty());
 }
 
+// [link choice]: a probe of codec and exact windows decides by the median
+// step time, holds, and probes again; the hold doubles while probes agree.
+TEST(LinkChoice, ProbesThenKeepsTheFasterAndProbesAgain) {
+  LinkChoicePolicy p;
+  p.enabled = true;
+  p.start = 10;
+  p.window = 4;
+  p.hold = 20;
+  LinkChoice link(p);
+  for (uint64_t c = 0; c < 10; ++c) EXPECT_FALSE(link.Exact(c)) << "codecs before the start";
+  // The probe: clocks 10-13 codecs, 14-17 exact, 18-21 codecs, 22-25 exact.
+  // Exact steps take 0.05 s, codec steps 0.08 s; a window's first clock
+  // (the switch) 1 s, which the medians must ignore.
+  for (uint64_t c = 10; c < 26; ++c) {
+    const bool exact = link.Exact(c);
+    EXPECT_EQ(exact, ((c - 10) / 4) % 2 == 1) << c;
+    link.Observe(c, (c - 10) % 4 == 0 ? 1.0 : exact ? 0.05 : 0.08);
+  }
+  ASSERT_EQ(link.decisions().size(), 1u);
+  EXPECT_TRUE(link.decisions().back().exact);
+  EXPECT_DOUBLE_EQ(link.decisions().back().exact_seconds, 0.05);
+  EXPECT_DOUBLE_EQ(link.decisions().back().codec_seconds, 0.08);
+  for (uint64_t c = 26; c < 46; ++c) {
+    EXPECT_TRUE(link.Exact(c)) << "held: " << c;
+    link.Observe(c, 0.05);
+  }
+  // The next probe (46-49 codecs, 50-53 exact, ...) finds exact steps twice
+  // as slow (the link got slower): the exact window's first measured clock
+  // ends the probe at clock 51, and the codecs hold 20 clocks.
+  for (uint64_t c = 46; c < 52; ++c) link.Observe(c, link.Exact(c) ? 0.2 : 0.1);
+  ASSERT_EQ(link.decisions().size(), 2u);
+  EXPECT_EQ(link.decisions().back().clock, 51u);
+  EXPECT_FALSE(link.decisions().back().exact);
+  for (uint64_t c = 52; c < 72; ++c) EXPECT_FALSE(link.Exact(c)) << "held: " << c;
+  // A third probe that agrees holds twice as long: 40 clocks.
+  for (uint64_t c = 72; c < 78; ++c) link.Observe(c, link.Exact(c) ? 0.2 : 0.1);
+  ASSERT_EQ(link.decisions().size(), 3u);
+  EXPECT_EQ(link.decisions().back().clock, 77u);
+  EXPECT_FALSE(link.Exact(78 + 39));
+  EXPECT_FALSE(link.Exact(78 + 40)) << "the fourth probe opens with codecs";
+  EXPECT_TRUE(link.Exact(78 + 40 + 4)) << "then exact";
+}
+
+TEST(LinkChoice, ExactMustWinByTheMarginAndOffNeverProbes) {
+  LinkChoicePolicy p;
+  p.enabled = true;
+  p.start = 0;
+  p.window = 3;
+  p.hold = 10;
+  LinkChoice link(p);
+  for (uint64_t c = 0; c < 12; ++c) link.Observe(c, link.Exact(c) ? 0.098 : 0.1);
+  ASSERT_EQ(link.decisions().size(), 1u);
+  EXPECT_FALSE(link.decisions().back().exact) << "2% faster is within the 5% margin";
+  LinkChoice off(LinkChoicePolicy{});
+  for (uint64_t c = 0; c < 1000; ++c) {
+    EXPECT_FALSE(off.Exact(c));
+    off.Observe(c, 1.0);
+  }
+  EXPECT_TRUE(off.decisions().empty());
+}
+
 }  // namespace
 }  // namespace gradstream

@@ -43,7 +43,8 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
                      : std::make_unique<PullPublisher>(
                            options_.pull_codec,
                            /*once_per_clock=*/options_.consistency.mode != ConsistencyMode::kSync,
-                           options_.chunks, options_.pull_precision)),
+                           options_.chunks, options_.pull_precision,
+                           options_.pull_link, env_)),
       staleness_hist_(kStalenessBuckets, 0) {
   for (const ChunkSpec& spec : options_.chunks) {
     auto chunk = std::make_unique<ChunkState>(spec.chunk_id, spec.num_elems);

@@ -17,8 +17,9 @@ constexpr uint32_t kPullWorker = 0xffffffff;
 
 PullPublisher::PullPublisher(CodecType codec, bool once_per_clock,
                              const std::vector<ChunkSpec>& chunks,
-                             const PrecisionPolicy& precision)
-    : codec_(codec), once_per_clock_(once_per_clock) {
+                             const PrecisionPolicy& precision,
+                             const LinkChoicePolicy& link, Env* env)
+    : codec_(codec), once_per_clock_(once_per_clock), env_(env), link_(link) {
   CHECK(codec != CodecType::kNone) << "a pull publisher needs a compressing codec";
   PrecisionPolicy policy = precision;
   policy.ladder = LadderFrom(codec);
@@ -65,7 +66,7 @@ void PullPublisher::Control(Chunk& c, absl::Span<const float> params, uint64_t v
 }
 
 void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
-                                 uint64_t version) {
+                                 uint64_t version, bool exact) {
   if (c.fp32) {  // see [layer-wise pull]
     Reset(c, params, version);
     return;
@@ -73,6 +74,12 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
   if (c.precision->Codec() == CodecType::kNone) {  // raised: published whole
     Reset(c, params, version);
     Control(c, params, version);
+    return;
+  }
+  if (exact) {  // the link's choice: whole, unmeasured (the next is measured from here)
+    Reset(c, params, version);
+    c.published_params.clear();
+    c.precision->Skip();
     return;
   }
   Delta d;
@@ -105,6 +112,26 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
   Control(c, params, version);
 }
 
+bool PullPublisher::LinkExact(uint64_t reader_clock) {
+  absl::MutexLock l(&link_mu_);
+  if (reader_clock > link_clock_) {  // the first publication for a new clock
+    const absl::Time now = env_->Now();
+    if (link_since_ != absl::InfinitePast() && reader_clock == link_clock_ + 1) {
+      const size_t before = link_.decisions().size();
+      link_.Observe(link_clock_, absl::ToDoubleSeconds(now - link_since_));
+      if (link_.decisions().size() != before) {
+        const LinkDecision& d = link_.decisions().back();
+        LOG(INFO) << "pull link choice at clock " << d.clock << ": "
+                  << (d.exact ? "whole publications" : "the pull codec") << " (median "
+                  << d.exact_seconds << " s whole, " << d.codec_seconds << " s compressed)";
+      }
+    }
+    link_clock_ = reader_clock;
+    link_since_ = now;
+  }
+  return link_.Exact(reader_clock);
+}
+
 std::optional<PathPrecision> PullPublisher::Precision(uint64_t chunk_id) const {
   auto it = chunks_.find(chunk_id);
   if (it == chunks_.end() || it->second->fp32) return std::nullopt;
@@ -126,7 +153,7 @@ void PullPublisher::MaybePublish(uint64_t chunk_id, Chunk& c, absl::Span<const f
     if (c.precision != nullptr) c.published_params.assign(params.begin(), params.end());
     c.published_clock = reader_clock;
   } else if (version != c.version && (!once_per_clock_ || reader_clock > c.published_clock)) {
-    PublishDelta(chunk_id, c, params, version);
+    PublishDelta(chunk_id, c, params, version, !c.fp32 && LinkExact(reader_clock));
     c.published_clock = reader_clock;
   }
 }

@@ -22,9 +22,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
 #include "common/codec/published.h"
+#include "common/env/env.h"
 #include "common/job/precision.h"
 #include "server/shard/types.h"
 
@@ -44,9 +46,14 @@ class PullPublisher {
   // satisfies every slower one) instead of at every version change (sync).
   // `precision` controls every compressed chunk's error (common/job/precision.h):
   // measured at each publication; a flush publishes a snapshot (the copy is
-  // then exact), a chunk raised to kNone is published whole.
+  // then exact), a chunk raised to kNone is published whole. `link`: the
+  // link choice ([link choice] in precision.h), by reader clock: a probe
+  // times the publications of consecutive clocks with exact (whole) and
+  // compressed publications, and the faster holds.
+  // `env` times the publications (not owned).
   PullPublisher(CodecType codec, bool once_per_clock, const std::vector<ChunkSpec>& chunks,
-                const PrecisionPolicy& precision = PrecisionPolicy{});
+                const PrecisionPolicy& precision = PrecisionPolicy{},
+                const LinkChoicePolicy& link = LinkChoicePolicy{}, Env* env = Env::Default());
 
   // Answers one pull of chunk `chunk_id` by a reader at `reader_clock` that
   // holds `held` (null: nothing): first publishes `params` (the true
@@ -108,7 +115,7 @@ class PullPublisher {
   // Takes the copy to `params` at `version`: a delta, or the params whole
   // the first time, for fp32 chunks, and should encoding fail.
   void PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
-                    uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+                    uint64_t version, bool exact) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   static void Reset(Chunk& c, absl::Span<const float> params, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Measures what publishing `params` left in p - q against the update since
@@ -116,8 +123,16 @@ class PullPublisher {
   static void Control(Chunk& c, absl::Span<const float> params, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
+  // Whether the publications for `reader_clock` go whole; times the clocks.
+  bool LinkExact(uint64_t reader_clock);
+
   const CodecType codec_;
   const bool once_per_clock_;
+  Env* const env_;
+  absl::Mutex link_mu_;
+  LinkChoice link_ ABSL_GUARDED_BY(link_mu_);
+  uint64_t link_clock_ ABSL_GUARDED_BY(link_mu_) = 0;  // newest reader clock published for
+  absl::Time link_since_ ABSL_GUARDED_BY(link_mu_) = absl::InfinitePast();
   absl::flat_hash_map<uint64_t, std::unique_ptr<Chunk>> chunks_;  // fixed after construction
 };
 

@@ -250,6 +250,38 @@ TEST(PullPublisher, EagerPublishIsWhatAPullWouldHavePublished) {
   }
 }
 
+// [link choice] for pulls: with the link choice on, the probe's exact
+// windows (reader clocks 2-3 and 6-7 for start 0, window 2) publish the
+// parameters whole (a worker gets them exact, as values), the codec windows
+// deltas; the worker never drifts across the switches. (No abort: this
+// test's clocks take microseconds, whatever they publish.)
+TEST(PullPublisher, TheLinkChoiceProbesWithWholePublications) {
+  LinkChoicePolicy link;
+  link.enabled = true;
+  link.start = 0;
+  link.window = 2;
+  link.hold = 4;
+  link.abort_ratio = 1e9;
+  PullPublisher pub(CodecType::kTernary, /*once_per_clock=*/false, {{7, kElems}},
+                    PrecisionPolicy{}, link);
+  std::mt19937 rng(3);
+  std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+  Worker w;
+  PulledChunk out;
+  out.chunk_id = 7;
+  pub.Serve(7, params, 0, 0, nullptr, &out);
+  w.Take(out);
+  for (uint64_t v = 1; v < 8; ++v) {
+    params = Step(params, rng, 0.01f);
+    pub.Serve(7, params, v, v, w.held_or_null(), &out);
+    const bool exact = (v / 2) % 2 == 1;
+    EXPECT_EQ(!out.values.empty(), exact) << "reader clock " << v;
+    EXPECT_EQ(out.deltas.empty(), exact) << "reader clock " << v;
+    w.Take(out);
+    if (exact) EXPECT_EQ(w.copy, params) << "reader clock " << v;
+  }
+}
+
 TEST(PullPublisher, CheckpointKeepsThePublishedCopy) {
   PullPublisher pub(CodecType::kTernary, false, {{3, kElems}});
   std::mt19937 rng(4);

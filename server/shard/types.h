@@ -76,8 +76,9 @@ struct JobOptions {
   // common/codec/published.h); kNone = pulls carry the fp32 parameters.
   CodecType pull_codec = CodecType::kNone;
   // Error control of the compressed pulls (the ladder is filled from
-  // pull_codec).
+  // pull_codec), and the link choice between them and exact pulls.
   PrecisionPolicy pull_precision;
+  LinkChoicePolicy pull_link;
 };
 
 struct PushArgs {

@@ -12,7 +12,9 @@
 #include "common/codec/codec.h"
 #include "common/codec/wire.h"
 #include "common/executor.h"
+#include "common/job/precision.h"
 #include "common/status.h"
+#include "glog/logging.h"
 #include "ps.pb.h"
 #include "worker/client/internal/pending.h"
 #include "worker/client/internal/shard_stream.h"
@@ -34,7 +36,8 @@ class PsClientImpl final : public PsClient {
       : map_(map),
         options_(options),
         buffers_(options.buffer_pool_bytes),
-        published_(ChunkElems(map)) {
+        published_(ChunkElems(map)),
+        link_(LinkChoicePolicy{options.codec.link_choice}) {
     if (options.encode_threads > 0) {
       encode_pool_ = std::make_unique<Executor>(options.encode_threads);
     }
@@ -85,6 +88,8 @@ class PsClientImpl final : public PsClient {
     }
     TensorEncoder& enc = *encoders_[tensor];
     auto done = std::make_shared<Completion>(static_cast<int>(enc.num_chunks()));
+    const bool exact = LinkExact(clock);
+    if (exact) link_exact_pushes_.fetch_add(1, std::memory_order_relaxed);
     // One push of a tensor at a time (its residuals are state); its chunks are
     // encoded on this thread, or spread over the encode pool, and each goes to
     // its shard's writer as soon as it is encoded, so sending overlaps
@@ -98,7 +103,7 @@ class PsClientImpl final : public PsClient {
       ChunkHeader header;
       PushPrecisionReport report;
       absl::Status s = enc.EncodeChunk(i, grad, options_.seed, options_.worker_id, clock, &header,
-                                       &payload, &report);
+                                       &payload, &report, exact);
       if (!s.ok()) {
         // The other chunks still go out; the handle reports this failure.
         done->Done(absl::Status(s.code(), absl::StrCat("tensor '", info.name, "' chunk ",
@@ -218,6 +223,7 @@ class PsClientImpl final : public PsClient {
   }
 
   absl::Status AdvanceClock(uint64_t clock) override {
+    ObserveStep(clock);
     absl::Status first;
     for (auto& s : streams_) first.Update(s->SendClock(clock));
     return first;
@@ -243,6 +249,7 @@ class PsClientImpl final : public PsClient {
     st.pull_messages = counters_.pull_messages.load();
     st.bytes_pushed = bytes_pushed_.load();
     st.fp32_bytes_pushed = fp32_bytes_pushed_.load();
+    st.link_exact_pushes = link_exact_pushes_.load();
     st.chunks_acked = counters_.chunks_acked.load();
     st.duplicate_acks = counters_.duplicate_acks.load();
     st.pull_calls = pull_calls_.load();
@@ -343,6 +350,31 @@ class PsClientImpl final : public PsClient {
     }
   }
 
+  // [link choice]: whether clock `clock`'s pushes go exact.
+  bool LinkExact(uint64_t clock) {
+    absl::MutexLock lock(&link_mu_);
+    return link_.Exact(clock);
+  }
+
+  // The step that ends with AdvanceClock(clock) was clock - 1: its wall time
+  // (from the previous AdvanceClock) feeds the link choice.
+  void ObserveStep(uint64_t clock) {
+    const absl::Time now = options_.env->Now();
+    absl::MutexLock lock(&link_mu_);
+    if (last_advance_ != absl::InfinitePast() && clock == last_advance_clock_ + 1) {
+      const size_t before = link_.decisions().size();
+      link_.Observe(clock - 1, absl::ToDoubleSeconds(now - last_advance_));
+      if (link_.decisions().size() != before) {
+        const LinkDecision& d = link_.decisions().back();
+        LOG(INFO) << "link choice at clock " << d.clock << ": "
+                  << (d.exact ? "exact pushes" : "the codecs") << " (median step "
+                  << d.exact_seconds << " s exact, " << d.codec_seconds << " s with codecs)";
+      }
+    }
+    last_advance_ = now;
+    last_advance_clock_ = clock;
+  }
+
   static std::vector<uint32_t> ChunkElems(const ShardMap& map) {
     std::vector<uint32_t> n(map.chunks.size());
     for (const ChunkInfo& c : map.chunks) n[c.chunk_id] = c.num_elems;
@@ -363,6 +395,11 @@ class PsClientImpl final : public PsClient {
   std::unique_ptr<Executor> encode_pool_;  // null: encode on the caller
   std::atomic<uint64_t> push_calls_{0}, chunks_pushed_{0}, bytes_pushed_{0},
       fp32_bytes_pushed_{0}, pull_calls_{0}, push_messages_{0};
+  std::atomic<uint64_t> link_exact_pushes_{0};
+  absl::Mutex link_mu_;
+  LinkChoice link_ ABSL_GUARDED_BY(link_mu_);
+  absl::Time last_advance_ ABSL_GUARDED_BY(link_mu_) = absl::InfinitePast();
+  uint64_t last_advance_clock_ ABSL_GUARDED_BY(link_mu_) = 0;
   absl::Mutex bucket_mu_;
   Bucket open_ ABSL_GUARDED_BY(bucket_mu_);
   uint64_t sent_clock_ ABSL_GUARDED_BY(bucket_mu_) = 0;    // clock of the last bucket sent

@@ -164,6 +164,8 @@ struct ClientOptions {
   // and Flush() is never needed. At most kMaxBucketBytes.
   uint64_t first_bucket_bytes = 0;
   uint64_t bucket_bytes = 0;
+  // Times the steps for the link choice ([link choice]); not owned.
+  Env* env = Env::Default();
 };
 
 // A bucket may pass its bound by one chunk (1 MiB of fp32 at most), so a
@@ -181,6 +183,7 @@ struct ClientStats {
   uint64_t push_messages = 0;      // Push messages (buckets) sent, replays not counted
   uint64_t bytes_pushed = 0;       // encoded payload bytes
   uint64_t fp32_bytes_pushed = 0;  // what the same chunks weigh as fp32
+  uint64_t link_exact_pushes = 0;  // Push calls sent exact by the link choice
   uint64_t chunks_acked = 0;
   uint64_t duplicate_acks = 0;     // replays the shard had already applied
   uint64_t pull_calls = 0;

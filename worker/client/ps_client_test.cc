@@ -263,6 +263,51 @@ TEST_F(PsClientTest, PushEncodedAppliesWhatPushWould) {
   EXPECT_TRUE((*client)->Leave(kWait).ok());
 }
 
+// [link choice]: with link_choice on, the probe (default LinkChoicePolicy:
+// from clock 20, windows of 6 clocks, codecs first) pushes compressed until
+// clock 25 and exact at 26 and 27 (the exact window's switch and first
+// measured clock; the window may end there if exact is far slower); after
+// clock 43 the probe is over and its winner holds.
+TEST_F(PsClientTest, TheLinkChoiceProbesWithExactPushes) {
+  StartShards(1);
+  ShardMap map = Map("twobit");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.01f), kWait).ok());
+  ClientOptions o = Options();
+  o.codec.link_choice = true;
+  o.codec.precision_bound = -1;  // no guard flushes: every exact push is the link's
+  auto client = PsClient::Connect(map, o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto init = InitValues(map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
+  int held = -1;  // after the probe: 1 exact, 0 compressed
+  uint64_t exact_clocks = 0;
+  for (uint64_t clock = 0; clock < 50; ++clock) {
+    const ClientStats before = (*client)->stats();
+    std::vector<PushHandle> pushes;
+    for (const TensorInfo& t : map.tensors) {
+      pushes.push_back((*client)->Push(t.index, Random(t.num_elems, clock + t.index, 0.7f), clock));
+    }
+    for (auto& h : pushes) ASSERT_TRUE(PsClient::Wait(h, kWait).ok());
+    const ClientStats after = (*client)->stats();
+    const bool exact = after.bytes_pushed - before.bytes_pushed ==
+                       after.fp32_bytes_pushed - before.fp32_bytes_pushed;
+    exact_clocks += exact;
+    if (clock < 26) {
+      EXPECT_FALSE(exact) << "clock " << clock;
+    } else if (clock < 28) {
+      EXPECT_TRUE(exact) << "clock " << clock;
+    } else if (clock >= 44) {
+      if (held < 0) held = exact;
+      EXPECT_EQ(exact, held == 1) << "clock " << clock;
+    }
+    ASSERT_TRUE((*client)->AdvanceClock(clock + 1).ok());
+    ASSERT_TRUE(PsClient::Wait((*client)->Pull(clock + 1, MutableSpans(got)), kWait).ok());
+  }
+  EXPECT_EQ((*client)->stats().link_exact_pushes, exact_clocks * 2);
+  EXPECT_TRUE((*client)->Leave(kWait).ok());
+}
+
 TEST_F(PsClientTest, UnknownJobSurfacesTheShardsNotFound) {
   StartShards(1);
   ClientOptions o = Options();

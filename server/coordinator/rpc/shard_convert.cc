@@ -35,6 +35,7 @@ v1::CreateJobRequest CreateJobToProto(const ShardJob& job) {
   req.set_pull_codec(PullCodecForJob(spec));
   req.set_precision_bound(spec.codec().precision_bound());
   req.set_precision_warmup(spec.codec().precision_warmup());
+  req.set_link_choice(CodecPolicyFromProto(spec.codec()).link_choice);
   for (const MembershipEpoch& e : job.epochs) MembershipToProto(e, req.add_epochs());
   req.set_resume(job.resume);
   req.set_resume_clock(job.resume_clock);

@@ -140,6 +140,7 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
     return absl::InvalidArgumentError("precision_bound is not finite");
   }
   o.pull_precision.warmup_clocks = req.precision_warmup();
+  o.pull_link.enabled = req.link_choice();
   return o;
 }
 

@@ -39,7 +39,8 @@ absl::StatusOr<std::unique_ptr<TensorEncoder>> TensorEncoder::Create(
 
 absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, uint64_t seed,
                                         uint64_t worker, uint64_t clock, ChunkHeader* header,
-                                        std::string* payload, PushPrecisionReport* report) {
+                                        std::string* payload, PushPrecisionReport* report,
+                                        bool exact) {
   const ChunkInfo& c = chunks_[i];
   if (c.offset + c.num_elems > grad.size()) {
     return absl::InvalidArgumentError(absl::StrCat("gradient of ", grad.size(),
@@ -56,9 +57,12 @@ absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, 
   if (precision_.empty()) return encoders_[i]->Encode(g, key, header, payload);
   PrecisionController& ctl = *precision_[i];
   auto* ef = static_cast<ErrorFeedback*>(encoders_[i].get());
-  GS_RETURN_IF_ERROR(ctl.Codec() == CodecType::kNone ? ef->EncodeExact(g, key, header, payload)
-                                                      : ef->Encode(g, key, header, payload));
-  if (clock % kPushMeasureEvery == 0 || ctl.Flush()) {
+  exact |= ctl.Codec() == CodecType::kNone;
+  GS_RETURN_IF_ERROR(exact ? ef->EncodeExact(g, key, header, payload)
+                           : ef->Encode(g, key, header, payload));
+  if (exact && ctl.Codec() != CodecType::kNone) {
+    ctl.Skip();  // the link's choice: nothing to measure, a flush asked for went out
+  } else if (clock % kPushMeasureEvery == 0 || ctl.Flush()) {
     double signal2 = 0;
     for (float x : g) signal2 += double{x} * x;
     const double r = ef->ResidualNorm();

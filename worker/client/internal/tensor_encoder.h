@@ -48,10 +48,12 @@ class TensorEncoder {
   // feedback the chunk's PrecisionController decides: its codec, or the
   // residual sent whole (a flush, or a chunk raised to fp32); every
   // kPushMeasureEvery clocks it measures the residual against the gradient.
+  // `exact` (the link choice's) sends the residual whole too, unmeasured.
   [[nodiscard]] absl::Status EncodeChunk(size_t i, absl::Span<const float> grad, uint64_t seed,
                                          uint64_t worker, uint64_t clock, ChunkHeader* header,
                                          std::string* payload,
-                                         PushPrecisionReport* report = nullptr);
+                                         PushPrecisionReport* report = nullptr,
+                                         bool exact = false);
 
   // Sum of squared residuals over the chunks (0 without error feedback).
   double ResidualNormSquared() const;
