@@ -6,7 +6,8 @@
 # Targets:
 #   codec_fuzzer    common/codec: decoders and encoders on arbitrary chunks
 #   session_fuzzer  server/shard: arbitrary WorkerMessage streams through the
-#                   shard's SessionHandler into a Job (see session_fuzzer.cc)
+#                   shard's SessionHandler into a Job
+# (both in tests/fuzz/).
 # A finding leaves its input in $BUILD_DIR/<crash|timeout|oom>-...; rerun it
 # with `$BUILD_DIR/<path to fuzzer> <file>`.
 set -euo pipefail
@@ -16,7 +17,7 @@ BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DGS_FUZZ=ON \
   -DGS_SANITIZE=address,undefined -DGS_BUILD_TESTS=OFF -DGS_BUILD_BENCHMARKS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=all" >/dev/null
-declare -A path=([codec_fuzzer]=common/codec_fuzzer [session_fuzzer]=server/shard/session_fuzzer)
+declare -A path=([codec_fuzzer]=tests/fuzz/codec_fuzzer [session_fuzzer]=tests/fuzz/session_fuzzer)
 targets=(codec_fuzzer session_fuzzer)
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]}"
 # ASan's leak checker runs at exit; UBSan reports abort (-fno-sanitize-recover).

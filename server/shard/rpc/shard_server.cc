@@ -1,5 +1,6 @@
-// The RPC edge of the shard: converts ps.proto messages to the plain structs
-// of types.h and back. Nothing past this file sees a generated type.
+// The RPC edge of the shard: the ParameterServer service and its Session
+// streams. Messages become the plain structs of types.h in job_convert.h and
+// session_handler.h; nothing past the edge sees a generated type.
 #include "server/shard/rpc/shard_server.h"
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "ps.grpc.pb.h"
 #include "server/shard/job.h"
 #include "server/shard/rpc/internal/session_lifecycle.h"
+#include "server/shard/rpc/job_convert.h"
 #include "server/shard/rpc/session_handler.h"
 #include "server/shard/rpc/shard_metrics.h"
 #include "server/shard/stream_pulls.h"
@@ -39,8 +41,6 @@ namespace pb = ::gradstream::v1;
 using internal::SessionEvent;
 using internal::SessionPhase;
 
-// Bytes a message may carry beside a chunk's payload (headers, ids).
-constexpr int kMessageOverhead = 1024;
 // Messages read ahead of the executor per stream (flow control).
 constexpr size_t kMaxInbox = 8;
 
@@ -65,83 +65,6 @@ grpc::ByteBuffer Serialize(const pb::ServerMessage& msg) {
   // Serializing a message we built fails only on a 2 GiB message.
   CHECK(grpc::SerializationTraits<pb::ServerMessage>::Serialize(msg, &out, &own).ok());
   return out;
-}
-
-absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
-                                               const ShardServerOptions& server) {
-  JobOptions o;
-  o.job_id = req.job_id();
-  o.shard_index = req.shard_index();
-  // The entry point of the optimizer spec into the shard (see [normalized
-  // spec]): the coordinator normalized it already, a test or tool may not have.
-  pb::OptimizerSpec spec = req.optimizer();
-  ApplyOptimizerDefaults(&spec);
-  absl::StatusOr<OptimizerType> type = OptimizerTypeFromName(spec.type());
-  if (!type.ok()) return type.status();
-  OptimizerOptions opt;
-  opt.type = *type;
-  opt.learning_rate = spec.learning_rate();
-  opt.momentum = spec.momentum();
-  opt.epsilon = spec.epsilon();
-  opt.initial_accumulator = spec.initial_accumulator();
-  opt.beta1 = spec.beta1();
-  opt.beta2 = spec.beta2();
-  opt.weight_decay = spec.weight_decay();
-  o.optimizer = opt;
-  switch (req.consistency().mode()) {
-    case pb::SYNC:
-      o.consistency.mode = ConsistencyMode::kSync;
-      break;
-    case pb::BOUNDED:
-      o.consistency.mode = ConsistencyMode::kBounded;
-      break;
-    case pb::ASYNC:
-      o.consistency.mode = ConsistencyMode::kAsync;
-      break;
-    default:
-      return absl::InvalidArgumentError("unknown consistency mode");
-  }
-  o.consistency.staleness = req.consistency().staleness();
-  o.consistency.scale_stale_pushes = req.consistency().scale_stale_pushes();
-  const uint64_t max_elems =
-      static_cast<uint64_t>(server.max_message_bytes - kMessageOverhead) / sizeof(float);
-  for (const pb::ChunkInfo& c : req.chunks()) {
-    if (c.num_elems() > max_elems) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", c.chunk_id(), " has ", c.num_elems(),
-                       " elements: an fp32 push would not fit the shard's ",
-                       server.max_message_bytes, "-byte message limit"));
-    }
-    o.chunks.push_back(ChunkSpec{c.chunk_id(), c.num_elems(), c.pull_fp32()});
-  }
-  o.membership.epoch = req.membership().epoch();
-  o.membership.effective_clock = req.membership().effective_clock();
-  o.membership.workers.assign(req.membership().worker_ids().begin(),
-                              req.membership().worker_ids().end());
-  for (const pb::Membership& m : req.epochs()) {
-    o.epochs.push_back(MembershipEpoch{m.epoch(),
-                                       m.effective_clock(),
-                                       {m.worker_ids().begin(), m.worker_ids().end()},
-                                       {m.departed().begin(), m.departed().end()}});
-  }
-  o.resume = req.resume();
-  o.resume_clock = req.resume_clock();
-  o.checkpoint_every = req.checkpoint_every();
-  o.checkpoint_dir = server.checkpoint_dir;
-  o.max_pending_rounds = server.max_pending_rounds;
-  o.default_pull_timeout = server.default_pull_timeout;
-  o.token = req.job_token();
-  o.pull_codec = static_cast<CodecType>(req.pull_codec());  // enums tied in common/codec/wire.cc
-  if (!IsKnownCodec(o.pull_codec)) return absl::InvalidArgumentError("unknown pull codec");
-  // A spec stored before the bound existed has 0: the default applies.
-  o.pull_precision.bound =
-      req.precision_bound() == 0 ? kDefaultPrecisionBound : req.precision_bound();
-  if (!std::isfinite(o.pull_precision.bound)) {
-    return absl::InvalidArgumentError("precision_bound is not finite");
-  }
-  o.pull_precision.warmup_clocks = req.precision_warmup();
-  o.pull_link.enabled = req.link_choice();
-  return o;
 }
 
 class ShardService;
@@ -406,13 +329,8 @@ class ShardService final : public ServiceBase {
     return OnExecutor(ctx, [this, req, resp]() -> absl::Status {
       std::shared_ptr<Job> job = FindJob(req->job_id());
       if (job == nullptr) return UnknownJob(req->job_id());
-      MembershipEpoch e;
-      e.epoch = req->membership().epoch();
-      e.effective_clock = req->membership().effective_clock();
-      e.workers.assign(req->membership().worker_ids().begin(),
-                       req->membership().worker_ids().end());
-      e.departed.assign(req->membership().departed().begin(), req->membership().departed().end());
-      absl::StatusOr<uint64_t> epoch = job->UpdateMembership(std::move(e));
+      absl::StatusOr<uint64_t> epoch =
+          job->UpdateMembership(MembershipEpochFromProto(req->membership()));
       if (!epoch.ok()) return epoch.status();
       resp->set_epoch(*epoch);
       return absl::OkStatus();
