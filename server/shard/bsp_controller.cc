@@ -76,6 +76,14 @@ absl::Status AddToRound(const PushArgs& push, SyncRound* round) {
 
 class BspController final : public ConsistencyController {
  public:
+  ModeRules rules() const override {
+    return ModeRules{.rounds = true,
+                     .push_clock_window = false,
+                     .drop_pushes_awaiting_init = false,
+                     .eager_publish = true,
+                     .close_lost_rounds = true};
+  }
+
   absl::StatusOr<bool> Push(ChunkState& chunk, const PushArgs& push, JobContext& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(chunk.mu) override {
     auto it = chunk.applied.find(push.worker);

@@ -71,11 +71,35 @@ class JobContext {
   virtual void RecordRound(RoundInfo round) = 0;
 };
 
+// What a consistency mode decides beyond a chunk's pushes and pulls: the Job
+// asks its controller instead of testing the mode.
+struct ModeRules {
+  // Versions count closed rounds, one per clock (sync): a resumed chunk
+  // starts at the resume clock, a joiner after the rounds already closed,
+  // and a publication follows every version change, not a reader's clock.
+  bool rounds = false;
+  // Pushes are held to the member's clock window (see [clock windows]);
+  // rounds hold them to the chunk's open rounds instead.
+  bool push_clock_window = true;
+  // Pushes for a chunk awaiting re-initialization are acknowledged and
+  // dropped (they apply on arrival; rounds wait for the init instead).
+  bool drop_pushes_awaiting_init = true;
+  // A chunk is published as soon as its version moves ([eager publish]);
+  // otherwise per reader clock, which only a pull names.
+  bool eager_publish = false;
+  // A ClockAdvance that leaves every member past an unclosed round closes it
+  // with what arrived (see [lost rounds]).
+  bool close_lost_rounds = false;
+};
+
 // Thread-safe: stateless apart from options; per-chunk state is passed in
 // with its lock held.
 class ConsistencyController {
  public:
   virtual ~ConsistencyController() = default;
+
+  // This mode's rules (constant).
+  virtual ModeRules rules() const { return ModeRules{}; }
 
   // Decodes and accumulates or applies one push. Returns true for a
   // duplicate (already applied/accumulated: ignored). Errors leave the chunk

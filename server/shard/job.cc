@@ -42,7 +42,7 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
                      ? nullptr
                      : std::make_unique<PullPublisher>(
                            options_.pull_codec,
-                           /*once_per_clock=*/options_.consistency.mode != ConsistencyMode::kSync,
+                           /*once_per_clock=*/!controller_->rules().rounds,
                            options_.chunks, options_.pull_precision,
                            options_.pull_link, env_)),
       staleness_hist_(kStalenessBuckets, 0) {
@@ -152,7 +152,7 @@ absl::Status Job::Reconcile(bool restored) {
   // The members went on while this shard was down, with or without a
   // checkpoint: their next ClockAdvance may jump (see [clock windows]).
   membership_.AllowCatchUp();
-  const bool sync = options_.consistency.mode == ConsistencyMode::kSync;
+  const bool sync = controller_->rules().rounds;
   int waiting = 0;
   for (const auto& c : chunks_) {
     absl::MutexLock l(&c->mu);
@@ -222,9 +222,7 @@ absl::Status Job::CheckBucket(const PushBucket& bucket,
       }
     }
   }
-  if (options_.consistency.mode != ConsistencyMode::kSync) {
-    // Sync pushes are held to the chunk's open rounds instead (see [clock
-    // windows]).
+  if (controller_->rules().push_clock_window) {
     GS_RETURN_IF_ERROR(membership_.CheckClock(bucket.worker, bucket.clock, clock_window_, "push"));
   }
   return absl::OkStatus();
@@ -243,7 +241,7 @@ absl::StatusOr<bool> Job::Push(const PushBucket& bucket) {
   for (size_t i = 0; i < bucket.chunks.size(); ++i) {
     const PushBucket::Chunk& c = bucket.chunks[i];
     ChunkState* chunk = states[i];
-    if (options_.consistency.mode != ConsistencyMode::kSync && awaiting_init_.load() &&
+    if (controller_->rules().drop_pushes_awaiting_init && awaiting_init_.load() &&
         !chunk->initialized.load()) {
       pushes_duplicate_.fetch_add(1);  // nothing to apply it to: see [re-initialization]
       continue;
@@ -334,9 +332,7 @@ bool Job::AdvanceChunks() {
 }
 
 void Job::PublishSoon(std::vector<ChunkState*> chunks) {
-  // See [eager publish]: sync only; SSP and async publish per reader clock,
-  // which only a pull names.
-  if (publisher_ == nullptr || options_.consistency.mode != ConsistencyMode::kSync) return;
+  if (publisher_ == nullptr || !controller_->rules().eager_publish) return;
   std::shared_ptr<Job> self = shared_from_this();
   executor_->Submit([self, chunks = std::move(chunks)] {
     for (ChunkState* chunk : chunks) {
@@ -480,7 +476,7 @@ absl::Status Job::AdvanceClock(uint64_t worker, uint64_t clock) {
   GS_RETURN_IF_ERROR(membership_.CheckClock(worker, clock, clock_window_, "ClockAdvance"));
   if (!membership_.AdvanceClock(worker, clock)) return absl::OkStatus();
   Wake();
-  if (options_.consistency.mode != ConsistencyMode::kSync) {
+  if (!controller_->rules().close_lost_rounds) {
     MaybeCheckpoint();
     return absl::OkStatus();
   }
@@ -501,9 +497,9 @@ absl::Status Job::AdvanceClock(uint64_t worker, uint64_t clock) {
 
 absl::StatusOr<uint64_t> Job::UpdateMembership(MembershipEpoch epoch) {
   const uint64_t effective = epoch.effective_clock;
-  const bool sync = options_.consistency.mode == ConsistencyMode::kSync;
+  const bool rounds = controller_->rules().rounds;
   uint64_t passed = 0;
-  if (sync) {
+  if (rounds) {
     for (const auto& c : chunks_) passed = std::max(passed, c->version.load());
   }
   Membership::Joined joined;
@@ -515,7 +511,7 @@ absl::StatusOr<uint64_t> Job::UpdateMembership(MembershipEpoch epoch) {
   // lead, or this shard heard of the epoch late): their pushes for those
   // clocks are settled (acknowledged as duplicates and dropped) instead of
   // refused, so the joiner is not failed for a round it could not join.
-  if (sync && !joined.workers.empty()) {
+  if (rounds && !joined.workers.empty()) {
     for (const auto& c : chunks_) {
       absl::MutexLock l(&c->mu);
       for (uint64_t w : joined.workers) c->applied[w].SettleBelow(joined.start);
