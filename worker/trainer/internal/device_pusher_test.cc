@@ -84,6 +84,19 @@ std::vector<float> Random(size_t n, uint32_t seed) {
   return v;
 }
 
+// The host encoders of every tensor of `map`: what the device must match.
+std::vector<std::unique_ptr<client::internal::TensorEncoder>> HostEncoders(
+    const ShardMap& map, const CodecPolicy& policy) {
+  std::vector<std::unique_ptr<client::internal::TensorEncoder>> host;
+  for (const auto& t : map.tensors) {
+    auto enc = client::internal::TensorEncoder::Create(map, t.index, t.codec, policy);
+    EXPECT_TRUE(enc.ok()) << enc.status();
+    if (!enc.ok()) return {};
+    host.push_back(*std::move(enc));
+  }
+  return host;
+}
+
 class DevicePusherTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -114,12 +127,8 @@ TEST_P(DevicePusherTest, ResidualInvariantAndHostBytes) {
   auto pusher = DevicePusher::Create(model->get(), &client, options);
   ASSERT_TRUE(pusher.ok()) << pusher.status();
 
-  std::vector<std::unique_ptr<client::internal::TensorEncoder>> host;
-  for (const auto& t : map->tensors) {
-    auto enc = client::internal::TensorEncoder::Create(*map, t.index, t.codec, policy);
-    ASSERT_TRUE(enc.ok());
-    host.push_back(*std::move(enc));
-  }
+  const auto host = HostEncoders(*map, policy);
+  ASSERT_EQ(host.size(), map->tensors.size());
   const bool scale_free = codec == "twobit" || codec == "none";
   for (uint64_t clock = 0; clock < 3; ++clock) {
     std::vector<std::vector<float>> grads, before;
@@ -207,12 +216,8 @@ TEST(DevicePusherGuard, RaisesAChunkWhoseCodecPassesNothingLikeTheHost) {
   options.codec = policy;
   auto pusher = DevicePusher::Create(model->get(), &client, options);
   ASSERT_TRUE(pusher.ok()) << pusher.status();
-  std::vector<std::unique_ptr<client::internal::TensorEncoder>> host;
-  for (const auto& t : map->tensors) {
-    auto enc = client::internal::TensorEncoder::Create(*map, t.index, t.codec, policy);
-    ASSERT_TRUE(enc.ok());
-    host.push_back(*std::move(enc));
-  }
+  const auto host = HostEncoders(*map, policy);
+  ASSERT_EQ(host.size(), map->tensors.size());
   int exact = 0, raised = 0;
   std::map<std::pair<uint32_t, size_t>, bool> host_raised;  // at the clock before
   for (uint64_t clock = 0; clock < 16; ++clock) {
