@@ -164,6 +164,22 @@ void LinkChoice::Observe(uint64_t clock, double seconds) {
          exact, codec);
 }
 
+const LinkDecision* LinkChoice::Tick(uint64_t clock, absl::Time now) {
+  const bool consecutive = tick_time_ != absl::InfinitePast() && clock == tick_clock_ + 1;
+  const double seconds = absl::ToDoubleSeconds(now - tick_time_);
+  tick_clock_ = clock;
+  tick_time_ = now;
+  if (!consecutive) return nullptr;
+  const size_t before = decisions_.size();
+  Observe(clock - 1, seconds);
+  return decisions_.size() != before ? &decisions_.back() : nullptr;
+}
+
+std::string DescribeLinkDecision(const LinkDecision& d) {
+  return absl::StrFormat("%s (median step %.4g s exact, %.4g s with the codecs)",
+                         d.exact ? "exact" : "the codecs", d.exact_seconds, d.codec_seconds);
+}
+
 void LinkChoice::Decide(uint64_t clock, bool exact, double exact_s, double codec_s) {
   const bool agrees = !decisions_.empty() && decisions_.back().exact == exact;
   hold_ = agrees ? std::min(2 * hold_, std::max(policy_.max_hold, policy_.hold)) : policy_.hold;

@@ -223,6 +223,20 @@ TEST(LinkChoice, ExactMustWinByTheMarginAndOffNeverProbes) {
   for (uint64_t c = 0; c < 12; ++c) link.Observe(c, link.Exact(c) ? 0.098 : 0.1);
   ASSERT_EQ(link.decisions().size(), 1u);
   EXPECT_FALSE(link.decisions().back().exact) << "2% faster is within the 5% margin";
+  // Tick times consecutive clocks: step c lasts from Tick(c) to Tick(c + 1).
+  // The probe (clocks 0-11) ends when Tick(12) observes step 11.
+  LinkChoice ticked(p);
+  absl::Time t = absl::FromUnixSeconds(1000);
+  for (uint64_t c = 0; c < 12; ++c) {
+    EXPECT_EQ(ticked.Tick(c, t), nullptr) << c;
+    t += absl::Seconds(ticked.Exact(c) ? 0.05 : 0.1);
+  }
+  const LinkDecision* d = ticked.Tick(12, t);
+  ASSERT_NE(d, nullptr);
+  EXPECT_TRUE(d->exact);
+  EXPECT_DOUBLE_EQ(d->exact_seconds, 0.05);
+  EXPECT_DOUBLE_EQ(d->codec_seconds, 0.1);
+  EXPECT_EQ(DescribeLinkDecision(*d), "exact (median step 0.05 s exact, 0.1 s with the codecs)");
   LinkChoice off(LinkChoicePolicy{});
   for (uint64_t c = 0; c < 1000; ++c) {
     EXPECT_FALSE(off.Exact(c));

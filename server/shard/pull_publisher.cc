@@ -19,7 +19,11 @@ PullPublisher::PullPublisher(CodecType codec, bool once_per_clock,
                              const std::vector<ChunkSpec>& chunks,
                              const PrecisionPolicy& precision,
                              const LinkChoicePolicy& link, Env* env)
-    : codec_(codec), once_per_clock_(once_per_clock), env_(env), link_(link) {
+    : codec_(codec),
+      once_per_clock_(once_per_clock),
+      env_(env),
+      link_enabled_(link.enabled),
+      link_(link) {
   CHECK(codec != CodecType::kNone) << "a pull publisher needs a compressing codec";
   PrecisionPolicy policy = precision;
   policy.ladder = LadderFrom(codec);
@@ -113,21 +117,13 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
 }
 
 bool PullPublisher::LinkExact(uint64_t reader_clock) {
+  if (!link_enabled_) return false;  // no job-wide lock on a publication without it
   absl::MutexLock l(&link_mu_);
   if (reader_clock > link_clock_) {  // the first publication for a new clock
-    const absl::Time now = env_->Now();
-    if (link_since_ != absl::InfinitePast() && reader_clock == link_clock_ + 1) {
-      const size_t before = link_.decisions().size();
-      link_.Observe(link_clock_, absl::ToDoubleSeconds(now - link_since_));
-      if (link_.decisions().size() != before) {
-        const LinkDecision& d = link_.decisions().back();
-        LOG(INFO) << "pull link choice at clock " << d.clock << ": "
-                  << (d.exact ? "whole publications" : "the pull codec") << " (median "
-                  << d.exact_seconds << " s whole, " << d.codec_seconds << " s compressed)";
-      }
-    }
     link_clock_ = reader_clock;
-    link_since_ = now;
+    if (const LinkDecision* d = link_.Tick(reader_clock, env_->Now())) {
+      LOG(INFO) << "pull link choice at clock " << d->clock << ": " << DescribeLinkDecision(*d);
+    }
   }
   return link_.Exact(reader_clock);
 }

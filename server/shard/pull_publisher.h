@@ -129,10 +129,10 @@ class PullPublisher {
   const CodecType codec_;
   const bool once_per_clock_;
   Env* const env_;
+  const bool link_enabled_;
   absl::Mutex link_mu_;
   LinkChoice link_ ABSL_GUARDED_BY(link_mu_);
   uint64_t link_clock_ ABSL_GUARDED_BY(link_mu_) = 0;  // newest reader clock published for
-  absl::Time link_since_ ABSL_GUARDED_BY(link_mu_) = absl::InfinitePast();
   absl::flat_hash_map<uint64_t, std::unique_ptr<Chunk>> chunks_;  // fixed after construction
 };
 

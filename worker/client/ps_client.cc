@@ -352,27 +352,19 @@ class PsClientImpl final : public PsClient {
 
   // [link choice]: whether clock `clock`'s pushes go exact.
   bool LinkExact(uint64_t clock) {
+    if (!link_enabled_) return false;  // no lock on the push path of a job without it
     absl::MutexLock lock(&link_mu_);
     return link_.Exact(clock);
   }
 
-  // The step that ends with AdvanceClock(clock) was clock - 1: its wall time
-  // (from the previous AdvanceClock) feeds the link choice.
+  // AdvanceClock(clock) ends step clock - 1: the link choice times it.
   void ObserveStep(uint64_t clock) {
+    if (!link_enabled_) return;
     const absl::Time now = options_.env->Now();
     absl::MutexLock lock(&link_mu_);
-    if (last_advance_ != absl::InfinitePast() && clock == last_advance_clock_ + 1) {
-      const size_t before = link_.decisions().size();
-      link_.Observe(clock - 1, absl::ToDoubleSeconds(now - last_advance_));
-      if (link_.decisions().size() != before) {
-        const LinkDecision& d = link_.decisions().back();
-        LOG(INFO) << "link choice at clock " << d.clock << ": "
-                  << (d.exact ? "exact pushes" : "the codecs") << " (median step "
-                  << d.exact_seconds << " s exact, " << d.codec_seconds << " s with codecs)";
-      }
+    if (const LinkDecision* d = link_.Tick(clock, now)) {
+      LOG(INFO) << "link choice at clock " << d->clock << ": " << DescribeLinkDecision(*d);
     }
-    last_advance_ = now;
-    last_advance_clock_ = clock;
   }
 
   static std::vector<uint32_t> ChunkElems(const ShardMap& map) {
@@ -396,10 +388,9 @@ class PsClientImpl final : public PsClient {
   std::atomic<uint64_t> push_calls_{0}, chunks_pushed_{0}, bytes_pushed_{0},
       fp32_bytes_pushed_{0}, pull_calls_{0}, push_messages_{0};
   std::atomic<uint64_t> link_exact_pushes_{0};
+  const bool link_enabled_ = options_.codec.link_choice;
   absl::Mutex link_mu_;
   LinkChoice link_ ABSL_GUARDED_BY(link_mu_);
-  absl::Time last_advance_ ABSL_GUARDED_BY(link_mu_) = absl::InfinitePast();
-  uint64_t last_advance_clock_ ABSL_GUARDED_BY(link_mu_) = 0;
   absl::Mutex bucket_mu_;
   Bucket open_ ABSL_GUARDED_BY(bucket_mu_);
   uint64_t sent_clock_ ABSL_GUARDED_BY(bucket_mu_) = 0;    // clock of the last bucket sent

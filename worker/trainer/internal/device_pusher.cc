@@ -207,8 +207,7 @@ class DevicePusherImpl final : public DevicePusher {
     }
     next_slot_ ^= 1;
     const size_t nc = p.chunks.size();
-    Item item{tensor, clock, s, std::vector<ChunkHeader>(nc), std::vector<size_t>(nc),
-              std::vector<size_t>(nc), std::vector<float>(nc, 0.0f), std::vector<bool>(nc, false)};
+    Item item{tensor, clock, s, std::vector<client::EncodedChunkView>(nc)};
     Slot& slot = slots_[s];
     GS_RETURN_IF_ERROR(Cuda(cudaEventRecord(slot.begin, stream_), "cudaEventRecord"));
     const float* grad = model_->grad_data(tensor);
@@ -229,16 +228,18 @@ class DevicePusherImpl final : public DevicePusher {
         const PrecisionController& ctl = *p.precision[i];
         type = ctl.Codec();  // kNone: a flush or a raised chunk, sent exact
         measure |= clock % kPushMeasureEvery == 0 || ctl.Flush();
-        item.error_clocks[i] = static_cast<float>(
+        item.chunks[i].error_clocks = static_cast<float>(
             std::min(ctl.ratio(), static_cast<double>(std::numeric_limits<float>::max())));
-        item.raised[i] = ctl.level_codec() == CodecType::kNone;
+        item.chunks[i].raised = ctl.level_codec() == CodecType::kNone;
       }
-      item.offsets[i] = used;
-      item.bytes[i] = PayloadBytes(type, c.num_elems);
+      // The view names the codes where the slot will hold them (the copy below).
+      const size_t bytes = PayloadBytes(type, c.num_elems);
+      item.chunks[i].payload =
+          absl::string_view(reinterpret_cast<const char*>(slot.host) + used, bytes);
       GS_RETURN_IF_ERROR(cuda::EncodeOnDevice(type, codec_options_, grad + c.offset, residual,
-                                              c.num_elems, key, codes + used, &item.headers[i],
+                                              c.num_elems, key, codes + used, &item.chunks[i].header,
                                               stream_));
-      used += AlignCode(item.bytes[i]);
+      used += AlignCode(bytes);
     }
     GS_RETURN_IF_ERROR(
         Cuda(cudaMemcpyAsync(slot.host, codes, used, cudaMemcpyDeviceToHost, stream_),
@@ -314,10 +315,7 @@ class DevicePusherImpl final : public DevicePusher {
     int tensor;
     uint64_t clock;
     int slot;
-    std::vector<ChunkHeader> headers;
-    std::vector<size_t> offsets, bytes;  // each chunk's codes in the slot
-    std::vector<float> error_clocks;     // what the push reports of its error control
-    std::vector<bool> raised;
+    std::vector<client::EncodedChunkView> chunks;  // payloads in the slot, once copied
   };
 
   // Feeds the norms of the tensor's last measured push to its controllers.
@@ -359,18 +357,8 @@ class DevicePusherImpl final : public DevicePusher {
       if (s.ok()) s = Cuda(cudaEventElapsedTime(&ms, slot.begin, slot.end), "cudaEventElapsedTime");
       client::PushHandle handle;
       if (s.ok()) {
-        const TensorPlan& p = plans_[item.tensor];
-        std::vector<client::EncodedChunkView> views;
-        views.reserve(p.chunks.size());
-        for (size_t i = 0; i < p.chunks.size(); ++i) {
-          views.push_back({item.headers[i],
-                           absl::string_view(
-                               reinterpret_cast<const char*>(slot.host) + item.offsets[i],
-                               item.bytes[i]),
-                           item.error_clocks[i], item.raised[i]});
-        }
         // Copies the codes out of the slot before it returns.
-        handle = client_->PushEncoded(static_cast<uint32_t>(item.tensor), views, item.clock);
+        handle = client_->PushEncoded(static_cast<uint32_t>(item.tensor), item.chunks, item.clock);
       }
       absl::MutexLock lock(&mu_);
       queue_.pop_front();
