@@ -55,7 +55,7 @@ BINARIES=(
 TESTS=(
   common/codec_cuda_test
   worker/model/worker_model_gpu_test
-  worker/trainer/device_pusher_test
+  worker/runtime/device_pusher_test
   tests/training/training_gpu_test
   common/codec_benchmark
   common/codec_test

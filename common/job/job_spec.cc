@@ -11,6 +11,7 @@
 #include "common/codec/codec.h"
 #include "common/job/codec_defaults.h"
 #include "common/job/codec_policy.h"
+#include "common/optim/optimizer_options.h"
 #include "common/job/shard_map.h"
 
 namespace gradstream {
@@ -31,21 +32,22 @@ bool Finite(float f) { return std::isfinite(f); }
 }  // namespace
 
 void ApplyOptimizerDefaults(v1::OptimizerSpec* opt) {
-  if (opt->type().empty()) opt->set_type("momentum");
-  if (opt->learning_rate() == 0) opt->set_learning_rate(0.05f);
-  if (opt->momentum() == 0 && (opt->type() == "momentum" || opt->type() == "nesterov")) {
-    opt->set_momentum(0.9f);
+  const absl::StatusOr<OptimizerType> type = OptimizerTypeFromName(opt->type());
+  const OptimizerOptions d = DefaultOptimizerOptions(type.value_or(OptimizerType::kMomentum));
+  if (opt->learning_rate() == 0) opt->set_learning_rate(d.learning_rate);
+  if (!type.ok()) return;  // ValidateJobSpec names the type
+  opt->set_type(std::string(OptimizerTypeName(*type)));
+  const bool momentum = *type == OptimizerType::kMomentum || *type == OptimizerType::kNesterov;
+  const bool adagrad = *type == OptimizerType::kAdaGrad;
+  const bool adam = *type == OptimizerType::kAdam;
+  if (opt->momentum() == 0 && momentum) opt->set_momentum(d.momentum);
+  if (opt->epsilon() == 0 && (adagrad || adam)) opt->set_epsilon(d.epsilon);
+  if (opt->initial_accumulator() == 0 && adagrad) {
+    opt->set_initial_accumulator(d.initial_accumulator);
   }
-  if (opt->epsilon() == 0) {
-    if (opt->type() == "adam") opt->set_epsilon(1e-8f);
-    if (opt->type() == "adagrad") opt->set_epsilon(1e-7f);
-  }
-  if (opt->initial_accumulator() == 0 && opt->type() == "adagrad") {
-    opt->set_initial_accumulator(0.1f);
-  }
-  if (opt->type() == "adam") {
-    if (opt->beta1() == 0) opt->set_beta1(0.9f);
-    if (opt->beta2() == 0) opt->set_beta2(0.999f);
+  if (adam) {
+    if (opt->beta1() == 0) opt->set_beta1(d.beta1);
+    if (opt->beta2() == 0) opt->set_beta2(d.beta2);
   }
 }
 

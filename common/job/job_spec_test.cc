@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "common/job/codec_defaults.h"
 #include "common/job/codec_policy.h"
+#include "common/optim/optimizer_options.h"
 #include "gtest/gtest.h"
 
 namespace gradstream {
@@ -96,6 +97,30 @@ TEST(JobSpec, DefaultPullsComeWithTheDefaultPushCodecOnly) {
   ASSERT_TRUE(twice.ok()) << twice.status();
   EXPECT_EQ(twice->codec().SerializeAsString(), once->codec().SerializeAsString());
   EXPECT_EQ(twice->codec().pull_codec(), kDefaultPullCodec);
+}
+
+// The spec is normalized from DefaultOptimizerOptions (common/optim), the
+// numbers the shards' math would use for an option never set.
+TEST(JobSpec, OptimizerDefaultsAreTheOptimizersOwnPerType) {
+  for (const char* name : {"", "sgd", "momentum", "nesterov", "adagrad", "adam"}) {
+    JobSpec spec;
+    spec.mutable_optimizer()->set_type(name);
+    auto r = NormalizeJobSpec(spec);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    const v1::OptimizerSpec& o = r->optimizer();
+    absl::StatusOr<OptimizerType> type = OptimizerTypeFromName(name);
+    ASSERT_TRUE(type.ok());
+    const OptimizerOptions d = DefaultOptimizerOptions(*type);
+    EXPECT_EQ(o.type(), OptimizerTypeName(*type));
+    EXPECT_FLOAT_EQ(o.learning_rate(), d.learning_rate) << name;
+    const bool momentum = *type == OptimizerType::kMomentum || *type == OptimizerType::kNesterov;
+    EXPECT_FLOAT_EQ(o.momentum(), momentum ? d.momentum : 0) << name;
+    const bool eps = *type == OptimizerType::kAdaGrad || *type == OptimizerType::kAdam;
+    EXPECT_FLOAT_EQ(o.epsilon(), eps ? d.epsilon : 0) << name;
+  }
+  EXPECT_FLOAT_EQ(DefaultOptimizerOptions(OptimizerType::kAdam).epsilon, 1e-8f);
+  EXPECT_FLOAT_EQ(DefaultOptimizerOptions(OptimizerType::kAdaGrad).epsilon, 1e-7f);
+  EXPECT_FLOAT_EQ(DefaultOptimizerOptions(OptimizerType::kAdaGrad).initial_accumulator, 0.1f);
 }
 
 TEST(JobSpec, UnknownOptimizerIsNamed) {

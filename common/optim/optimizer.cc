@@ -12,32 +12,6 @@
 
 namespace gradstream {
 
-std::string_view OptimizerTypeName(OptimizerType type) {
-  switch (type) {
-    case OptimizerType::kSgd:
-      return "sgd";
-    case OptimizerType::kMomentum:
-      return "momentum";
-    case OptimizerType::kNesterov:
-      return "nesterov";
-    case OptimizerType::kAdaGrad:
-      return "adagrad";
-    case OptimizerType::kAdam:
-      return "adam";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<OptimizerType> OptimizerTypeFromName(std::string_view name) {
-  if (name.empty() || name == "momentum") return OptimizerType::kMomentum;
-  if (name == "sgd") return OptimizerType::kSgd;
-  if (name == "nesterov") return OptimizerType::kNesterov;
-  if (name == "adagrad") return OptimizerType::kAdaGrad;
-  if (name == "adam") return OptimizerType::kAdam;
-  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", std::string(name),
-                                                 "' (sgd, momentum, nesterov, adagrad, adam)"));
-}
-
 int NumStateSlots(OptimizerType type) {
   switch (type) {
     case OptimizerType::kSgd:

@@ -37,35 +37,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
+#include "common/optim/optimizer_options.h"
 
 namespace gradstream {
-
-enum class OptimizerType : uint8_t {
-  kSgd = 0,
-  kMomentum = 1,
-  kNesterov = 2,
-  kAdaGrad = 3,
-  kAdam = 4
-};
-
-// "sgd", "momentum", "nesterov", "adagrad", "adam".
-std::string_view OptimizerTypeName(OptimizerType type);
-// Inverse of OptimizerTypeName; "" maps to momentum (the job default).
-// InvalidArgument for an unknown name.
-[[nodiscard]] absl::StatusOr<OptimizerType> OptimizerTypeFromName(std::string_view name);
-
-// Typed options, converted at the RPC edge from a normalized optimizer spec
-// (see [normalized spec] in common/job/job_spec.h) and used as they are.
-struct OptimizerOptions {
-  OptimizerType type = OptimizerType::kMomentum;
-  float learning_rate = 0.05f;
-  float momentum = 0.9f;
-  float epsilon = 1e-7f;
-  float initial_accumulator = 0.1f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float weight_decay = 0.0f;
-};
 
 // Per-chunk optimizer state: 0 (sgd), 1 (momentum, nesterov, adagrad) or 2
 // (adam) slots of num_elems floats plus the step counter. Part of every

@@ -85,13 +85,14 @@ def _declare(lib):
     lib.gs_membership_get.argtypes = [p, c.POINTER(Membership)]
     lib.gs_membership_at.argtypes = [p, c.c_uint64, c.POINTER(Membership)]
     lib.gs_job_spec.argtypes = [p, c.c_char_p, c.c_int64, c.POINTER(c.c_int64)]
-    lib.gs_sync.argtypes = [p, c.c_uint64, c.c_float, c.c_float, c.c_uint64, c.c_float, c.c_int32]
-    lib.gs_report.argtypes = [p, c.c_uint64, c.c_float, c.c_float, c.c_uint64, c.c_float]
+    lib.gs_sync.argtypes = [p, c.c_uint64, c.c_float, c.c_uint64, c.c_int32]
+    lib.gs_report.argtypes = [p, c.c_uint64, c.c_float, c.c_uint64]
+    lib.gs_record_step.argtypes = [p, c.c_double, c.c_uint64]
     lib.gs_set_encode_path.argtypes = [p, c.c_char_p]
     lib.gs_init_params.argtypes = [p, c.POINTER(c.c_void_p), c.c_int64]
     lib.gs_push.argtypes = [p, c.c_uint32, c.c_void_p, c.c_uint64, c.c_uint64]
     lib.gs_wait_pushes.argtypes = [p, c.c_int64]
-    lib.gs_end_clock.argtypes = [p, c.c_uint64, c.POINTER(c.c_void_p)]
+    lib.gs_end_clock.argtypes = [p, c.c_uint64, c.POINTER(c.c_void_p), c.POINTER(c.c_int32)]
     lib.gs_pull_start.argtypes = [p, c.c_uint64, c.POINTER(c.c_void_p)]
     lib.gs_wait_tensors.argtypes = [p, c.POINTER(c.c_uint32), c.c_int32]
     lib.gs_tensors_ready.argtypes = [p, c.POINTER(c.c_uint32), c.c_int32]
@@ -102,7 +103,7 @@ def _declare(lib):
     lib.gs_close.argtypes = [p]
     lib.gs_close.restype = None
     for name in ("gs_declare", "gs_membership_get", "gs_membership_at", "gs_job_spec", "gs_sync",
-                 "gs_report", "gs_set_encode_path", "gs_init_params", "gs_push",
+                 "gs_report", "gs_record_step", "gs_set_encode_path", "gs_init_params", "gs_push",
                  "gs_wait_pushes", "gs_end_clock", "gs_pull_start", "gs_wait_tensors",
                  "gs_tensors_ready", "gs_abandon_pull", "gs_pull", "gs_leave", "gs_stats_get"):
         getattr(lib, name).restype = c.c_int

@@ -1,7 +1,9 @@
 """Local mode: the script run single-process (no launcher). The shards'
 optimizers as torch.optim, with the formulas the shards use
 (common/optim), so a script trains the same way alone and in a job; also
-used to check an update against the shards'.
+used to check an update against the shards'. The default numbers are the
+job's (common/optim/optimizer_options.h, DefaultOptimizerOptions); local
+mode loads no library, so they are repeated here.
 """
 
 import torch

@@ -52,7 +52,6 @@ Integer buffers (num_batches_tracked) are counters and pass silently.
 import atexit
 import ctypes
 import sys
-import time
 import warnings
 
 import torch
@@ -114,11 +113,8 @@ class ParameterServer:
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
         self._session = s
-        self._loss = None
         self._accuracy = (0.0, 0)
-        self._rate_start = time.monotonic()
-        self._rate_samples = 0
-        self._rate = 0.0
+        self._samples_seen = s.samples  # samples/s and the loss average are the library's
         # Where gradients are encoded (`gradstream status` shows it): "host",
         # or "host-from-cuda" when CUDA gradients are copied to host memory
         # and encoded on the CPU (the device-encode path is not wired yet).
@@ -150,7 +146,9 @@ class ParameterServer:
         self._ready = [True] * n  # in place since the last ps.step()
         self._unready = 0
         self._left = False
-        if s.clock == 0 and s.current.rank == 0:
+        if s.clock == 0:
+            # Only rank 0's values reach the shards (the library decides:
+            # each rank built its model under its own seed).
             hosts = [p.detach().cpu().contiguous() for p in self._params]
             ptrs = (ctypes.c_void_p * n)(*[h.data_ptr() for h in hosts])
             _lib.check(lib, lib.gs_init_params(s.handle, ptrs, PUSH_TIMEOUT_MS))
@@ -166,7 +164,7 @@ class ParameterServer:
         # pull in flight is in place (see [layer-wise wait]).
         model._register_state_dict_hook(lambda *args: self.synchronize())
         atexit.register(self._finish)
-        self._call(lib.gs_sync(s.handle, s.clock, 0.0, 0.0, 0, 0.0, 1))
+        self._call(lib.gs_sync(s.handle, s.clock, 0.0, 0, 1))
 
     def _finish(self):
         """At exit: the last report, then Leave (the shards close the streams)."""
@@ -276,12 +274,10 @@ class ParameterServer:
         consistency mode decides which version), advances the clock and
         waits until the shards acknowledged the clock's pushes -- not for
         the pull: each module's next forward waits for its own parameters
-        (see [layer-wise wait]). Reports progress in
-        the background. Clears the parameters' .grad."""
+        (see [layer-wise wait]). Reports progress (`loss`, when given, goes
+        into the reported average) in the background. Clears the
+        parameters' .grad."""
         s = self._session
-        if loss is not None:
-            v = float(loss.detach()) if torch.is_tensor(loss) else float(loss)
-            self._loss = v if self._loss is None else 0.9 * self._loss + 0.1 * v
         if self._local is not None:
             self._local.step()
             self._local.zero_grad(set_to_none=True)
@@ -294,15 +290,20 @@ class ParameterServer:
         m = s.latest()
         if not m.active:
             self._exit("the job ended")
-        leaving = bool(m.leave) and s.clock >= m.leave_clock
-        rc = s.lib.gs_end_clock(s.handle, ended, None if leaving else self._targets())
+        v = float("nan") if loss is None else (
+            float(loss.detach()) if torch.is_tensor(loss) else float(loss))
+        _lib.check(s.lib, s.lib.gs_record_step(s.handle, v, s.samples - self._samples_seen))
+        self._samples_seen = s.samples
+        leave = ctypes.c_int32(0)
+        rc = s.lib.gs_end_clock(s.handle, ended, self._targets(), ctypes.byref(leave))
         self._release_held()
         self._call(rc)
         self._pushed = [False] * len(self._params)
-        if leaving:
+        if leave.value:
+            # A scale-down's leave clock (the library's rule, the trainer's).
             self._left = True
             _lib.check(s.lib, s.lib.gs_leave(s.handle, PUSH_TIMEOUT_MS))
-            s.lib.gs_sync(s.handle, s.clock, self._loss or 0.0, 0.0, 0, 0.0, 2)
+            s.lib.gs_sync(s.handle, s.clock, 0.0, 0, 2)
             self._exit("scaled down: left the job after clock %d" % s.clock)
         for i in range(len(self._ready)):
             self._ready[i] = False
@@ -319,12 +320,8 @@ class ParameterServer:
 
     def _report(self, wait=False, check=True):
         s = self._session
-        now = time.monotonic()
-        if now - self._rate_start >= 1.0:
-            self._rate = (s.samples - self._rate_samples) / (now - self._rate_start)
-            self._rate_start, self._rate_samples = now, s.samples
         acc, acc_clock = self._accuracy
-        args = (s.handle, s.clock, self._loss or 0.0, acc, acc_clock, self._rate)
+        args = (s.handle, s.clock, acc, acc_clock)
         rc = s.lib.gs_sync(*args, 1) if wait else s.lib.gs_report(*args)
         if check:
             _lib.check(s.lib, rc)

@@ -154,7 +154,7 @@ TEST(GpuTraining, DeviceEncodedCnnConvergesLikeCpu) {
   EXPECT_GE(device.accuracy, cpu.accuracy - 0.05);
   EXPECT_GE(host.accuracy, cpu.accuracy - 0.05);
   EXPECT_EQ(device.encode_path, "device");
-  EXPECT_EQ(host.encode_path, "host");
+  EXPECT_EQ(host.encode_path, "host-from-cuda");
   EXPECT_EQ(cpu.encode_path, "host");
 }
 

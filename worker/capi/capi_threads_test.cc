@@ -44,7 +44,10 @@ class Agent final : public v1::WorkerAgent::Service {
   grpc::Status Sync(grpc::ServerContext*, const v1::SyncRequest* req,
                     v1::SyncResponse* resp) override {
     absl::MutexLock l(&mu_);
-    if (req->has_progress()) last_clock_ = req->progress().clock();
+    if (req->has_progress()) {
+      last_clock_ = req->progress().clock();
+      last_ = req->progress();
+    }
     *resp->mutable_assignment() = assignment_;
     resp->set_worker_id(1);
     resp->set_incarnation(1);
@@ -59,11 +62,16 @@ class Agent final : public v1::WorkerAgent::Service {
     absl::MutexLock l(&mu_);
     return last_clock_;
   }
+  v1::WorkerProgress last() {
+    absl::MutexLock l(&mu_);
+    return last_;
+  }
 
  private:
   absl::Mutex mu_;
   v1::Assignment assignment_ ABSL_GUARDED_BY(mu_);
   uint64_t last_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::WorkerProgress last_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST(CapiThreads, PushesFromManyThreadsWhileTheMainThreadSteps) {
@@ -135,14 +143,15 @@ TEST(CapiThreads, PushesFromManyThreadsWhileTheMainThreadSteps) {
     gs_membership m;
     gs_stats st;
     const uint32_t first = 0;
-    EXPECT_EQ(gs_report(s, clock, 1.0f, 0.0f, 0, 10.0f), 0) << gs_last_error();
+    EXPECT_EQ(gs_record_step(s, static_cast<double>(clock + 1), 10), 0) << gs_last_error();
+    EXPECT_EQ(gs_report(s, clock, 0.0f, 0), 0) << gs_last_error();
     EXPECT_EQ(gs_membership_get(s, &m), 0);
     EXPECT_EQ(gs_stats_get(s, &st), 0);
     gs_tensors_ready(s, &first, 1);
     if (clock == kClocks / 2) agent.Scale();
     for (auto& t : pushers) t.join();
     ASSERT_EQ(failures.load(), 0) << gs_last_error();
-    ASSERT_EQ(gs_end_clock(s, clock, ptrs.data()), 0) << gs_last_error();
+    ASSERT_EQ(gs_end_clock(s, clock, ptrs.data(), nullptr), 0) << gs_last_error();
     // Two threads wait for halves of the model, as two modules' forwards.
     std::vector<std::thread> waiters;
     for (int half = 0; half < 2; ++half) {
@@ -169,6 +178,13 @@ TEST(CapiThreads, PushesFromManyThreadsWhileTheMainThreadSteps) {
            (absl::SleepFor(absl::Milliseconds(20)), true));
   EXPECT_EQ(m.world_size, 2u);
   EXPECT_EQ(agent.last_clock(), kClocks - 1u);
+  // The report is the runtime's meter: the loss averaged 0.9 old + 0.1 new
+  // over the steps recorded (losses 1, 2, ..., kClocks), the client's bytes.
+  double ema = 1;
+  for (int c = 2; c <= kClocks; ++c) ema = 0.9 * ema + 0.1 * c;
+  EXPECT_NEAR(agent.last().loss(), ema, 1e-4);
+  EXPECT_GT(agent.last().bytes_pushed(), 0u);
+  EXPECT_EQ(agent.last().encode_path(), "host");
   // Leave while another thread still reads.
   std::thread reader([&] {
     gs_stats st;

@@ -2,6 +2,7 @@
 #include "worker/capi/gradstream_c.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -28,10 +29,13 @@
 #include "worker/capi/internal/session.h"
 #include "worker/client/ps_client.h"
 #include "worker/client/step_loop.h"
+#include "worker/runtime/membership.h"
+#include "worker/runtime/progress.h"
+#include "worker/runtime/session.h"
 
 namespace v1 = gradstream::v1;
 using gradstream::client::PsClient;
-using gradstream::client::StepLoop;
+namespace runtime = gradstream::runtime;
 
 namespace {
 
@@ -49,9 +53,11 @@ int Ok() {
 
 }  // namespace
 
-// Thread-safe as [C ABI threads] says: `client`, `loop` and `sizes` are
+// Thread-safe as [C ABI threads] says: `client`, `session` and `sizes` are
 // written by gs_declare before any other thread uses the session and only
-// read afterwards; everything else is guarded.
+// read afterwards; everything else is guarded. The step loop, init and
+// leave policy and progress are the worker runtime's (worker/runtime/),
+// the same the built-in trainer drives.
 struct gs_session {
   // The clock of the report cadence, of the open/declare/leave deadlines and
   // of the step loop ([env time] in common/env/env.h); gRPC's own call
@@ -59,13 +65,12 @@ struct gs_session {
   gradstream::Env* const env = gradstream::Env::Default();
   std::unique_ptr<v1::WorkerAgent::Stub> agent;
   std::unique_ptr<gradstream::client::ChannelFactory> channels;
-  std::unique_ptr<PsClient> client;  // set by gs_declare
-  std::unique_ptr<StepLoop> loop;    // set by gs_declare
-  std::vector<uint64_t> sizes;       // elements per tensor, map order
+  std::unique_ptr<PsClient> client;                  // set by gs_declare
+  std::unique_ptr<runtime::WorkerSession> session;  // set by gs_declare
+  std::vector<uint64_t> sizes;                       // elements per tensor, map order
 
   absl::Mutex mu;
   v1::SyncResponse latest ABSL_GUARDED_BY(mu);
-  std::string encode_path ABSL_GUARDED_BY(mu) = "host";
   // The reporter thread's mailbox (see gs_report).
   std::optional<v1::SyncRequest> report ABSL_GUARDED_BY(mu);
   absl::Status report_error ABSL_GUARDED_BY(mu);
@@ -78,7 +83,7 @@ struct gs_session {
       stopping = true;
     }
     if (reporter.joinable()) reporter.join();
-    loop.reset();  // abandons the pull in flight before the client goes
+    session.reset();  // abandons the pull in flight before the client goes
   }
 
   absl::Status Sync(const v1::SyncRequest& req) {
@@ -98,10 +103,14 @@ struct gs_session {
     absl::MutexLock l(&mu);
     return latest;
   }
-  bool Active() {
+  runtime::Assignment Assignment() { return runtime::AssignmentFromProto(Latest().assignment()); }
+  bool Active() { return Assignment().job_active; }
+  // The membership as it holds at `clock` (the job's committed epochs).
+  runtime::Assignment AssignmentAt(uint64_t clock) {
     const v1::SyncResponse r = Latest();
-    const auto st = r.assignment().job_state();
-    return !r.assignment().job_id().empty() && (st == v1::PENDING || st == v1::RUNNING);
+    const std::vector<v1::MembershipEpoch> epochs(r.epochs().begin(), r.epochs().end());
+    return runtime::MembershipAt(runtime::AssignmentFromProto(r.assignment()), epochs,
+                                 r.worker_id(), clock);
   }
 
   // Sends the newest report, or an empty request to refresh the membership
@@ -135,29 +144,19 @@ struct gs_session {
     }
   }
 
-  // A progress report with the client's byte counters.
-  v1::SyncRequest Progress(uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
-                           float samples_per_sec, int32_t state) {
+  // A progress report: the runtime's meter (before gs_declare, the clock
+  // alone) with the accuracy measured at `accuracy_clock` (0: none new).
+  v1::SyncRequest Progress(uint64_t clock, float accuracy, uint64_t accuracy_clock,
+                           int32_t state) {
     v1::SyncRequest req;
     req.set_state(state == 2 ? v1::SCRIPT_LEFT : v1::SCRIPT_RUNNING);
-    v1::WorkerProgress* p = req.mutable_progress();
-    p->set_clock(clock);
-    p->set_loss(loss);
-    p->set_accuracy(accuracy);
-    p->set_accuracy_clock(accuracy_clock);
-    p->set_samples_per_sec(samples_per_sec);
-    {
-      absl::MutexLock l(&mu);
-      p->set_encode_path(encode_path);
+    runtime::Progress p;
+    p.clock = clock;
+    if (session != nullptr) {
+      if (accuracy_clock > 0) session->meter().SetAccuracy(accuracy, accuracy_clock);
+      p = session->ProgressAt(clock);
     }
-    if (client != nullptr) {
-      const gradstream::client::ClientStats cs = client->stats();
-      p->set_bytes_pushed(cs.bytes_pushed);
-      p->set_fp32_bytes_pushed(cs.fp32_bytes_pushed);
-      p->set_bytes_pulled(cs.bytes_pulled);
-      p->set_fp32_bytes_pulled(cs.fp32_bytes_pulled);
-      p->set_bytes_pulled_discarded(cs.bytes_pulled_discarded);
-    }
+    *req.mutable_progress() = runtime::ProgressToProto(p);
     return req;
   }
 
@@ -284,57 +283,40 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, con
   if (!client.ok()) return Fail(client.status());
   s->client = *std::move(client);
   for (const auto& t : map->tensors) s->sizes.push_back(t.num_elems);
-  gradstream::client::StepLoopHooks hooks;
-  hooks.check = [s]() -> absl::Status {
+  runtime::SessionOptions so;
+  so.loop.env = s->env;
+  // A script's model is built by each process under torch's own seed.
+  so.initial_values = runtime::InitialValues::kRankZeroOnly;
+  so.check = [s]() -> absl::Status {
     if (!s->Active()) return absl::CancelledError("gradstream: the job is no longer active");
     return absl::OkStatus();
   };
-  // A shard that lost its parameters gets this worker's: what the pull's
-  // buffers hold (the parameters last pulled; see [step loop]).
-  hooks.reinit = [s](absl::Span<const absl::Span<float>> held) {
-    std::vector<absl::Span<const float>> values(held.begin(), held.end());
-    return s->client->InitParams(values, absl::Minutes(1));
-  };
-  gradstream::client::StepLoopOptions loop_options;
-  loop_options.env = s->env;
-  s->loop = std::make_unique<StepLoop>(s->client.get(), loop_options, std::move(hooks));
+  s->session = std::make_unique<runtime::WorkerSession>(s->client.get(), std::move(so));
   return Ok();
 }
 
-int gs_membership_get(gs_session* s, gs_membership* out) {
-  const v1::SyncResponse r = s->Latest();
-  const v1::Assignment& a = r.assignment();
+namespace {
+void FillMembership(const runtime::Assignment& a, uint64_t worker_id, gs_membership* out) {
   *out = gs_membership{};
-  out->active = s->Active() ? 1 : 0;
-  out->rank = a.rank();
-  out->world_size = std::max<uint32_t>(1, a.world_size());
-  out->epoch = a.epoch();
-  out->epoch_clock = a.epoch_clock();
-  out->join_clock = a.join_clock();
-  out->leave = a.leave() ? 1 : 0;
-  out->leave_clock = a.leave_clock();
-  out->worker_id = r.worker_id();
+  out->active = a.job_active ? 1 : 0;
+  out->rank = a.rank;
+  out->world_size = a.world_size;
+  out->epoch = a.epoch;
+  out->epoch_clock = a.epoch_clock;
+  out->join_clock = a.join_clock;
+  out->leave = a.leave ? 1 : 0;
+  out->leave_clock = a.leave_clock;
+  out->worker_id = worker_id;
+}
+}  // namespace
+
+int gs_membership_get(gs_session* s, gs_membership* out) {
+  FillMembership(s->Assignment(), s->Latest().worker_id(), out);
   return Ok();
 }
 
 int gs_membership_at(gs_session* s, uint64_t clock, gs_membership* out) {
-  gs_membership_get(s, out);
-  const v1::SyncResponse r = s->Latest();
-  const v1::MembershipEpoch* at = nullptr;
-  for (const v1::MembershipEpoch& e : r.epochs()) {
-    if (e.effective_clock() <= clock) at = &e;
-  }
-  if (at == nullptr) return Ok();
-  const auto& ids = at->worker_ids();
-  const auto pos = std::find(ids.begin(), ids.end(), r.worker_id());
-  if (pos == ids.end()) {
-    out->active = 0;
-    return Ok();
-  }
-  out->rank = static_cast<uint32_t>(pos - ids.begin());
-  out->world_size = static_cast<uint32_t>(ids.size());
-  out->epoch = at->epoch();
-  out->epoch_clock = at->effective_clock();
+  FillMembership(s->AssignmentAt(clock), s->Latest().worker_id(), out);
   return Ok();
 }
 
@@ -350,67 +332,89 @@ int gs_job_spec(gs_session* s, char* buf, int64_t size, int64_t* len) {
   return Ok();
 }
 
-int gs_sync(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
-            float samples_per_sec, int32_t state) {
-  if (absl::Status st = s->Sync(s->Progress(clock, loss, accuracy, accuracy_clock,
-                                            samples_per_sec, state));
-      !st.ok()) {
+int gs_sync(gs_session* s, uint64_t clock, float accuracy, uint64_t accuracy_clock,
+            int32_t state) {
+  if (absl::Status st = s->Sync(s->Progress(clock, accuracy, accuracy_clock, state)); !st.ok()) {
     return Fail(st);
   }
   return Ok();
 }
 
-int gs_report(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
-              float samples_per_sec) {
-  v1::SyncRequest req = s->Progress(clock, loss, accuracy, accuracy_clock, samples_per_sec, 1);
+int gs_report(gs_session* s, uint64_t clock, float accuracy, uint64_t accuracy_clock) {
+  v1::SyncRequest req = s->Progress(clock, accuracy, accuracy_clock, 1);
   absl::MutexLock l(&s->mu);
   s->report = std::move(req);
   return Fail(s->report_error);
 }
 
+int gs_record_step(gs_session* s, double loss, uint64_t samples) {
+  if (s->session == nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  }
+  s->session->meter().AddStep(std::isnan(loss) ? std::nullopt : std::optional<double>(loss),
+                              samples);
+  return Ok();
+}
+
 int gs_set_encode_path(gs_session* s, const char* path) {
-  absl::MutexLock l(&s->mu);
-  s->encode_path = path;
+  if (s->session == nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  }
+  s->session->meter().SetEncodePath(path);
   return Ok();
 }
 
 int gs_init_params(gs_session* s, const float* const* params, int64_t timeout_ms) {
-  if (s->client == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  if (s->session == nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  }
   std::vector<absl::Span<const float>> spans;
   for (size_t i = 0; i < s->sizes.size(); ++i) spans.emplace_back(params[i], s->sizes[i]);
-  return Fail(s->client->InitParams(spans, absl::Milliseconds(timeout_ms)));
+  const uint64_t start = s->Assignment().join_clock;
+  return Fail(s->session->Init(s->AssignmentAt(start).rank, start, spans,
+                               absl::Milliseconds(timeout_ms)));
 }
 
 int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elems, uint64_t clock) {
-  if (s->loop == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
-  return Fail(s->loop->Push(tensor, absl::MakeConstSpan(grad, num_elems), clock));
+  if (s->session == nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  }
+  return Fail(s->session->loop().Push(tensor, absl::MakeConstSpan(grad, num_elems), clock));
 }
 
-int gs_end_clock(gs_session* s, uint64_t clock, float* const* next) {
-  if (s->loop == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+int gs_end_clock(gs_session* s, uint64_t clock, float* const* next, int32_t* leave) {
+  if (s->session == nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  }
+  const bool leaving = runtime::LeavesAt(s->Assignment(), clock + 1);
+  if (leave != nullptr) *leave = leaving ? 1 : 0;
   std::optional<std::vector<absl::Span<float>>> spans;
-  if (next != nullptr) spans = s->Spans(next);
-  return Fail(s->loop->EndClock(clock, std::move(spans)));
+  if (next != nullptr && !leaving) spans = s->Spans(next);
+  return Fail(s->session->loop().EndClock(clock, std::move(spans)));
 }
 
 int gs_pull_start(gs_session* s, uint64_t clock, float* const* params) {
-  if (s->loop == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
-  s->loop->StartPull(clock, s->Spans(params));
+  if (s->session == nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  }
+  s->session->loop().StartPull(clock, s->Spans(params));
   return Ok();
 }
 
 int gs_wait_tensors(gs_session* s, const uint32_t* tensors, int32_t n) {
-  if (s->loop == nullptr) return Fail(absl::FailedPreconditionError("gradstream: not declared"));
-  return Fail(s->loop->WaitTensors(absl::MakeConstSpan(tensors, n > 0 ? n : 0)));
+  if (s->session == nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  }
+  return Fail(s->session->loop().WaitTensors(absl::MakeConstSpan(tensors, n > 0 ? n : 0)));
 }
 
 int gs_tensors_ready(gs_session* s, const uint32_t* tensors, int32_t n) {
-  if (s->loop == nullptr) return 0;
-  return s->loop->TensorsReady(absl::MakeConstSpan(tensors, n > 0 ? n : 0)) ? 1 : 0;
+  if (s->session == nullptr) return 0;
+  return s->session->loop().TensorsReady(absl::MakeConstSpan(tensors, n > 0 ? n : 0)) ? 1 : 0;
 }
 
 int gs_abandon_pull(gs_session* s) {
-  if (s->loop != nullptr) s->loop->AbandonPull();
+  if (s->session != nullptr) s->session->loop().AbandonPull();
   return Ok();
 }
 
@@ -420,18 +424,13 @@ int gs_pull(gs_session* s, uint64_t clock, float* const* params) {
 }
 
 int gs_wait_pushes(gs_session* s, int64_t timeout_ms) {
-  if (s->loop == nullptr) return Ok();
-  return Fail(s->loop->WaitPushes(absl::Milliseconds(timeout_ms)));
+  if (s->session == nullptr) return Ok();
+  return Fail(s->session->loop().WaitPushes(absl::Milliseconds(timeout_ms)));
 }
 
 int gs_leave(gs_session* s, int64_t timeout_ms) {
-  if (s->loop == nullptr) return Ok();
-  const absl::Time deadline = s->env->Now() + absl::Milliseconds(timeout_ms);
-  s->loop->AbandonPull();
-  if (absl::Status st = s->loop->WaitPushes(absl::Milliseconds(timeout_ms)); !st.ok()) {
-    return Fail(st);
-  }
-  return Fail(s->client->Leave(std::max(absl::ZeroDuration(), deadline - s->env->Now())));
+  if (s->session == nullptr) return Ok();
+  return Fail(s->session->Leave(absl::Milliseconds(timeout_ms)));
 }
 
 int gs_stats_get(gs_session* s, gs_stats* out) {

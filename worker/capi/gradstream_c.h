@@ -102,26 +102,32 @@ int gs_membership_at(gs_session* s, uint64_t clock, gs_membership* out);
  * needs (without the NUL) is returned via *len; truncated when too small. */
 int gs_job_spec(gs_session* s, char* buf, int64_t size, int64_t* len);
 
-/* Reports progress (clock completed, training loss, test accuracy at
- * accuracy_clock, samples/s; state 1 = running, 2 = left) to the agent and
- * refreshes the membership; waits for the agent's answer (up to 10 s). */
-int gs_sync(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
-            float samples_per_sec, int32_t state);
+/* Reports progress (clock completed; the loss average, samples/s and bytes
+ * the session measured; the test accuracy measured at accuracy_clock, 0 =
+ * none new; state 1 = running, 2 = left) to the agent and refreshes the
+ * membership; waits for the agent's answer (up to 10 s). */
+int gs_sync(gs_session* s, uint64_t clock, float accuracy, uint64_t accuracy_clock,
+            int32_t state);
 
 /* gs_sync's report (state running) without waiting: the session's reporter
  * thread sends the newest one, and refreshes the membership at least every
  * 250 ms, off the training step's critical path. The last error of the
  * reporter (the agent no longer answers) is returned by the next call. */
-int gs_report(gs_session* s, uint64_t clock, float loss, float accuracy, uint64_t accuracy_clock,
-              float samples_per_sec);
+int gs_report(gs_session* s, uint64_t clock, float accuracy, uint64_t accuracy_clock);
+
+/* A training step on `samples` samples ended with `loss` (NaN: not
+ * measured): what the reported loss average and samples/s are made of. */
+int gs_record_step(gs_session* s, double loss, uint64_t samples);
 
 /* What gs_sync reports as the encode path (WorkerProgress.encode_path,
  * shown by `gradstream status`): "host" by default; the Python package says
  * "host-from-cuda" when it copies CUDA gradients to host memory first. */
 int gs_set_encode_path(gs_session* s, const char* path);
 
-/* Rank 0 of a job starting at clock 0: sends every tensor's initial values
- * (params[i] has the tensor's element count) and waits for the shards. */
+/* Sends every tensor's initial values (params[i] has the tensor's element
+ * count) when this worker is the one that does: rank 0 of a job it joins at
+ * clock 0 (a script's ranks build their models independently); a no-op
+ * otherwise. Waits for the shards. */
 int gs_init_params(gs_session* s, const float* const* params, int64_t timeout_ms);
 
 /* Hands tensor `tensor`'s gradient (num_elems floats) for clock `clock` to
@@ -137,12 +143,14 @@ int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elem
 /* Ends clock `clock`: waits until the clock's gradients are encoded, pushes
  * zeros for every tensor not pushed in it, asks for the pull of clock + 1
  * into next[i] (one pointer per tensor, valid until that pull is waited for
- * or abandoned; NULL = no pull: the last clock, a leave), waits (at most
- * 60 s in all) until the clock's pushes are acknowledged, then advances the
- * clock on every shard: a clock reported complete has its pushes on every
- * shard (see [step loop]). Does not wait for the pull. When it returns, the
+ * or abandoned; NULL = no pull: the last clock), waits (at most 60 s in
+ * all) until the clock's pushes are acknowledged, then advances the clock
+ * on every shard: a clock reported complete has its pushes on every shard
+ * (see [step loop]). Does not wait for the pull. *leave (when not NULL) is
+ * set to 1 when a scale-down ends this worker's part after this clock: no
+ * pull is asked then, and the caller calls gs_leave. When it returns, the
  * encode thread no longer reads the clock's gradients. */
-int gs_end_clock(gs_session* s, uint64_t clock, float* const* next);
+int gs_end_clock(gs_session* s, uint64_t clock, float* const* next, int32_t* leave);
 
 /* Asks for the pull of `clock` into params[i] unless that pull is in
  * flight already (another is abandoned). */

@@ -45,22 +45,9 @@ class Agent final : public v1::WorkerAgent::Service {
                     v1::SyncResponse* resp) override {
     if (!req->tensors().empty()) hooks_.declare(req->tensors());
     if (req->has_progress()) {
-      Progress p = hooks_.board->Get();
-      const v1::WorkerProgress& in = req->progress();
+      runtime::Progress p = hooks_.board->Get();
       p.job_id = job_id_;
-      p.clock = in.clock();
-      p.loss = in.loss();
-      if (in.accuracy_clock() > 0) {
-        p.accuracy = in.accuracy();
-        p.accuracy_clock = in.accuracy_clock();
-      }
-      p.samples_per_sec = in.samples_per_sec();
-      p.bytes_pushed = in.bytes_pushed();
-      p.fp32_bytes_pushed = in.fp32_bytes_pushed();
-      p.bytes_pulled = in.bytes_pulled();
-      p.fp32_bytes_pulled = in.fp32_bytes_pulled();
-      p.bytes_pulled_discarded = in.bytes_pulled_discarded();
-      p.encode_path = in.encode_path();
+      runtime::MergeProgress(req->progress(), &p);
       hooks_.board->Set(p);
     }
     uint64_t stop_clock = 0;
@@ -179,7 +166,7 @@ std::vector<std::string> ChildEnv(const v1::Assignment& a, uint64_t worker_id,
 }
 
 bool StillOurs(const v1::Assignment& a, const std::string& job) {
-  return a.job_id() == job && (a.job_state() == v1::PENDING || a.job_state() == v1::RUNNING);
+  return runtime::StillOurs(runtime::AssignmentFromProto(a), job);
 }
 
 }  // namespace

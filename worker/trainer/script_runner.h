@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "common/rpc/rpc.h"
 #include "coordinator.pb.h"
+#include "worker/runtime/progress.h"
 #include "worker/trainer/trainer.h"
 
 namespace gradstream {
@@ -61,7 +62,7 @@ struct ScriptHooks {
   std::function<std::vector<v1::MembershipEpoch>()> epochs;
   // The script's declared tensors, for the heartbeats ([script jobs]).
   std::function<void(const google::protobuf::RepeatedPtrField<v1::DeclaredTensor>&)> declare;
-  ProgressBoard* board = nullptr;
+  runtime::ProgressBoard* board = nullptr;
 };
 
 // Runs the script of job `start.job_id()` for worker `worker_id` /

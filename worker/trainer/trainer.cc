@@ -9,36 +9,9 @@
 
 namespace gradstream {
 
-bool Trains(const Assignment& a) {
-  return a.job_active && !(a.leave && a.join_clock >= a.leave_clock);
-}
-
-bool RejoinsAfter(const Assignment& trained, const Assignment& now) {
-  return Trains(now) && now.job_id == trained.job_id && now.join_clock > trained.join_clock;
-}
-
-void AssignmentFeed::Set(Assignment a) {
-  absl::MutexLock lock(&mu_);
-  current_ = std::move(a);
-}
-
-Assignment AssignmentFeed::Get() const {
-  absl::MutexLock lock(&mu_);
-  return current_;
-}
-
-void ProgressBoard::Set(const Progress& p) {
-  absl::MutexLock lock(&mu_);
-  progress_ = p;
-}
-
-Progress ProgressBoard::Get() const {
-  absl::MutexLock lock(&mu_);
-  return progress_;
-}
-
 Trainer::Trainer(const TrainSetup* setup, Model* model, client::PsClient* client,
-                 const AssignmentFeed* feed, ProgressBoard* board, TrainerOptions options)
+                 const runtime::AssignmentFeed* feed, runtime::ProgressBoard* board,
+                 TrainerOptions options)
     : setup_(setup),
       model_(model),
       client_(client),
@@ -69,7 +42,7 @@ absl::Status Trainer::Reshard(uint32_t rank, uint32_t world_size) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::SendParams() {
+absl::Status Trainer::InitParams(uint64_t start_clock) {
   std::vector<std::vector<float>> values(model_->num_tensors());
   std::vector<absl::Span<const float>> spans;
   for (int i = 0; i < model_->num_tensors(); ++i) {
@@ -77,7 +50,7 @@ absl::Status Trainer::SendParams() {
     GS_RETURN_IF_ERROR(model_->GetParam(i, std::span<float>(values[i])));
     spans.emplace_back(values[i]);
   }
-  return client_->InitParams(spans, options_.push_wait);
+  return session_->Init(feed_->Get().rank, start_clock, spans, options_.loop.push_wait);
 }
 
 std::vector<absl::Span<float>> Trainer::PullTargets() {
@@ -95,8 +68,8 @@ absl::Status Trainer::PullInto(uint64_t clock) {
   // The pull Step asked for is waited on; any other is asked now. Waits,
   // re-initialization after DATA_LOSS and giving up are the loop's (see
   // [step loop] in worker/client/step_loop.h).
-  loop_->StartPull(clock, PullTargets());
-  GS_RETURN_IF_ERROR(loop_->WaitTensors({}));
+  session_->loop().StartPull(clock, PullTargets());
+  GS_RETURN_IF_ERROR(session_->loop().WaitTensors({}));
   if (model_->device() == Device::kGpu) {
     for (int i = 0; i < model_->num_tensors(); ++i) {
       GS_RETURN_IF_ERROR(model_->SetParam(i, host_params_[i]));
@@ -127,7 +100,7 @@ absl::Status Trainer::Step(uint64_t clock) {
     // The gradient stays in the model (or host_grads_) until the next
     // backward, past EndClock, as the loop's encode thread needs it.
     if (model_->device() == Device::kCpu) {
-      push_status.Update(loop_->Push(
+      push_status.Update(session_->loop().Push(
           t, absl::MakeConstSpan(model_->grad_data(t), model_->params()[t].num_elems), clock));
       return;
     }
@@ -138,7 +111,7 @@ absl::Status Trainer::Step(uint64_t clock) {
     if (absl::Status s = model_->GetGrad(t, host_grads_[t]); s.ok()) {
       // The host path of a GPU model: copy the fp32 gradient, encode on the
       // loop's encode thread.
-      push_status.Update(loop_->Push(t, host_grads_[t], clock));
+      push_status.Update(session_->loop().Push(t, host_grads_[t], clock));
     } else {
       push_status.Update(s);
     }
@@ -153,7 +126,7 @@ absl::Status Trainer::Step(uint64_t clock) {
     absl::StatusOr<std::vector<client::PushHandle>> handles = pusher_->Finish(&encode_seconds_);
     if (handles.ok() && handles->size() == enqueued.size()) {
       for (size_t i = 0; i < enqueued.size(); ++i) {
-        loop_->AddPush(static_cast<uint32_t>(enqueued[i]), (*handles)[i]);
+        session_->loop().AddPush(static_cast<uint32_t>(enqueued[i]), (*handles)[i]);
       }
     } else {
       push_status.Update(handles.ok() ? absl::InternalError("device pusher: one handle per push")
@@ -173,16 +146,15 @@ absl::Status Trainer::Step(uint64_t clock) {
   // which nothing reads before PullInto waits on it -- except an evaluation
   // after this clock, so none then; nor when the loop will not pull
   // clock + 1 (the last step, a leave, a stop).
-  const Assignment a = feed_->Get();
+  const runtime::Assignment a = feed_->Get();
   std::optional<std::vector<absl::Span<float>>> next;
   if (clock + 1 < setup_->steps && !EvaluatesAfter(clock) && Active(a) && !Stopping() &&
-      !(a.leave && clock + 1 >= a.leave_clock)) {
+      !runtime::LeavesAt(a, clock + 1)) {
     next = PullTargets();
   }
-  GS_RETURN_IF_ERROR(loop_->EndClock(clock, std::move(next)));
+  GS_RETURN_IF_ERROR(session_->loop().EndClock(clock, std::move(next)));
 
-  loss_ema_ = loss_ema_ < 0 ? stats.loss : 0.9 * loss_ema_ + 0.1 * stats.loss;
-  rate_samples_ += batch.size;
+  session_->meter().AddStep(stats.loss, static_cast<uint64_t>(batch.size));
   return absl::OkStatus();
 }
 
@@ -194,102 +166,68 @@ bool Trainer::EvaluatesAfter(uint64_t clock) const {
 absl::Status Trainer::Evaluate(uint64_t clock) {
   EvalStats eval;
   GS_RETURN_IF_ERROR(model_->Evaluate(setup_->data.test, &eval));
-  progress_.accuracy = static_cast<float>(eval.accuracy);
-  progress_.accuracy_clock = clock;
+  session_->meter().SetAccuracy(static_cast<float>(eval.accuracy), clock);
   LOG(INFO) << "job " << job_id_ << " clock " << clock << ": test accuracy " << eval.accuracy
             << ", test loss " << eval.loss;
   return absl::OkStatus();
 }
 
 void Trainer::Publish(uint64_t clock) {
-  progress_.job_id = job_id_;
-  progress_.rank = rank_;
-  progress_.world_size = world_size_;
-  progress_.clock = clock;
-  progress_.loss = static_cast<float>(loss_ema_ < 0 ? 0 : loss_ema_);
-  const double secs = absl::ToDoubleSeconds(options_.env->Now() - rate_start_);
-  const bool new_window = secs >= 1.0;
-  if (new_window) {
-    progress_.samples_per_sec = static_cast<float>(rate_samples_ / secs);
-    rate_start_ = options_.env->Now();
-    rate_samples_ = 0;
-  }
-  const client::ClientStats cs = client_->stats();
-  progress_.bytes_pushed = cs.bytes_pushed;
-  progress_.fp32_bytes_pushed = cs.fp32_bytes_pushed;
-  progress_.bytes_pulled = cs.bytes_pulled;
-  progress_.fp32_bytes_pulled = cs.fp32_bytes_pulled;
-  progress_.bytes_pulled_discarded = cs.bytes_pulled_discarded;
-  progress_.encode_path = pusher_ != nullptr ? "device" : "host";
-  const double encode_seconds =
-      encode_seconds_ + (loop_ != nullptr ? loop_->encode_seconds() : 0.0);
-  progress_.encode_share =
-      step_seconds_ > 0 ? static_cast<float>(encode_seconds / step_seconds_) : 0.0f;
+  bool new_window = false;
+  runtime::Progress p = session_->ProgressAt(clock, &new_window);
+  p.job_id = job_id_;
+  p.rank = rank_;
+  p.world_size = world_size_;
+  const double encode_seconds = encode_seconds_ + session_->loop().encode_seconds();
+  p.encode_share = step_seconds_ > 0 ? static_cast<float>(encode_seconds / step_seconds_) : 0.0f;
   // The norm is a pass over every residual (on the GPU for the device
   // path): once per rate window, not per step.
   if (new_window || clock == setup_->steps) {
     if (pusher_ == nullptr) {
-      progress_.residual_norm = client_->ResidualNorm();
+      residual_norm_ = client_->ResidualNorm();
     } else if (absl::StatusOr<double> norm = pusher_->ResidualNorm(); norm.ok()) {
-      progress_.residual_norm = *norm;
+      residual_norm_ = *norm;
     }
   }
-  progress_.reconnects = cs.reconnects;
-  board_->Set(progress_);
+  p.residual_norm = residual_norm_;
+  board_->Set(p);
 }
 
 absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
-  client::StepLoopOptions lo;
-  lo.wait_slice = options_.pull_wait;
-  lo.stall_deadline = options_.stall_deadline;
-  lo.push_wait = options_.push_wait;
-  lo.env = options_.env;
-  client::StepLoopHooks hooks;
-  hooks.check = [this] { return CheckActive(); };
-  // Two things end a pull with DATA_LOSS and one answer serves both. A shard
-  // that restarted without a checkpoint asks for parameters: give it ours
-  // (the last pulled, see [re-initialization] in server/shard/job.h); a
-  // chunk that has parameters ignores them (the first InitChunk wins). A
-  // published copy that failed its checksum was dropped (see [pull codec]):
-  // the next pull gets a snapshot.
-  hooks.reinit = [this](absl::Span<const absl::Span<float>>) {
-    LOG(WARNING) << "job " << job_id_ << ": a shard lost its parameters; sending this "
-                 << "worker's and pulling again";
-    return SendParams();
-  };
-  loop_ = std::make_unique<client::StepLoop>(client_, lo, std::move(hooks));
+  runtime::SessionOptions so;
+  so.loop = options_.loop;
+  so.initial_values = runtime::InitialValues::kSameOnEveryWorker;
+  so.check = [this] { return CheckActive(); };
+  session_ = std::make_unique<runtime::WorkerSession>(client_, std::move(so));
   // However Run ends, the pull in flight is abandoned: nothing writes into
   // the model after Run returns.
-  absl::Cleanup drop_loop = [this] { loop_.reset(); };
-  rate_start_ = options_.env->Now();
+  absl::Cleanup drop_session = [this] { session_.reset(); };
+  session_->meter().SetEncodePath(options_.device_encode            ? "device"
+                                  : model_->device() == Device::kGpu ? "host-from-cuda"
+                                                                     : "host");
   if (options_.device_encode && pusher_ == nullptr) {
     internal::DevicePusherOptions popt;
     popt.seed = setup_->seed;
     popt.worker_id = options_.worker_id;
     popt.codec = setup_->codec;
-    popt.wait = options_.push_wait;
+    popt.wait = options_.loop.push_wait;
     GS_ASSIGN_OR_RETURN(pusher_, internal::DevicePusher::Create(model_, client_, popt));
   }
-  if (start_clock == 0) {
-    // Every worker builds the same initial parameters from the job seed; the
-    // shards keep the first InitChunk of each chunk and ignore the rest, so
-    // whoever gets there first initializes the job.
-    GS_RETURN_IF_ERROR(SendParams());
-  }
+  GS_RETURN_IF_ERROR(InitParams(start_clock));
   uint64_t clock = start_clock;
   Publish(clock);
   for (;; ++clock) {
-    const Assignment a = feed_->Get();
+    const runtime::Assignment a = feed_->Get();
     if (!Active(a)) return TrainOutcome::kStopped;
     if (clock >= setup_->steps) break;
     if (Stopping()) {
       // See [graceful stop] in trainer.h.
-      GS_RETURN_IF_ERROR(client_->Leave(options_.push_wait));
+      GS_RETURN_IF_ERROR(session_->Leave(options_.loop.push_wait));
       LOG(INFO) << "job " << job_id_ << ": stopping on a signal, left after clock " << clock;
       return TrainOutcome::kLeft;
     }
-    if (a.leave && clock >= a.leave_clock) {
-      GS_RETURN_IF_ERROR(client_->Leave(options_.push_wait));
+    if (runtime::LeavesAt(a, clock)) {
+      GS_RETURN_IF_ERROR(session_->Leave(options_.loop.push_wait));
       LOG(INFO) << "job " << job_id_ << ": left after clock " << clock;
       return TrainOutcome::kLeft;
     }
@@ -323,7 +261,7 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
     GS_RETURN_IF_ERROR(Evaluate(setup_->steps));
   }
   Publish(setup_->steps);
-  GS_RETURN_IF_ERROR(client_->Leave(options_.push_wait));
+  GS_RETURN_IF_ERROR(session_->Leave(options_.loop.push_wait));
   return TrainOutcome::kDone;
 }
 

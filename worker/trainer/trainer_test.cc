@@ -12,90 +12,14 @@
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
-#include "worker/client/internal/pending.h"
+#include "worker/client/testing/recording_client.h"
 #include "worker/data/synthetic.h"
 
 namespace gradstream {
 namespace {
 
-// Answers every call at once and records it as "push C", "pull C",
-// "clock C", "init" or "leave". Pulls listed in `fail_pulls` (by clock, each
-// once) end with DATA_LOSS.
-class RecordingClient final : public client::PsClient {
- public:
-  client::PushHandle Push(uint32_t tensor, absl::Span<const float> grad,
-                          uint64_t clock) override {
-    Record(absl::StrCat("push ", clock));
-    return client::PushHandle();
-  }
-  client::PushHandle PushEncoded(uint32_t, absl::Span<const client::EncodedChunkView>,
-                                 uint64_t) override {
-    ADD_FAILURE() << "PushEncoded is the device path's";
-    return client::PushHandle();
-  }
-  client::PullHandle Pull(uint64_t clock, std::vector<absl::Span<float>> out) override {
-    Record(absl::StrCat("pull ", clock));
-    absl::MutexLock lock(&mu_);
-    for (auto it = fail_pulls_.begin(); it != fail_pulls_.end(); ++it) {
-      if (*it != clock) continue;
-      fail_pulls_.erase(it);
-      auto state = std::make_shared<client::internal::PullState>(
-          std::vector<client::internal::PullTarget>(1), std::vector<std::vector<uint64_t>>{{0}});
-      state->Fail(0, absl::DataLossError("shard lost its parameters"));
-      return MakePullHandle(std::move(state));
-    }
-    // Asks no shard: complete at once, as a real pull's handle once answered.
-    return MakePullHandle(std::make_shared<client::internal::PullState>(
-        std::vector<client::internal::PullTarget>(), std::vector<std::vector<uint64_t>>()));
-  }
-  absl::Status InitParams(absl::Span<const absl::Span<const float>>, absl::Duration) override {
-    Record("init");
-    return absl::OkStatus();
-  }
-  void Flush() override {}
-  absl::Status AdvanceClock(uint64_t clock) override {
-    Record(absl::StrCat("clock ", clock));
-    return absl::OkStatus();
-  }
-  absl::Status Leave(absl::Duration) override {
-    Record("leave");
-    return absl::OkStatus();
-  }
-  client::ClientStats stats() const override { return {}; }
-  double ResidualNorm() const override { return 0; }
-  const ShardMap& shard_map() const override { return map_; }
-
-  // The model's tensors, as the shard map would list them (StepLoop checks
-  // tensor indices against it).
-  void SetTensors(const std::vector<TensorSpec>& params) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      TensorInfo t;
-      t.name = params[i].name;
-      t.num_elems = params[i].num_elems;
-      t.index = static_cast<uint32_t>(i);
-      map_.tensors.push_back(t);
-    }
-  }
-  void FailPull(uint64_t clock) {
-    absl::MutexLock lock(&mu_);
-    fail_pulls_.push_back(clock);
-  }
-  std::vector<std::string> events() const {
-    absl::MutexLock lock(&mu_);
-    return events_;
-  }
-
- private:
-  void Record(std::string event) {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(std::move(event));
-  }
-
-  ShardMap map_;
-  mutable absl::Mutex mu_;
-  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> fail_pulls_ ABSL_GUARDED_BY(mu_);
-};
+using client::testing::RecordingClient;
+using runtime::Assignment;
 
 // One worker (rank 0 of 1) training the default MLP on synthetic clusters.
 struct Fixture {
@@ -111,7 +35,9 @@ struct Fixture {
     absl::StatusOr<std::unique_ptr<Model>> m = CreateModel(setup.model, Device::kCpu);
     CHECK(m.ok()) << m.status();
     model = *std::move(m);
-    client.SetTensors(model->params());
+    std::vector<std::pair<std::string, uint64_t>> tensors;
+    for (const TensorSpec& t : model->params()) tensors.emplace_back(t.name, t.num_elems);
+    client.SetTensors(tensors);
     feed.Set(Assignment{.job_id = "job", .job_active = true, .rank = 0, .world_size = 1});
   }
 
@@ -146,8 +72,8 @@ struct Fixture {
   TrainSetup setup;
   std::unique_ptr<Model> model;
   RecordingClient client;
-  AssignmentFeed feed;
-  ProgressBoard board;
+  runtime::AssignmentFeed feed;
+  runtime::ProgressBoard board;
 };
 
 TEST(Trainer, PullsTheNextClockRightAfterItsPushes) {
@@ -226,36 +152,6 @@ TEST(Trainer, AFailedEarlyPullReinitializesAndPullsAgain) {
   EXPECT_GT(again, f.Find("init", 1));
   EXPECT_GT(again, f.Find("clock 2"));
   EXPECT_LT(again, f.Find("push 2"));
-}
-
-// See [rejoin] in trainer.h: the assignments a worker that left job "j" at
-// clock 300 sees while the coordinator scales it back in at clock 900.
-TEST(Rejoin, ANewMembershipOfTheSameJobIsSeenWithoutTheGapBetween) {
-  const Assignment trained{.job_id = "j", .job_active = true, .join_clock = 120,
-                           .leave = true, .leave_clock = 300};
-  // The reply that moved it off the job, the one naming its old membership
-  // while the rejoin is not committed, and the committed rejoin.
-  const Assignment moved_off{};
-  const Assignment uncommitted{.job_id = "j", .job_active = true, .join_clock = 900,
-                               .leave = true, .leave_clock = 300};
-  const Assignment rejoin{.job_id = "j", .job_active = true, .rank = 1, .world_size = 2,
-                          .join_clock = 900};
-  EXPECT_FALSE(Trains(moved_off));
-  EXPECT_FALSE(Trains(uncommitted));
-  EXPECT_TRUE(Trains(rejoin));
-  EXPECT_FALSE(RejoinsAfter(trained, trained));
-  EXPECT_FALSE(RejoinsAfter(trained, uncommitted));
-  EXPECT_TRUE(RejoinsAfter(trained, rejoin));
-  // Another job, an ended one, or the same membership again is no rejoin.
-  Assignment other = rejoin;
-  other.job_id = "k";
-  EXPECT_FALSE(RejoinsAfter(trained, other));
-  Assignment ended = rejoin;
-  ended.job_active = false;
-  EXPECT_FALSE(RejoinsAfter(trained, ended));
-  Assignment same = rejoin;
-  same.join_clock = trained.join_clock;
-  EXPECT_FALSE(RejoinsAfter(trained, same));
 }
 
 }  // namespace

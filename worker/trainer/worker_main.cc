@@ -40,7 +40,7 @@
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/client/ps_client.h"
-#include "worker/trainer/internal/device_pusher.h"
+#include "worker/runtime/internal/device_pusher.h"
 #include "worker/trainer/job_setup.h"
 #include "worker/trainer/script_runner.h"
 #include "worker/trainer/trainer.h"
@@ -85,20 +85,8 @@ std::string CoordinatorAddress() {
   return a;
 }
 
-Assignment FromProto(const v1::Assignment& p) {
-  Assignment a;
-  a.job_id = p.job_id();
-  a.job_active = !p.job_id().empty() &&
-                 (p.job_state() == v1::PENDING || p.job_state() == v1::RUNNING);
-  a.rank = p.rank();
-  a.world_size = std::max<uint32_t>(1, p.world_size());
-  a.epoch = p.epoch();
-  a.epoch_clock = p.epoch_clock();
-  a.join_clock = p.join_clock();
-  a.leave = p.leave();
-  a.leave_clock = p.leave_clock();
-  return a;
-}
+using runtime::Assignment;
+using runtime::AssignmentFromProto;
 
 // Everything the heartbeat thread and the training thread share.
 class WorkerState {
@@ -139,7 +127,7 @@ class WorkerState {
     state_ = state;
     message_ = std::move(message);
   }
-  void Fill(v1::HeartbeatRequest* req, const ProgressBoard& board) const {
+  void Fill(v1::HeartbeatRequest* req, const runtime::ProgressBoard& board) const {
     absl::MutexLock l(&mu_);
     req->set_worker_id(id_);
     req->set_incarnation(incarnation_);
@@ -148,21 +136,7 @@ class WorkerState {
     req->set_message(message_);
     // Until the assignment carries the map built from them ([script jobs]).
     if (latest_.shard_map().shards_size() == 0) *req->mutable_declared_tensors() = declared_;
-    const Progress p = board.Get();
-    auto* out = req->mutable_progress();
-    out->set_clock(p.clock);
-    out->set_loss(p.loss);
-    out->set_accuracy(p.accuracy);
-    out->set_accuracy_clock(p.accuracy_clock);
-    out->set_samples_per_sec(p.samples_per_sec);
-    out->set_bytes_pushed(p.bytes_pushed);
-    out->set_fp32_bytes_pushed(p.fp32_bytes_pushed);
-    out->set_bytes_pulled(p.bytes_pulled);
-    out->set_fp32_bytes_pulled(p.fp32_bytes_pulled);
-    out->set_bytes_pulled_discarded(p.bytes_pulled_discarded);
-    out->set_residual_norm(p.residual_norm);
-    out->set_encode_path(p.encode_path);
-    out->set_encode_share(p.encode_share);
+    *req->mutable_progress() = runtime::ProgressToProto(board.Get());
   }
   // The tensors the script of the current job declared.
   void SetDeclared(const google::protobuf::RepeatedPtrField<v1::DeclaredTensor>& tensors) {
@@ -261,7 +235,7 @@ class Worker {
     const grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
     if (s.ok()) {
       state_.SetLatest(resp.assignment());
-      feed_.Set(FromProto(resp.assignment()));
+      feed_.Set(AssignmentFromProto(resp.assignment()));
     } else if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
                s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       // Removed (e.g. missed heartbeats) or unknown: the old incarnation is
@@ -279,7 +253,7 @@ class Worker {
   void RunJob(const v1::Assignment& a, uint64_t incarnation) {
     const std::string job = a.job_id();
     state_.SetJob(incarnation, job, v1::TRAINING);
-    board_.Set(Progress{});
+    board_.Set(runtime::Progress{});
     absl::StatusOr<TrainOutcome> outcome = TrainJob(a, incarnation);
     if (!outcome.ok()) {
       LOG(ERROR) << "job " << job << ": " << outcome.status();
@@ -297,13 +271,13 @@ class Worker {
       state_.SetJob(incarnation, "", v1::IDLE);
     }
     // Wait until the coordinator moves us off this job before taking another,
-    // adds us back to it (see [rejoin] in trainer.h), or until we are a new
+    // adds us back to it (runtime::RejoinsAfter), or until we are a new
     // incarnation, for which any assignment is a fresh one (see [new
     // incarnation]).
-    const Assignment trained = FromProto(a);
+    const Assignment trained = AssignmentFromProto(a);
     while (!g_stop && state_.Identity().second == incarnation) {
-      const Assignment now = FromProto(state_.Latest());
-      if (now.job_id != job || !now.job_active || RejoinsAfter(trained, now)) break;
+      const Assignment now = AssignmentFromProto(state_.Latest());
+      if (!runtime::StillOurs(now, job) || runtime::RejoinsAfter(trained, now)) break;
       env_->SleepFor(interval_);
     }
     state_.SetJob(incarnation, "", v1::IDLE);
@@ -318,7 +292,7 @@ class Worker {
     std::thread hb = env_->StartThread("gs-heartbeat", [this] { HeartbeatLoop(); });
     while (!g_stop) {
       const auto [a, incarnation] = state_.LatestAndIncarnation();
-      if (Trains(FromProto(a))) {
+      if (runtime::Trains(AssignmentFromProto(a))) {
         RunJob(a, incarnation);
       } else {
         env_->SleepFor(absl::Milliseconds(50));
@@ -429,8 +403,8 @@ class Worker {
   std::vector<v1::MembershipEpoch> epochs_ ABSL_GUARDED_BY(epochs_mu_);
   absl::Duration interval_ = absl::Milliseconds(500);
   WorkerState state_;
-  AssignmentFeed feed_;
-  ProgressBoard board_;
+  runtime::AssignmentFeed feed_;
+  runtime::ProgressBoard board_;
   std::atomic<bool> done_{false};
 };
 

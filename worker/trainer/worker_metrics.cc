@@ -28,7 +28,7 @@ constexpr const char* kFamilies[] = {
 }  // namespace
 
 void ExportWorkerSample(const WorkerSample& sample, metrics::Registry* registry) {
-  const Progress& p = sample.progress;
+  const runtime::Progress& p = sample.progress;
   if (p.job_id.empty()) return;
   const metrics::Labels l = {{"job", p.job_id}};
   auto gauge = [&](const char* name, const char* help, double v) {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/metrics/metrics.h"
-#include "worker/trainer/trainer.h"
+#include "worker/runtime/progress.h"
 
 namespace gradstream {
 
@@ -18,7 +18,7 @@ namespace gradstream {
 struct WorkerSample {
   uint64_t worker_id = 0;  // 0 before the coordinator assigned one
   std::string device;      // "cpu" / "gpu"
-  Progress progress;       // progress.job_id "" = no job yet
+  runtime::Progress progress;  // progress.job_id "" = no job yet
 };
 
 // Sets the series of `sample.progress.job_id` in `registry` (nothing when

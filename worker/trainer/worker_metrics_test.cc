@@ -82,7 +82,7 @@ TEST(WorkerMetrics, ANewJobReplacesTheOldOnesSeries) {
   {
     // The worker starts its next job: the board is reset first.
     absl::MutexLock l(&mu);
-    current.progress = Progress{};
+    current.progress = runtime::Progress{};
   }
   std::string text = reg.Render();
   EXPECT_FALSE(absl::StrContains(text, "job=\"job-1\"")) << text;

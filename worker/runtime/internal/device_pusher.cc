@@ -1,6 +1,6 @@
 // DevicePusher: see [device encode] in device_pusher.h. Without CUDA only
 // the support check is compiled, and it says why the path is unavailable.
-#include "worker/trainer/internal/device_pusher.h"
+#include "worker/runtime/internal/device_pusher.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/codec/cuda_codec.h"

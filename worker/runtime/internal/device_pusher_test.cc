@@ -1,7 +1,7 @@
 // The device encode path (LABELS gpu): the codes it pushes are the host
 // path's, and its residuals keep g + r_old == decoded + r_new. Skips only when
 // no CUDA device is present; the unavailable-path answer is tested anywhere.
-#include "worker/trainer/internal/device_pusher.h"
+#include "worker/runtime/internal/device_pusher.h"
 
 #include <cmath>
 #include <map>

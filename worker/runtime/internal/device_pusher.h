@@ -13,8 +13,8 @@
 // |g|^2 and |residual|^2 are reduced on the device and read at the tensor's
 // next push, which they decide (its codec, or exact). How and why:
 // docs/design/device-encode.md.
-#ifndef GRADSTREAM_WORKER_TRAINER_INTERNAL_DEVICE_PUSHER_H_
-#define GRADSTREAM_WORKER_TRAINER_INTERNAL_DEVICE_PUSHER_H_
+#ifndef GRADSTREAM_WORKER_RUNTIME_INTERNAL_DEVICE_PUSHER_H_
+#define GRADSTREAM_WORKER_RUNTIME_INTERNAL_DEVICE_PUSHER_H_
 
 #include <cstdint>
 #include <memory>
@@ -81,4 +81,4 @@ class DevicePusher {
 
 }  // namespace gradstream::internal
 
-#endif  // GRADSTREAM_WORKER_TRAINER_INTERNAL_DEVICE_PUSHER_H_
+#endif  // GRADSTREAM_WORKER_RUNTIME_INTERNAL_DEVICE_PUSHER_H_
