@@ -38,6 +38,19 @@ class Stats(ctypes.Structure):
     ]
 
 
+class OptimizerDefaults(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_int32),
+        ("learning_rate", ctypes.c_float),
+        ("momentum", ctypes.c_float),
+        ("epsilon", ctypes.c_float),
+        ("initial_accumulator", ctypes.c_float),
+        ("beta1", ctypes.c_float),
+        ("beta2", ctypes.c_float),
+        ("weight_decay", ctypes.c_float),
+    ]
+
+
 class GradstreamError(RuntimeError):
     """A failed library call; `code` is the absl status code."""
 
@@ -57,6 +70,17 @@ def _candidates():
     yield os.path.join(_HERE, "libgradstream_c.so")
     repo = os.path.dirname(os.path.dirname(_HERE))
     yield os.path.join(repo, "build", "worker", "capi", "libgradstream_c.so")
+
+
+_loaded = None
+
+
+def shared():
+    """The library, loaded once per process (load() for a fresh handle)."""
+    global _loaded
+    if _loaded is None:
+        _loaded = load()
+    return _loaded
 
 
 def load():
@@ -100,12 +124,17 @@ def _declare(lib):
     lib.gs_pull.argtypes = [p, c.c_uint64, c.POINTER(c.c_void_p)]
     lib.gs_leave.argtypes = [p, c.c_int64]
     lib.gs_stats_get.argtypes = [p, c.POINTER(Stats)]
+    lib.gs_split_pass.argtypes = [c.POINTER(c.c_int64), c.c_int64, c.c_uint32, c.c_uint32,
+                                  c.c_int64, c.c_int64, c.POINTER(c.c_int64),
+                                  c.POINTER(c.c_int64), c.POINTER(c.c_int64)]
+    lib.gs_optimizer_defaults_get.argtypes = [c.c_char_p, c.POINTER(OptimizerDefaults)]
     lib.gs_close.argtypes = [p]
     lib.gs_close.restype = None
     for name in ("gs_declare", "gs_membership_get", "gs_membership_at", "gs_job_spec", "gs_sync",
                  "gs_report", "gs_record_step", "gs_set_encode_path", "gs_init_params", "gs_push",
                  "gs_wait_pushes", "gs_end_clock", "gs_pull_start", "gs_wait_tensors",
-                 "gs_tensors_ready", "gs_abandon_pull", "gs_pull", "gs_leave", "gs_stats_get"):
+                 "gs_tensors_ready", "gs_abandon_pull", "gs_pull", "gs_leave", "gs_stats_get",
+                 "gs_split_pass", "gs_optimizer_defaults_get"):
         getattr(lib, name).restype = c.c_int
 
 

@@ -2,12 +2,13 @@
 when the membership changes at a clock boundary.
 """
 
+import ctypes
 import json
-import math
 import os
 
 import torch
 
+from gradstream import _lib
 from gradstream.session import _session
 
 def _indexable(dataset):
@@ -32,7 +33,8 @@ def _permutation(n, seed, epoch, pass_no, shuffle):
 
 
 def _split(perm, rank, world_size, batch_size=None, global_batch_size=None):
-    """One pass over `perm` as this rank's batches.
+    """One pass over `perm` as this rank's batches: the library's split
+    (worker/runtime/data_split.h, the rule the built-in trainer follows too).
 
     Per-worker batches: perm is padded with its first indices to a multiple
     of world_size (as torch's DistributedSampler does), rank r takes
@@ -44,20 +46,21 @@ def _split(perm, rank, world_size, batch_size=None, global_batch_size=None):
     the same number of clocks per pass. A last batch smaller than
     world_size is padded with the pass's first indices, so that every rank
     has a piece."""
-    if global_batch_size is None:
-        total = math.ceil(len(perm) / world_size) * world_size
-        mine = torch.cat([perm, perm[: total - len(perm)]])[rank::world_size]
-        return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
-    if global_batch_size < world_size:
-        raise ValueError("gradstream: global_batch_size %d is smaller than the world size %d"
-                         % (global_batch_size, world_size))
-    out = []
-    for start in range(0, len(perm), global_batch_size):
-        batch = perm[start:start + global_batch_size]
-        if len(batch) < world_size:
-            batch = torch.cat([batch, perm[: world_size - len(batch)]])
-        out.append(batch[rank::world_size])
-    return out
+    lib = _lib.shared()  # in local mode too: the split is the library's
+    p = perm.to(torch.int64).contiguous()
+    n = len(p)
+    out = torch.empty(n + world_size, dtype=torch.int64)
+    sizes = torch.empty(n + 1, dtype=torch.int64)
+    count = ctypes.c_int64(0)
+    i64 = ctypes.POINTER(ctypes.c_int64)
+    rc = lib.gs_split_pass(ctypes.cast(p.data_ptr(), i64), n, rank, world_size,
+                           batch_size or 0, global_batch_size or 0,
+                           ctypes.cast(out.data_ptr(), i64), ctypes.cast(sizes.data_ptr(), i64),
+                           ctypes.byref(count))
+    if rc != 0:
+        raise ValueError(lib.gs_last_error().decode("utf-8", "replace"))
+    lengths = sizes[:count.value].tolist()
+    return list(torch.split(out[:sum(lengths)], lengths)) if lengths else []
 
 
 _passes = {}  # membership epoch -> passes started in it

@@ -1,16 +1,38 @@
 """Local mode: the script run single-process (no launcher). The shards'
 optimizers as torch.optim, with the formulas the shards use
 (common/optim), so a script trains the same way alone and in a job; also
-used to check an update against the shards'. The default numbers are the
-job's (common/optim/optimizer_options.h, DefaultOptimizerOptions); local
-mode loads no library, so they are repeated here.
+used to check an update against the shards'. An argument left None takes
+the job's default (common/optim/optimizer_options.h, read from the
+library), so a script trains alone with what a job would use.
 """
+
+import ctypes
 
 import torch
 
+from gradstream import _lib
 
-def local_optimizer(params, optimizer="momentum", lr=0.05, momentum=0.9, epsilon=None,
-                    initial_accumulator=0.1, beta1=0.9, beta2=0.999, weight_decay=0.0):
+_TYPES = ("sgd", "momentum", "nesterov", "adagrad", "adam")  # gs_optimizer_defaults.type
+
+
+def local_optimizer(params, optimizer=None, lr=None, momentum=None, epsilon=None,
+                    initial_accumulator=None, beta1=None, beta2=None, weight_decay=None):
+    lib = _lib.shared()
+    d = _lib.OptimizerDefaults()
+    if lib.gs_optimizer_defaults_get((optimizer or "").encode(), ctypes.byref(d)) != 0:
+        raise ValueError("gradstream: unknown optimizer %r (want sgd|momentum|nesterov|adagrad|"
+                         "adam)" % optimizer)
+    optimizer = _TYPES[d.type]
+
+    def pick(value, default):
+        return default if value is None else value
+
+    lr = pick(lr, d.learning_rate)
+    momentum = pick(momentum, d.momentum)
+    epsilon = pick(epsilon, d.epsilon)
+    initial_accumulator = pick(initial_accumulator, d.initial_accumulator)
+    beta1, beta2 = pick(beta1, d.beta1), pick(beta2, d.beta2)
+    weight_decay = pick(weight_decay, d.weight_decay)
     params = list(params)
     if optimizer == "sgd":
         return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
@@ -19,11 +41,8 @@ def local_optimizer(params, optimizer="momentum", lr=0.05, momentum=0.9, epsilon
                                weight_decay=weight_decay)
     if optimizer == "adagrad":
         return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=initial_accumulator,
-                                   eps=1e-7 if epsilon is None else epsilon,
-                                   weight_decay=weight_decay)
+                                   eps=epsilon, weight_decay=weight_decay)
     if optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=(beta1, beta2),
-                                eps=1e-8 if epsilon is None else epsilon,
+        return torch.optim.Adam(params, lr=lr, betas=(beta1, beta2), eps=epsilon,
                                 weight_decay=weight_decay)
-    raise ValueError("gradstream: unknown optimizer %r (want sgd|momentum|nesterov|adagrad|adam)"
-                     % optimizer)
+    raise AssertionError(optimizer)

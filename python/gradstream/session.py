@@ -2,7 +2,8 @@
 and world size at each clock, and the connection to its gs_worker (the
 agent on a Unix socket that gs_worker serves to the script it runs; see
 worker/trainer/script_runner.h). Without GRADSTREAM_AGENT the process runs
-single-process (local mode): rank 0 of 1, no library loaded.
+single-process (local mode): rank 0 of 1, no session (the library is loaded
+only for what is computed the same way in both modes, the data split).
 """
 
 import atexit

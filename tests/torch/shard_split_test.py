@@ -5,7 +5,9 @@ of a step are disjoint and make up the global batch), every rank makes the
 same number of clocks per pass, a last piece too small for every rank joins
 the batch before it; per-worker batches are unchanged; bad arguments are
 clear errors. And single-process (no GRADSTREAM_AGENT) shard() yields
-global batches of the asked size."""
+global batches of the asked size. Both go through the library (the split
+is worker/runtime/data_split.h's, the trainer's too), as do local mode's
+optimizer defaults (the job's, common/optim/optimizer_options.h)."""
 
 import os
 import sys
@@ -56,6 +58,22 @@ def main():
     try:
         split(torch.arange(12), 0, 4, global_batch_size=3)
         check(False, "a global batch smaller than the world size is refused")
+    except ValueError as e:
+        print("refused: %s" % e)
+
+    from gradstream.local import local_optimizer
+    w = torch.nn.Parameter(torch.zeros(3))
+    g = local_optimizer([w]).param_groups[0]
+    check(type(local_optimizer([w])).__name__ == "SGD" and abs(g["lr"] - 0.05) < 1e-7 and
+          abs(g["momentum"] - 0.9) < 1e-7, "local mode's defaults are the job's: %s" % g)
+    g = local_optimizer([w], optimizer="adam").param_groups[0]
+    check(abs(g["eps"] - 1e-8) < 1e-12 and abs(g["betas"][1] - 0.999) < 1e-7, "adam: %s" % g)
+    g = local_optimizer([w], optimizer="adagrad", lr=0.1).param_groups[0]
+    check(abs(g["eps"] - 1e-7) < 1e-12 and abs(g["initial_accumulator_value"] - 0.1) < 1e-7 and
+          abs(g["lr"] - 0.1) < 1e-7, "adagrad: %s" % g)
+    try:
+        local_optimizer([w], optimizer="adamx")
+        check(False, "an unknown optimizer is refused")
     except ValueError as e:
         print("refused: %s" % e)
 

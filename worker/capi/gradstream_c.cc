@@ -23,12 +23,14 @@
 #include "common/job/codec_policy.h"
 #include "common/job/shard_map_proto.h"
 #include "common/mutex_mode.h"
+#include "common/optim/optimizer_options.h"
 #include "common/rpc/rpc.h"
 #include "google/protobuf/text_format.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/capi/internal/session.h"
 #include "worker/client/ps_client.h"
 #include "worker/client/step_loop.h"
+#include "worker/runtime/data_split.h"
 #include "worker/runtime/membership.h"
 #include "worker/runtime/progress.h"
 #include "worker/runtime/session.h"
@@ -446,6 +448,41 @@ int gs_stats_get(gs_session* s, gs_stats* out) {
   out->bytes_pulled_discarded = cs.bytes_pulled_discarded;
   out->push_messages = cs.push_messages;
   out->pull_messages = cs.pull_messages;
+  return Ok();
+}
+
+int gs_split_pass(const int64_t* perm, int64_t n, uint32_t rank, uint32_t world_size,
+                  int64_t batch_size, int64_t global_batch_size, int64_t* out, int64_t* sizes,
+                  int64_t* num_batches) {
+  *num_batches = 0;
+  if (n < 0) return Fail(absl::InvalidArgumentError("gradstream: negative pass length"));
+  absl::StatusOr<std::vector<std::vector<int64_t>>> batches = runtime::SplitPass(
+      absl::MakeConstSpan(perm, static_cast<size_t>(n)), rank, world_size,
+      runtime::BatchSize{.per_worker = batch_size, .global = global_batch_size});
+  if (!batches.ok()) return Fail(batches.status());
+  int64_t k = 0;
+  for (const std::vector<int64_t>& b : *batches) {
+    std::copy(b.begin(), b.end(), out + k);
+    k += static_cast<int64_t>(b.size());
+    sizes[(*num_batches)++] = static_cast<int64_t>(b.size());
+  }
+  return Ok();
+}
+
+int gs_optimizer_defaults_get(const char* type, gs_optimizer_defaults* out) {
+  *out = gs_optimizer_defaults{};
+  absl::StatusOr<gradstream::OptimizerType> t =
+      gradstream::OptimizerTypeFromName(type == nullptr ? "" : type);
+  if (!t.ok()) return Fail(t.status());
+  const gradstream::OptimizerOptions d = gradstream::DefaultOptimizerOptions(*t);
+  out->type = static_cast<int32_t>(d.type);
+  out->learning_rate = d.learning_rate;
+  out->momentum = d.momentum;
+  out->epsilon = d.epsilon;
+  out->initial_accumulator = d.initial_accumulator;
+  out->beta1 = d.beta1;
+  out->beta2 = d.beta2;
+  out->weight_decay = d.weight_decay;
   return Ok();
 }
 

@@ -72,6 +72,18 @@ typedef struct gs_stats {
   uint64_t pull_messages;           /* pull answer messages received */
 } gs_stats;
 
+/* An optimizer's job defaults (common/optim/optimizer_options.h). */
+typedef struct gs_optimizer_defaults {
+  int32_t type; /* 0 sgd, 1 momentum, 2 nesterov, 3 adagrad, 4 adam */
+  float learning_rate;
+  float momentum;
+  float epsilon;
+  float initial_accumulator;
+  float beta1;
+  float beta2;
+  float weight_decay;
+} gs_optimizer_defaults;
+
 /* The message of the calling thread's last failed call ("" if none). */
 const char* gs_last_error(void);
 
@@ -184,6 +196,22 @@ int gs_wait_pushes(gs_session* s, int64_t timeout_ms);
 int gs_leave(gs_session* s, int64_t timeout_ms);
 
 int gs_stats_get(gs_session* s, gs_stats* out);
+
+/* Rank `rank` of `world_size`'s batches of one pass over perm[0..n) (the
+ * pass's example order): per worker (batch_size > 0, global_batch_size 0)
+ * or split from global batches (global_batch_size > 0, batch_size 0), the
+ * rule of worker/runtime/data_split.h that the built-in trainer follows
+ * too. The batches go to out back to back (room for n + world_size
+ * indices), their lengths to sizes (room for n + 1), their number to
+ * *num_batches. Needs no session. InvalidArgument for bad sizes or rank. */
+int gs_split_pass(const int64_t* perm, int64_t n, uint32_t rank, uint32_t world_size,
+                  int64_t batch_size, int64_t global_batch_size, int64_t* out, int64_t* sizes,
+                  int64_t* num_batches);
+
+/* The job's defaults for optimizer `type` ("" = the default type), what a
+ * job's spec is normalized from; local mode uses them too. Needs no
+ * session. InvalidArgument for an unknown type. */
+int gs_optimizer_defaults_get(const char* type, gs_optimizer_defaults* out);
 
 /* Stops the reporter, closes the streams (no Leave) and frees the
  * session. NULL is a no-op. */

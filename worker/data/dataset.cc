@@ -32,17 +32,6 @@ absl::Status ValidateDataset(const Dataset& data) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int64_t>> StridedShard(int64_t num_examples, int rank, int num_workers) {
-  if (num_workers <= 0 || rank < 0 || rank >= num_workers || num_examples < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("bad shard: rank ", rank, " of ", num_workers,
-                                                   " workers over ", num_examples, " examples"));
-  }
-  std::vector<int64_t> out;
-  out.reserve(num_examples / num_workers + 1);
-  for (int64_t i = rank; i < num_examples; i += num_workers) out.push_back(i);
-  return out;
-}
-
 absl::StatusOr<Dataset> Subset(const Dataset& data, std::span<const int64_t> indices) {
   Dataset out;
   out.num_classes = data.num_classes;

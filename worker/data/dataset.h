@@ -1,14 +1,13 @@
-// In-memory datasets, strided data shards and the minibatch iterator.
+// In-memory datasets and the minibatch iterator.
 //
 // A Dataset is the common currency of the synthetic generator and the MNIST /
 // CIFAR-10 loaders: features as float32 row-major [num_examples x
 // example_size], int32 labels in [0, num_classes). Images are stored CHW
 // (channel planes, then rows), which is what the models and cuDNN (NCHW) use.
 //
-// Sharding is strided: worker `rank` of `num_workers` owns examples rank,
-// rank + n, rank + 2n, ... Shards of different ranks are disjoint and their
-// union is the whole dataset, and when ranks change a worker can re-shard by
-// calling StridedShard() again (no data moves between workers).
+// Which examples a worker owns is the worker runtime's split
+// (worker/runtime/data_split.h), the same for the built-in trainer and the
+// Python package.
 #ifndef GRADSTREAM_WORKER_DATA_DATASET_H_
 #define GRADSTREAM_WORKER_DATA_DATASET_H_
 
@@ -44,12 +43,6 @@ struct TrainTest {
 // Checks the invariants above (sizes agree, labels in range, classes > 0).
 // InvalidArgument with what is wrong.
 [[nodiscard]] absl::Status ValidateDataset(const Dataset& data);
-
-// Indices of the examples worker `rank` of `num_workers` owns:
-// rank, rank + num_workers, ... < num_examples. Requires
-// 0 <= rank < num_workers (InvalidArgument otherwise).
-[[nodiscard]] absl::StatusOr<std::vector<int64_t>> StridedShard(int64_t num_examples, int rank,
-                                                                int num_workers);
 
 // Copies the listed examples into a new dataset (e.g. to materialize a shard).
 // InvalidArgument on an out-of-range index.

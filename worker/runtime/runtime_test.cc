@@ -2,6 +2,8 @@
 // the progress meter and its wire form, who sends initial parameters, and
 // the session's answers to a lost shard and to leaving.
 #include <cmath>
+#include <set>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "common/env/testing/fake_clock_env.h"
 #include "gtest/gtest.h"
 #include "worker/client/testing/recording_client.h"
+#include "worker/runtime/data_split.h"
 #include "worker/runtime/membership.h"
 #include "worker/runtime/progress.h"
 #include "worker/runtime/session.h"
@@ -159,6 +162,80 @@ TEST(Progress, TheWireFormKeepsEveryFieldAndAnAccuracyUntilANewOne) {
   EXPECT_EQ(back.clock, 8u);
   EXPECT_FLOAT_EQ(back.accuracy, 0.9f);
   EXPECT_EQ(back.accuracy_clock, 6u);
+}
+
+std::vector<int64_t> Iota(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (i * 7919) % n;  // a permutation
+  return v;
+}
+
+// With a global batch every clock consumes the same samples whatever the
+// world size: the ranks' pieces are disjoint and make up the global batch,
+// every rank makes the same number of clocks, a last batch too small for
+// every rank is padded from the pass's first indices.
+TEST(SplitPass, GlobalBatchesArePartitionedAmongTheRanks) {
+  for (auto [n, g] : std::vector<std::pair<int64_t, int64_t>>{
+           {600, 64}, {129, 64}, {128, 64}, {1000, 30}, {7, 4}}) {
+    const std::vector<int64_t> perm = Iota(n);
+    const size_t steps = static_cast<size_t>((n + g - 1) / g);
+    for (uint32_t world = 1; world <= 4; ++world) {
+      if (g < world) continue;
+      std::vector<std::vector<std::vector<int64_t>>> per_rank;
+      for (uint32_t r = 0; r < world; ++r) {
+        auto b = SplitPass(perm, r, world, BatchSize{.global = g});
+        ASSERT_TRUE(b.ok()) << b.status();
+        ASSERT_EQ(b->size(), steps) << n << " " << g << " " << world;
+        per_rank.push_back(*b);
+      }
+      for (size_t k = 0; k < steps; ++k) {
+        std::multiset<int64_t> got, want;
+        for (uint32_t r = 0; r < world; ++r) {
+          EXPECT_FALSE(per_rank[r][k].empty());
+          got.insert(per_rank[r][k].begin(), per_rank[r][k].end());
+        }
+        const int64_t end = std::min<int64_t>(n, static_cast<int64_t>(k + 1) * g);
+        want.insert(perm.begin() + static_cast<int64_t>(k) * g, perm.begin() + end);
+        if (want.size() >= world) {
+          EXPECT_EQ(got, want) << n << " " << g << " " << world << " clock " << k;
+        } else {
+          EXPECT_EQ(got.size(), world);  // padded to one index per rank
+        }
+      }
+    }
+  }
+  // 129 over 3 ranks in 64s: 64, 64, then 1 index padded to 3.
+  auto b = SplitPass(Iota(129), 2, 3, BatchSize{.global = 64});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((*b)[0].size(), 21u);
+  EXPECT_EQ((*b)[1].size(), 21u);
+  EXPECT_EQ((*b)[2].size(), 1u);
+}
+
+TEST(SplitPass, PerWorkerBatchesTakeEveryWorldSizethIndex) {
+  std::vector<int64_t> perm(20);
+  for (int64_t i = 0; i < 20; ++i) perm[static_cast<size_t>(i)] = i;
+  auto b = SplitPass(perm, 1, 2, BatchSize{.per_worker = 4});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*b, (std::vector<std::vector<int64_t>>{{1, 3, 5, 7}, {9, 11, 13, 15}, {17, 19}}));
+  // 5 over 2: padded with the first index, as DistributedSampler pads.
+  b = SplitPass(std::vector<int64_t>{10, 11, 12, 13, 14}, 0, 2, BatchSize{.per_worker = 8});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, (std::vector<std::vector<int64_t>>{{10, 12, 14}}));
+  b = SplitPass(std::vector<int64_t>{10, 11, 12, 13, 14}, 1, 2, BatchSize{.per_worker = 8});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, (std::vector<std::vector<int64_t>>{{11, 13, 10}}));
+}
+
+TEST(SplitPass, BadSizesAndRanksAreInvalidArgument) {
+  const std::vector<int64_t> perm = Iota(12);
+  EXPECT_EQ(SplitPass(perm, 0, 4, BatchSize{.global = 3}).status().code(),
+            absl::StatusCode::kInvalidArgument);  // a global batch smaller than the world
+  EXPECT_FALSE(SplitPass(perm, 0, 2, BatchSize{}).ok());
+  EXPECT_FALSE(SplitPass(perm, 0, 2, BatchSize{.per_worker = 4, .global = 8}).ok());
+  EXPECT_FALSE(SplitPass(perm, 2, 2, BatchSize{.per_worker = 4}).ok());
+  EXPECT_FALSE(SplitPass(perm, 0, 0, BatchSize{.per_worker = 4}).ok());
+  EXPECT_TRUE(SplitPass({}, 0, 2, BatchSize{.per_worker = 4})->empty());
 }
 
 struct SessionFixture {

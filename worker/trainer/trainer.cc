@@ -1,11 +1,14 @@
 #include "worker/trainer/trainer.h"
 
+#include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "glog/logging.h"
+#include "worker/runtime/data_split.h"
 
 namespace gradstream {
 
@@ -29,11 +32,18 @@ Trainer::Trainer(const TrainSetup* setup, Model* model, client::PsClient* client
 }
 
 absl::Status Trainer::Reshard(uint32_t rank, uint32_t world_size) {
-  GS_ASSIGN_OR_RETURN(std::vector<int64_t> idx,
-                      StridedShard(setup_->data.train.num_examples(), static_cast<int>(rank),
-                                   static_cast<int>(world_size)));
+  // The members' shares are runtime::SplitPass's (the package's rule) over
+  // the dataset in its stored order, each rank's share taken whole; the
+  // iterator then reshuffles within it every epoch.
+  const int64_t n = setup_->data.train.num_examples();
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  GS_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> share,
+                      runtime::SplitPass(order, rank, world_size,
+                                         runtime::BatchSize{.per_worker = std::max<int64_t>(1, n)}));
+  if (share.empty()) return absl::FailedPreconditionError("the training set is empty");
   GS_ASSIGN_OR_RETURN(batches_,
-                      MinibatchIterator::Create(&setup_->data.train, std::move(idx),
+                      MinibatchIterator::Create(&setup_->data.train, std::move(share[0]),
                                                 setup_->batch_size, setup_->seed,
                                                 static_cast<int>(rank)));
   rank_ = rank;
