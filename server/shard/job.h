@@ -9,28 +9,14 @@
 // call to the pieces and wakes parked pulls after every change that may make
 // them ready.
 //
-// NOTE: [re-initialization]
-// A shard that restarted without a checkpoint of a running job (killed
-// before its first one, or run without --checkpoint_dir) gets the job again
-// from the coordinator with `resume` set. Its chunks have no parameters, and
-// the InitChunk rank 0 sent at clock 0 went to the run that died. So:
-//   * sync chunks start at version `resume_clock`, the slowest member's clock
-//     the coordinator last saw (no member pushes below it any more); the
-//     rounds between it and where the members are get passed over as lost
-//     (see [lost rounds] in bsp_controller.cc);
-//   * a pull of a chunk still without parameters is answered DATA_LOSS at
-//     once (not parked), and the worker answers with an InitChunk holding
-//     its *current* parameters (the values it pulled last, at most a clock
-//     or two old; see Trainer::PullInto), then pulls again. The first such
-//     Init wins, whatever the chunk's version; the optimizer state restarts
-//     from zero. Initial values (rank 0's seed) would throw away every
-//     update made so far, a live worker's copy loses about one clock;
-//   * until then, SSP/async pushes to such a chunk are dropped (acknowledged
-//     as duplicates: there is nothing to apply them to), sync pushes wait in
-//     their rounds as usual.
-// When the request carries the job's epochs, they replace whatever a
-// restored checkpoint held: a checkpoint older than membership changes
-// would otherwise wait for members the coordinator removed since.
+// NOTE: [re-initialization] A shard restarted without a checkpoint of a
+// running job gets it again with `resume`: sync chunks start at version
+// `resume_clock` (the rounds up to the members are passed over, [lost rounds]);
+// a pull of a chunk without parameters is answered DATA_LOSS at once, and the
+// first InitChunk after that wins whatever the version, optimizer state from
+// zero; until then SSP/async pushes to it are dropped as duplicates, sync
+// pushes wait in their rounds. Epochs in the request replace a restored
+// checkpoint's. (docs/design/re-initialization.md)
 //
 // Lock order: checkpoint_mu_ -> ChunkState::mu -> Membership, stats_mu_;
 // PullWaitList -> Membership. No lock is held while a pull callback runs

@@ -29,42 +29,14 @@
 // worker/trainer/trainer.cc is the full loop (pushes start as backward
 // produces each layer's gradient, so encoding overlaps the rest of backward).
 //
-// NOTE: [overlapped pull] A step costs about max(push, pull), not their sum,
-// when the next clock's pull is asked for while the pushes are still going
-// out, in this order:
-//
-//   for (...) pushes.push_back(ps->Push(t, grads[t], clock));   // clock c
-//   PullHandle pull = ps->Pull(clock + 1, params);   // before waiting on them
-//   GS_RETURN_IF_ERROR(ps->AdvanceClock(clock + 1));
-//   ... wait on every push, then on the pull ...
-//
-// Pull splits each shard's chunks into a few requests (at most 6) by the
-// push message they must follow (one request per bucket, see [fused
-// messages]), and each request goes out on the stream right after
-// the last push of its chunks that is not yet acknowledged (chunks with none
-// first), never ahead of a clock advance, init or leave queued before it. A
-// shard handles a stream's messages in order, so every request reaches the
-// shard after the pushes it follows, and is answered as soon as its chunks
-// may be read: in sync mode when their round of clock c closed (that needs
-// every member's push), under SSP/async when the staleness rule holds for
-// clock c+1 -- its chunks then hold this worker's own clock-c pushes (read
-// your writes), which a pull sent after them sees too. The pull's answers
-// come back on the shard-to-worker direction while later chunks are still
-// being pushed. A replayed pull (after a reconnect) goes after every push
-// of the journal.
-//
-// In sync mode, ask for the pull *before* the pushes when you can (once the
-// gradients are computed, since the answers write the parameters): measured
-// on a 1 Gbit/s link, a twobit push is queued whole in gRPC's and the
-// socket's buffers long before the Push call returns, so requests written
-// after it reach the shard only when the last push does, and every answer
-// waits for the whole push. Sent first, the requests wait on the shard --
-// a sync pull of c+1 is answered when the rounds of clock c close, which
-// needs this worker's pushes too -- and each is answered as soon as its own
-// chunks' rounds close. Not under SSP/async: there the pull may be answered
-// at once, without this worker's clock-c pushes. A pull with no push of
-// its chunks queued is split into up to 6 requests of at least 1 MiB of
-// fp32 each, answered independently.
+// NOTE: [overlapped pull] Ask for clock c+1's pull before waiting on clock c's
+// pushes (Push..., Pull(clock + 1), AdvanceClock(clock + 1), then wait on all):
+// a step then costs about max(push, pull). Each of a shard's pull requests (at
+// most 6) goes out right after the last unacknowledged push of its chunks,
+// never ahead of a clock advance, init or leave queued before it, so it reads
+// this worker's clock-c pushes; a replayed pull goes after the whole journal.
+// Sync mode: ask before the pushes once the gradients exist; never under
+// SSP/async. (docs/design/overlapped-pull.md)
 //
 // NOTE: [fused messages] A Push message carries a bucket of chunks, and a
 // pull's answer comes back in PullAnswers of several chunks: the cost of a

@@ -3,55 +3,20 @@
 // (worker/trainer/trainer.cc) and the C ABI the Python package calls
 // (worker/capi/gradstream_c.cc), so the two cannot drift.
 //
-// NOTE: [step loop] One step of clock c, in order:
-//   1. Push(t, grad, c) for each tensor as backward produces its gradient
-//      (from any thread; each tensor once per clock). It hands the gradient
-//      to the loop's encode thread and returns, so encoding, the residual
-//      update and sending overlap the rest of backward (see [encode
-//      thread]);
-//   2. EndClock(c, next): waits until the encode thread has taken every
-//      gradient of the clock, zeros for every tensor not pushed (a parameter
-//      without a gradient still counts in the round), the pull of clock
-//      c + 1 asked for at once into `next` (see [overlapped pull] in
-//      ps_client.h: it travels while the pushes still go out), a wait for
-//      the acknowledgements of clock c's pushes -- not for the pull -- and
-//      only then the clock advanced on every shard. So no shard, and no
-//      report, says a worker finished clock c before every shard has its
-//      clock-c pushes; the coordinator relies on it when it re-creates a
-//      job on a restarted shard at the slowest member's clock it saw
-//      ([re-initialization] in server/shard/job.h) and when it removes a
-//      member at its last clock ([lost rounds] in bsp_controller.cc).
-//      Advancing before the acks let a restarted shard resume past a push
-//      still in flight and refuse it (faults_test shard_no_checkpoint). In
-//      sync mode the wait costs little: the pull cannot be answered before
-//      the pushes of its round arrived anyway;
-//   3. WaitTensors(ts) before tensors ts are read -- per module, first layers
-//      first (ByteScheduler's priority) -- or WaitTensors({}) for all.
-// Step 2 also sends the clock's last push bucket (PsClient::Flush, see
-// [fused messages] in ps_client.h) before it asks for the pull, so the pull
-// goes behind every push it must follow.
+// NOTE: [step loop] One step of clock c: Push(t, grad, c) per tensor as
+// backward produces it; EndClock(c, next) flushes the last bucket, asks for
+// clock c+1's pull at once ([overlapped pull] in ps_client.h), waits for clock
+// c's push acks (not for the pull) and only then advances every shard's clock,
+// so nothing says c is finished before every shard has its clock-c pushes
+// ([re-initialization] in server/shard/job.h relies on it); then WaitTensors.
+// A pull is asked once, however long it takes; again only after DATA_LOSS (via
+// `reinit`) or the shard's own DeadlineExceeded. (docs/design/step-loop.md)
 //
 // NOTE: [encode thread] One thread per loop encodes the pushed gradients in
-// the order they were pushed (backward order, which is also the order the
-// buckets fill in); PsClient's encode pool, when configured, spreads a
-// large tensor's chunks further. The caller keeps each gradient alive and
-// unchanged until the clock's EndClock (or WaitPushes) returns: the Python
-// package holds a reference to the gradient's storage until then, the
-// trainer's gradients live in the model until the next backward.
-// A pull is asked once and answered once, however long it takes on the wire:
-// a wait that runs out of its slice looks at the job (`check`) and at the
-// pull's progress, and waits again on the same pull. The old loops (2 s in
-// the C ABI, 5 s in the trainer) asked again instead; when a whole pull took
-// longer than that on the wire -- 25 MB at 100 Mbit/s, 4 GB at 10 Gbit/s --
-// no pull ever completed and each shard re-sent the model forever, and a
-// pull parked behind a straggler piled up re-asks until the shard's cap of
-// parked pulls per stream failed the healthy worker. A pull is asked again
-// only when it ended with an error that a new one can cure: DATA_LOSS (a
-// shard lost its parameters or a published copy failed its checksum: the
-// loop sends this worker's parameters through `reinit` first, see
-// [re-initialization] in server/shard/job.h) and DeadlineExceeded from the
-// shard itself (it held the pull past its own limit). A wait gives up only
-// when no chunk arrived for `stall_deadline`, or `check` says stop.
+// push order (backward order, the order buckets fill in); PsClient's encode
+// pool, when configured, spreads a large tensor's chunks further. The caller
+// keeps each gradient alive and unchanged until the clock's EndClock (or
+// WaitPushes) returns. (docs/design/encode-thread.md)
 #ifndef GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
 #define GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
 

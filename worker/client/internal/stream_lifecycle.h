@@ -2,24 +2,13 @@
 // shard_stream.h) and of each connection it makes, as explicit phases and
 // named transitions, apart from gRPC and threads so they can be tested alone.
 //
-// NOTE: [client stream lifecycle]
-// A ShardStream takes work while kOpen, whether or not it is connected at the
-// moment (see [client streams] in ../ps_client.h):
-//   kOpen --Leave()--> kLeaving --Leave written--> kLeft --writer exits--> kClosed
-//   any but kFailed --Stop()--> kStopping
-//   any --permanent error or Stop() done--> kFailed (the status says why)
-// kLeaving and later take no new work ("stream closed"); kFailed answers it
-// with the stream's error. The writer thread is gone in kClosed, and in
-// kStopping/kFailed once Stop() returned. Whether a Hello was ever
-// acknowledged is not a phase (a stream may Leave before it connected): the
-// stream counts acknowledged Hellos instead.
-//
-// Each connection attempt goes
-//   kAwaitingHelloAck --HelloAck--> kReady, and either --broken--> kBroken
-// where "broken" is the reader seeing the stream end, or a HelloAck that
-// lists the wrong chunks. Connection events come from the network and never
-// crash; stream transitions the code could not make (a Leave written while
-// not leaving, the writer exiting while it still had work) CHECK-fail.
+// NOTE: [client stream lifecycle] A ShardStream takes work only while kOpen,
+// connected or not ([client streams] in ../ps_client.h); kLeaving and later
+// refuse new work, kFailed with the stream's error. The writer thread is gone
+// in kClosed, and in kStopping/kFailed once Stop() returned. A connection goes
+// kAwaitingHelloAck -> kReady -> kBroken. Connection events come from the
+// network and never crash; stream transitions the code cannot make CHECK-fail.
+// (docs/design/client-stream-lifecycle.md)
 #ifndef GRADSTREAM_WORKER_CLIENT_INTERNAL_STREAM_LIFECYCLE_H_
 #define GRADSTREAM_WORKER_CLIENT_INTERNAL_STREAM_LIFECYCLE_H_
 

@@ -2,29 +2,14 @@
 // reactor), as explicit phases and named transitions, apart from gRPC so it
 // can be tested alone.
 //
-// NOTE: [session lifecycle]
-// A stream moves forward only:
-//   kOpen -> kHalfClosed -> kClosing -> kAborted -> kFinished -> kDone
-// skipping phases as events dictate. Each phase says when the reactor may
-// call Finish():
-//   kOpen        never: messages are read and handled.
-//   kHalfClosed  the worker finished writing; Finish(OK) once every read
-//                message is handled, every answer written and every pull
-//                that reached a job answered.
-//   kClosing     a StreamError is queued; nothing more is read or handled;
-//                Finish(OK) once the outbox is written (late pull answers
-//                are still written); Finish(INVALID_ARGUMENT) when the error
-//                was a frame that is not a WorkerMessage (see [malformed
-//                frames] in shard_server.cc).
-//   kAborted     cancelled, or a write failed: nothing more is read,
-//                handled or written; Finish(CANCELLED) once the message
-//                being handled is done and the outstanding write completed.
-//   kFinished    Finish() was called; gRPC calls OnDone next.
-//   kDone        OnDone ran: the reactor lets go of itself.
-// Events that come from the network (the worker half-closes, cancels, a
-// write fails) may arrive in any phase and never move a stream back: in a
-// later phase they change nothing. Finishing twice, or OnDone before
-// Finish, are programmer errors (CHECK).
+// NOTE: [session lifecycle] A stream moves forward only, kOpen -> kHalfClosed
+// -> kClosing -> kAborted -> kFinished -> kDone, skipping phases as events
+// dictate. Finish() is called: never in kOpen; OK in kHalfClosed once every
+// read message is handled and answered; OK in kClosing once the outbox is
+// written (INVALID_ARGUMENT after a malformed frame); CANCELLED in kAborted
+// once the message in hand and the outstanding write are done. Network events
+// never move a stream back; Finish twice or OnDone before Finish CHECK-fail.
+// (docs/design/session-lifecycle.md)
 #ifndef GRADSTREAM_SERVER_SHARD_RPC_INTERNAL_SESSION_LIFECYCLE_H_
 #define GRADSTREAM_SERVER_SHARD_RPC_INTERNAL_SESSION_LIFECYCLE_H_
 
