@@ -1,4 +1,4 @@
-// Dataset helpers, strided shards and the shuffling minibatch iterator.
+// Dataset helpers and the shuffling minibatch iterator.
 #include "worker/data/dataset.h"
 
 #include <algorithm>
