@@ -70,6 +70,10 @@ SYSTEMS = {
     # The defaults with a full-precision warm-up of N clocks
     # (docs/design/precision-control.md).
     "gs-warmup20": ("gradstream", ["--precision_warmup=20"]),
+    # The defaults with a tighter error bound for every lossy path, in clocks
+    # of signal (the default is kDefaultPrecisionBound, 8).
+    "gs-bound4": ("gradstream", ["--precision_bound=4"]),
+    "gs-bound2": ("gradstream", ["--precision_bound=2"]),
     # The link-aware choice (docs/design/link-choice.md): probe exact pushes.
     "gs-link": ("gradstream", ["--link_choice=on"]),
     # Ternary with a tighter clip (in sigmas of the chunk): error feedback
