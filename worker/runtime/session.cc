@@ -30,7 +30,7 @@ WorkerSession::WorkerSession(client::PsClient* client, SessionOptions options)
   loop_ = std::make_unique<client::StepLoop>(client_, options_.loop, std::move(hooks));
 }
 
-WorkerSession::~WorkerSession() { loop_.reset(); }
+WorkerSession::~WorkerSession() = default;
 
 absl::Status WorkerSession::Init(uint32_t rank, uint64_t start_clock,
                                  absl::Span<const absl::Span<const float>> params,

@@ -56,7 +56,6 @@ class WorkerSession {
   WorkerSession& operator=(const WorkerSession&) = delete;
 
   client::StepLoop& loop() { return *loop_; }
-  client::PsClient& client() { return *client_; }
   ProgressMeter& meter() { return meter_; }
 
   // Sends `params` (one span per tensor) as the job's initial values when
@@ -75,7 +74,7 @@ class WorkerSession {
   client::PsClient* const client_;
   const SessionOptions options_;
   ProgressMeter meter_;
-  std::unique_ptr<client::StepLoop> loop_;
+  std::unique_ptr<client::StepLoop> loop_;  // last: destroyed first
 };
 
 }  // namespace gradstream::runtime
