@@ -260,4 +260,48 @@ absl::Status Optimizer::ApplyEncoded(const ChunkHeader& header, absl::string_vie
   return finite ? absl::OkStatus() : NonFiniteError();
 }
 
+absl::Status Optimizer::ApplyRows(absl::Span<float* const> params,
+                                  absl::Span<float* const> slot0,
+                                  absl::Span<float* const> slot1, uint32_t dim,
+                                  absl::Span<const float> grad, float grad_scale,
+                                  OptimizerState* state) const {
+  const size_t rows = params.size();
+  const int slots = NumStateSlots(options_.type);
+  if (grad.size() != rows * dim || (slots > 0 && slot0.size() != rows) ||
+      (slots > 1 && slot1.size() != rows)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row update: ", rows, " rows of ", dim, " floats, ", grad.size(), " gradient floats, ",
+        slot0.size(), " and ", slot1.size(), " state rows"));
+  }
+  // Rows are short and scattered, so every row runs the checked kernel into
+  // a scratch copy and the copy is committed only when all are finite.
+  const uint64_t step = state->step;
+  const optim_internal::StepParams sp = MakeStep(options_, state);
+  const auto& k = optim_internal::Dispatch();
+  thread_local std::vector<float> out;
+  out.resize(rows * dim * (1 + static_cast<size_t>(slots)));
+  float* const po = out.data();
+  float* const s0o = slots > 0 ? po + rows * dim : nullptr;
+  float* const s1o = slots > 1 ? s0o + rows * dim : nullptr;
+  bool finite = true;
+  for (size_t i = 0; i < rows; ++i) {
+    const size_t at = i * dim;
+    finite &= k.apply_checked(sp, params[i], slots > 0 ? slot0[i] : nullptr,
+                              slots > 1 ? slot1[i] : nullptr, grad.data() + at, grad_scale,
+                              po + at, s0o ? s0o + at : nullptr, s1o ? s1o + at : nullptr, dim);
+  }
+  if (!finite) {
+    state->step = step;
+    return NonFiniteError();
+  }
+  const size_t bytes = size_t{dim} * sizeof(float);
+  for (size_t i = 0; i < rows; ++i) {
+    const size_t at = i * dim;
+    std::memcpy(params[i], po + at, bytes);
+    if (slots > 0) std::memcpy(slot0[i], s0o + at, bytes);
+    if (slots > 1) std::memcpy(slot1[i], s1o + at, bytes);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace gradstream

@@ -94,6 +94,20 @@ class Optimizer {
                                           float weight, std::vector<float>* params,
                                           OptimizerState* state) const;
 
+  // One lazy step over some rows of a row-sparse table: row i's `dim`
+  // parameters at params[i], its state slots at slot0[i] and slot1[i] (null
+  // spans where NumStateSlots says there are none), its gradient
+  // grad_scale * grad[i * dim, (i + 1) * dim). Rows not named are not
+  // touched, momentum and Adam moments included; state->step counts the
+  // table's steps (Adam's bias correction, as torch's SparseAdam). All or
+  // nothing: an update that would not be finite changes no row and not
+  // the step (InvalidArgument, see [finite apply]).
+  [[nodiscard]] absl::Status ApplyRows(absl::Span<float* const> params,
+                                       absl::Span<float* const> slot0,
+                                       absl::Span<float* const> slot1, uint32_t dim,
+                                       absl::Span<const float> grad, float grad_scale,
+                                       OptimizerState* state) const;
+
  private:
   explicit Optimizer(const OptimizerOptions& options) : options_(options) {}
   [[nodiscard]] absl::Status CheckState(size_t n, const OptimizerState& state) const;

@@ -309,5 +309,68 @@ TEST(OptimizerFinite, AnUpdateThatWouldOverflowIsRefusedAndChangesNothing) {
   }
 }
 
+// A lazy row step is the dense step restricted to the rows it names: row 1
+// is skipped in step 2, so its moments and accumulator stay as step 1 left
+// them, and the other rows match a dense run of their own values.
+TEST(OptimizerRows, EachRowMatchesTheDenseStepAndUntouchedRowsStay) {
+  constexpr uint32_t kDim = 3;
+  for (OptimizerType type : {OptimizerType::kSgd, OptimizerType::kMomentum,
+                             OptimizerType::kNesterov, OptimizerType::kAdaGrad,
+                             OptimizerType::kAdam}) {
+    Optimizer opt = Make(type, 0.1f, 0.01f);
+    const int slots = NumStateSlots(type);
+    std::vector<std::vector<float>> p = {{1, 2, 3}, {-1, 0.5f, 2}, {0.25f, -3, 1}};
+    std::vector<std::vector<std::vector<float>>> st(
+        3, std::vector<std::vector<float>>(slots, std::vector<float>(kDim)));
+    for (auto& row : st) row = opt.NewState(kDim).slots;
+    std::vector<std::vector<float>> dense = p;
+    std::vector<OptimizerState> dense_state(3, opt.NewState(kDim));
+    OptimizerState table;
+    auto step = [&](std::vector<int> rows, std::vector<float> g) {
+      std::vector<float*> pp, s0, s1;
+      for (int r : rows) {
+        pp.push_back(p[r].data());
+        if (slots > 0) s0.push_back(st[r][0].data());
+        if (slots > 1) s1.push_back(st[r][1].data());
+      }
+      ASSERT_TRUE(opt.ApplyRows(pp, s0, s1, kDim, g, 0.5f, &table).ok());
+      // The table's step counts steps, not a row's touches (torch's SparseAdam).
+      for (size_t i = 0; i < rows.size(); ++i) {
+        OptimizerState& d = dense_state[rows[i]];
+        d.step = table.step - 1;
+        ASSERT_TRUE(opt.Apply(&dense[rows[i]],
+                              absl::MakeConstSpan(g.data() + i * kDim, kDim), 0.5f, &d)
+                        .ok());
+      }
+    };
+    step({0, 1, 2}, {1, -2, 0.5f, 3, 1, -1, 0.2f, 0.2f, 0.2f});
+    const std::vector<float> row1 = p[1];
+    step({2, 0}, {-1, 1, 2, 0.5f, 0.5f, 0.5f});
+    EXPECT_EQ(table.step, 2u);
+    EXPECT_EQ(p[1], row1) << OptimizerTypeName(type);
+    for (int r = 0; r < 3; ++r) {
+      for (uint32_t j = 0; j < kDim; ++j) {
+        EXPECT_FLOAT_EQ(p[r][j], dense[r][j]) << OptimizerTypeName(type) << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(OptimizerRows, AnUpdateThatWouldOverflowChangesNoRow) {
+  Optimizer opt = Make(OptimizerType::kSgd, 1.0f);
+  std::vector<float> a = {1, 2}, b = {3.0e38f, 0};
+  const std::vector<float> a0 = a, b0 = b;
+  OptimizerState table;
+  std::vector<float*> rows = {a.data(), b.data()};
+  const std::vector<float> g = {1, 1, -3.0e38f, 0};  // b[0] -> 6e38: not finite
+  EXPECT_EQ(opt.ApplyRows(rows, {}, {}, 2, g, 1.0f, &table).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a, a0);
+  EXPECT_EQ(b, b0);
+  EXPECT_EQ(table.step, 0u);
+  EXPECT_EQ(opt.ApplyRows(rows, {}, {}, 3, g, 1.0f, &table).code(),
+            absl::StatusCode::kInvalidArgument);  // 4 gradient floats for 2 rows of 3
+}
+
 }  // namespace
 }  // namespace gradstream

@@ -118,7 +118,8 @@ class BspController final : public ConsistencyController {
           " (at most ", job.max_pending_rounds(), " open rounds)"));
     }
     const bool fresh = round == chunk.rounds.end();
-    if (fresh && push.clock == version && chunk.initialized.load() && members.size() == 1) {
+    if (fresh && push.clock == version && chunk.initialized.load() && members.size() == 1 &&
+        push.rows == nullptr) {
       // A round this push completes by itself (one member): decode fused into
       // the update, no accumulator. Same result as the general path.
       absl::Status s = job.optimizer().ApplyEncoded(push.header, push.payload, 1.0f,
@@ -138,7 +139,9 @@ class BspController final : public ConsistencyController {
       round->second.acc = std::move(chunk.spare_acc);
       round->second.acc.assign(chunk.num_elems, 0.0f);
     }
-    absl::Status s = AddToRound(push, &round->second);
+    absl::Status s = push.rows != nullptr
+                         ? AddRows(*push.rows, chunk.rows->spec().dim, &round->second.rows)
+                         : AddToRound(push, &round->second);
     if (!s.ok()) {
       if (fresh) chunk.rounds.erase(round);
       return s;
@@ -177,7 +180,10 @@ class BspController final : public ConsistencyController {
       // round is then closed without an update, like a lost round, so the
       // job goes on with the chunk exactly as it was.
       absl::Status s =
-          job.optimizer().Apply(&chunk.params, round.acc, scale, &chunk.opt, round.acc_bound);
+          chunk.rows != nullptr
+              ? ApplyRowSum(job.optimizer(), round.rows, scale, chunk.rows.get(), &chunk.opt)
+              : job.optimizer().Apply(&chunk.params, round.acc, scale, &chunk.opt,
+                                      round.acc_bound);
       if (!s.ok()) {
         LOG(WARNING) << "chunk " << chunk.chunk_id << ": round " << clock
                      << " closed without its update: " << s.message();

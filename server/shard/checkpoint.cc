@@ -1,5 +1,6 @@
 #include "server/shard/checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,8 @@ constexpr RecordFormat kFormat{"checkpoint", "GSSHCKPT", 1};
 constexpr std::string_view kLegacyMagic = "GSCKPT01";
 // Opens the optional published-copies section after the chunks.
 constexpr uint32_t kPublishedTag = 0x4c425550;  // "PUBL"
+// Opens the optional table rows section, after the published copies.
+constexpr uint32_t kRowsTag = 0x53574f52;  // "ROWS"
 
 
 absl::StatusOr<std::string_view> LegacyBody(std::string_view data) {
@@ -191,6 +194,20 @@ std::string EncodeCheckpoint(const JobSnapshot& s) {
       w.Floats(p.copy);
     }
   }
+  size_t tables = 0;
+  for (const auto& c : s.chunks) tables += c.table ? 1 : 0;
+  if (tables > 0) {
+    w.U32(kRowsTag);
+    w.U64(tables);
+    for (const auto& c : s.chunks) {
+      if (!c.table) continue;
+      w.U64(c.chunk_id);
+      w.U64s(c.row_ids);
+      w.Floats(c.row_values);
+      w.U64(c.row_slots.size());
+      for (const auto& slot : c.row_slots) w.Floats(slot);
+    }
+  }
   return EncodeRecord(kFormat, w.out());
 }
 
@@ -250,14 +267,36 @@ absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data) {
       if (slot.size() != c.num_elems) return absl::DataLossError("checkpoint: state size");
     }
   }
-  if (r.ok() && !r.done()) {
-    if (r.U32() != kPublishedTag) return absl::DataLossError("checkpoint: body does not parse");
-    s.published.resize(r.Count(24));
-    for (PublishedCopy& p : s.published) {
-      p.chunk_id = r.U64();
-      p.version = r.U64();
-      p.copy = r.Floats();
+  // The optional sections, each at most once, in this order.
+  uint32_t last_tag = 0;
+  while (r.ok() && !r.done()) {
+    const uint32_t tag = r.U32();
+    if (tag == kPublishedTag && last_tag == 0) {
+      s.published.resize(r.Count(24));
+      for (PublishedCopy& p : s.published) {
+        p.chunk_id = r.U64();
+        p.version = r.U64();
+        p.copy = r.Floats();
+      }
+    } else if (tag == kRowsTag && last_tag != kRowsTag) {
+      const uint64_t n = r.Count(32);
+      for (uint64_t i = 0; i < n && r.ok(); ++i) {
+        const uint64_t id = r.U64();
+        auto c = std::find_if(s.chunks.begin(), s.chunks.end(),
+                              [&](const ChunkSnapshot& x) { return x.chunk_id == id; });
+        if (c == s.chunks.end() || c->table) {
+          return absl::DataLossError(absl::StrCat("checkpoint: rows of unknown chunk ", id));
+        }
+        c->table = true;
+        c->row_ids = r.U64s();
+        c->row_values = r.Floats();
+        c->row_slots.resize(r.Count(8));
+        for (auto& slot : c->row_slots) slot = r.Floats();
+      }
+    } else {
+      return absl::DataLossError("checkpoint: body does not parse");
     }
+    last_tag = tag;
   }
   if (!r.done()) return absl::DataLossError("checkpoint: body does not parse");
   return s;

@@ -7,7 +7,9 @@
 // initialized, params, optimizer step + slots, per-worker applied clocks;
 // then, only for jobs with a pull codec, the tag "PUBL" and per chunk its
 // published copy: id, version, values (see [pull codec]; a body without the
-// section, as every file written before it, loads with none).
+// section, as every file written before it, loads with none); then, only
+// for jobs with row-sparse tables, the tag "ROWS" and per table partition:
+// id, row ids, row values, state slots (docs/design/sparse-tables.md).
 // Open sync rounds are not saved: their pushes
 // were not applied, so after a restore the workers push them again (the
 // applied-clock sets make re-pushes of applied clocks duplicates). Files in
@@ -36,6 +38,11 @@ struct ChunkSnapshot {
   std::vector<float> params;
   OptimizerState opt;
   std::vector<std::pair<uint64_t, AppliedClocks>> applied;
+  // A table partition's rows (RowStore::Save), in the ROWS section.
+  bool table = false;
+  std::vector<uint64_t> row_ids;
+  std::vector<float> row_values;
+  std::vector<std::vector<float>> row_slots;
 };
 
 struct JobSnapshot {

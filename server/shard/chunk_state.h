@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "common/optim/optimizer.h"
+#include "server/shard/row_store.h"
 
 namespace gradstream::shard {
 
@@ -99,6 +101,7 @@ struct AppliedClocks {
 struct SyncRound {
   std::vector<float> acc;
   double acc_bound = 0;  // >= every |acc[i]|: the sum of its pushes' largest |value|
+  RowSum rows;  // a table partition's round
   std::vector<uint64_t> contributors;
   bool Has(uint64_t w) const {
     return std::find(contributors.begin(), contributors.end(), w) != contributors.end();
@@ -115,13 +118,19 @@ struct ChunkState {
   const uint32_t num_elems;
 
   absl::Mutex mu;
-  std::vector<float> params ABSL_GUARDED_BY(mu);
+  std::vector<float> params ABSL_GUARDED_BY(mu);  // empty for a table partition
+  // Set at construction for a table partition (docs/design/sparse-tables.md);
+  // the rows it holds are guarded by mu.
+  std::unique_ptr<RowStore> rows;
   OptimizerState opt ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint64_t, AppliedClocks> applied ABSL_GUARDED_BY(mu);
   std::map<uint64_t, SyncRound> rounds ABSL_GUARDED_BY(mu);  // clock -> open round
   std::vector<float> spare_acc ABSL_GUARDED_BY(mu);          // recycled round accumulator
   // Update count at each worker's last pull (staleness of its next push).
   absl::flat_hash_map<uint64_t, uint64_t> read_version ABSL_GUARDED_BY(mu);
+
+  // Whether the chunk is a table partition (fixed at construction).
+  bool is_table() const { return rows != nullptr; }
 
   // Written under mu, read anywhere.
   std::atomic<uint64_t> version{0};  // updates applied (sync: clocks applied)

@@ -23,6 +23,8 @@ constexpr size_t kMaxRoundRecords = 4096;
 constexpr uint64_t kParallelServeBytes = uint64_t{1} << 20;
 // See [checkpoint failures].
 constexpr absl::Duration kCheckpointRetry = absl::Seconds(1);
+// The most row bytes one pull may ask for: its answer is one message.
+constexpr uint64_t kMaxPulledRowBytes = uint64_t{32} << 20;
 
 }  // namespace
 
@@ -52,6 +54,14 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
       absl::MutexLock l(&chunk->mu);
       chunk->params.assign(spec.num_elems, 0.0f);
       chunk->opt = optimizer_.NewState(spec.num_elems);
+      if (spec.table.has_value()) {
+        // A partition's rows start from the table's initializer, so it has
+        // its parameters from the start (no InitChunk).
+        // Its optimizer state lives per row; `opt` keeps the step count.
+        chunk->rows = std::make_unique<RowStore>(*spec.table, optimizer_);
+        chunk->opt = OptimizerState{};
+        chunk->initialized.store(true);
+      }
     }
     chunk_by_id_[spec.chunk_id] = chunk.get();
     chunks_.push_back(std::move(chunk));
@@ -62,8 +72,19 @@ absl::StatusOr<Job::Opened> Job::Open(JobOptions options, Env* env, Executor* ex
   if (options.job_id.empty()) return absl::InvalidArgumentError("job_id is empty");
   if (options.chunks.empty()) return absl::InvalidArgumentError("job has no chunks");
   absl::flat_hash_map<uint64_t, bool> seen;
-  for (const ChunkSpec& c : options.chunks) {
-    if (c.num_elems == 0) {
+  for (ChunkSpec& c : options.chunks) {
+    if (c.table.has_value()) {
+      const TableSpec& t = *c.table;
+      if (c.num_elems != 0 || t.dim == 0 || t.table_rows == 0 || t.partitions == 0 ||
+          t.partition >= t.partitions || !std::isfinite(t.init_std) || t.init_std < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chunk ", c.chunk_id, " is a table partition with ", t.table_rows, " rows of ", t.dim,
+            " floats, partition ", t.partition, " of ", t.partitions, ", init_std ", t.init_std,
+            ", ", c.num_elems, " dense elements: rows, dim and partitions must be positive, the"
+            " partition below the count, init_std finite and not negative, no dense elements"));
+      }
+      c.pull_fp32 = true;  // rows travel fp32 (docs/design/sparse-tables.md)
+    } else if (c.num_elems == 0) {
       return absl::InvalidArgumentError(absl::StrCat("chunk ", c.chunk_id, " has 0 elements"));
     }
     if (!seen.emplace(c.chunk_id, true).second) {
@@ -116,13 +137,18 @@ absl::Status Job::Restore(const JobSnapshot& snap) {
     if (chunk == nullptr || chunk->num_elems != c.num_elems) {
       return mismatch(absl::StrCat("chunk ", c.chunk_id));
     }
-    if (c.opt.slots.size() != static_cast<size_t>(NumStateSlots(options_.optimizer.type))) {
-      return mismatch("optimizer state slots");
-    }
+    if (chunk->is_table() != c.table) return mismatch(absl::StrCat("chunk ", c.chunk_id, " kind"));
+    // A table partition keeps its state per row (RowStore), a chunk here.
+    const size_t slots = chunk->is_table() ? 0 : NumStateSlots(options_.optimizer.type);
+    if (c.opt.slots.size() != slots) return mismatch("optimizer state slots");
   }
   for (const ChunkSnapshot& c : snap.chunks) {
     ChunkState* chunk = FindChunk(c.chunk_id);
     absl::MutexLock l(&chunk->mu);
+    if (chunk->is_table()) {
+      absl::Status s = chunk->rows->Restore(c.row_ids, c.row_values, c.row_slots);
+      if (!s.ok()) return mismatch(std::string(s.message()));
+    }
     chunk->params = c.params;
     chunk->opt = c.opt;
     chunk->applied.clear();
@@ -191,18 +217,38 @@ absl::StatusOr<bool> Job::Push(const PushArgs& push) {
 
 absl::Status Job::CheckBucket(const PushBucket& bucket,
                               std::vector<ChunkState*>* states) const {
-  if (bucket.chunks.empty()) return absl::InvalidArgumentError("a Push with no chunks");
-  states->reserve(bucket.chunks.size());
+  if (bucket.chunks.empty() && bucket.rows.empty()) {
+    return absl::InvalidArgumentError("a Push with no chunks");
+  }
+  states->reserve(bucket.chunks.size() + bucket.rows.size());
   absl::flat_hash_set<uint64_t> seen;
-  for (const PushBucket::Chunk& c : bucket.chunks) {
-    ChunkState* chunk = FindChunk(c.chunk_id);
+  auto find = [&](uint64_t chunk_id, bool rows) -> absl::StatusOr<ChunkState*> {
+    ChunkState* chunk = FindChunk(chunk_id);
     if (chunk == nullptr) {
       return absl::NotFoundError(
-          absl::StrCat("chunk ", c.chunk_id, " is not on this shard for job ", id()));
+          absl::StrCat("chunk ", chunk_id, " is not on this shard for job ", id()));
     }
-    if (!seen.insert(c.chunk_id).second) {
+    if (!seen.insert(chunk_id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk_id, " is in the Push twice"));
+    }
+    if (chunk->is_table() != rows) {
       return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", c.chunk_id, " is in the Push twice"));
+          absl::StrCat("chunk ", chunk_id,
+                       rows ? " is not a table partition: push it whole"
+                            : " is a table partition: push its rows"));
+    }
+    return chunk;
+  };
+  for (const PushBucket::Chunk& c : bucket.chunks) {
+    GS_ASSIGN_OR_RETURN(ChunkState * chunk, find(c.chunk_id, false));
+    states->push_back(chunk);
+  }
+  for (const PushBucket::Rows& r : bucket.rows) {
+    GS_ASSIGN_OR_RETURN(ChunkState * chunk, find(r.chunk_id, true));
+    absl::MutexLock l(&chunk->mu);
+    if (absl::Status s = CheckRowGrads(*chunk->rows, r.grads); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table partition ", r.chunk_id, " in the Push: ", s.message()));
     }
     states->push_back(chunk);
   }
@@ -232,21 +278,27 @@ absl::StatusOr<bool> Job::Push(const PushBucket& bucket) {
   push_messages_.fetch_add(1);
   std::vector<ChunkState*> states;
   if (absl::Status s = CheckBucket(bucket, &states); !s.ok()) {
-    pushes_rejected_.fetch_add(std::max<size_t>(1, bucket.chunks.size()));
+    pushes_rejected_.fetch_add(std::max<size_t>(1, bucket.chunks.size() + bucket.rows.size()));
     return s;
   }
   absl::Status first;
   bool all_duplicate = true;
   std::vector<ChunkState*> moved;
-  for (size_t i = 0; i < bucket.chunks.size(); ++i) {
-    const PushBucket::Chunk& c = bucket.chunks[i];
+  const size_t dense = bucket.chunks.size();
+  for (size_t i = 0; i < states.size(); ++i) {
     ChunkState* chunk = states[i];
     if (controller_->rules().drop_pushes_awaiting_init && awaiting_init_.load() &&
         !chunk->initialized.load()) {
       pushes_duplicate_.fetch_add(1);  // nothing to apply it to: see [re-initialization]
       continue;
     }
-    const PushArgs push{bucket.worker, c.chunk_id, bucket.clock, c.header, c.payload};
+    PushArgs push{bucket.worker, chunk->chunk_id, bucket.clock, {}, {}};
+    if (i < dense) {
+      push.header = bucket.chunks[i].header;
+      push.payload = bucket.chunks[i].payload;
+    } else {
+      push.rows = &bucket.rows[i - dense].grads;
+    }
     absl::StatusOr<bool> dup;
     uint64_t before = 0, after = 0;
     {
@@ -266,11 +318,18 @@ absl::StatusOr<bool> Job::Push(const PushBucket& bucket) {
       continue;
     }
     all_duplicate = false;
-    push_precision_.Record(c.chunk_id, bucket.worker, bucket.clock, c.header.codec,
-                           c.error_clocks, c.raised);
     pushes_applied_.fetch_add(1);
-    bytes_in_.fetch_add(c.payload.size());
-    fp32_bytes_in_.fetch_add(uint64_t{c.header.num_elems} * sizeof(float));
+    if (push.rows != nullptr) {
+      rows_pushed_.fetch_add(push.rows->ids.size());
+      bytes_in_.fetch_add(push.rows->values.size());
+      fp32_bytes_in_.fetch_add(push.rows->values.size());
+    } else {
+      const PushBucket::Chunk& c = bucket.chunks[i];
+      push_precision_.Record(c.chunk_id, bucket.worker, bucket.clock, c.header.codec,
+                             c.error_clocks, c.raised);
+      bytes_in_.fetch_add(c.payload.size());
+      fp32_bytes_in_.fetch_add(uint64_t{c.header.num_elems} * sizeof(float));
+    }
     if (after != before) moved.push_back(chunk);
   }
   // Once per bucket, not per chunk: parked pulls are looked at once.
@@ -287,6 +346,10 @@ absl::StatusOr<bool> Job::Init(uint64_t chunk_id, std::string_view values) {
   ChunkState* chunk = FindChunk(chunk_id);
   if (chunk == nullptr) {
     return absl::NotFoundError(absl::StrCat("chunk ", chunk_id, " is not on this shard"));
+  }
+  if (chunk->is_table()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", chunk_id, " is a table partition: its rows start from the table's initializer"));
   }
   if (values.size() != size_t{chunk->num_elems} * sizeof(float)) {
     return absl::InvalidArgumentError(absl::StrCat("InitChunk for chunk ", chunk_id, " has ",
@@ -338,6 +401,7 @@ void Job::PublishSoon(std::vector<ChunkState*> chunks) {
     for (ChunkState* chunk : chunks) {
       absl::MutexLock l(&chunk->mu);
       const uint64_t version = chunk->version.load();
+      if (chunk->is_table()) continue;  // rows travel fp32
       self->publisher_->Publish(chunk->chunk_id, chunk->params, version, version);
     }
   });
@@ -349,6 +413,9 @@ bool Job::Ready(const PullArgs& pull) const {
     const ChunkState* c = FindChunk(id);
     if (!c->initialized.load()) return false;
     min_version = std::min(min_version, c->version.load());
+  }
+  for (const PullArgs::Rows& r : pull.rows) {
+    min_version = std::min(min_version, FindChunk(r.chunk_id)->version.load());
   }
   return controller_->PullReady(pull.clock, membership_.MinClock(), min_version);
 }
@@ -389,6 +456,24 @@ void Job::Serve(const PullArgs& pull, const PullCallback& done) {
   const size_t helpers =
       fp32_bytes >= kParallelServeBytes ? executor_->num_threads() : size_t{0};
   executor_->ParallelFor(pull.chunk_ids.size(), helpers, serve_one);
+  for (const PullArgs::Rows& r : pull.rows) {
+    ChunkState* c = FindChunk(r.chunk_id);
+    PulledRows& out = result.rows.emplace_back();
+    out.chunk_id = r.chunk_id;
+    absl::MutexLock l(&c->mu);
+    RowStore& store = *c->rows;
+    const size_t row_bytes = size_t{store.spec().dim} * sizeof(float);
+    out.values.resize(r.ids.size() * row_bytes);
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+      std::memcpy(out.values.data() + i * row_bytes, store.params(store.Touch(r.ids[i])),
+                  row_bytes);
+    }
+    out.version = c->version.load();
+    c->read_version[pull.worker] = out.version;
+    bytes += out.values.size();
+    fp32_bytes += out.values.size();
+    rows_pulled_.fetch_add(r.ids.size());
+  }
   bytes_out_.fetch_add(bytes.load());
   fp32_bytes_out_.fetch_add(fp32_bytes);
   const uint64_t staleness = pull.clock > result.min_clock ? pull.clock - result.min_clock : 0;
@@ -403,8 +488,10 @@ void Job::Serve(const PullArgs& pull, const PullCallback& done) {
 }
 
 void Job::Pull(PullArgs pull, PullCallback done) {
-  if (pull.chunk_ids.empty()) {
-    for (const auto& c : chunks_) pull.chunk_ids.push_back(c->chunk_id);
+  if (pull.chunk_ids.empty() && pull.rows.empty()) {
+    for (const auto& c : chunks_) {
+      if (!c->is_table()) pull.chunk_ids.push_back(c->chunk_id);
+    }
   }
   // Members only: a worker the coordinator is adding may ask before this
   // shard heard of its epoch. What others can park is bounded per stream
@@ -416,6 +503,9 @@ void Job::Pull(PullArgs pull, PullCallback done) {
       return PullWaitList::Fail(pull, done, std::move(s));
     }
   }
+  if (absl::Status s = CheckPullRows(pull); !s.ok()) {
+    return PullWaitList::Fail(pull, done, std::move(s));
+  }
   for (uint64_t id : pull.chunk_ids) {
     const ChunkState* c = FindChunk(id);
     if (c == nullptr) {
@@ -423,6 +513,12 @@ void Job::Pull(PullArgs pull, PullCallback done) {
           pull, done,
           absl::NotFoundError(
               absl::StrCat("chunk ", id, " is not on this shard for job ", this->id())));
+    }
+    if (c->is_table()) {
+      return PullWaitList::Fail(
+          pull, done,
+          absl::InvalidArgumentError(
+              absl::StrCat("chunk ", id, " is a table partition: pull its rows")));
     }
     if (awaiting_init_.load() && !c->initialized.load()) {
       return PullWaitList::Fail(
@@ -437,6 +533,33 @@ void Job::Pull(PullArgs pull, PullCallback done) {
       PendingPull{std::move(pull), std::move(done)},
       [this](const PullArgs& p) { return Ready(p); });
   if (now.has_value()) ServeSoon(*std::move(now));
+}
+
+absl::Status Job::CheckPullRows(const PullArgs& pull) const {
+  uint64_t bytes = 0;
+  for (const PullArgs::Rows& r : pull.rows) {
+    ChunkState* c = FindChunk(r.chunk_id);
+    if (c == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("chunk ", r.chunk_id, " is not on this shard for job ", id()));
+    }
+    if (!c->is_table()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", r.chunk_id, " is not a table partition: pull it whole"));
+    }
+    absl::MutexLock l(&c->mu);
+    if (absl::Status s = c->rows->CheckIds(r.ids, /*unique=*/false); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table partition ", r.chunk_id, " in the pull: ", s.message()));
+    }
+    bytes += r.ids.size() * uint64_t{c->rows->spec().dim} * sizeof(float);
+  }
+  if (bytes > kMaxPulledRowBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the pull asks for ", bytes,
+                                                   " bytes of rows, more than one answer carries (",
+                                                   kMaxPulledRowBytes, "): ask in parts"));
+  }
+  return absl::OkStatus();
 }
 
 void Job::ServeSoon(PendingPull pull) {
@@ -623,6 +746,10 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
     cs.params = c->params;
     cs.opt = c->opt;
     cs.applied.assign(c->applied.begin(), c->applied.end());
+    if (c->is_table()) {
+      cs.table = true;
+      c->rows->Save(&cs.row_ids, &cs.row_values, &cs.row_slots);
+    }
     min_version = std::min(min_version, cs.version);
     snap.chunks.push_back(std::move(cs));
     if (publisher_ != nullptr) {

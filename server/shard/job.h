@@ -178,6 +178,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   [[nodiscard]] absl::Status CheckBucket(const PushBucket& bucket,
                                          std::vector<ChunkState*>* states) const;
   bool Ready(const PullArgs& pull) const;
+  // A pull's rows: table partitions of this job, ids of theirs, at most
+  // kMaxPulledRowBytes in all (InvalidArgument, NotFound).
+  [[nodiscard]] absl::Status CheckPullRows(const PullArgs& pull) const;
   void Serve(const PullArgs& pull, const PullCallback& done);
   // Serves a ready pull: at once when it is small, else on an executor
   // thread (see [eager publish]).
@@ -212,6 +215,7 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};
   std::atomic<uint64_t> bytes_out_{0}, fp32_bytes_out_{0};
   std::atomic<uint64_t> push_messages_{0};
+  std::atomic<uint64_t> rows_pushed_{0}, rows_pulled_{0};  // table rows, summed over pushes/pulls
 
   // NOTE: [checkpoint failures] A periodic checkpoint that cannot be written
   // (disk full, permission denied) is counted, kept as the job's checkpoint

@@ -34,8 +34,11 @@ absl::StatusOr<bool> ApplyOnArrival(ChunkState& chunk, const PushArgs& push, Job
     const uint64_t tau = now > read ? (now - read) / members.size() : 0;
     weight /= static_cast<float>(1 + tau);
   }
-  absl::Status s = job.optimizer().ApplyEncoded(push.header, push.payload, weight,
-                                                &chunk.params, &chunk.opt);
+  absl::Status s = push.rows != nullptr
+                       ? ApplyRowGrads(job.optimizer(), *push.rows, weight, chunk.rows.get(),
+                                       &chunk.opt)
+                       : job.optimizer().ApplyEncoded(push.header, push.payload, weight,
+                                                      &chunk.params, &chunk.opt);
   if (!s.ok()) return s;
   chunk.applied[push.worker].Add(push.clock, job.MemberClock(push.worker));  // [applied floor]
   chunk.version.fetch_add(1);

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/codec/codec.h"
 #include "common/job/precision.h"
 #include "common/optim/optimizer.h"
@@ -28,12 +29,24 @@ struct ConsistencyOptions {
   bool scale_stale_pushes = false;  // scale a push by 1/(1+staleness) (kBounded, kAsync)
 };
 
+// One partition of a row-sparse table (docs/design/sparse-tables.md).
+struct TableSpec {
+  uint32_t table = 0;       // the table's tensor index (salts RowPartition)
+  uint64_t table_rows = 0;  // ids are 0..table_rows-1
+  uint32_t dim = 0;         // floats per row
+  uint32_t partition = 0;
+  uint32_t partitions = 1;
+  float init_std = 1.0f;  // a row starts as N(0, init_std^2) draws
+  uint64_t seed = 0;
+};
+
 struct ChunkSpec {
   uint64_t chunk_id = 0;
-  uint32_t num_elems = 0;
+  uint32_t num_elems = 0;  // 0 for a table partition
   // Served fp32 under a job pull codec (see [layer-wise pull] in
   // common/job/codec_defaults.h).
   bool pull_fp32 = false;
+  std::optional<TableSpec> table;  // set: the chunk is a table partition
 };
 
 // The workers whose pushes count from `effective_clock` on.
@@ -81,12 +94,20 @@ struct JobOptions {
   LinkChoicePolicy pull_link;
 };
 
+// Gradients of some rows of a table partition: ids.size() x dim
+// little-endian fp32 in `values`, each id once. Views the message.
+struct RowGrads {
+  absl::Span<const uint64_t> ids;
+  absl::string_view values;
+};
+
 struct PushArgs {
   uint64_t worker = 0;
   uint64_t chunk_id = 0;
   uint64_t clock = 0;
   ChunkHeader header;
   absl::string_view payload;
+  const RowGrads* rows = nullptr;  // set instead of header/payload for a table partition
 };
 
 // One Push message: a bucket of one worker's chunk gradients at one clock
@@ -99,9 +120,14 @@ struct PushBucket {
     float error_clocks = 0;  // the worker's report (PushedChunk)
     bool raised = false;
   };
+  struct Rows {
+    uint64_t chunk_id = 0;
+    RowGrads grads;
+  };
   uint64_t worker = 0;
   uint64_t clock = 0;
   std::vector<Chunk> chunks;
+  std::vector<Rows> rows;  // table partitions' rows
 };
 
 // A worker's published copy of one chunk (see [pull codec]).
@@ -119,6 +145,11 @@ struct PullArgs {
   uint64_t clock = 0;
   absl::Time deadline = absl::InfiniteFuture();
   std::vector<HeldCopy> held;  // pull codec: the copies the worker holds
+  struct Rows {
+    uint64_t chunk_id = 0;  // a table partition
+    std::vector<uint64_t> ids;
+  };
+  std::vector<Rows> rows;  // with chunk_ids empty: only these
 };
 
 // One encoded change of a published copy.
@@ -145,11 +176,18 @@ struct PulledChunk {
   uint32_t checksum = 0;
 };
 
+struct PulledRows {
+  uint64_t chunk_id = 0;
+  uint64_t version = 0;
+  std::string values;  // the requested rows in order, little-endian fp32
+};
+
 // The answer to one pull: either status != OK, or every requested chunk.
 struct PullResult {
   uint64_t request_id = 0;
   absl::Status status;
   std::vector<PulledChunk> chunks;
+  std::vector<PulledRows> rows;
   uint64_t min_clock = 0;
 };
 

@@ -63,7 +63,18 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
                        " elements: an fp32 push would not fit the shard's ",
                        server.max_message_bytes, "-byte message limit"));
     }
-    o.chunks.push_back(ChunkSpec{c.chunk_id(), c.num_elems(), c.pull_fp32()});
+    ChunkSpec spec{c.chunk_id(), c.num_elems(), c.pull_fp32(), std::nullopt};
+    if (c.has_rows()) {
+      const pb::TablePartition& t = c.rows();
+      if (uint64_t{t.dim()} * sizeof(float) > static_cast<uint64_t>(server.max_message_bytes)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table ", c.tensor(), " has rows of ", t.dim(), " floats: one row would not fit the"
+            " shard's ", server.max_message_bytes, "-byte message limit"));
+      }
+      spec.table = TableSpec{c.tensor(),     t.table_rows(), t.dim(),  t.partition(),
+                             t.partitions(), t.init_std(),   t.seed()};
+    }
+    o.chunks.push_back(std::move(spec));
   }
   o.membership = MembershipEpochFromProto(req.membership());
   for (const pb::Membership& m : req.epochs()) o.epochs.push_back(MembershipEpochFromProto(m));

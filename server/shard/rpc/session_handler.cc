@@ -124,6 +124,11 @@ void SessionHandler::HandlePush(const pb::Push& push) {
     bucket.chunks.push_back(PushBucket::Chunk{c.chunk_id(), *header, c.chunk().payload(),
                                               c.error_clocks(), c.raised()});
   }
+  for (const pb::PushedRows& r : push.rows()) {
+    bucket.rows.push_back(
+        PushBucket::Rows{r.chunk_id(), RowGrads{absl::MakeConstSpan(r.ids().data(), r.ids_size()),
+                                                r.values()}});
+  }
   SendAck(push.seq(), job_->Push(bucket));
 }
 
@@ -139,6 +144,9 @@ void SessionHandler::HandlePull(const pb::PullRequest& pull) {
   args.clock = pull.clock();
   for (const pb::HeldCopy& h : pull.held()) {
     args.held.push_back(HeldCopy{h.chunk_id(), h.version(), h.checksum()});
+  }
+  for (const pb::RowRequest& r : pull.rows()) {
+    args.rows.push_back(PullArgs::Rows{r.chunk_id(), {r.ids().begin(), r.ids().end()}});
   }
   args.stream = stream_->stream_id();
   // The shard's default is also the longest a pull may wait ([pull schedule]).
@@ -165,7 +173,7 @@ std::vector<pb::ServerMessage> PullResultToProto(PullResult r, size_t max_bytes)
     a->set_min_clock(r.min_clock);
     return a;
   };
-  if (!r.status.ok() || r.chunks.empty()) {
+  if (!r.status.ok() || (r.chunks.empty() && r.rows.empty())) {
     pb::PullAnswer* a = answer();
     a->set_last(true);
     StatusToWire(r.status, a);
@@ -173,6 +181,17 @@ std::vector<pb::ServerMessage> PullResultToProto(PullResult r, size_t max_bytes)
   }
   pb::PullAnswer* a = nullptr;
   size_t bytes = 0;  // in `a`
+  for (PulledRows& rows : r.rows) {
+    if (a == nullptr || (bytes > 0 && bytes + rows.values.size() > max_bytes)) {
+      a = answer();
+      bytes = 0;
+    }
+    bytes += rows.values.size();
+    pb::PulledRows* pr = a->add_rows();
+    pr->set_chunk_id(rows.chunk_id);
+    pr->set_version(rows.version);
+    pr->set_values(std::move(rows.values));
+  }
   for (PulledChunk& c : r.chunks) {
     size_t size = c.values.size();
     for (const EncodedDelta& d : c.deltas) size += d.payload.size();

@@ -1,0 +1,195 @@
+#include "server/shard/row_store.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/philox.h"
+#include "common/status.h"
+
+namespace gradstream::shard {
+
+uint32_t RowPartition(uint32_t table, uint64_t row, uint32_t partitions) {
+  if (partitions <= 1) return 0;
+  const uint64_t h = SplitMix64(row ^ SplitMix64(0x7461626c65ull + table));  // "table"
+  // Lemire's multiply-shift: uniform over [0, partitions) without a division.
+  return static_cast<uint32_t>((static_cast<unsigned __int128>(h) * partitions) >> 64);
+}
+
+void InitialRow(const TableSpec& spec, uint64_t row, float* out) {
+  uint64_t state = SplitMix64(spec.seed ^ SplitMix64(SplitMix64(spec.table) ^ row));
+  auto uniform = [&state] {  // (0, 1]: 53 bits
+    state = SplitMix64(state);
+    return (static_cast<double>(state >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+  };
+  // Box-Muller, two draws per pair of values.
+  for (uint32_t j = 0; j < spec.dim; j += 2) {
+    const double r = std::sqrt(-2.0 * std::log(uniform()));
+    const double t = 2.0 * M_PI * uniform();
+    out[j] = static_cast<float>(spec.init_std * r * std::cos(t));
+    if (j + 1 < spec.dim) out[j + 1] = static_cast<float>(spec.init_std * r * std::sin(t));
+  }
+}
+
+RowStore::RowStore(const TableSpec& spec, const Optimizer& optimizer) : spec_(spec) {
+  const OptimizerState fresh = optimizer.NewState(1);
+  for (const auto& slot : fresh.slots) slot_init_.push_back(slot[0]);
+  slots_.resize(slot_init_.size());
+}
+
+absl::Status RowStore::CheckIds(absl::Span<const uint64_t> ids, bool unique) const {
+  absl::flat_hash_set<uint64_t> seen;
+  if (unique) seen.reserve(ids.size());
+  for (uint64_t id : ids) {
+    if (id >= spec_.table_rows) {
+      return absl::InvalidArgumentError(absl::StrCat("row ", id, " is out of range: table ",
+                                                     spec_.table, " has ", spec_.table_rows,
+                                                     " rows"));
+    }
+    const uint32_t p = RowPartition(spec_.table, id, spec_.partitions);
+    if (p != spec_.partition) {
+      return absl::InvalidArgumentError(absl::StrCat("row ", id, " of table ", spec_.table,
+                                                     " belongs to partition ", p, ", not ",
+                                                     spec_.partition));
+    }
+    if (unique && !seen.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row ", id, " of table ", spec_.table, " is in the push twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint32_t RowStore::Touch(uint64_t row) {
+  auto [it, fresh] = index_.try_emplace(row, static_cast<uint32_t>(ids_.size()));
+  if (!fresh) return it->second;
+  const size_t at = values_.size();
+  values_.resize(at + spec_.dim);
+  InitialRow(spec_, row, values_.data() + at);
+  for (size_t k = 0; k < slots_.size(); ++k) slots_[k].resize(at + spec_.dim, slot_init_[k]);
+  ids_.push_back(row);
+  return it->second;
+}
+
+void RowStore::Save(std::vector<uint64_t>* ids, std::vector<float>* values,
+                    std::vector<std::vector<float>>* slots) const {
+  *ids = ids_;
+  *values = values_;
+  *slots = slots_;
+}
+
+absl::Status RowStore::Restore(std::vector<uint64_t> ids, std::vector<float> values,
+                               std::vector<std::vector<float>> slots) {
+  const size_t n = ids.size() * spec_.dim;
+  if (values.size() != n || slots.size() != slots_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", spec_.table, " partition ",
+                                                   spec_.partition, ": saved rows do not fit"));
+  }
+  for (const auto& s : slots) {
+    if (s.size() != n) return absl::InvalidArgumentError("saved row state does not fit");
+  }
+  absl::flat_hash_map<uint64_t, uint32_t> index;
+  for (uint32_t i = 0; i < ids.size(); ++i) {
+    if (!index.emplace(ids[i], i).second) {
+      return absl::InvalidArgumentError(absl::StrCat("saved row ", ids[i], " twice"));
+    }
+  }
+  GS_RETURN_IF_ERROR(CheckIds(ids, /*unique=*/false));
+  index_ = std::move(index);
+  ids_ = std::move(ids);
+  values_ = std::move(values);
+  slots_ = std::move(slots);
+  return absl::OkStatus();
+}
+
+absl::Status CheckRowGrads(const RowStore& store, const RowGrads& grads) {
+  const size_t want = grads.ids.size() * store.spec().dim * sizeof(float);
+  if (grads.values.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(grads.ids.size(), " rows of ",
+                                                   store.spec().dim, " floats need ", want,
+                                                   " bytes of values, not ", grads.values.size()));
+  }
+  GS_RETURN_IF_ERROR(store.CheckIds(grads.ids, /*unique=*/true));
+  const size_t n = grads.values.size() / sizeof(float);
+  for (size_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, grads.values.data() + i * sizeof(float), sizeof v);
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "row ", grads.ids[i / store.spec().dim], ": a gradient value is NaN or Inf"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+float ValueAt(absl::string_view values, size_t i) {
+  float v;
+  std::memcpy(&v, values.data() + i * sizeof(float), sizeof v);
+  return v;
+}
+
+// Row pointers of `ids` in `store`, touching every row first (a touch may
+// move the rows).
+void RowPointers(absl::Span<const uint64_t> ids, RowStore* store, std::vector<float*>* params,
+                 std::vector<float*>* s0, std::vector<float*>* s1) {
+  std::vector<uint32_t> at(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) at[i] = store->Touch(ids[i]);
+  params->clear();
+  s0->clear();
+  s1->clear();
+  for (uint32_t a : at) {
+    params->push_back(store->params(a));
+    if (store->num_slots() > 0) s0->push_back(store->slot(0, a));
+    if (store->num_slots() > 1) s1->push_back(store->slot(1, a));
+  }
+}
+
+}  // namespace
+
+absl::Status AddRows(const RowGrads& grads, uint32_t dim, RowSum* sum) {
+  // Checked first, so that a refused push leaves the sum as it was.
+  for (size_t i = 0; i < grads.ids.size(); ++i) {
+    auto it = sum->index.find(grads.ids[i]);
+    if (it == sum->index.end()) continue;
+    const float* s = sum->sum.data() + size_t{it->second} * dim;
+    for (uint32_t j = 0; j < dim; ++j) {
+      if (!std::isfinite(s[j] + ValueAt(grads.values, i * dim + j))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "adding row ", grads.ids[i],
+            " to its round would make the round's sum non-finite: refused, the round is"
+            " unchanged"));
+      }
+    }
+  }
+  for (size_t i = 0; i < grads.ids.size(); ++i) {
+    auto [it, fresh] = sum->index.try_emplace(grads.ids[i], static_cast<uint32_t>(sum->ids.size()));
+    if (fresh) {
+      sum->ids.push_back(grads.ids[i]);
+      sum->sum.resize(sum->sum.size() + dim, 0.0f);
+    }
+    float* s = sum->sum.data() + size_t{it->second} * dim;
+    for (uint32_t j = 0; j < dim; ++j) s[j] += ValueAt(grads.values, i * dim + j);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRowSum(const Optimizer& optimizer, const RowSum& sum, float scale,
+                         RowStore* store, OptimizerState* state) {
+  std::vector<float*> p, s0, s1;
+  RowPointers(sum.ids, store, &p, &s0, &s1);
+  return optimizer.ApplyRows(p, s0, s1, store->spec().dim, sum.sum, scale, state);
+}
+
+absl::Status ApplyRowGrads(const Optimizer& optimizer, const RowGrads& grads, float scale,
+                           RowStore* store, OptimizerState* state) {
+  std::vector<float> g(grads.values.size() / sizeof(float));
+  if (!g.empty()) std::memcpy(g.data(), grads.values.data(), grads.values.size());
+  std::vector<float*> p, s0, s1;
+  RowPointers(grads.ids, store, &p, &s0, &s1);
+  return optimizer.ApplyRows(p, s0, s1, store->spec().dim, g, scale, state);
+}
+
+}  // namespace gradstream::shard

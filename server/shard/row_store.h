@@ -1,0 +1,88 @@
+// The rows of one partition of a row-sparse table on a shard, and how row
+// gradients reach them (docs/design/sparse-tables.md). A partition is a
+// chunk (ChunkState::rows), so every consistency mode, exactly-once push,
+// parked pull and checkpoint applies to it as to a dense chunk.
+#ifndef GRADSTREAM_SERVER_SHARD_ROW_STORE_H_
+#define GRADSTREAM_SERVER_SHARD_ROW_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/optim/optimizer.h"
+#include "server/shard/types.h"
+
+namespace gradstream::shard {
+
+// The partition row `row` of table `table` lives in: a hash, so that a
+// vocabulary's frequent ids (which it numbers first) spread over every
+// partition. Depends on nothing else: stable for the job.
+uint32_t RowPartition(uint32_t table, uint64_t row, uint32_t partitions);
+
+// Row `row`'s initial values: spec.dim draws of N(0, init_std^2), a function
+// of (seed, table, row) only, whichever worker or partition touches it first.
+void InitialRow(const TableSpec& spec, uint64_t row, float* out);
+
+// Rows created on first touch. Not thread-safe: the partition's
+// ChunkState::mu guards it. Pointers stay valid until the next Touch.
+class RowStore {
+ public:
+  // `optimizer` gives the state slots a row starts with.
+  RowStore(const TableSpec& spec, const Optimizer& optimizer);
+
+  const TableSpec& spec() const { return spec_; }
+  // InvalidArgument naming the first id that is not a row of the table, not
+  // of this partition, or (when `unique`) there twice.
+  [[nodiscard]] absl::Status CheckIds(absl::Span<const uint64_t> ids, bool unique) const;
+  // The row's index, created with its initial values on first touch.
+  uint32_t Touch(uint64_t row);
+  float* params(uint32_t index) { return values_.data() + size_t{index} * spec_.dim; }
+  float* slot(int k, uint32_t index) { return slots_[k].data() + size_t{index} * spec_.dim; }
+  // Rows held, in creation order.
+  const std::vector<uint64_t>& ids() const { return ids_; }
+  size_t size() const { return ids_.size(); }
+  int num_slots() const { return static_cast<int>(slots_.size()); }
+
+  // What a checkpoint keeps: the rows in creation order with their values
+  // and state slots. Restore replaces the store (InvalidArgument for sizes
+  // that do not fit the spec, an id twice or an id not of this partition).
+  void Save(std::vector<uint64_t>* ids, std::vector<float>* values,
+            std::vector<std::vector<float>>* slots) const;
+  [[nodiscard]] absl::Status Restore(std::vector<uint64_t> ids, std::vector<float> values,
+                                     std::vector<std::vector<float>> slots);
+
+ private:
+  const TableSpec spec_;
+  std::vector<float> slot_init_;  // per slot: the value a fresh row's state starts at
+  absl::flat_hash_map<uint64_t, uint32_t> index_;
+  std::vector<uint64_t> ids_;
+  std::vector<float> values_;
+  std::vector<std::vector<float>> slots_;
+};
+
+// A sync round's sum of row gradients, in first-touch order.
+struct RowSum {
+  absl::flat_hash_map<uint64_t, uint32_t> index;
+  std::vector<uint64_t> ids;
+  std::vector<float> sum;
+};
+
+// Checks a push of rows: ids by CheckIds (each once), values the size of
+// ids x dim and finite. InvalidArgument naming what is wrong.
+[[nodiscard]] absl::Status CheckRowGrads(const RowStore& store, const RowGrads& grads);
+// Adds checked `grads` to `sum`; InvalidArgument (and `sum` unchanged) when
+// a sum would not be finite.
+[[nodiscard]] absl::Status AddRows(const RowGrads& grads, uint32_t dim, RowSum* sum);
+// One optimizer step over the rows of `sum` (or of `grads`), scaled by
+// `scale`; untouched rows do not change. See Optimizer::ApplyRows.
+[[nodiscard]] absl::Status ApplyRowSum(const Optimizer& optimizer, const RowSum& sum, float scale,
+                                       RowStore* store, OptimizerState* state);
+[[nodiscard]] absl::Status ApplyRowGrads(const Optimizer& optimizer, const RowGrads& grads,
+                                         float scale, RowStore* store, OptimizerState* state);
+
+}  // namespace gradstream::shard
+
+#endif  // GRADSTREAM_SERVER_SHARD_ROW_STORE_H_

@@ -1,0 +1,272 @@
+// Row-sparse tables on a shard (docs/design/sparse-tables.md): partitions,
+// first-touch rows, per-row updates in every consistency mode, bad input,
+// checkpoints.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/env/testing/mem_env.h"
+#include "gtest/gtest.h"
+#include "server/shard/job.h"
+#include "server/shard/row_store.h"
+
+namespace gradstream::shard {
+namespace {
+
+constexpr uint32_t kDim = 4;
+
+TableSpec Spec(uint32_t partition = 0, uint32_t partitions = 1) {
+  return TableSpec{.table = 2, .table_rows = 1000, .dim = kDim, .partition = partition,
+                   .partitions = partitions, .init_std = 0.5f, .seed = 7};
+}
+
+Optimizer Sgd(float lr) { return *Optimizer::Create(OptimizerOptions{.learning_rate = lr}); }
+
+std::vector<float> Initial(uint64_t row, const TableSpec& spec = Spec()) {
+  std::vector<float> v(spec.dim);
+  InitialRow(spec, row, v.data());
+  return v;
+}
+
+TEST(RowPartition, SpreadsRowsEvenlyAndDependsOnTheTable) {
+  constexpr int kRows = 100000, kParts = 4;
+  int count[kParts] = {};
+  int same = 0;
+  for (uint64_t r = 0; r < kRows; ++r) {
+    const uint32_t p = RowPartition(2, r, kParts);
+    ASSERT_LT(p, static_cast<uint32_t>(kParts));
+    ++count[p];
+    same += p == RowPartition(3, r, kParts) ? 1 : 0;
+  }
+  for (int c : count) EXPECT_NEAR(c, kRows / kParts, kRows / kParts * 0.03);
+  EXPECT_NEAR(same, kRows / kParts, kRows / kParts * 0.05);  // tables are independent
+  EXPECT_EQ(RowPartition(2, 12345, 1), 0u);
+}
+
+TEST(InitialRow, IsAFunctionOfSeedTableAndRowWithTheAskedSpread) {
+  EXPECT_EQ(Initial(5), Initial(5, Spec(1, 3)));  // the partitioning does not matter
+  EXPECT_NE(Initial(5), Initial(6));
+  TableSpec other = Spec();
+  other.seed = 8;
+  EXPECT_NE(Initial(5), Initial(5, other));
+  double sum = 0, sq = 0;
+  for (uint64_t r = 0; r < 20000; ++r) {
+    for (float x : Initial(r)) {
+      sum += x;
+      sq += double{x} * x;
+    }
+  }
+  const double n = 20000.0 * kDim;
+  EXPECT_NEAR(sum / n, 0.0, 0.01);
+  EXPECT_NEAR(std::sqrt(sq / n), 0.5, 0.01);
+}
+
+TEST(RowStore, CreatesRowsOnFirstTouchAndChecksIds) {
+  const TableSpec spec = Spec(1, 2);
+  RowStore store(spec, Sgd(0.1f));
+  uint64_t mine = 0, theirs = 0;
+  while (RowPartition(spec.table, mine, 2) != 1) ++mine;
+  while (RowPartition(spec.table, theirs, 2) != 0) ++theirs;
+  EXPECT_EQ(store.size(), 0u);
+  const uint32_t at = store.Touch(mine);
+  EXPECT_EQ(store.Touch(mine), at);
+  EXPECT_EQ(store.size(), 1u);
+  EXPECT_EQ(std::vector<float>(store.params(at), store.params(at) + kDim), Initial(mine, spec));
+  const uint64_t out_of_range[] = {1000};
+  EXPECT_TRUE(absl::StrContains(store.CheckIds(out_of_range, false).message(),
+                                "row 1000 is out of range: table 2 has 1000 rows"));
+  const uint64_t wrong[] = {theirs};
+  EXPECT_TRUE(absl::StrContains(store.CheckIds(wrong, false).message(), "belongs to partition 0"));
+  const uint64_t twice[] = {mine, mine};
+  EXPECT_TRUE(store.CheckIds(twice, false).ok());
+  EXPECT_TRUE(absl::StrContains(store.CheckIds(twice, true).message(), "twice"));
+}
+
+std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+std::vector<float> FloatsOf(const std::string& s) {
+  std::vector<float> v(s.size() / sizeof(float));
+  std::memcpy(v.data(), s.data(), s.size());
+  return v;
+}
+
+// One shard with a dense chunk (id 0, 2 elements) and one table partition
+// (id 1, the whole table), three workers.
+struct TableJob {
+  testing::MemEnv files;
+  std::unique_ptr<Executor> executor = std::make_unique<Executor>(1);
+  JobOptions options;
+  std::shared_ptr<Job> job;
+
+  explicit TableJob(ConsistencyMode mode, OptimizerType type = OptimizerType::kSgd) {
+    options.job_id = "tables";
+    options.optimizer.type = type;
+    options.optimizer.learning_rate = 0.5f;
+    options.optimizer.initial_accumulator = 0.1f;
+    options.optimizer.epsilon = 1e-7f;
+    options.consistency.mode = mode;
+    options.consistency.staleness = 1;
+    options.chunks = {ChunkSpec{0, 2}, ChunkSpec{1, 0, false, Spec()}};
+    options.membership = MembershipEpoch{1, 0, {10, 11}};
+    options.checkpoint_dir = "/ckpt";
+    Reopen();
+  }
+  void Reopen() {
+    auto opened = Job::Open(options, &files, executor.get());
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    job = opened->job;
+    if (!opened->restored) ASSERT_FALSE(*job->Init(0, Bytes({0, 0})));
+  }
+  // Pushes rows `ids` with gradient rows `g` (ids.size() x kDim) at `clock`,
+  // and the dense chunk's gradient {1, 1} with them.
+  absl::StatusOr<bool> Push(uint64_t w, uint64_t clock, std::vector<uint64_t> ids,
+                            std::vector<float> g, bool dense = true) {
+    const std::string values = Bytes(g), chunk = Bytes({1, 1});
+    PushBucket b;
+    b.worker = w;
+    b.clock = clock;
+    if (dense) b.chunks.push_back({0, ChunkHeader{CodecType::kNone, 2}, chunk});
+    b.rows.push_back({1, RowGrads{ids, values}});
+    return job->Push(b);
+  }
+  // Pulls rows `ids` at `clock`: nullopt while the pull is parked.
+  std::optional<absl::StatusOr<std::vector<float>>> Pull(uint64_t w, uint64_t clock,
+                                                         std::vector<uint64_t> ids) {
+    auto out = std::make_shared<std::optional<absl::StatusOr<std::vector<float>>>>();
+    PullArgs p;
+    p.worker = w;
+    p.clock = clock;
+    p.deadline = absl::InfiniteFuture();
+    p.rows.push_back({1, std::move(ids)});
+    job->Pull(p, [out](PullResult r) {
+      if (!r.status.ok()) {
+        *out = r.status;
+      } else {
+        EXPECT_TRUE(r.chunks.empty());  // rows only
+        *out = FloatsOf(r.rows.at(0).values);
+      }
+    });
+    return *out;
+  }
+  std::vector<float> Rows(std::vector<uint64_t> ids) { return **Pull(10, 0, std::move(ids)); }
+};
+
+std::vector<float> Concat(std::vector<std::vector<float>> rows) {
+  std::vector<float> out;
+  for (const auto& r : rows) out.insert(out.end(), r.begin(), r.end());
+  return out;
+}
+
+// x - lr * mean over the round's contributors, per element.
+std::vector<float> Step(std::vector<float> x, const std::vector<float>& g, float scale) {
+  for (size_t i = 0; i < x.size(); ++i) x[i] -= 0.5f * scale * g[i];
+  return x;
+}
+
+TEST(TableJob, SyncRoundAveragesRowsAndLeavesUntouchedRowsAlone) {
+  TableJob t(ConsistencyMode::kSync);
+  const std::vector<float> g10 = {1, 2, 3, 4, 1, 1, 1, 1};  // rows 3, 7
+  const std::vector<float> g11 = {2, 2, 2, 2, 8, 8, 8, 8};  // rows 7, 9
+  ASSERT_FALSE(*t.Push(10, 0, {3, 7}, g10));
+  EXPECT_FALSE(t.Pull(10, 1, {3, 7, 9, 5}).has_value());  // parked: the round is open
+  ASSERT_FALSE(*t.Push(11, 0, {7, 9}, g11));
+  ASSERT_TRUE(t.Pull(10, 1, {3, 7, 9, 5}).has_value());
+  const std::vector<float> g7 = {3, 3, 3, 3};
+  EXPECT_EQ(**t.Pull(10, 1, {3, 7, 9, 5}),
+            Concat({Step(Initial(3), {1, 2, 3, 4}, 0.5f), Step(Initial(7), g7, 0.5f),
+                    Step(Initial(9), {8, 8, 8, 8}, 0.5f), Initial(5)}));
+  EXPECT_TRUE(*t.Push(11, 0, {9}, {100, 100, 100, 100}));  // a duplicate changes nothing
+  EXPECT_EQ(t.Rows({9}), Step(Initial(9), {8, 8, 8, 8}, 0.5f));
+  // A worker whose batch touched no row of the partition still closes the round.
+  ASSERT_FALSE(*t.Push(10, 1, {}, {}));
+  ASSERT_FALSE(*t.Push(11, 1, {3}, {2, 2, 2, 2}));
+  EXPECT_EQ(t.Rows({3}), Step(Step(Initial(3), {1, 2, 3, 4}, 0.5f), {2, 2, 2, 2}, 0.5f));
+  const JobStats s = t.job->Stats(false);
+  EXPECT_EQ(s.min_version, 2u);
+}
+
+TEST(TableJob, AdaGradKeepsOneAccumulatorPerRow) {
+  TableJob t(ConsistencyMode::kAsync, OptimizerType::kAdaGrad);
+  ASSERT_FALSE(*t.Push(10, 0, {4}, {2, 2, 2, 2}, false));
+  ASSERT_FALSE(*t.Push(10, 1, {4, 6}, {2, 2, 2, 2, 1, 1, 1, 1}, false));
+  // Async: each push on arrival, scaled by 1 / members (2).
+  auto adagrad = [](std::vector<float> x, std::vector<float> gs) {
+    float a = 0.1f;
+    for (float g : gs) {
+      a += g * g;
+      for (float& v : x) v -= 0.5f * g / (std::sqrt(a) + 1e-7f);
+    }
+    return x;
+  };
+  const std::vector<float> row4 = t.Rows({4}), row6 = t.Rows({6});
+  const std::vector<float> want4 = adagrad(Initial(4), {1, 1}), want6 = adagrad(Initial(6), {0.5f});
+  for (uint32_t j = 0; j < kDim; ++j) {
+    EXPECT_FLOAT_EQ(row4[j], want4[j]);
+    EXPECT_FLOAT_EQ(row6[j], want6[j]);
+  }
+}
+
+TEST(TableJob, BoundedPullsWaitForTheSlowestAsChunksDo) {
+  TableJob t(ConsistencyMode::kBounded);
+  ASSERT_TRUE(t.Pull(10, 1, {1}).has_value());  // staleness 1: clock 1 may read at min 0
+  EXPECT_FALSE(t.Pull(10, 2, {1}).has_value());
+  ASSERT_TRUE(t.job->AdvanceClock(10, 1).ok());
+  ASSERT_TRUE(t.job->AdvanceClock(11, 1).ok());
+  EXPECT_TRUE(t.Pull(10, 2, {1}).has_value());
+}
+
+TEST(TableJob, BadRowsAreRefusedAndTheWholeBucketChangesNothing) {
+  TableJob t(ConsistencyMode::kAsync);
+  auto refused = [&](std::vector<uint64_t> ids, std::vector<float> g, std::string why) {
+    absl::StatusOr<bool> r = t.Push(10, 0, ids, g);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << why;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), why)) << r.status();
+  };
+  refused({1000}, {1, 1, 1, 1}, "row 1000 is out of range: table 2 has 1000 rows");
+  refused({3, 3}, std::vector<float>(8, 1), "row 3 of table 2 is in the push twice");
+  refused({3}, {1, 1, 1}, "1 rows of 4 floats need 16 bytes of values, not 12");
+  refused({3}, {1, NAN, 1, 1}, "row 3: a gradient value is NaN or Inf");
+  EXPECT_EQ(t.Rows({3}), Initial(3));
+  auto bad_pull = t.Pull(10, 0, {1u << 20});
+  ASSERT_TRUE(bad_pull.has_value());
+  EXPECT_EQ(bad_pull->status().code(), absl::StatusCode::kInvalidArgument);
+  // The dense chunk of the refused buckets did not move either.
+  PullArgs p;
+  p.worker = 10;
+  std::vector<float> dense;
+  t.job->Pull(p, [&](PullResult r) { dense = FloatsOf(r.chunks.at(0).values); });
+  EXPECT_EQ(dense, (std::vector<float>{0, 0}));
+  // A table partition is not a dense chunk, and the other way round.
+  EXPECT_EQ(t.job->Init(1, Bytes({0})).status().code(), absl::StatusCode::kInvalidArgument);
+  PushBucket b;
+  b.worker = 10;
+  b.rows.push_back({0, RowGrads{}});
+  EXPECT_TRUE(absl::StrContains(t.job->Push(b).status().message(), "not a table partition"));
+}
+
+TEST(TableJob, ACheckpointKeepsRowsAndTheirState) {
+  TableJob t(ConsistencyMode::kSync, OptimizerType::kAdaGrad);
+  ASSERT_FALSE(*t.Push(10, 0, {3, 8}, std::vector<float>(8, 1)));
+  ASSERT_FALSE(*t.Push(11, 0, {8}, {3, 3, 3, 3}));
+  const std::vector<float> before = t.Rows({3, 8});
+  ASSERT_TRUE(t.job->Checkpoint().ok());
+  t.Reopen();
+  EXPECT_EQ(t.Rows({3, 8}), before);
+  // The accumulators came back too: a second step equals one on the old job.
+  ASSERT_FALSE(*t.Push(10, 1, {8}, {1, 1, 1, 1}));
+  ASSERT_FALSE(*t.Push(11, 1, {}, {}));
+  float a = 0.1f + 2.0f * 2.0f;  // round 0: mean (1 + 3) / 2
+  float x = Initial(8)[0] - 0.5f * 2.0f / (std::sqrt(a) + 1e-7f);
+  a += 0.5f * 0.5f;  // round 1: (1 + nothing) / 2 contributors
+  x -= 0.5f * 0.5f / (std::sqrt(a) + 1e-7f);
+  EXPECT_FLOAT_EQ(t.Rows({8})[0], x);
+  EXPECT_TRUE(*t.Push(10, 0, {3}, {1, 1, 1, 1}));  // clock 0 is in the checkpoint
+}
+
+}  // namespace
+}  // namespace gradstream::shard
