@@ -102,7 +102,7 @@ absl::Status Run() {
   std::vector<const char*> cnames;
   for (const std::string& n : names) cnames.push_back(n.c_str());
   if (absl::Status st = Check(gs_declare(s, static_cast<int32_t>(names.size()), cnames.data(),
-                                         ndims.data(), dims.data(), kTimeoutMs));
+                                         ndims.data(), dims.data(), nullptr, kTimeoutMs));
       !st.ok()) {
     return st;
   }

@@ -117,7 +117,11 @@ def parse_system(name):
     if parsed and SYSTEMS[key][0] != "gradstream":
         raise KeyError(name)
     return SYSTEMS[key], parsed
-LR = {"widecnn": 0.02, "resnet": 0.05, "vit": 0.02, "lstm": 1.0, "wordlm": 0.2}
+LR = {"widecnn": 0.02, "resnet": 0.05, "vit": 0.02, "lstm": 1.0, "wordlm": 0.2, "ctr": 0.3}
+# The job's optimizer (train.py gives DDP and local the same): the
+# click-through model's table has sparse gradients, for which torch has no
+# momentum; AdaGrad with a per-row accumulator is the classic there.
+OPTIMIZER = {"ctr": "adagrad"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -189,7 +193,8 @@ class Run:
         return ([sys.executable, os.path.join(HERE, "train.py"), "--model", self.model,
                  "--steps", str(self.steps), "--eval_every", str(a.eval_every),
                  "--test_limit", str(a.test_limit), "--global_batch", str(a.global_batch),
-                 "--seed", str(a.seed), "--lr", str(LR[self.model]), "--out", self.out] + extra)
+                 "--seed", str(a.seed), "--lr", str(LR[self.model]), "--out", self.out,
+                 "--ctr_rows", str(a.ctr_rows)] + extra)
 
     # -- the two kinds of job
 
@@ -254,7 +259,8 @@ class Run:
             codec = ["--codec", self.variant, "--pull_codec", self.variant]
         self.job = json.loads(self.cli(
             "submit", "--json", "--name=tta-%s-%s" % (self.model, self.name),
-            "--workers=%d" % self.workers, "--consistency=sync", "--optimizer=momentum",
+            "--workers=%d" % self.workers, "--consistency=sync",
+            "--optimizer=" + OPTIMIZER.get(self.model, "momentum"),
             "--lr=%g" % LR[self.model], "--workdir", REPO, "--entrypoint", script,
             *codec))["job_id"]
 
@@ -355,6 +361,11 @@ class Run:
                 for node in last["net"]}
             self.rec["loop_wall_s"] = last["t"] - first["t"]
         self.rec["cpu_s_per_step"] = cpu
+        # Each script's resident memory at the end of its loop and its peak.
+        self.rec["script_rss_mb"] = [[r.get("rss_mb"), r.get("max_rss_mb")] for r in ranks
+                                     if r.get("steps")]
+        if "best_auc" in res:
+            self.rec["best_auc"] = res["best_auc"]
         # Each rank's own namespace over its loop: [tx, rx] per step.
         self.rec["script_tx_rx_per_step"] = [[r["net_tx"] / r["steps"], r["net_rx"] / r["steps"]]
                                              for r in ranks if r.get("steps")]
@@ -396,6 +407,7 @@ def main():
     ap.add_argument("--eval_every", type=int, default=25)
     ap.add_argument("--test_limit", type=int, default=10000)
     ap.add_argument("--global_batch", type=int, default=64)
+    ap.add_argument("--ctr_rows", type=int, default=1 << 20, help="ctr: the table's rows")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--deadline", type=float, default=900, help="seconds per run")
     ap.add_argument("--build", default=os.path.join(REPO, "build"))

@@ -18,7 +18,12 @@ then Linear layers 2048 wide: 6.4M parameters), `resnet` (a small ResNet
 with BatchNorm) and `vit` (a small vision transformer of
 nn.TransformerEncoderLayer blocks) on Fashion-MNIST; `lstm` (a character LSTM) on the text of
 Debian's `fortunes` package, reporting next-character accuracy and
-perplexity.
+perplexity; `ctr` (a click-through model: one embedding table over 8 hashed
+categorical fields with power-law ids, an MLP on top) on data drawn from a
+planted model, reporting test AUC in the accuracy column. gradstream's
+table is a gs.Embedding (rows on the shards, docs/design/sparse-tables.md);
+DDP's and local's an nn.Embedding(sparse=True), trained with torch's
+AdaGrad (the job's --optimizer adagrad: the same lazy per-row update).
 
 NOTE: [same samples] The global batch (--global_batch) is split across the
 2 ranks exactly as gs.shard(..., global_batch_size=B) splits it: rank r takes
@@ -70,6 +75,64 @@ def fashion_mnist(test_limit):
     x, y = ex.load(FMNIST, "train")
     tx, ty = ex.load(FMNIST, "test")
     return (x, y), (tx[:test_limit], ty[:test_limit]), 10
+
+
+# The click-through family: --ctr_rows table rows, CTR_FIELDS fields of
+# --ctr_rows / CTR_FIELDS ids each, drawn from a power law.
+CTR_FIELDS = 8
+CTR_DIM = 16
+CTR_INIT_STD = 0.05
+
+
+def ctr_data(rows, test_limit, train_size=200_000, seed=12345):
+    """Samples of a planted model: field f's ids are row f * V + k with k
+    drawn from p(k) ~ (k + 1)^-1.1 (V = rows / fields); each row has a
+    planted 4-vector w and each field a planted 4-vector u, and a sample's
+    label is 1 with probability sigmoid(sum_f <u_f, w[id_f]> - 1). Returns
+    (ids, labels) for training and testing and the AUC of the planted
+    probabilities on the test set: the best any model can reach."""
+    g = torch.Generator().manual_seed(seed)
+    v = rows // CTR_FIELDS
+    p = torch.arange(1, v + 1, dtype=torch.float64).pow(-1.1)
+    w = torch.randn(rows, 4, generator=g)
+    u = torch.randn(CTR_FIELDS, 4, generator=g)
+
+    def draw(n):
+        k = torch.multinomial(p.float(), n * CTR_FIELDS, replacement=True, generator=g)
+        ids = k.view(n, CTR_FIELDS) + torch.arange(CTR_FIELDS) * v
+        logit = (w[ids] * u).sum((1, 2)) - 1.0
+        prob = torch.sigmoid(logit)
+        return ids, torch.bernoulli(prob, generator=g), prob
+
+    train_ids, train_y, _ = draw(train_size)
+    test_ids, test_y, test_p = draw(test_limit)
+    return (train_ids, train_y), (test_ids, test_y), auc(test_p, test_y)
+
+
+def auc(score, label):
+    """Area under the ROC curve (ranks; ties broken by order)."""
+    order = torch.argsort(score)
+    ranks = torch.empty_like(order, dtype=torch.float64)
+    ranks[order] = torch.arange(1, len(score) + 1, dtype=torch.float64)
+    pos = label > 0.5
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    return ((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)).item()
+
+
+class CTR(nn.Module):
+    """Embeddings of the fields' ids, concatenated, into an MLP of 64."""
+
+    def __init__(self, rows, on_shards):
+        super().__init__()
+        if on_shards:
+            self.table = gs.Embedding(rows, CTR_DIM, init_std=CTR_INIT_STD)
+        else:
+            self.table = nn.Embedding(rows, CTR_DIM, sparse=True)
+            nn.init.normal_(self.table.weight, std=CTR_INIT_STD)
+        self.mlp = nn.Sequential(nn.Linear(CTR_FIELDS * CTR_DIM, 64), nn.ReLU(), nn.Linear(64, 1))
+
+    def forward(self, ids):
+        return self.mlp(self.table(ids).reshape(len(ids), -1)).squeeze(1)
 
 
 def fortune_text():
@@ -214,7 +277,9 @@ class WordLM(nn.Module):
         return self.out(self.proj(self.rnn(self.embed(x))[0]))
 
 
-def build(model, classes):
+def build(model, classes, args=None):
+    if model == "ctr":
+        return CTR(args.ctr_rows, on_shards=args.system == "gradstream")
     if model == "widecnn":
         return WideCNN()
     if model == "resnet":
@@ -228,6 +293,8 @@ def build(model, classes):
 
 def loss_of(net, xb, yb):
     out = net(xb)
+    if out.dim() == 1:  # ctr: one logit per sample
+        return F.binary_cross_entropy_with_logits(out, yb)
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), yb.reshape(-1))
 
 
@@ -262,6 +329,10 @@ def evaluate(net, x, y, train_x):
     per next character and exp(loss) the perplexity."""
     recompute_batchnorm(net, train_x)
     net.eval()
+    if isinstance(net, CTR):  # (test AUC, mean log loss)
+        score = torch.cat([net(x[i:i + 2000]) for i in range(0, len(x), 2000)])
+        net.train()
+        return auc(score, y), F.binary_cross_entropy_with_logits(score, y).item()
     correct = total = 0
     loss = 0.0
     for i in range(0, len(x), 500):
@@ -300,6 +371,15 @@ def ddp_batches(data, args):
 
 # -- measurement
 
+def rss_mb():
+    """This process's resident memory now, MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
 def cpu_s():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -321,8 +401,9 @@ def net_bytes():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--system", choices=("ddp", "gradstream", "local"), required=True)
-    ap.add_argument("--model", choices=("widecnn", "resnet", "vit", "lstm", "wordlm"),
+    ap.add_argument("--model", choices=("widecnn", "resnet", "vit", "lstm", "wordlm", "ctr"),
                     default="widecnn")
+    ap.add_argument("--ctr_rows", type=int, default=1 << 20, help="ctr: table rows")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--global_batch", type=int, default=64)
     ap.add_argument("--eval_every", type=int, default=25)
@@ -347,12 +428,16 @@ def main():
         train, test, classes = fortunes(args.seq_len, args.test_limit)
     elif args.model == "wordlm":
         train, test, classes = fortune_words(args.seq_len // 2, args.test_limit)
+    elif args.model == "ctr":
+        train, test, classes = ctr_data(args.ctr_rows, args.test_limit)
     else:
         train, test, classes = fashion_mnist(args.test_limit)
     gs.init()
     torch.manual_seed(args.seed)
-    net = build(args.model, classes)
+    net = build(args.model, classes, args)
     params = sum(p.numel() for p in net.parameters())
+    if args.model == "ctr":
+        params = args.ctr_rows * CTR_DIM + sum(p.numel() for p in net.mlp.parameters())
 
     if args.system == "gradstream":
         ps = gs.ParameterServer(net)
@@ -366,7 +451,11 @@ def main():
         if args.system == "local":
             args.world, args.rank = 1, 0
         fwd = ddp_wrap(net, args) if args.system == "ddp" else net
-        opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
+        if args.model == "ctr":  # sparse gradients: the job's --optimizer adagrad
+            opt = torch.optim.Adagrad(net.parameters(), lr=args.lr,
+                                      initial_accumulator_value=0.1, eps=1e-7)
+        else:
+            opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
         batches = ddp_batches(train, args)
 
     out = args.out if rank == 0 else "%s.rank%d" % (args.out, rank)
@@ -374,6 +463,8 @@ def main():
               "steps_wanted": args.steps, "global_batch": args.global_batch,
               "ddp_hook": args.ddp_hook if args.system == "ddp" else None,
               "step_s": [], "evals": []}
+    if args.model == "ctr":
+        result["best_auc"] = classes  # the planted model's
 
     def write():
         tmp = out + ".tmp"
@@ -393,7 +484,7 @@ def main():
             ps.report(acc)
         result["evals"].append({"step": step, "train_s": train_s, "accuracy": acc,
                                 "test_loss": test_loss, "perplexity": math.exp(test_loss),
-                                "train_loss": loss})
+                                "train_loss": loss, "rss_mb": rss_mb()})
         print("%s %s step %d: train %.1fs, test accuracy %.4f, loss %.4f" %
               (args.system, args.model, step, train_s, acc, test_loss), flush=True)
 
@@ -426,7 +517,8 @@ def main():
             write()
     tx1, rx1 = net_bytes()
     result.update(steps=step, train_s=train_s, cpu_s=cpu_s() - cpu0 - eval_cpu,
-                  net_tx=tx1 - tx0, net_rx=rx1 - rx0)
+                  net_tx=tx1 - tx0, net_rx=rx1 - rx0, rss_mb=rss_mb(),
+                  max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
     if ps is not None:
         result["ps_stats"] = ps.stats()
     write()

@@ -299,6 +299,27 @@ absl::StatusOr<std::vector<TensorSpec>> DeclaredTensors(const v1::ModelSpec& mod
           absl::StrCat("model.tensors[", i, "].name: '", d.name(), "' declared twice"));
     }
     TensorSpec t{d.name(), 1, {}};
+    if (d.table()) {
+      // A table lives on the shards, never whole on a worker: it is not
+      // counted in the model's limit (docs/design/sparse-tables.md).
+      if (d.shape_size() != 2 || d.shape(0) <= 0 || d.shape(0) > kMaxTableRows ||
+          d.shape(1) <= 0 || d.shape(1) > kMaxTableDim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.tensors[", i, "] '", d.name(), "': a table wants a shape [rows, dim] with rows"
+            " 1..", kMaxTableRows, " and dim 1..", kMaxTableDim));
+      }
+      if (!std::isfinite(d.init_std()) || d.init_std() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.tensors[", i, "] '", d.name(), "': init_std ", d.init_std(),
+            " must be finite and not negative"));
+      }
+      t.num_elems = d.shape(0) * d.shape(1);
+      t.shape = {d.shape(0), d.shape(1)};
+      t.table = true;
+      t.init_std = d.init_std();
+      out.push_back(std::move(t));
+      continue;
+    }
     for (int64_t dim : d.shape()) {
       if (dim <= 0 || dim > kMaxModelElems || t.num_elems * dim > kMaxModelElems) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -29,6 +29,9 @@ namespace gradstream {
 inline constexpr uint32_t kMaxJobWorkers = 4096;
 inline constexpr uint32_t kMaxBatchSize = 1 << 20;
 inline constexpr int64_t kMaxModelElems = int64_t{1} << 28;
+// Rows of one table (docs/design/sparse-tables.md); tables are not counted
+// in kMaxModelElems (they live on the shards).
+inline constexpr int64_t kMaxTableRows = int64_t{1} << 40;
 // How long an elastic job may stay below its workers_min (see [elastic
 // jobs] in server/coordinator/membership_planner.h), by default and at most.
 inline constexpr uint32_t kDefaultMinWorkersTimeoutS = 600;

@@ -72,6 +72,10 @@ struct TensorSpec {
   std::string name;
   int64_t num_elems = 0;
   std::vector<int64_t> shape;
+  // A row-sparse table of shape [rows, dim] that lives on the shards
+  // (docs/design/sparse-tables.md); its rows start as N(0, init_std^2).
+  bool table = false;
+  float init_std = 1.0f;
 };
 
 enum class LayerKind { kDense, kRelu, kConv, kMaxPool };

@@ -2,10 +2,12 @@
 #include "common/job/shard_map.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace gradstream {
 
@@ -35,6 +37,29 @@ absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
                                                      "' is empty"));
     }
     const uint64_t elems = static_cast<uint64_t>(spec.num_elems);
+    if (spec.table) {
+      if (spec.shape.size() != 2 || spec.shape[0] <= 0 || spec.shape[1] <= 0 ||
+          spec.shape[1] > kMaxTableDim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "SplitModel: table '", spec.name, "' wants a shape [rows, dim] with dim 1..",
+            kMaxTableDim));
+      }
+      TensorInfo info{spec.name, static_cast<uint32_t>(t), elems, "none", "none"};
+      info.table_rows = static_cast<uint64_t>(spec.shape[0]);
+      info.table_dim = static_cast<uint32_t>(spec.shape[1]);
+      map.tensors.push_back(info);
+      const uint32_t parts = static_cast<uint32_t>(shards.size());
+      for (uint32_t p = 0; p < parts; ++p) {
+        ChunkInfo c;
+        c.chunk_id = map.chunks.size();
+        c.tensor = static_cast<uint32_t>(t);
+        c.shard = p;
+        c.pull_fp32 = true;
+        c.table = TablePart{info.table_rows, info.table_dim, p, parts, spec.init_std};
+        map.chunks.push_back(c);
+      }
+      continue;
+    }
     const std::string pull_codec = ResolvePullCodec(policy, elems);
     map.tensors.push_back(TensorInfo{spec.name, static_cast<uint32_t>(t), elems,
                                      ResolveCodec(policy, spec.name, elems), pull_codec});
@@ -52,12 +77,20 @@ absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
   // LPT: biggest chunk first onto the least-loaded shard. A stable sort keeps
   // equal-sized chunks in id order, which spreads consecutive chunks of one
   // tensor over all shards (both shards work on every large tensor).
-  std::vector<size_t> order(map.chunks.size());
-  std::iota(order.begin(), order.end(), 0);
+  // Table partitions are placed already: they count first.
+  std::vector<uint64_t> load(shards.size(), 0);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < map.chunks.size(); ++i) {
+    const ChunkInfo& c = map.chunks[i];
+    if (c.table.has_value()) {
+      load[c.shard] += c.table->table_rows * c.table->dim * sizeof(float) / c.table->partitions;
+    } else {
+      order.push_back(i);
+    }
+  }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return map.chunks[a].num_elems > map.chunks[b].num_elems;
   });
-  std::vector<uint64_t> load(shards.size(), 0);
   for (size_t i : order) {
     size_t best = std::min_element(load.begin(), load.end()) - load.begin();
     map.chunks[i].shard = static_cast<uint32_t>(best);
@@ -65,6 +98,41 @@ absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
   }
   return map;
 }
+
+namespace {
+
+// What CheckTablePart leaves in its count once a table's last partition passed.
+constexpr uint64_t kTableComplete = uint64_t{1} << 62;
+
+// A table's chunks are its partitions 0..P-1 in order, of the tensor's
+// shape, on distinct shards; `next` counts the ones seen.
+absl::Status CheckTablePart(const ShardMap& map, const ChunkInfo& c, size_t i, uint64_t* next) {
+  const TensorInfo& t = map.tensors[c.tensor];
+  const bool fits = t.is_table() && c.table.has_value() && c.num_elems == 0 && c.offset == 0 &&
+                    t.table_dim > 0 && t.table_dim <= kMaxTableDim &&
+                    t.num_elems == t.table_rows * t.table_dim &&
+                    c.table->table_rows == t.table_rows && c.table->dim == t.table_dim &&
+                    c.table->partition == *next && c.table->partitions >= 1 &&
+                    c.table->partition < c.table->partitions &&
+                    c.table->partitions <= map.shards.size() &&
+                    std::isfinite(c.table->init_std) && c.table->init_std >= 0;
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard map: chunk ", i, " of tensor '", t.name, "' is not partition ", *next,
+        " of a table of ", t.table_rows, " rows x ", t.table_dim, " floats"));
+  }
+  for (const ChunkInfo& o : map.chunks) {
+    if (o.chunk_id < c.chunk_id && o.tensor == c.tensor && o.shard == c.shard) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard map: table '", t.name, "' has two partitions on shard ", c.shard));
+    }
+  }
+  ++*next;
+  if (*next == c.table->partitions) *next = kTableComplete;  // no more partitions
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidateShardMap(const ShardMap& map) {
   if (map.shards.empty()) return absl::InvalidArgumentError("shard map: no shards");
@@ -95,6 +163,11 @@ absl::Status ValidateShardMap(const ShardMap& map) {
       return absl::InvalidArgumentError(
           absl::StrCat("shard map: chunk ", i, " names shard ", c.shard));
     }
+    const TensorInfo& tensor = map.tensors[c.tensor];
+    if (tensor.is_table() || c.table.has_value()) {
+      GS_RETURN_IF_ERROR(CheckTablePart(map, c, i, &covered[c.tensor]));
+      continue;
+    }
     if (c.num_elems == 0 || c.num_elems > kMaxChunkElems) {
       return absl::InvalidArgumentError(absl::StrCat("shard map: chunk ", i, " has ",
                                                      c.num_elems, " elements (max ",
@@ -112,6 +185,14 @@ absl::Status ValidateShardMap(const ShardMap& map) {
     }
   }
   for (size_t t = 0; t < map.tensors.size(); ++t) {
+    if (map.tensors[t].is_table()) {
+      if (covered[t] != kTableComplete) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shard map: table '", map.tensors[t].name, "' has ", covered[t],
+            " partitions, not all its partition count"));
+      }
+      continue;
+    }
     if (covered[t] != map.tensors[t].num_elems) {
       return absl::InvalidArgumentError(absl::StrCat("shard map: tensor '", map.tensors[t].name,
                                                      "' covered up to ", covered[t], " of ",
@@ -124,7 +205,10 @@ absl::Status ValidateShardMap(const ShardMap& map) {
 std::vector<uint64_t> ShardLoads(const ShardMap& map) {
   std::vector<uint64_t> load(map.shards.size(), 0);
   for (const ChunkInfo& c : map.chunks) {
-    if (c.shard < load.size()) load[c.shard] += uint64_t{c.num_elems} * sizeof(float);
+    if (c.shard >= load.size()) continue;
+    load[c.shard] += c.table.has_value() ? c.table->table_rows * c.table->dim * sizeof(float) /
+                                               std::max<uint32_t>(1, c.table->partitions)
+                                         : uint64_t{c.num_elems} * sizeof(float);
   }
   return load;
 }

@@ -9,6 +9,7 @@
 #define GRADSTREAM_COMMON_JOB_SHARD_MAP_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,8 @@ namespace gradstream {
 // fit in one gRPC message well under the 4 MiB default receive limit, so a
 // chunk holds at most 1 MiB of fp32.
 inline constexpr uint32_t kMaxChunkElems = 262144;  // 1 MiB of fp32
+// A table row is pulled and pushed whole: at most this many floats.
+inline constexpr uint32_t kMaxTableDim = 65536;
 
 struct TensorInfo {
   std::string name;
@@ -32,6 +35,20 @@ struct TensorInfo {
   uint64_t num_elems = 0;
   std::string codec;       // chosen by the policy; empty = resolve on the worker
   std::string pull_codec = "none";  // see [layer-wise pull]
+  // > 0: a row-sparse table of table_rows x table_dim (num_elems their
+  // product), pulled and pushed by row (docs/design/sparse-tables.md).
+  uint64_t table_rows = 0;
+  uint32_t table_dim = 0;
+  bool is_table() const { return table_rows > 0; }
+};
+
+// A table partition's chunk: the rows RowPartition assigns to `partition`.
+struct TablePart {
+  uint64_t table_rows = 0;
+  uint32_t dim = 0;
+  uint32_t partition = 0;
+  uint32_t partitions = 0;
+  float init_std = 1.0f;
 };
 
 struct ChunkInfo {
@@ -41,6 +58,8 @@ struct ChunkInfo {
   uint32_t num_elems = 0;  // 1..kMaxChunkElems
   uint32_t shard = 0;      // index into ShardMap::shards
   bool pull_fp32 = false;  // pulled fp32 under a job pull codec (see [layer-wise pull])
+  // Set for a table partition: num_elems and offset are 0.
+  std::optional<TablePart> table;
 };
 
 struct ShardMap {
@@ -54,7 +73,9 @@ struct ShardMap {
 // bytes: largest chunk first onto the least-loaded shard (LPT), ties to the
 // lower index, so the result is deterministic and the most-loaded shard holds
 // at most one chunk more than the least-loaded one's bytes. Chunk ids are dense
-// in tensor order. Each TensorInfo's codec comes from `policy`.
+// in tensor order. Each TensorInfo's codec comes from `policy`. A table
+// (TensorSpec::table) gets one partition per shard, partition p on shard p,
+// counted in the balance at its bytes over the shard count.
 // InvalidArgument for no shards, no tensors, an empty or duplicate tensor
 // name, a zero-sized tensor, or chunk_elems outside 1..kMaxChunkElems.
 absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,

@@ -11,11 +11,16 @@ absl::StatusOr<ShardMap> ShardMapFromProto(const v1::ShardMap& proto) {
   map.shards.assign(proto.shards().begin(), proto.shards().end());
   for (const v1::TensorInfo& t : proto.tensors()) {
     map.tensors.push_back(TensorInfo{t.name(), t.index(), t.num_elems(), t.codec(),
-                                     t.pull_codec().empty() ? "none" : t.pull_codec()});
+                                     t.pull_codec().empty() ? "none" : t.pull_codec(),
+                                     t.table_rows(), t.table_dim()});
   }
   for (const v1::ChunkInfo& c : proto.chunks()) {
-    map.chunks.push_back(
+    ChunkInfo& info = map.chunks.emplace_back(
         ChunkInfo{c.chunk_id(), c.tensor(), c.offset(), c.num_elems(), c.shard(), c.pull_fp32()});
+    if (c.has_rows()) {
+      const v1::TablePartition& r = c.rows();
+      info.table = TablePart{r.table_rows(), r.dim(), r.partition(), r.partitions(), r.init_std()};
+    }
   }
   GS_RETURN_IF_ERROR(ValidateShardMap(map));
   return map;
@@ -31,6 +36,8 @@ v1::ShardMap ShardMapToProto(const ShardMap& map) {
     p->set_num_elems(t.num_elems);
     p->set_codec(t.codec);
     p->set_pull_codec(t.pull_codec);
+    p->set_table_rows(t.table_rows);
+    p->set_table_dim(t.table_dim);
   }
   for (const ChunkInfo& c : map.chunks) *proto.add_chunks() = ChunkInfoToProto(c);
   return proto;
@@ -44,6 +51,14 @@ v1::ChunkInfo ChunkInfoToProto(const ChunkInfo& c) {
   p.set_num_elems(c.num_elems);
   p.set_shard(c.shard);
   p.set_pull_fp32(c.pull_fp32);
+  if (c.table.has_value()) {
+    v1::TablePartition* r = p.mutable_rows();
+    r->set_table_rows(c.table->table_rows);
+    r->set_dim(c.table->dim);
+    r->set_partition(c.table->partition);
+    r->set_partitions(c.table->partitions);
+    r->set_init_std(c.table->init_std);
+  }
   return p;
 }
 
@@ -58,7 +73,9 @@ absl::StatusOr<ShardMap> BuildShardMap(const v1::JobSpec& spec,
   // gives every shard at least one.
   uint64_t chunks = 0;
   for (const TensorSpec& t : specs) {
-    chunks += (static_cast<uint64_t>(t.num_elems) + spec.chunk_elems() - 1) / spec.chunk_elems();
+    chunks += t.table ? shards.size()  // a partition on every shard
+                      : (static_cast<uint64_t>(t.num_elems) + spec.chunk_elems() - 1) /
+                            spec.chunk_elems();
   }
   std::vector<std::string> used = shards;
   if (chunks > 0 && used.size() > chunks) used.resize(chunks);

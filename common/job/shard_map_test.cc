@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "common/job/shard_map_proto.h"
 #include "gtest/gtest.h"
 
@@ -175,6 +176,56 @@ TEST(ValidateShardMap, CatchesGapsOverlapsAndBadIndices) {
   too_big.chunks = {ChunkInfo{0, 0, 0, kMaxChunkElems + 1, 0}};
   too_big.tensors.resize(1);
   EXPECT_FALSE(ValidateShardMap(too_big).ok());
+}
+
+// A table gets one partition per shard (partition p on shard p), counted in
+// the balance, and survives the wire; a map whose partitions are
+// incomplete, repeated on a shard or of the wrong shape is refused.
+TEST(SplitModel, ATableHasOnePartitionPerShard) {
+  TensorSpec table{"emb", 1000 * 8, {1000, 8}, true, 0.5f};
+  auto map = SplitModel({{"w", 300}, table, {"b", 10}}, Shards(3), 100);
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_TRUE(ValidateShardMap(*map).ok());
+  const TensorInfo& t = map->tensors[1];
+  EXPECT_TRUE(t.is_table());
+  EXPECT_EQ(t.table_rows, 1000u);
+  EXPECT_EQ(t.table_dim, 8u);
+  EXPECT_EQ(t.codec, "none");
+  std::vector<const ChunkInfo*> parts;
+  for (const ChunkInfo& c : map->chunks) {
+    if (c.tensor == 1) parts.push_back(&c);
+  }
+  ASSERT_EQ(parts.size(), 3u);
+  for (uint32_t p = 0; p < 3; ++p) {
+    ASSERT_TRUE(parts[p]->table.has_value());
+    EXPECT_EQ(parts[p]->shard, p);
+    EXPECT_EQ(parts[p]->table->partition, p);
+    EXPECT_EQ(parts[p]->table->partitions, 3u);
+    EXPECT_EQ(parts[p]->table->init_std, 0.5f);
+    EXPECT_EQ(parts[p]->num_elems, 0u);
+  }
+  const std::vector<uint64_t> loads = ShardLoads(*map);
+  const uint64_t dense = (300 + 10) * 4, table_share = 1000 * 8 * 4 / 3;
+  for (uint64_t l : loads) EXPECT_GE(l, table_share);
+  EXPECT_EQ(loads[0] + loads[1] + loads[2], dense + 3 * table_share);
+
+  auto back = ShardMapFromProto(ShardMapToProto(*map));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tensors[1].table_rows, 1000u);
+  EXPECT_EQ(back->chunks[parts[2]->chunk_id].table->partition, 2u);
+
+  ShardMap missing = *map;
+  missing.chunks.erase(missing.chunks.begin() + parts[2]->chunk_id);
+  for (size_t i = 0; i < missing.chunks.size(); ++i) missing.chunks[i].chunk_id = i;
+  EXPECT_TRUE(absl::StrContains(ValidateShardMap(missing).message(), "partitions"));
+  ShardMap same_shard = *map;
+  same_shard.chunks[parts[1]->chunk_id].shard = 0;
+  EXPECT_TRUE(absl::StrContains(ValidateShardMap(same_shard).message(), "two partitions"));
+  ShardMap wrong_dim = *map;
+  wrong_dim.chunks[parts[0]->chunk_id].table->dim = 9;
+  EXPECT_FALSE(ValidateShardMap(wrong_dim).ok());
+  TensorSpec flat{"flat", 8, {8}, true, 1.0f};
+  EXPECT_FALSE(SplitModel({flat}, Shards(2), 100).ok());
 }
 
 }  // namespace

@@ -105,7 +105,10 @@ def _declare(lib):
     lib.gs_open.restype = p
     lib.gs_open.argtypes = [c.c_char_p, c.c_int64]
     lib.gs_declare.argtypes = [p, c.c_int32, c.POINTER(c.c_char_p), c.POINTER(c.c_int32),
-                               c.POINTER(c.c_int64), c.c_int64]
+                               c.POINTER(c.c_int64), c.POINTER(c.c_float), c.c_int64]
+    lib.gs_pull_rows.argtypes = [p, c.c_uint32, c.c_void_p, c.c_int64, c.c_uint64, c.c_void_p,
+                                 c.c_int64]
+    lib.gs_push_rows.argtypes = [p, c.c_uint32, c.c_void_p, c.c_int64, c.c_void_p, c.c_uint64]
     lib.gs_membership_get.argtypes = [p, c.POINTER(Membership)]
     lib.gs_membership_at.argtypes = [p, c.c_uint64, c.POINTER(Membership)]
     lib.gs_job_spec.argtypes = [p, c.c_char_p, c.c_int64, c.POINTER(c.c_int64)]
@@ -134,7 +137,7 @@ def _declare(lib):
                  "gs_report", "gs_record_step", "gs_set_encode_path", "gs_init_params", "gs_push",
                  "gs_wait_pushes", "gs_end_clock", "gs_pull_start", "gs_wait_tensors",
                  "gs_tensors_ready", "gs_abandon_pull", "gs_pull", "gs_leave", "gs_stats_get",
-                 "gs_split_pass", "gs_optimizer_defaults_get"):
+                 "gs_split_pass", "gs_optimizer_defaults_get", "gs_pull_rows", "gs_push_rows"):
         getattr(lib, name).restype = c.c_int
 
 

@@ -58,6 +58,7 @@ import torch
 
 from gradstream import _lib
 from gradstream._wait_plan import WaitPlan
+from gradstream.embedding import pull_rows, push_rows, tables_of
 from gradstream.local import local_optimizer
 from gradstream.session import DEFAULT_TIMEOUT_S, _session
 
@@ -94,6 +95,9 @@ class ParameterServer:
     sends the initial values; every rank then pulls the current parameters
     into the model, in place.
 
+    The model's gs.Embedding tables are declared after the parameters, as
+    row-sparse tables that live on the shards (gradstream/embedding.py).
+
     The optimizer arguments (see local_optimizer) apply in local mode only;
     in a job the shards apply the job's optimizer (`gradstream submit
     --optimizer ... --lr ...`).
@@ -103,8 +107,12 @@ class ParameterServer:
         s = _session()
         if s.ps is not None:
             raise RuntimeError("gradstream: one ParameterServer per process")
+        self._tables = tables_of(model)
+        if not s.distributed:
+            for t in self._tables:
+                t._materialize_local()  # a dense parameter, trained below
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        if not named:
+        if not named and not self._tables:
             raise ValueError("gradstream: the model has no parameter that requires a gradient")
         for n, p in named:
             if p.dtype != torch.float32:
@@ -127,11 +135,22 @@ class ParameterServer:
         _warn_unsynced_buffers(model)
         lib = s.lib
         n = len(self._params)
-        names = (ctypes.c_char_p * n)(*[x.encode() for x in self._names])
-        ndims = (ctypes.c_int32 * n)(*[p.dim() for p in self._params])
+        # Tables after the parameters: tensor n + k is table k.
+        table_names = [(name + ".table") if name else "table"
+                       for name, m in model.named_modules() if any(m is t for t in self._tables)]
+        total = n + len(self._tables)
+        names = (ctypes.c_char_p * total)(*[x.encode() for x in self._names + table_names])
+        ndims = (ctypes.c_int32 * total)(*([p.dim() for p in self._params] +
+                                          [2] * len(self._tables)))
         flat = [d for p in self._params for d in p.shape]
+        for t in self._tables:
+            flat += [t.num_embeddings, t.embedding_dim]
         dims = (ctypes.c_int64 * max(1, len(flat)))(*flat)
-        _lib.check(lib, lib.gs_declare(s.handle, n, names, ndims, dims, int(timeout * 1000)))
+        table_std = (ctypes.c_float * total)(*([-1.0] * n + [t.init_std for t in self._tables]))
+        _lib.check(lib, lib.gs_declare(s.handle, total, names, ndims, dims, table_std,
+                                       int(timeout * 1000)))
+        for k, t in enumerate(self._tables):
+            t._attach(self, n + k)
         _lib.check(lib, lib.gs_set_encode_path(s.handle, self.encode_path.encode()))
         s.clock = s.latest().join_clock
         s.adopt(force=True)
@@ -150,7 +169,8 @@ class ParameterServer:
             # Only rank 0's values reach the shards (the library decides:
             # each rank built its model under its own seed).
             hosts = [p.detach().cpu().contiguous() for p in self._params]
-            ptrs = (ctypes.c_void_p * n)(*[h.data_ptr() for h in hosts])
+            ptrs = (ctypes.c_void_p * total)(*([h.data_ptr() for h in hosts] +
+                                               [None] * len(self._tables)))
             _lib.check(lib, lib.gs_init_params(s.handle, ptrs, PUSH_TIMEOUT_MS))
         self._call(lib.gs_pull(s.handle, s.clock, self._targets()))
         self._copy_staged(range(n))
@@ -181,10 +201,26 @@ class ParameterServer:
     # -- data path
 
     def _targets(self):
-        """Where a pull writes: each parameter's memory, or its staging."""
-        return (ctypes.c_void_p * len(self._params))(
-            *[(st if st is not None else p.data).data_ptr()
-              for p, st in zip(self._params, self._staging)])
+        """Where a pull writes: each parameter's memory, or its staging
+        (nothing for a table: its rows move by _pull_rows)."""
+        return (ctypes.c_void_p * (len(self._params) + len(self._tables)))(
+            *([(st if st is not None else p.data).data_ptr()
+               for p, st in zip(self._params, self._staging)] + [None] * len(self._tables)))
+
+    def _pull_rows(self, index, ids, dim):
+        """Rows `ids` of table `index` at the current clock (gs.Embedding's
+        forward)."""
+        s = self._session
+        rc, rows = pull_rows(s.lib, s.handle, index, ids, dim, s.clock)
+        self._call(rc)
+        return rows
+
+    def _push_tables(self, clock):
+        """The gradients of the rows this clock's forwards touched."""
+        s = self._session
+        for t in self._tables:
+            ids, grads = t._take_gradient()
+            self._call(push_rows(s.lib, s.handle, t._index, ids, grads, clock))
 
     def _call(self, rc):
         """Checks a library call; the job's end (Cancelled) exits cleanly."""
@@ -290,6 +326,7 @@ class ParameterServer:
         m = s.latest()
         if not m.active:
             self._exit("the job ended")
+        self._push_tables(ended)
         v = float("nan") if loss is None else (
             float(loss.detach()) if torch.is_tensor(loss) else float(loss))
         _lib.check(s.lib, s.lib.gs_record_step(s.handle, v, s.samples - self._samples_seen))

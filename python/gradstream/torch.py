@@ -28,16 +28,19 @@ kernels, only codes cross PCIe) is not wired to the package yet.
 
 The package's modules, one concern each (python/README.md):
 session (init, rendezvous, membership), parameter_server (ParameterServer,
-the step), data (shard), local (single-process mode's optimizers).
+the step), embedding (Embedding: tables that live on the shards), data
+(shard), local (single-process mode's optimizers).
 """
 
 from gradstream.data import shard
+from gradstream.embedding import Embedding
 from gradstream.local import local_optimizer
 from gradstream.parameter_server import (BufferWarning, ParameterServer,
                                          unsynced_buffers)
 from gradstream.session import (DEFAULT_TIMEOUT_S, Membership, init, is_distributed,
                                 membership, rank, world_size)
 
-__all__ = ["BufferWarning", "DEFAULT_TIMEOUT_S", "Membership", "ParameterServer", "init",
+__all__ = ["BufferWarning", "DEFAULT_TIMEOUT_S", "Embedding", "Membership", "ParameterServer",
+           "init",
            "is_distributed", "local_optimizer", "membership", "rank", "shard",
            "unsynced_buffers", "world_size"]

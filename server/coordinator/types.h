@@ -46,6 +46,10 @@ enum class ConsistencyMode : int { kSync = 0, kBounded = 1, kAsync = 2 };
 struct DeclaredTensor {
   std::string name;
   std::vector<int64_t> shape;  // empty = a scalar
+  // A row-sparse table [rows, dim] on the shards, rows from N(0, init_std^2)
+  // (docs/design/sparse-tables.md).
+  bool table = false;
+  float init_std = 0.0f;
 };
 
 // A normalized job spec (see [normalized spec] in common/job/job_spec.h):

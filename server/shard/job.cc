@@ -58,7 +58,7 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
         // A partition's rows start from the table's initializer, so it has
         // its parameters from the start (no InitChunk).
         // Its optimizer state lives per row; `opt` keeps the step count.
-        chunk->rows = std::make_unique<RowStore>(*spec.table, optimizer_);
+        chunk->rows = std::make_unique<RowStore>(*spec.table, optimizer_, &row_bytes_);
         chunk->opt = OptimizerState{};
         chunk->initialized.store(true);
       }
@@ -250,6 +250,7 @@ absl::Status Job::CheckBucket(const PushBucket& bucket,
       return absl::InvalidArgumentError(
           absl::StrCat("table partition ", r.chunk_id, " in the Push: ", s.message()));
     }
+    GS_RETURN_IF_ERROR(CheckRowBudget(*chunk, r.grads.ids));
     states->push_back(chunk);
   }
   // A bucket of one is validated where it is applied, before anything
@@ -535,6 +536,21 @@ void Job::Pull(PullArgs pull, PullCallback done) {
   if (now.has_value()) ServeSoon(*std::move(now));
 }
 
+absl::Status Job::CheckRowBudget(const ChunkState& chunk, absl::Span<const uint64_t> ids) const {
+  if (options_.max_row_bytes == 0) return absl::OkStatus();
+  const RowStore& store = *chunk.rows;
+  uint64_t fresh = 0;
+  for (uint64_t id : ids) fresh += store.Has(id) ? 0 : 1;
+  const uint64_t held = row_bytes_.load(), more = fresh * store.row_bytes();
+  if (held + more <= options_.max_row_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "job ", id(), ": ", fresh, " new rows of table ", store.spec().table, " (", more,
+      " bytes with their optimizer state) would take this shard's table rows from ", held,
+      " bytes past the ", options_.max_row_bytes,
+      " it has for them (--max_param_bytes less the dense parameters): refused, nothing "
+      "changed; run more shards, a smaller table or a larger --max_param_bytes"));
+}
+
 absl::Status Job::CheckPullRows(const PullArgs& pull) const {
   uint64_t bytes = 0;
   for (const PullArgs::Rows& r : pull.rows) {
@@ -552,6 +568,7 @@ absl::Status Job::CheckPullRows(const PullArgs& pull) const {
       return absl::InvalidArgumentError(
           absl::StrCat("table partition ", r.chunk_id, " in the pull: ", s.message()));
     }
+    GS_RETURN_IF_ERROR(CheckRowBudget(*c, r.ids));
     bytes += r.ids.size() * uint64_t{c->rows->spec().dim} * sizeof(float);
   }
   if (bytes > kMaxPulledRowBytes) {
@@ -661,6 +678,14 @@ void Job::RecordRound(RoundInfo round) {
 JobStats Job::Stats(bool include_rounds) const {
   JobStats s;
   s.pushes_applied = pushes_applied_.load();
+  s.row_bytes = row_bytes_.load();
+  s.rows_pushed = rows_pushed_.load();
+  s.rows_pulled = rows_pulled_.load();
+  for (const auto& c : chunks_) {
+    if (!c->is_table()) continue;
+    absl::MutexLock l(&c->mu);
+    s.rows_held += c->rows->size();
+  }
   s.push_messages = push_messages_.load();
   s.pushes_duplicate = pushes_duplicate_.load();
   s.pushes_rejected = pushes_rejected_.load();

@@ -127,6 +127,8 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   [[nodiscard]] absl::StatusOr<CheckpointInfo> Checkpoint();
 
   JobStats Stats(bool include_rounds) const;
+  // Bytes the rows of the job's tables take (values and optimizer state).
+  uint64_t row_bytes() const { return row_bytes_.load(); }
   // Fails parked pulls whose deadline is at or before `now`.
   void ExpirePulls(absl::Time now);
   // Fails every parked pull, and every later one that would park, with `why`
@@ -181,6 +183,11 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   // A pull's rows: table partitions of this job, ids of theirs, at most
   // kMaxPulledRowBytes in all (InvalidArgument, NotFound).
   [[nodiscard]] absl::Status CheckPullRows(const PullArgs& pull) const;
+  // ResourceExhausted when creating the rows of `ids` that `chunk` (a
+  // table partition, its lock held) lacks would take the job's rows past
+  // options_.max_row_bytes.
+  [[nodiscard]] absl::Status CheckRowBudget(const ChunkState& chunk,
+                                            absl::Span<const uint64_t> ids) const;
   void Serve(const PullArgs& pull, const PullCallback& done);
   // Serves a ready pull: at once when it is small, else on an executor
   // thread (see [eager publish]).
@@ -216,6 +223,7 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::atomic<uint64_t> bytes_out_{0}, fp32_bytes_out_{0};
   std::atomic<uint64_t> push_messages_{0};
   std::atomic<uint64_t> rows_pushed_{0}, rows_pulled_{0};  // table rows, summed over pushes/pulls
+  std::atomic<uint64_t> row_bytes_{0};  // held by the tables' rows (RowStore)
 
   // NOTE: [checkpoint failures] A periodic checkpoint that cannot be written
   // (disk full, permission denied) is counted, kept as the job's checkpoint

@@ -10,13 +10,6 @@
 
 namespace gradstream::shard {
 
-uint32_t RowPartition(uint32_t table, uint64_t row, uint32_t partitions) {
-  if (partitions <= 1) return 0;
-  const uint64_t h = SplitMix64(row ^ SplitMix64(0x7461626c65ull + table));  // "table"
-  // Lemire's multiply-shift: uniform over [0, partitions) without a division.
-  return static_cast<uint32_t>((static_cast<unsigned __int128>(h) * partitions) >> 64);
-}
-
 void InitialRow(const TableSpec& spec, uint64_t row, float* out) {
   uint64_t state = SplitMix64(spec.seed ^ SplitMix64(SplitMix64(spec.table) ^ row));
   auto uniform = [&state] {  // (0, 1]: 53 bits
@@ -32,7 +25,9 @@ void InitialRow(const TableSpec& spec, uint64_t row, float* out) {
   }
 }
 
-RowStore::RowStore(const TableSpec& spec, const Optimizer& optimizer) : spec_(spec) {
+RowStore::RowStore(const TableSpec& spec, const Optimizer& optimizer,
+                   std::atomic<uint64_t>* held_bytes)
+    : spec_(spec), held_bytes_(held_bytes) {
   const OptimizerState fresh = optimizer.NewState(1);
   for (const auto& slot : fresh.slots) slot_init_.push_back(slot[0]);
   slots_.resize(slot_init_.size());
@@ -69,6 +64,7 @@ uint32_t RowStore::Touch(uint64_t row) {
   InitialRow(spec_, row, values_.data() + at);
   for (size_t k = 0; k < slots_.size(); ++k) slots_[k].resize(at + spec_.dim, slot_init_[k]);
   ids_.push_back(row);
+  if (held_bytes_ != nullptr) held_bytes_->fetch_add(row_bytes());
   return it->second;
 }
 
@@ -96,6 +92,10 @@ absl::Status RowStore::Restore(std::vector<uint64_t> ids, std::vector<float> val
     }
   }
   GS_RETURN_IF_ERROR(CheckIds(ids, /*unique=*/false));
+  if (held_bytes_ != nullptr) {
+    held_bytes_->fetch_add(row_bytes() * ids.size());
+    held_bytes_->fetch_sub(row_bytes() * ids_.size());
+  }
   index_ = std::move(index);
   ids_ = std::move(ids);
   values_ = std::move(values);

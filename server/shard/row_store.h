@@ -5,6 +5,7 @@
 #ifndef GRADSTREAM_SERVER_SHARD_ROW_STORE_H_
 #define GRADSTREAM_SERVER_SHARD_ROW_STORE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -12,15 +13,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/job/row_partition.h"
 #include "common/optim/optimizer.h"
 #include "server/shard/types.h"
 
 namespace gradstream::shard {
-
-// The partition row `row` of table `table` lives in: a hash, so that a
-// vocabulary's frequent ids (which it numbers first) spread over every
-// partition. Depends on nothing else: stable for the job.
-uint32_t RowPartition(uint32_t table, uint64_t row, uint32_t partitions);
 
 // Row `row`'s initial values: spec.dim draws of N(0, init_std^2), a function
 // of (seed, table, row) only, whichever worker or partition touches it first.
@@ -30,8 +27,10 @@ void InitialRow(const TableSpec& spec, uint64_t row, float* out);
 // ChunkState::mu guards it. Pointers stay valid until the next Touch.
 class RowStore {
  public:
-  // `optimizer` gives the state slots a row starts with.
-  RowStore(const TableSpec& spec, const Optimizer& optimizer);
+  // `optimizer` gives the state slots a row starts with. `held_bytes` (may
+  // be null, must outlive the store) counts the bytes of every row created.
+  RowStore(const TableSpec& spec, const Optimizer& optimizer,
+           std::atomic<uint64_t>* held_bytes = nullptr);
 
   const TableSpec& spec() const { return spec_; }
   // InvalidArgument naming the first id that is not a row of the table, not
@@ -39,6 +38,9 @@ class RowStore {
   [[nodiscard]] absl::Status CheckIds(absl::Span<const uint64_t> ids, bool unique) const;
   // The row's index, created with its initial values on first touch.
   uint32_t Touch(uint64_t row);
+  bool Has(uint64_t row) const { return index_.contains(row); }
+  // Bytes one row takes: its values and state slots.
+  uint64_t row_bytes() const { return uint64_t{spec_.dim} * sizeof(float) * (1 + slots_.size()); }
   float* params(uint32_t index) { return values_.data() + size_t{index} * spec_.dim; }
   float* slot(int k, uint32_t index) { return slots_[k].data() + size_t{index} * spec_.dim; }
   // Rows held, in creation order.
@@ -56,6 +58,7 @@ class RowStore {
 
  private:
   const TableSpec spec_;
+  std::atomic<uint64_t>* const held_bytes_;
   std::vector<float> slot_init_;  // per slot: the value a fresh row's state starts at
   absl::flat_hash_map<uint64_t, uint32_t> index_;
   std::vector<uint64_t> ids_;

@@ -268,5 +268,29 @@ TEST(TableJob, ACheckpointKeepsRowsAndTheirState) {
   EXPECT_TRUE(*t.Push(10, 0, {3}, {1, 1, 1, 1}));  // clock 0 is in the checkpoint
 }
 
+// A table may take at most max_row_bytes on the shard: rows past it are
+// refused with the figures, nothing changed, instead of growing until the
+// shard is killed; rows already held still move.
+TEST(TableJob, RowsPastTheShardsBudgetAreRefused) {
+  TableJob t(ConsistencyMode::kAsync, OptimizerType::kAdaGrad);
+  t.options.max_row_bytes = 3 * kDim * sizeof(float) * 2;  // 3 rows with their accumulators
+  t.options.checkpoint_dir.clear();
+  t.Reopen();
+  ASSERT_FALSE(*t.Push(10, 0, {1, 2}, std::vector<float>(8, 1), false));
+  absl::StatusOr<bool> over = t.Push(10, 1, {3, 4}, std::vector<float>(8, 1), false);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(over.status().message(), "2 new rows of table 2 (64 bytes"))
+      << over.status();
+  auto pull = t.Pull(10, 1, {5, 6});
+  ASSERT_TRUE(pull.has_value());
+  EXPECT_EQ(pull->status().code(), absl::StatusCode::kResourceExhausted);
+  JobStats s = t.job->Stats(false);
+  EXPECT_EQ(s.rows_held, 2u);
+  EXPECT_EQ(s.row_bytes, 2u * kDim * sizeof(float) * 2);
+  ASSERT_FALSE(*t.Push(10, 1, {2, 3}, std::vector<float>(8, 1), false));  // one new: fits
+  EXPECT_EQ(t.job->Stats(false).rows_held, 3u);
+  EXPECT_EQ(t.job->Stats(false).rows_pushed, 4u);
+}
+
 }  // namespace
 }  // namespace gradstream::shard

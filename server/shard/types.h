@@ -81,6 +81,10 @@ struct JobOptions {
   // this get RESOURCE_EXHAUSTED), which bounds pending-round memory to
   // max_pending_rounds * chunk bytes per chunk.
   uint32_t max_pending_rounds = 4;
+  // The most bytes the rows of the job's tables may take on this shard
+  // (values and optimizer state; 0 = no limit): a push or pull that would
+  // create rows past it is refused (RESOURCE_EXHAUSTED), not an OOM kill.
+  uint64_t max_row_bytes = 0;
   absl::Duration default_pull_timeout = absl::Seconds(60);
   // Bearer token a Session must present to join this job; "" = none beyond
   // the shard's cluster token (common/rpc/rpc.h [auth tokens]).
@@ -226,6 +230,12 @@ struct JobStats {
   uint64_t checkpoint_failures = 0;
   std::string checkpoint_error;
   uint64_t push_messages = 0;  // buckets that reached the job (Job::Push)
+  // Row-sparse tables: rows held, the bytes they take, and rows summed over
+  // every push and pull.
+  uint64_t rows_held = 0;
+  uint64_t row_bytes = 0;
+  uint64_t rows_pushed = 0;
+  uint64_t rows_pulled = 0;
   // Compressed chunks' error and decisions, by chunk id.
   struct ChunkPrecision {
     uint64_t chunk_id = 0;

@@ -118,7 +118,7 @@ TEST(CapiThreads, PushesFromManyThreadsWhileTheMainThreadSteps) {
   std::vector<int32_t> ndims(kTensors, 1);
   std::vector<int64_t> dims(kTensors, kElems);
   for (const TensorSpec& t : specs) names.push_back(t.name.c_str());
-  ASSERT_EQ(gs_declare(s, kTensors, names.data(), ndims.data(), dims.data(), 10000), 0)
+  ASSERT_EQ(gs_declare(s, kTensors, names.data(), ndims.data(), dims.data(), nullptr, 10000), 0)
       << gs_last_error();
   std::vector<std::vector<float>> params(kTensors, std::vector<float>(kElems, 1.0f));
   std::vector<float*> ptrs;

@@ -37,6 +37,8 @@
 
 namespace v1 = gradstream::v1;
 using gradstream::client::PsClient;
+using gradstream::client::PullHandle;
+using gradstream::client::PushHandle;
 namespace runtime = gradstream::runtime;
 
 namespace {
@@ -212,7 +214,7 @@ gs_session* gs_open(const char* agent, int64_t timeout_ms) {
 }
 
 int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, const int32_t* ndims,
-               const int64_t* dims, int64_t timeout_ms) {
+               const int64_t* dims, const float* table_std, int64_t timeout_ms) {
   if (s->client != nullptr) {
     return Fail(absl::FailedPreconditionError("gradstream: declared twice"));
   }
@@ -223,6 +225,10 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, con
     v1::DeclaredTensor* t = req.add_tensors();
     t->set_name(names[i]);
     for (int32_t k = 0; k < ndims[i]; ++k) t->add_shape(dims[d++]);
+    if (table_std != nullptr && table_std[i] >= 0) {
+      t->set_table(true);
+      t->set_init_std(table_std[i]);
+    }
   }
   const absl::Time give_up = s->env->Now() + absl::Milliseconds(timeout_ms);
   for (;;) {
@@ -253,11 +259,12 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, con
     const v1::DeclaredTensor& job = declared[i];
     if (mine.name() != job.name() ||
         !std::equal(mine.shape().begin(), mine.shape().end(), job.shape().begin(),
-                    job.shape().end())) {
+                    job.shape().end()) ||
+        mine.table() != job.table()) {
       return Fail(absl::FailedPreconditionError(absl::StrCat(
-          "gradstream: tensor ", i, " is ", mine.name(), " ", shape_str(mine),
-          " in this script but ", job.name(), " ", shape_str(job),
-          " in the job (declared by rank 0): every rank must run the same model")));
+          "gradstream: tensor ", i, " is ", mine.table() ? "table " : "", mine.name(), " ",
+          shape_str(mine), " in this script but ", job.table() ? "table " : "", job.name(), " ",
+          shape_str(job), " in the job (declared by rank 0): every rank must run the same model")));
     }
   }
   absl::StatusOr<gradstream::ShardMap> map = gradstream::ShardMapFromProto(a.shard_map());
@@ -284,7 +291,8 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, con
       PsClient::Connect(*map, opt, s->channels.get());
   if (!client.ok()) return Fail(client.status());
   s->client = *std::move(client);
-  for (const auto& t : map->tensors) s->sizes.push_back(t.num_elems);
+  // A table is never whole on a worker: its span in every pull is empty.
+  for (const auto& t : map->tensors) s->sizes.push_back(t.is_table() ? 0 : t.num_elems);
   runtime::SessionOptions so;
   so.loop.env = s->env;
   // A script's model is built by each process under torch's own seed.
@@ -382,6 +390,41 @@ int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elem
     return Fail(absl::FailedPreconditionError("gradstream: not declared"));
   }
   return Fail(s->session->loop().Push(tensor, absl::MakeConstSpan(grad, num_elems), clock));
+}
+
+int gs_pull_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n, uint64_t clock,
+                 float* out, int64_t timeout_ms) {
+  if (s->session == nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  }
+  if (n < 0) return Fail(absl::InvalidArgumentError("gs_pull_rows: negative row count"));
+  const auto& tensors = s->client->shard_map().tensors;
+  const uint64_t dim = tensor < tensors.size() ? tensors[tensor].table_dim : 0;
+  PullHandle h = s->client->PullRows(tensor, absl::MakeConstSpan(ids, n), clock,
+                                     absl::MakeSpan(out, static_cast<size_t>(n) * dim));
+  absl::Status st = PsClient::Wait(h, absl::Milliseconds(timeout_ms), s->env);
+  if (!st.ok()) PsClient::Abandon(h);  // nothing is written into `out` after this
+  return Fail(st);
+}
+
+int gs_push_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
+                 const float* grads, uint64_t clock) {
+  if (s->session == nullptr) {
+    return Fail(absl::FailedPreconditionError("gradstream: not declared"));
+  }
+  if (n < 0) return Fail(absl::InvalidArgumentError("gs_push_rows: negative row count"));
+  const auto& tensors = s->client->shard_map().tensors;
+  const uint64_t dim = tensor < tensors.size() ? tensors[tensor].table_dim : 0;
+  PushHandle h = s->client->PushRows(tensor, absl::MakeConstSpan(ids, n),
+                                     absl::MakeConstSpan(grads, static_cast<size_t>(n) * dim),
+                                     clock);
+  // A refused call fails now; the acknowledgement is gs_end_clock's.
+  if (absl::Status st = PsClient::Wait(h, absl::ZeroDuration(), s->env);
+      !st.ok() && !absl::IsDeadlineExceeded(st)) {
+    return Fail(st);
+  }
+  s->session->loop().AddPush(tensor, std::move(h));
+  return Ok();
 }
 
 int gs_end_clock(gs_session* s, uint64_t clock, float* const* next, int32_t* leave) {

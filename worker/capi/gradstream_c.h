@@ -94,12 +94,17 @@ const char* gs_last_error(void);
 gs_session* gs_open(const char* agent, int64_t timeout_ms);
 
 /* Declares the model: tensor i is names[i] with ndims[i] dimensions, taken in
- * order from `dims`. Waits up to timeout_ms until the job's shard map exists
+ * order from `dims`; with table_std set and table_std[i] >= 0, tensor i is a
+ * row-sparse table [rows, dim] that lives on the shards, its rows starting as
+ * N(0, table_std[i]^2) (docs/design/sparse-tables.md): its pointer in every
+ * gs_pull / gs_init_params / gs_end_clock array is ignored (may be NULL), and
+ * it moves by gs_pull_rows / gs_push_rows. Waits up to timeout_ms until the job's shard map exists
  * (rank 0's declaration makes it), checks it against the declaration
  * (FailedPrecondition naming the first difference: another rank declared
  * other tensors) and connects to the shards. */
 int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names,
-               const int32_t* ndims, const int64_t* dims, int64_t timeout_ms);
+               const int32_t* ndims, const int64_t* dims, const float* table_std,
+               int64_t timeout_ms);
 
 /* The membership from the newest assignment (refreshed by gs_sync). */
 int gs_membership_get(gs_session* s, gs_membership* out);
@@ -152,8 +157,24 @@ int gs_init_params(gs_session* s, const float* const* params, int64_t timeout_ms
 int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elems,
             uint64_t clock);
 
+/* Rows ids[0..n) (repeats allowed) of table `tensor` at reader clock `clock`
+ * (the consistency mode decides when, as for gs_pull) into out, n x dim
+ * floats, row i at out + i * dim; waits up to timeout_ms.
+ * InvalidArgument for a tensor that is not a table or an id out of range. */
+int gs_pull_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n, uint64_t clock,
+                 float* out, int64_t timeout_ms);
+
+/* The gradients of rows ids[0..n) (each at most once) of table `tensor` at
+ * clock `clock`, n x dim floats, row i at grads + i * dim; copied before it
+ * returns. At most once per table per clock: gs_end_clock sends an empty one
+ * for a table not pushed, and waits for the acknowledgements.
+ * InvalidArgument for a tensor that is not a table, an id out of range or
+ * twice. */
+int gs_push_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
+                 const float* grads, uint64_t clock);
+
 /* Ends clock `clock`: waits until the clock's gradients are encoded, pushes
- * zeros for every tensor not pushed in it, asks for the pull of clock + 1
+ * zeros for every tensor not pushed in it (no rows for a table), asks for the pull of clock + 1
  * into next[i] (one pointer per tensor, valid until that pull is waited for
  * or abandoned; NULL = no pull: the last clock), waits (at most 60 s in
  * all) until the clock's pushes are acknowledged, then advances the clock

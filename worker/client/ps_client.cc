@@ -12,7 +12,9 @@
 #include "common/codec/codec.h"
 #include "common/codec/wire.h"
 #include "common/executor.h"
+#include "absl/container/flat_hash_set.h"
 #include "common/job/precision.h"
+#include "common/job/row_partition.h"
 #include "common/status.h"
 #include "glog/logging.h"
 #include "ps.pb.h"
@@ -52,7 +54,16 @@ class PsClientImpl final : public PsClient {
   }
 
   absl::Status Init(ChannelFactory* channels) {
+    table_parts_.resize(map_.tensors.size());
+    for (const ChunkInfo& c : map_.chunks) {
+      if (c.table.has_value()) table_parts_[c.tensor].push_back(&c);
+    }
     for (const TensorInfo& t : map_.tensors) {
+      if (t.is_table()) {  // pushed and pulled by row: no encoder
+        encoders_.push_back(nullptr);
+        tensor_mu_.push_back(std::make_unique<absl::Mutex>());
+        continue;
+      }
       const std::string codec =
           t.codec.empty() ? ResolveCodec(options_.codec, t.name, t.num_elems) : t.codec;
       auto enc = TensorEncoder::Create(map_, t.index, codec, options_.codec);
@@ -82,6 +93,7 @@ class PsClientImpl final : public PsClient {
           absl::StrCat("Push: tensor ", tensor, " of ", map_.tensors.size()))));
     }
     const TensorInfo& info = map_.tensors[tensor];
+    if (info.is_table()) return MakePush(Completion::Failed(NotDense("Push", info)));
     if (grad.size() != info.num_elems) {
       return MakePush(Completion::Failed(absl::InvalidArgumentError(absl::StrCat(
           "Push: tensor '", info.name, "' has ", info.num_elems, " elements, got ", grad.size()))));
@@ -128,6 +140,7 @@ class PsClientImpl final : public PsClient {
       return fail(absl::InvalidArgumentError(
           absl::StrCat("PushEncoded: tensor ", tensor, " of ", map_.tensors.size())));
     }
+    if (map_.tensors[tensor].is_table()) return fail(NotDense("PushEncoded", map_.tensors[tensor]));
     const TensorEncoder& enc = *encoders_[tensor];
     const std::string& name = map_.tensors[tensor].name;
     if (chunks.size() != enc.num_chunks()) {
@@ -173,6 +186,7 @@ class PsClientImpl final : public PsClient {
           "Pull: ", out.size(), " output spans for ", map_.tensors.size(), " tensors"))));
     }
     for (const TensorInfo& t : map_.tensors) {
+      if (t.is_table() && !out[t.index].empty()) return MakePull(fail(NotDense("Pull", t)));
       if (!out[t.index].empty() && out[t.index].size() != t.num_elems) {
         return MakePull(fail(absl::InvalidArgumentError(absl::StrCat(
             "Pull: tensor '", t.name, "' has ", t.num_elems, " elements, span has ",
@@ -203,14 +217,18 @@ class PsClientImpl final : public PsClient {
                                                      " tensors, map has ", map_.tensors.size()));
     }
     for (const TensorInfo& t : map_.tensors) {
+      if (t.is_table() && values[t.index].empty()) continue;  // its rows start on the shards
       if (values[t.index].size() != t.num_elems) {
         return absl::InvalidArgumentError(absl::StrCat("InitParams: tensor '", t.name, "' has ",
                                                        t.num_elems, " elements, got ",
                                                        values[t.index].size()));
       }
     }
-    auto done = std::make_shared<Completion>(static_cast<int>(map_.chunks.size()));
+    int dense = 0;
+    for (const ChunkInfo& c : map_.chunks) dense += c.table.has_value() ? 0 : 1;
+    auto done = std::make_shared<Completion>(dense);
     for (const ChunkInfo& c : map_.chunks) {
+      if (c.table.has_value()) continue;
       auto message = std::make_unique<v1::WorkerMessage>();
       v1::InitChunk* init = message->mutable_init();
       init->set_chunk_id(c.chunk_id);
@@ -220,6 +238,73 @@ class PsClientImpl final : public PsClient {
       streams_[c.shard]->SendPush(std::move(message), {done});
     }
     return done->Wait(timeout);
+  }
+
+  PullHandle PullRows(uint32_t tensor, absl::Span<const uint64_t> ids, uint64_t clock,
+                      absl::Span<float> out) override {
+    pull_calls_.fetch_add(1, std::memory_order_relaxed);
+    const TensorInfo* table = nullptr;
+    absl::Status bad = CheckRows("PullRows", tensor, ids, out.size(), false, &table);
+    if (!bad.ok()) {
+      auto state = std::make_shared<PullState>(std::vector<PullTarget>(),
+                                               std::vector<std::vector<uint64_t>>(1, {0}));
+      state->Fail(0, bad);
+      return MakePull(std::move(state));
+    }
+    const std::vector<const ChunkInfo*>& parts = table_parts_[tensor];
+    std::vector<PullTarget> targets(map_.chunks.size());
+    std::vector<std::vector<uint64_t>> per_shard(map_.shards.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const ChunkInfo& c = *parts[RowPartition(tensor, ids[i], parts.size())];
+      PullTarget& t = targets[c.chunk_id];
+      if (t.row_ids.empty()) {
+        t.dst = out.data();
+        t.tensor = tensor;
+        t.dim = table->table_dim;
+        per_shard[c.shard].push_back(c.chunk_id);
+      }
+      t.row_ids.push_back(ids[i]);
+      t.positions.push_back(static_cast<uint32_t>(i));
+      t.num_elems += table->table_dim;
+    }
+    auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard));
+    for (uint32_t s = 0; s < streams_.size(); ++s) {
+      if (!state->chunks_of(s).empty()) streams_[s]->SendPull(clock, state);
+    }
+    return MakePull(std::shared_ptr<PullState>(state.get(), [state](PullState* s) { s->Abandon(); }));
+  }
+
+  PushHandle PushRows(uint32_t tensor, absl::Span<const uint64_t> ids,
+                      absl::Span<const float> grads, uint64_t clock) override {
+    push_calls_.fetch_add(1, std::memory_order_relaxed);
+    const TensorInfo* table = nullptr;
+    if (absl::Status bad = CheckRows("PushRows", tensor, ids, grads.size(), true, &table);
+        !bad.ok()) {
+      return MakePush(Completion::Failed(std::move(bad)));
+    }
+    const std::vector<const ChunkInfo*>& parts = table_parts_[tensor];
+    const uint32_t dim = table->table_dim;
+    std::vector<v1::PushedRows> rows(parts.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      v1::PushedRows& r = rows[RowPartition(tensor, ids[i], parts.size())];
+      r.add_ids(ids[i]);
+      r.mutable_values()->append(reinterpret_cast<const char*>(grads.data() + i * dim),
+                                 size_t{dim} * sizeof(float));
+    }
+    // Every partition, also one without rows (see PushRows in ps_client.h).
+    auto done = std::make_shared<Completion>(static_cast<int>(parts.size()));
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const ChunkInfo& c = *parts[p];
+      rows[p].set_chunk_id(c.chunk_id);
+      const uint64_t bytes = rows[p].values().size();
+      chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
+      bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
+      fp32_bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
+      AddToBucketWith(c.shard, clock, bytes, done, [&](v1::Push* push) {
+        *push->add_rows() = std::move(rows[p]);
+      });
+    }
+    return MakePush(std::move(done));
   }
 
   absl::Status AdvanceClock(uint64_t clock) override {
@@ -265,6 +350,7 @@ class PsClientImpl final : public PsClient {
   double ResidualNorm() const override {
     double sq = 0.0;
     for (size_t t = 0; t < encoders_.size(); ++t) {
+      if (encoders_[t] == nullptr) continue;  // a table: no residual
       absl::MutexLock lock(tensor_mu_[t].get());
       sq += encoders_[t]->ResidualNormSquared();
     }
@@ -301,6 +387,21 @@ class PsClientImpl final : public PsClient {
     chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
     bytes_pushed_.fetch_add(payload.size(), std::memory_order_relaxed);
     fp32_bytes_pushed_.fetch_add(uint64_t{c.num_elems} * sizeof(float), std::memory_order_relaxed);
+    AddToBucketWith(c.shard, clock, payload.size(), done, [&](v1::Push* push) {
+      v1::PushedChunk* pc = push->add_chunks();
+      pc->set_chunk_id(c.chunk_id);
+      ChunkToWire(header, std::move(payload), pc->mutable_chunk());
+      pc->set_error_clocks(report.error_clocks);
+      pc->set_raised(report.raised);
+    });
+  }
+
+  // Adds what `fill` writes into shard `shard`'s Push of the open bucket of
+  // `clock` (`bytes` of payload); sends the bucket once it is full (and
+  // first the open one of another clock).
+  template <typename Fill>
+  void AddToBucketWith(uint32_t shard, uint64_t clock, uint64_t bytes,
+                       const std::shared_ptr<Completion>& done, Fill fill) {
     Bucket other_clock, full;
     {
       absl::MutexLock lock(&bucket_mu_);
@@ -310,18 +411,14 @@ class PsClientImpl final : public PsClient {
         open_.pushes.resize(streams_.size());
         open_.dones.resize(streams_.size());
       }
-      std::unique_ptr<v1::WorkerMessage>& push = open_.pushes[c.shard];
+      std::unique_ptr<v1::WorkerMessage>& push = open_.pushes[shard];
       if (push == nullptr) {
         push = std::make_unique<v1::WorkerMessage>();
         push->mutable_push()->set_clock(clock);
       }
-      open_.bytes += payload.size();
-      v1::PushedChunk* pc = push->mutable_push()->add_chunks();
-      pc->set_chunk_id(c.chunk_id);
-      ChunkToWire(header, std::move(payload), pc->mutable_chunk());
-      pc->set_error_clocks(report.error_clocks);
-      pc->set_raised(report.raised);
-      open_.dones[c.shard].push_back(done);
+      open_.bytes += bytes;
+      fill(push->mutable_push());
+      open_.dones[shard].push_back(done);
       const bool first = sent_clock_ != clock || sent_in_clock_ == 0;
       const uint64_t bound = first ? options_.first_bucket_bytes : options_.bucket_bytes;
       if (open_.bytes >= bound) full = TakeBucketLocked();
@@ -367,6 +464,40 @@ class PsClientImpl final : public PsClient {
     }
   }
 
+  static absl::Status NotDense(absl::string_view call, const TensorInfo& t) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call, ": tensor '", t.name, "' is a table: use PullRows/PushRows"));
+  }
+
+  // The checks of PullRows (`unique` false) and PushRows: a table, ids in
+  // range (and each once), `floats` = ids x dim.
+  absl::Status CheckRows(absl::string_view call, uint32_t tensor, absl::Span<const uint64_t> ids,
+                         size_t floats, bool unique, const TensorInfo** table) const {
+    if (tensor >= map_.tensors.size() || !map_.tensors[tensor].is_table()) {
+      return absl::InvalidArgumentError(absl::StrCat(call, ": tensor ", tensor, " is not a table"));
+    }
+    const TensorInfo& t = map_.tensors[tensor];
+    *table = &t;
+    if (floats != ids.size() * t.table_dim || floats > (uint64_t{1} << 31)) {
+      return absl::InvalidArgumentError(absl::StrCat(call, ": ", ids.size(), " rows of table '",
+                                                     t.name, "' want ", ids.size() * t.table_dim,
+                                                     " floats (at most 2^31), got ", floats));
+    }
+    absl::flat_hash_set<uint64_t> seen;
+    for (uint64_t id : ids) {
+      if (id >= t.table_rows) {
+        return absl::InvalidArgumentError(absl::StrCat(call, ": row ", id, " of table '", t.name,
+                                                       "' is out of range (", t.table_rows,
+                                                       " rows)"));
+      }
+      if (unique && !seen.insert(id).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(call, ": row ", id, " of table '", t.name, "' twice"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   static std::vector<uint32_t> ChunkElems(const ShardMap& map) {
     std::vector<uint32_t> n(map.chunks.size());
     for (const ChunkInfo& c : map.chunks) n[c.chunk_id] = c.num_elems;
@@ -378,7 +509,8 @@ class PsClientImpl final : public PsClient {
 
   const ShardMap map_;
   const ClientOptions options_;
-  std::vector<std::unique_ptr<TensorEncoder>> encoders_;  // by tensor index
+  std::vector<std::unique_ptr<TensorEncoder>> encoders_;  // by tensor index; null: a table
+  std::vector<std::vector<const ChunkInfo*>> table_parts_;  // by tensor: partitions in order
   std::vector<std::unique_ptr<absl::Mutex>> tensor_mu_;   // guards encoders_[t]
   std::vector<std::unique_ptr<ShardStream>> streams_;     // by shard index
   internal::StreamCounters counters_;

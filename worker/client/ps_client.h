@@ -261,6 +261,25 @@ class PsClient {
   // it abandons the pull, and nothing is written after.
   virtual PullHandle Pull(uint64_t clock, std::vector<absl::Span<float>> out) = 0;
 
+  // Row-sparse tables (docs/design/sparse-tables.md). A table's span in
+  // Pull and InitParams is empty; Push of a table is InvalidArgument.
+  //
+  // Asks for rows `ids` (repeats allowed) of table `tensor` at reader clock
+  // `clock`, answered when the consistency mode allows, as Pull, and writes
+  // row i into out[i * dim, (i + 1) * dim). `out` stays valid as for Pull.
+  // The handle fails with InvalidArgument, nothing asked, for a tensor that
+  // is not a table, an id out of range or an `out` of another size.
+  virtual PullHandle PullRows(uint32_t tensor, absl::Span<const uint64_t> ids, uint64_t clock,
+                              absl::Span<float> out) = 0;
+  // Pushes the gradients of rows `ids` of table `tensor` computed at clock
+  // `clock`, row i in grads[i * dim, (i + 1) * dim); copied before it
+  // returns. Once per table per clock, also with no ids: a sync round of a
+  // partition closes when every member pushed it (the step loop pushes an
+  // empty one for a table not pushed). InvalidArgument, nothing sent, for a
+  // tensor that is not a table, an id out of range or twice, a wrong size.
+  virtual PushHandle PushRows(uint32_t tensor, absl::Span<const uint64_t> ids,
+                              absl::Span<const float> grads, uint64_t clock) = 0;
+
   // Waits for a handle. OK, the handle's error, or DeadlineExceeded when
   // `timeout` passes first: the push or pull keeps going and can be waited
   // on again (a pull is asked once and answered once, however long it takes

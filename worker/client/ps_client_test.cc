@@ -879,5 +879,66 @@ TEST_F(PsClientTest, StepLoopPushReturnsBeforeTheGradientIsEncoded) {
   for (int t = 0; t < 3; ++t) EXPECT_FLOAT_EQ(params[t][7], init[t][7] - 1.0f) << "tensor " << t;
 }
 
+// A table lives on the shards (docs/design/sparse-tables.md): two workers
+// read the same first-touch rows, push the rows their batches touched, and
+// the sync round moves each touched row by the mean of its gradients, sent
+// by PushRows or, for a worker that touched none, by the step loop's empty
+// push; rows nobody touched keep their initial values.
+TEST_F(PsClientTest, TableRowsInASyncJob) {
+  StartShards(2);
+  TensorSpec table{"emb", 1000 * 4, {1000, 4}, true, 1.0f};
+  auto map = SplitModel({{"w", 8}, table}, Addresses(), 16384);
+  ASSERT_TRUE(map.ok()) << map.status();
+  testing::JobSetup setup = Sgd(0.5f);
+  setup.workers = {1, 2};
+  ASSERT_TRUE(testing::CreateJob(*map, setup, kWait).ok());
+  auto c1 = PsClient::Connect(*map, Options(1));
+  auto c2 = PsClient::Connect(*map, Options(2));
+  ASSERT_TRUE(c1.ok() && c2.ok()) << c1.status() << c2.status();
+  const std::vector<float> w0(8, 1.0f);
+  ASSERT_TRUE((*c1)->InitParams({absl::MakeConstSpan(w0), {}}, kWait).ok());
+
+  const std::vector<uint64_t> ids = {3, 500, 999, 3};
+  std::vector<float> rows1(16), rows2(16);
+  ASSERT_TRUE(PsClient::Wait((*c1)->PullRows(1, ids, 0, absl::MakeSpan(rows1)), kWait).ok());
+  ASSERT_TRUE(PsClient::Wait((*c2)->PullRows(1, ids, 0, absl::MakeSpan(rows2)), kWait).ok());
+  EXPECT_EQ(rows1, rows2);  // first touch is the same for every reader
+  EXPECT_EQ(std::vector<float>(rows1.begin(), rows1.begin() + 4),
+            std::vector<float>(rows1.begin() + 12, rows1.end()));  // a repeat reads the row again
+  EXPECT_NE(rows1[0], rows1[4]);
+
+  // Clock 0: worker 1 touches rows 3 and 500 through the client; worker 2
+  // pushes only its dense gradient through the step loop, which sends the
+  // table's empty push.
+  const std::vector<float> zeros(8, 0.0f), g1 = {1, 2, 3, 4, 4, 4, 4, 4};
+  ASSERT_TRUE(PsClient::Wait((*c1)->Push(0, zeros, 0), kWait).ok());
+  ASSERT_TRUE(PsClient::Wait((*c1)->PushRows(1, {3, 500}, g1, 0), kWait).ok());
+  ASSERT_TRUE((*c1)->AdvanceClock(1).ok());
+  {
+    StepLoop loop(c2->get(), StepLoopOptions{}, StepLoopHooks{});
+    ASSERT_TRUE(loop.Push(0, zeros, 0).ok());
+    ASSERT_TRUE(loop.EndClock(0, std::nullopt).ok());
+  }
+  std::vector<float> after(16);
+  ASSERT_TRUE(PsClient::Wait((*c1)->PullRows(1, ids, 1, absl::MakeSpan(after)), kWait).ok());
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_FLOAT_EQ(after[j], rows1[j] - 0.5f * g1[j] / 2) << j;       // row 3
+    EXPECT_FLOAT_EQ(after[4 + j], rows1[4 + j] - 0.5f * 4 / 2) << j;   // row 500
+    EXPECT_FLOAT_EQ(after[8 + j], rows1[8 + j]) << j;                  // row 999: untouched
+  }
+
+  // Bad calls fail before anything is sent.
+  auto error = [](const PushHandle& h) { return PsClient::Wait(h, kWait).message(); };
+  const std::vector<float> one_row = {1, 1, 1, 1}, two_rows(8, 1.0f);
+  EXPECT_TRUE(absl::StrContains(error((*c1)->PushRows(1, {1000}, one_row, 1)), "out of range"));
+  EXPECT_TRUE(absl::StrContains(error((*c1)->PushRows(1, {7, 7}, two_rows, 1)), "twice"));
+  EXPECT_TRUE(absl::StrContains(error((*c1)->PushRows(1, {7}, two_rows, 1)), "want 4 floats"));
+  EXPECT_TRUE(absl::StrContains(error((*c1)->PushRows(0, {}, {}, 1)), "is not a table"));
+  EXPECT_TRUE(absl::StrContains(error((*c1)->Push(1, two_rows, 1)), "is a table"));
+  std::vector<float> out(4);
+  EXPECT_EQ(PsClient::Wait((*c1)->PullRows(1, {1000}, 1, absl::MakeSpan(out)), kWait).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace gradstream::client

@@ -114,6 +114,11 @@ absl::Status StepLoop::EndClock(uint64_t clock,
   // Zeros are encoded here: the encode thread is idle.
   std::vector<PushHandle> zeros;
   for (uint32_t t : missing) {
+    if (client_->shard_map().tensors[t].is_table()) {
+      // No row touched this clock: the partitions' rounds still need it.
+      zeros.push_back(client_->PushRows(t, {}, {}, clock));
+      continue;
+    }
     const size_t n = client_->shard_map().tensors[t].num_elems;
     if (zeros_.size() < n) zeros_.resize(n, 0.0f);
     zeros.push_back(client_->Push(t, absl::MakeConstSpan(zeros_.data(), n), clock));

@@ -86,12 +86,14 @@ class StepLoop {
   // tensor was already pushed this clock, InvalidArgument for an index out
   // of range.
   [[nodiscard]] absl::Status Push(uint32_t tensor, absl::Span<const float> grad, uint64_t clock);
-  // A push made elsewhere (PsClient::PushEncoded: the GPU path) of tensor
-  // `tensor`, waited for as Push's are.
+  // A push made elsewhere (PsClient::PushEncoded: the GPU path;
+  // PsClient::PushRows: a table's rows) of tensor `tensor`, waited for as
+  // Push's are.
   void AddPush(uint32_t tensor, PushHandle handle);
 
   // Ends clock `clock` (see [step loop]): waits until every gradient pushed
-  // is encoded, pushes zeros for the tensors not pushed in it, sends the
+  // is encoded, pushes zeros for the tensors not pushed in it (no rows for
+  // a table), sends the
   // last bucket, asks for the pull of clock + 1 into `next` (one span per
   // tensor, see PsClient::Pull) unless it is nullopt, waits (push_wait, one
   // deadline for all of it) until the clock's pushes are acknowledged and

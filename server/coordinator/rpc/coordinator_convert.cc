@@ -38,13 +38,16 @@ v1::JobSpec JobSpecToProto(const JobSpec& spec) {
 }
 
 DeclaredTensor DeclaredTensorFromProto(const v1::DeclaredTensor& proto) {
-  return DeclaredTensor{proto.name(), {proto.shape().begin(), proto.shape().end()}};
+  return DeclaredTensor{proto.name(), {proto.shape().begin(), proto.shape().end()},
+                        proto.table(), proto.init_std()};
 }
 
 v1::DeclaredTensor DeclaredTensorToProto(const DeclaredTensor& tensor) {
   v1::DeclaredTensor proto;
   proto.set_name(tensor.name);
   for (int64_t d : tensor.shape) proto.add_shape(d);
+  proto.set_table(tensor.table);
+  proto.set_init_std(tensor.init_std);
   return proto;
 }
 

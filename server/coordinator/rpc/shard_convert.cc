@@ -27,7 +27,12 @@ v1::CreateJobRequest CreateJobToProto(const ShardJob& job) {
   req.set_job_id(job.job_id);
   *req.mutable_optimizer() = spec.optimizer();
   *req.mutable_consistency() = spec.consistency();
-  for (const ChunkInfo& c : job.chunks) *req.add_chunks() = ChunkInfoToProto(c);
+  for (const ChunkInfo& c : job.chunks) {
+    v1::ChunkInfo* chunk = req.add_chunks();
+    *chunk = ChunkInfoToProto(c);
+    // A table's rows start from the job's seed (docs/design/sparse-tables.md).
+    if (chunk->has_rows()) chunk->mutable_rows()->set_seed(spec.seed());
+  }
   MembershipToProto(job.membership, req.mutable_membership());
   req.set_checkpoint_every(spec.checkpoint_every());
   req.set_shard_index(job.shard_index);

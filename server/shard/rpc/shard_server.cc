@@ -400,6 +400,10 @@ class ShardService final : public ServiceBase {
       resp->set_checkpoint_failures(s.checkpoint_failures);
       resp->set_checkpoint_error(s.checkpoint_error);
       resp->set_push_messages(s.push_messages);
+      resp->set_rows_held(s.rows_held);
+      resp->set_row_bytes(s.row_bytes);
+      resp->set_rows_pushed(s.rows_pushed);
+      resp->set_rows_pulled(s.rows_pulled);
       for (const JobStats::ChunkPrecision& p : s.precision) {
         pb::ChunkPrecision* cp = resp->add_precision();
         cp->set_chunk_id(p.chunk_id);
@@ -482,6 +486,7 @@ class ShardService final : public ServiceBase {
       return absl::AlreadyExistsError(absl::StrCat("job '", req.job_id(), "' already exists"));
     }
     GS_RETURN_IF_ERROR(CheckCapacityLocked(*options));
+    options->max_row_bytes = RowBytesLeftLocked(*options);
     absl::StatusOr<Job::Opened> opened = Job::Open(*std::move(options), options_.env, executor_);
     if (!opened.ok()) {
       LOG(ERROR) << "CreateJob " << req.job_id() << ": " << opened.status();
@@ -493,6 +498,19 @@ class ShardService final : public ServiceBase {
     LOG(INFO) << "job " << req.job_id() << " created with " << req.chunks_size() << " chunks"
               << (opened->restored ? " (restored)" : "");
     return absl::OkStatus();
+  }
+
+  // What --max_param_bytes leaves for the rows of `add`'s tables: less every
+  // job's dense parameters and the other jobs' rows (at least 1 byte: a
+  // job's first new row is then refused, not unbounded).
+  uint64_t RowBytesLeftLocked(const JobOptions& add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    uint64_t used = 0;
+    for (const ChunkSpec& c : add.chunks) used += uint64_t{c.num_elems} * sizeof(float);
+    for (const auto& [id, job] : jobs_) {
+      used += job->row_bytes();
+      for (const ChunkSpec& c : job->options().chunks) used += uint64_t{c.num_elems} * sizeof(float);
+    }
+    return used >= options_.max_param_bytes ? 1 : options_.max_param_bytes - used;
   }
 
   // RESOURCE_EXHAUSTED when `add` would take the shard past its limits.

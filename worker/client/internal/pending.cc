@@ -154,7 +154,12 @@ void PullState::OnAnswer(uint32_t shard, absl::Span<const AnsweredChunk> chunks,
   arrived.reserve(chunks.size());
   for (const AnsweredChunk& c : chunks) {
     const PullTarget& t = targets_[c.chunk_id];
-    if (c.published == nullptr) {
+    if (!t.positions.empty()) {
+      const size_t row = size_t{t.dim} * sizeof(float);
+      for (size_t i = 0; i < t.positions.size(); ++i) {
+        std::memcpy(t.dst + size_t{t.positions[i]} * t.dim, c.values.data() + i * row, row);
+      }
+    } else if (c.published == nullptr) {
       std::memcpy(t.dst, c.values.data(), c.values.size());  // little-endian hosts only
     } else {
       absl::Status s = published_ == nullptr

@@ -46,6 +46,11 @@ struct PullTarget {
   float* dst = nullptr;  // null: not requested
   uint32_t num_elems = 0;
   uint32_t tensor = 0;   // the tensor it is part of (see PullState::WaitTensors)
+  // A table partition's rows (PsClient::PullRows): the ids asked for, and
+  // where each lands: row i of the answer at dst + positions[i] * dim.
+  std::vector<uint64_t> row_ids;
+  std::vector<uint32_t> positions;
+  uint32_t dim = 0;
 };
 
 // One chunk of a received PullAnswer: fp32 `values`, or a published answer
@@ -100,6 +105,10 @@ class PullState {
   // Elements of `chunk_id` as asked for (0 when not asked for).
   uint32_t chunk_elems(uint64_t chunk_id) const {
     return chunk_id < targets_.size() ? targets_[chunk_id].num_elems : 0;
+  }
+  // The rows asked of table partition `chunk_id` (empty for a dense chunk).
+  const std::vector<uint64_t>& row_ids(uint64_t chunk_id) const {
+    return targets_[chunk_id].row_ids;
   }
   // The shard answered with an error or its stream failed for good.
   void Fail(uint32_t shard, const absl::Status& status);

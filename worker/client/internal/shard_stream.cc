@@ -84,6 +84,7 @@ void ShardStream::SendPush(std::unique_ptr<v1::WorkerMessage> message,
   uint64_t bytes = 0;
   if (message->has_push()) {
     for (const v1::PushedChunk& c : message->push().chunks()) bytes += c.chunk().payload().size();
+    for (const v1::PushedRows& r : message->push().rows()) bytes += r.values().size();
   } else {
     bytes = message->init().values().size();
   }
@@ -130,7 +131,16 @@ void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
     req->set_request_id(request_id);
     req->set_clock(clock);
     req->set_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.pull_timeout)));
-    req->mutable_chunk_ids()->Add(g.chunks.begin(), g.chunks.end());
+    for (uint64_t id : g.chunks) {
+      const std::vector<uint64_t>& rows = pull->row_ids(id);
+      if (rows.empty()) {
+        req->add_chunk_ids(id);
+      } else {
+        v1::RowRequest* r = req->add_rows();  // a table partition: its rows only
+        r->set_chunk_id(id);
+        r->mutable_ids()->Add(rows.begin(), rows.end());
+      }
+    }
     AddHeldCopies(*pull, g.chunks, req);
     // Journal order after everything queued (a replay sends it after every
     // push it follows); its first send may come earlier (see [overlapped pull]).
@@ -152,6 +162,10 @@ std::vector<ShardStream::PullGroup> ShardStream::GroupByPendingPush(
     for (const v1::PushedChunk& c : e.message->push().chunks()) {
       auto it = last_push.find(c.chunk_id());
       if (it != last_push.end()) it->second = order;  // the journal iterates in order
+    }
+    for (const v1::PushedRows& r : e.message->push().rows()) {
+      auto it = last_push.find(r.chunk_id());
+      if (it != last_push.end()) it->second = order;
     }
   }
   std::vector<std::pair<uint64_t, uint64_t>> pending;  // (order, chunk id)
@@ -568,6 +582,7 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
           bytes += c.values().size();
           for (const v1::EncodedChunk& d : c.deltas()) bytes += d.payload().size();
         }
+        for (const v1::PulledRows& r : pa.rows()) bytes += r.values().size();
         counters_->bytes_pulled.fetch_add(bytes, std::memory_order_relaxed);
         counters_->bytes_pulled_discarded.fetch_add(bytes, std::memory_order_relaxed);
         return;
@@ -609,6 +624,11 @@ void ShardStream::OnAnswer(const v1::PullAnswer& answer, PullState& pull) {
   std::vector<AnsweredChunk> chunks(answer.chunks_size());
   std::vector<PublishedAnswer> published(answer.chunks_size());
   uint64_t bytes = 0, fp32_bytes = 0;
+  for (const v1::PulledRows& r : answer.rows()) {  // table rows: fp32
+    chunks.push_back(AnsweredChunk{r.chunk_id(), r.values(), nullptr});
+    bytes += r.values().size();
+    fp32_bytes += r.values().size();
+  }
   for (int i = 0; i < answer.chunks_size(); ++i) {
     const v1::PulledChunk& pc = answer.chunks(i);
     AnsweredChunk& c = chunks[i];

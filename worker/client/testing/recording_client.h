@@ -44,6 +44,17 @@ class RecordingClient final : public PsClient {
     return MakePullHandle(std::make_shared<internal::PullState>(
         std::vector<internal::PullTarget>(), std::vector<std::vector<uint64_t>>()));
   }
+  PullHandle PullRows(uint32_t, absl::Span<const uint64_t>, uint64_t clock,
+                      absl::Span<float>) override {
+    Record(absl::StrCat("pull rows ", clock));
+    return MakePullHandle(std::make_shared<internal::PullState>(
+        std::vector<internal::PullTarget>(), std::vector<std::vector<uint64_t>>()));
+  }
+  PushHandle PushRows(uint32_t, absl::Span<const uint64_t>, absl::Span<const float>,
+                      uint64_t clock) override {
+    Record(absl::StrCat("push rows ", clock));
+    return PushHandle();
+  }
   absl::Status InitParams(absl::Span<const absl::Span<const float>> values,
                           absl::Duration) override {
     Record("init");

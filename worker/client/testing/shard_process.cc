@@ -1,6 +1,8 @@
 // Child-process shard for tests and benchmarks. See shard_process.h.
 #include "worker/client/testing/shard_process.h"
 
+#include "common/job/shard_map_proto.h"
+
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -141,11 +143,9 @@ absl::StatusOr<v1::CreateJobResponse> CreateJobOn(const ShardMap& map, uint32_t 
   for (const ChunkInfo& c : map.chunks) {
     if (c.shard != shard) continue;
     v1::ChunkInfo* p = req.add_chunks();
-    p->set_chunk_id(c.chunk_id);
-    p->set_tensor(c.tensor);
-    p->set_offset(c.offset);
-    p->set_num_elems(c.num_elems);
-    p->set_shard(c.shard);
+    *p = ChunkInfoToProto(c);
+    p->set_pull_fp32(false);  // the job's pull codec applies to every chunk here
+    if (p->has_rows()) p->mutable_rows()->set_seed(setup.seed);
   }
   v1::Membership* m = req.mutable_membership();
   m->set_epoch(setup.epoch);

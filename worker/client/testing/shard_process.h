@@ -71,6 +71,7 @@ struct JobSetup {
   // (see [re-initialization] in server/shard/job.h).
   bool resume = false;
   uint64_t resume_clock = 0;
+  uint64_t seed = 1;  // tables' rows start from it
 };
 
 // CreateJob on every shard of `map` with the chunks the map gives it.

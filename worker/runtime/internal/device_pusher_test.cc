@@ -60,6 +60,14 @@ class CapturingClient final : public client::PsClient {
     return {};
   }
   client::PullHandle Pull(uint64_t, std::vector<absl::Span<float>>) override { return {}; }
+  client::PullHandle PullRows(uint32_t, absl::Span<const uint64_t>, uint64_t,
+                              absl::Span<float>) override {
+    return {};
+  }
+  client::PushHandle PushRows(uint32_t, absl::Span<const uint64_t>, absl::Span<const float>,
+                              uint64_t) override {
+    return {};
+  }
   absl::Status InitParams(absl::Span<const absl::Span<const float>>, absl::Duration) override {
     return absl::OkStatus();
   }

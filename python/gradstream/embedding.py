@@ -1,0 +1,141 @@
+"""Embedding tables that live on the shards (docs/design/sparse-tables.md).
+
+    emb = gs.Embedding(10_000_000, 64)        # no storage on the worker
+    bag = gs.Embedding(1 << 24, 16, mode="sum")  # nn.EmbeddingBag's sum
+
+A drop-in for nn.Embedding / nn.EmbeddingBag whose table is never whole on
+a worker: gs.ParameterServer(model) declares it as a row-sparse table, each
+forward pulls the rows its ids name (at the version the consistency mode
+allows, as dense parameters are), and ps.step() pushes the gradients of the
+rows the clock's forwards touched; the shards apply the job's optimizer to
+those rows only. Why a module of its own and not nn.Embedding(sparse=True):
+nn.Embedding allocates its whole weight at construction (a table larger
+than the worker's memory cannot be built), and its forward reads that
+weight, which a worker never holds.
+
+Run single-process (local mode), the table is an ordinary dense parameter
+(its rows start N(0, init_std^2) as on the shards, from torch's generator)
+trained by the local optimizer.
+"""
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+
+PULL_TIMEOUT_MS = 60_000
+
+
+class Embedding(torch.nn.Module):
+    """num_embeddings x embedding_dim rows on the shards; mode None looks rows
+    up (nn.Embedding), "sum" or "mean" reduces bags (nn.EmbeddingBag, with
+    `offsets` for a 1-D input and per_sample_weights for "sum")."""
+
+    def __init__(self, num_embeddings, embedding_dim, mode=None, init_std=1.0):
+        super().__init__()
+        if num_embeddings <= 0 or embedding_dim <= 0:
+            raise ValueError("gradstream: an embedding table wants num_embeddings and "
+                             "embedding_dim > 0, got %d x %d" % (num_embeddings, embedding_dim))
+        if mode not in (None, "sum", "mean"):
+            raise ValueError("gradstream: Embedding mode %r: want None, 'sum' or 'mean'" % (mode,))
+        self.num_embeddings = int(num_embeddings)
+        self.embedding_dim = int(embedding_dim)
+        self.mode = mode
+        self.init_std = float(init_std)
+        self.weight = None   # local mode only: the dense table
+        self._ps = None      # the ParameterServer serving it (a job)
+        self._index = None   # its tensor index in the job's shard map
+        self._lookups = []   # this clock's (unique ids, pulled rows)
+
+    def extra_repr(self):
+        return "%d, %d%s" % (self.num_embeddings, self.embedding_dim,
+                             "" if self.mode is None else ", mode=%r" % self.mode)
+
+    # -- set up by ParameterServer
+
+    def _materialize_local(self):
+        w = torch.randn(self.num_embeddings, self.embedding_dim) * self.init_std
+        self.weight = torch.nn.Parameter(w)
+
+    def _attach(self, ps, index):
+        self._ps = ps
+        self._index = index
+
+    # -- forward
+
+    def _check_ids(self, ids):
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError("gradstream: embedding ids are %s, want an integer tensor" % ids.dtype)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise IndexError("gradstream: embedding id %d is out of range: the table has %d "
+                             "rows" % (bad, self.num_embeddings))
+
+    def _lookup(self, ids, table, offsets, per_sample_weights):
+        if self.mode is None:
+            return F.embedding(ids, table)
+        return F.embedding_bag(ids, table, offsets, mode=self.mode,
+                               per_sample_weights=per_sample_weights)
+
+    def forward(self, ids, offsets=None, per_sample_weights=None):
+        self._check_ids(ids)
+        if self.weight is not None:
+            return self._lookup(ids, self.weight, offsets, per_sample_weights)
+        if self._ps is None:
+            raise RuntimeError("gradstream: build gs.ParameterServer(model) before the first "
+                               "forward of a gs.Embedding")
+        uniq, inverse = torch.unique(ids.reshape(-1).cpu().to(torch.int64), sorted=True,
+                                     return_inverse=True)
+        rows = self._ps._pull_rows(self._index, uniq, self.embedding_dim)
+        if torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            self._lookups.append((uniq, rows))
+        out = self._lookup(inverse.view(ids.shape).to(ids.device), rows.to(ids.device), offsets,
+                           per_sample_weights)
+        return out
+
+    def _take_gradient(self):
+        """The clock's touched rows and their summed gradients (each id
+        once), and forgets the clock's lookups. (None, None) when backward
+        reached no row."""
+        looked, self._lookups = self._lookups, []
+        got = [(u, r.grad) for u, r in looked if r.grad is not None]
+        if not got:
+            return None, None
+        if len(got) == 1:
+            return got[0][0], got[0][1].contiguous()
+        ids = torch.cat([u for u, _ in got])
+        grads = torch.cat([g for _, g in got])
+        uniq, inverse = torch.unique(ids, sorted=True, return_inverse=True)
+        summed = torch.zeros(len(uniq), self.embedding_dim).index_add_(0, inverse, grads)
+        return uniq, summed
+
+
+def tables_of(model):
+    """The model's gs.Embedding modules, in module order (each once)."""
+    seen, out = set(), []
+    for m in model.modules():
+        if isinstance(m, Embedding) and id(m) not in seen:
+            seen.add(id(m))
+            out.append(m)
+    return out
+
+
+def pull_rows(lib, handle, index, ids, dim, clock):
+    """Rows `ids` (int64, non-negative) of table `index` at `clock`."""
+    out = torch.empty(len(ids), dim, dtype=torch.float32)
+    ids = ids.contiguous()
+    rc = lib.gs_pull_rows(handle, index, ctypes.c_void_p(ids.data_ptr()), len(ids), clock,
+                          ctypes.c_void_p(out.data_ptr()), PULL_TIMEOUT_MS)
+    return rc, out
+
+
+def push_rows(lib, handle, index, ids, grads, clock):
+    """The gradients of rows `ids` (each once) of table `index` at `clock`;
+    copied by the library before it returns."""
+    if ids is None:
+        return 0  # nothing touched: gs_end_clock pushes the empty one
+    ids = ids.contiguous()
+    grads = grads.detach().to("cpu", torch.float32).contiguous()
+    return lib.gs_push_rows(handle, index, ctypes.c_void_p(ids.data_ptr()), len(ids),
+                            ctypes.c_void_p(grads.data_ptr()), clock)
