@@ -50,6 +50,9 @@ SYSTEMS = {
     "ddp-fp32": ("ddp", "fp32"),
     "ddp-fp16": ("ddp", "fp16"),
     "ddp-powersgd": ("ddp", "powersgd"),
+    # ctr: the table's gradient dense (nn.Embedding without sparse=True, the
+    # default), all-reduced whole every step.
+    "ddp-dense": ("ddp", "dense"),
     "gs-defaults": ("gradstream", None),
     "gs-none": ("gradstream", "none"),
     "gs-twobit": ("gradstream", "twobit"),
@@ -90,6 +93,9 @@ SYSTEMS = {
     # The package's reference: the same script single-process on one worker's
     # share of the global batch, no network -- compute alone.
     "local-half": ("local", None),
+    # Single-process on the whole global batch: the reference a model that
+    # fits one machine trains to (the ctr family's AUC).
+    "local": ("local", "full"),
     # ... and the package's step with that compute: a 1-worker job on the
     # same share, so the second core is the shards' (the package's ratio on a
     # 2-core host, where a 2-worker job's compute alone fills both cores).
@@ -190,7 +196,11 @@ class Run:
 
     def script_argv(self, extra):
         a = self.args
-        return ([sys.executable, os.path.join(HERE, "train.py"), "--model", self.model,
+        # A memory limit on every training process (RLIMIT_DATA: what it
+        # allocates), as a worker machine's memory would be.
+        limit = (["prlimit", "--data=%d" % (a.script_data_limit_mb << 20)]
+                 if a.script_data_limit_mb else [])
+        return (limit + [sys.executable, os.path.join(HERE, "train.py"), "--model", self.model,
                  "--steps", str(self.steps), "--eval_every", str(a.eval_every),
                  "--test_limit", str(a.test_limit), "--global_batch", str(a.global_batch),
                  "--seed", str(a.seed), "--lr", str(LR[self.model]), "--out", self.out,
@@ -201,14 +211,17 @@ class Run:
     def start_ddp(self, port):
         master = "%s:%d" % (self.net.nodes["c"]["ip"], port)
         for rank, node in enumerate(("c", "d")):
+            hook = ["--ddp_hook", "fp32", "--ctr_sparse", "0"] if self.variant == "dense" else [
+                "--ddp_hook", self.variant]
             self.spawn("rank%d" % rank, node, self.script_argv(
-                ["--system", "ddp", "--ddp_hook", self.variant, "--rank", str(rank),
+                ["--system", "ddp"] + hook + ["--rank", str(rank),
                  "--world", "2", "--master", master]),
                 env={"GLOO_SOCKET_IFNAME": self.net.nodes[node]["dev"]})
 
     def start_local(self):
+        batch = self.args.global_batch // (1 if self.variant == "full" else 2)
         self.spawn("rank0", "c", self.script_argv(
-            ["--system", "local", "--global_batch", str(self.args.global_batch // 2)]))
+            ["--system", "local", "--global_batch", str(batch)]))
 
     def cli(self, *argv, timeout=30):
         r = subprocess.run(self.net.exec_argv("a", [os.path.join(self.build, "cli/gradstream"),
@@ -408,6 +421,8 @@ def main():
     ap.add_argument("--test_limit", type=int, default=10000)
     ap.add_argument("--global_batch", type=int, default=64)
     ap.add_argument("--ctr_rows", type=int, default=1 << 20, help="ctr: the table's rows")
+    ap.add_argument("--script_data_limit_mb", type=int, default=0,
+                    help="RLIMIT_DATA of every training script (prlimit --data), MiB; 0 = none")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--deadline", type=float, default=900, help="seconds per run")
     ap.add_argument("--build", default=os.path.join(REPO, "build"))

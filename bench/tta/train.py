@@ -90,17 +90,21 @@ def ctr_data(rows, test_limit, train_size=200_000, seed=12345):
     planted 4-vector w and each field a planted 4-vector u, and a sample's
     label is 1 with probability sigmoid(sum_f <u_f, w[id_f]> - 1). Returns
     (ids, labels) for training and testing and the AUC of the planted
-    probabilities on the test set: the best any model can reach."""
+    probabilities on the test set: the best any model can reach. Rows past
+    the first 2^20 of a field share their planted vector with row k mod
+    2^20 (a table of any size, planted without allocating it)."""
     g = torch.Generator().manual_seed(seed)
     v = rows // CTR_FIELDS
+    planted = min(v, 1 << 20)
     p = torch.arange(1, v + 1, dtype=torch.float64).pow(-1.1)
-    w = torch.randn(rows, 4, generator=g)
+    w = torch.randn(CTR_FIELDS, planted, 4, generator=g)
     u = torch.randn(CTR_FIELDS, 4, generator=g)
 
     def draw(n):
         k = torch.multinomial(p.float(), n * CTR_FIELDS, replacement=True, generator=g)
-        ids = k.view(n, CTR_FIELDS) + torch.arange(CTR_FIELDS) * v
-        logit = (w[ids] * u).sum((1, 2)) - 1.0
+        k = k.view(n, CTR_FIELDS)
+        ids = k + torch.arange(CTR_FIELDS) * v
+        logit = (w[torch.arange(CTR_FIELDS), k % planted] * u).sum((1, 2)) - 1.0
         prob = torch.sigmoid(logit)
         return ids, torch.bernoulli(prob, generator=g), prob
 
@@ -122,12 +126,12 @@ def auc(score, label):
 class CTR(nn.Module):
     """Embeddings of the fields' ids, concatenated, into an MLP of 64."""
 
-    def __init__(self, rows, on_shards):
+    def __init__(self, rows, on_shards, sparse=True):
         super().__init__()
         if on_shards:
             self.table = gs.Embedding(rows, CTR_DIM, init_std=CTR_INIT_STD)
         else:
-            self.table = nn.Embedding(rows, CTR_DIM, sparse=True)
+            self.table = nn.Embedding(rows, CTR_DIM, sparse=sparse)
             nn.init.normal_(self.table.weight, std=CTR_INIT_STD)
         self.mlp = nn.Sequential(nn.Linear(CTR_FIELDS * CTR_DIM, 64), nn.ReLU(), nn.Linear(64, 1))
 
@@ -279,7 +283,8 @@ class WordLM(nn.Module):
 
 def build(model, classes, args=None):
     if model == "ctr":
-        return CTR(args.ctr_rows, on_shards=args.system == "gradstream")
+        return CTR(args.ctr_rows, on_shards=args.system == "gradstream",
+                   sparse=bool(args.ctr_sparse))
     if model == "widecnn":
         return WideCNN()
     if model == "resnet":
@@ -404,6 +409,8 @@ def main():
     ap.add_argument("--model", choices=("widecnn", "resnet", "vit", "lstm", "wordlm", "ctr"),
                     default="widecnn")
     ap.add_argument("--ctr_rows", type=int, default=1 << 20, help="ctr: table rows")
+    ap.add_argument("--ctr_sparse", type=int, default=1,
+                    help="ctr, DDP and local: 1 = nn.Embedding(sparse=True), 0 = dense gradients")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--global_batch", type=int, default=64)
     ap.add_argument("--eval_every", type=int, default=25)

@@ -18,6 +18,11 @@ points of the same script run single-process:
   coordinator_restart  kill -9 of the coordinator, restart from its state
                        file: the job goes on and completes;
   scale                scale 2 -> 3 -> 1 while it trains.
+
+--table trains a model with a gs.Embedding table on the shards instead
+(AdaGrad): rows survive a shard's restart from its checkpoint, a worker's
+kill and scaling as parameters do. (A shard that restarts without a
+checkpoint loses its rows: docs/design/sparse-tables.md.)
 """
 
 import os
@@ -36,10 +41,11 @@ CASES = ("shard_no_checkpoint", "shard_old_checkpoint", "worker_sigkill", "worke
          "coordinator_restart", "scale")
 
 
-def single_process_accuracy(build):
+def single_process_accuracy(build, table):
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(build), "python"))
     env.pop("GRADSTREAM_AGENT", None)
-    out = subprocess.run([sys.executable, SCRIPT, "--steps", str(STEPS)], env=env,
+    out = subprocess.run([sys.executable, SCRIPT, "--steps", str(STEPS)] +
+                         (["--table"] if table else []), env=env,
                          capture_output=True, text=True, timeout=300, check=True).stdout
     return float(re.search(r"final test accuracy ([0-9.]+)", out).group(1))
 
@@ -49,13 +55,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--case", choices=CASES, required=True)
+    ap.add_argument("--table", action="store_true")
     args = ap.parse_args()
     cluster.require_torch()
-    reference = single_process_accuracy(args.build)
+    reference = single_process_accuracy(args.build, args.table)
     case = args.case
     with cluster.Cluster(args.build, workers=3) as c:
-        flags = ["--workers=2", "--optimizer=momentum", "--lr=0.05", "--consistency=sync",
-                 "--entrypoint=%s %s --steps %d --sleep 0.03" % (sys.executable, SCRIPT, STEPS)]
+        optimizer = ["--optimizer=adagrad", "--lr=0.1"] if args.table else [
+            "--optimizer=momentum", "--lr=0.05"]
+        flags = ["--workers=2", "--consistency=sync"] + optimizer + [
+            "--entrypoint=%s %s --steps %d --sleep 0.03%s" % (
+                sys.executable, SCRIPT, STEPS, " --table" if args.table else "")]
         if case == "shard_old_checkpoint":
             flags.append("--checkpoint_every=50")
         job = c.submit(*flags)
