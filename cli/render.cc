@@ -184,6 +184,7 @@ std::string TensorCodecs(const v1::ShardMap& map, bool pulls) {
   std::map<std::string, Group> groups;
   uint64_t total = 0;
   for (const auto& t : map.tensors()) {
+    if (t.table_rows() > 0) continue;  // rows travel fp32: see TablesText
     Group& g = groups[pulls ? (t.pull_codec().empty() ? "none" : t.pull_codec()) : t.codec()];
     g.names.push_back(t.name());
     g.elems += t.num_elems();
@@ -241,6 +242,26 @@ std::string CodecText(const v1::CodecPolicy& c) {
 // One path's error control over the job's tensors in one line: the largest
 // error, the exact sends the bound asked for, the tensors raised to fp32
 // (common/job/precision.h).
+// Per row-sparse table: its shape, the rows its partitions hold and their
+// bytes, the rows pushed and pulled per clock (docs/design/sparse-tables.md).
+std::string TablesText(const v1::JobStatus& j) {
+  std::vector<std::string> parts;
+  const uint64_t clock = std::max<uint64_t>(1, j.progress().clock());
+  for (const auto& t : j.tables()) {
+    std::string shape;
+    for (const auto& info : j.shard_map().tensors()) {
+      if (info.name() == t.tensor()) {
+        shape = absl::StrCat(" ", info.table_rows(), " x ", info.table_dim());
+      }
+    }
+    parts.push_back(absl::StrFormat(
+        "%s%s: %d rows held (%s), %.0f rows pushed and %.0f pulled per clock", t.tensor(), shape,
+        t.rows_held(), HumanBytes(t.row_bytes()), static_cast<double>(t.rows_pushed()) / clock,
+        static_cast<double>(t.rows_pulled()) / clock));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
 std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
   double worst = 0;
   uint64_t flushes = 0;
@@ -313,8 +334,11 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
     // Right under "tensors": the pull codec per tensor (see [layer-wise pull]).
     head.insert(head.begin() + 6, {"pulls", TensorCodecs(j.shard_map(), true)});
   }
-  // What the shards say: a job whose clock stands still, and
+  // What the shards say: the tables, a job whose clock stands still, and
   // checkpoints that cannot be written.
+  if (std::string tables = TablesText(j); !tables.empty()) {
+    head.push_back({"tables", std::move(tables)});
+  }
   for (bool pulls : {false, true}) {
     std::string text = PrecisionText(j, pulls);
     if (!text.empty()) head.push_back({pulls ? "pull error" : "push error", std::move(text)});

@@ -51,6 +51,8 @@ struct ShardJobStats {
   // Per compressed chunk: its pull and push error and precision decisions.
   std::vector<std::pair<uint64_t, PathPrecision>> pull_precision;
   std::vector<std::pair<uint64_t, PathPrecision>> push_precision;
+  // Per table partition, by chunk id (docs/design/sparse-tables.md).
+  std::vector<std::pair<uint64_t, TablePartitionStats>> tables;
 };
 
 // Implementations are thread-safe. Every call has a deadline; a shard that

@@ -301,6 +301,7 @@ void ShardFleet::Apply(const std::vector<ShardCall>& calls, const JobTableView& 
           for (const auto& [chunk, p] : call.stats.push_precision) {
             js->second.push_precision[chunk] = p;
           }
+          for (const auto& [chunk, t] : call.stats.tables) js->second.tables[chunk] = t;
           ++stats.answers;
         } else if (absl::IsNotFound(call.status)) {
           created[i] = false;  // the shard lost the job (restart)

@@ -59,6 +59,8 @@ struct JobShards {
   // Each compressed chunk's pull precision, from its shard's last answer.
   std::map<uint64_t, PathPrecision> pull_precision;
   std::map<uint64_t, PathPrecision> push_precision;
+  // Each table partition's rows, from its shard's last answer.
+  std::map<uint64_t, TablePartitionStats> tables;
 };
 
 // One shard RPC, planned under the lock and made outside it.

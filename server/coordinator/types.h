@@ -170,6 +170,20 @@ struct TensorPrecision {
   std::optional<PathPrecision> pull, push;  // unset: that path is not compressed
 };
 
+// Rows of a table partition on its shard, or summed over a table's.
+struct TablePartitionStats {
+  uint64_t rows_held = 0;
+  uint64_t row_bytes = 0;    // values and optimizer state
+  uint64_t rows_pushed = 0;  // summed over every push
+  uint64_t rows_pulled = 0;  // and pull
+};
+
+// One table of a job (views only): its partitions' stats summed.
+struct TableProgress {
+  std::string tensor;
+  TablePartitionStats rows;
+};
+
 struct JobStatus {
   std::string job_id;
   JobSpec spec;
@@ -191,6 +205,7 @@ struct JobStatus {
   int64_t below_min_since_unix_ms = 0;
   std::string size_reason;  // views only
   std::vector<TensorPrecision> precision;  // views only
+  std::vector<TableProgress> tables;       // views only
 };
 
 struct WorkerStatus {

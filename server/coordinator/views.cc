@@ -208,6 +208,27 @@ JobStatus Views::Render(const JobRecord& job, bool full) const {
   out.active_workers = active;
   out.size_reason = SizeReason(job.status, active, Now());
   out.precision = TensorPrecisions(job);
+  out.tables = Tables(job);
+  return out;
+}
+
+std::vector<TableProgress> Views::Tables(const JobRecord& job) const {
+  std::vector<TableProgress> out;
+  const JobShards* js = fleet_->Find(job.status.job_id);
+  if (js == nullptr) return out;
+  const ShardMap& map = job.status.shard_map;
+  std::map<uint32_t, size_t> slot;  // tensor -> index in out, in map order
+  for (const auto& [chunk_id, t] : js->tables) {
+    if (chunk_id >= map.chunks.size()) continue;
+    const uint32_t tensor = map.chunks[chunk_id].tensor;
+    auto [it, fresh] = slot.try_emplace(tensor, out.size());
+    if (fresh) out.push_back(TableProgress{map.tensors[tensor].name, {}});
+    TablePartitionStats& sum = out[it->second].rows;
+    sum.rows_held += t.rows_held;
+    sum.row_bytes += t.row_bytes;
+    sum.rows_pushed += t.rows_pushed;
+    sum.rows_pulled += t.rows_pulled;
+  }
   return out;
 }
 

@@ -42,6 +42,8 @@ class Views {
   absl::Time Now() const { return env_->Now(); }
   // Per tensor, its chunks' pull precision as the shards last reported it.
   std::vector<TensorPrecision> TensorPrecisions(const JobRecord& job) const;
+  // Per table of the job, its partitions' rows summed (the shards' last answers).
+  std::vector<TableProgress> Tables(const JobRecord& job) const;
 
   const JobLog* const jobs_;
   const WorkerPool* const workers_;

@@ -132,6 +132,9 @@ struct ChunkState {
   // Whether the chunk is a table partition (fixed at construction).
   bool is_table() const { return rows != nullptr; }
 
+  // A table partition's rows summed over every push and pull.
+  std::atomic<uint64_t> rows_pushed{0}, rows_pulled{0};
+
   // Written under mu, read anywhere.
   std::atomic<uint64_t> version{0};  // updates applied (sync: clocks applied)
   std::atomic<bool> initialized{false};

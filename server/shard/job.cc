@@ -321,7 +321,7 @@ absl::StatusOr<bool> Job::Push(const PushBucket& bucket) {
     all_duplicate = false;
     pushes_applied_.fetch_add(1);
     if (push.rows != nullptr) {
-      rows_pushed_.fetch_add(push.rows->ids.size());
+      chunk->rows_pushed.fetch_add(push.rows->ids.size());
       bytes_in_.fetch_add(push.rows->values.size());
       fp32_bytes_in_.fetch_add(push.rows->values.size());
     } else {
@@ -473,7 +473,7 @@ void Job::Serve(const PullArgs& pull, const PullCallback& done) {
     c->read_version[pull.worker] = out.version;
     bytes += out.values.size();
     fp32_bytes += out.values.size();
-    rows_pulled_.fetch_add(r.ids.size());
+    c->rows_pulled.fetch_add(r.ids.size());
   }
   bytes_out_.fetch_add(bytes.load());
   fp32_bytes_out_.fetch_add(fp32_bytes);
@@ -678,13 +678,12 @@ void Job::RecordRound(RoundInfo round) {
 JobStats Job::Stats(bool include_rounds) const {
   JobStats s;
   s.pushes_applied = pushes_applied_.load();
-  s.row_bytes = row_bytes_.load();
-  s.rows_pushed = rows_pushed_.load();
-  s.rows_pulled = rows_pulled_.load();
   for (const auto& c : chunks_) {
     if (!c->is_table()) continue;
     absl::MutexLock l(&c->mu);
-    s.rows_held += c->rows->size();
+    s.tables.push_back(JobStats::TableStats{c->chunk_id, c->rows->size(),
+                                            c->rows->size() * c->rows->row_bytes(),
+                                            c->rows_pushed.load(), c->rows_pulled.load()});
   }
   s.push_messages = push_messages_.load();
   s.pushes_duplicate = pushes_duplicate_.load();

@@ -222,7 +222,6 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};
   std::atomic<uint64_t> bytes_out_{0}, fp32_bytes_out_{0};
   std::atomic<uint64_t> push_messages_{0};
-  std::atomic<uint64_t> rows_pushed_{0}, rows_pulled_{0};  // table rows, summed over pushes/pulls
   std::atomic<uint64_t> row_bytes_{0};  // held by the tables' rows (RowStore)
 
   // NOTE: [checkpoint failures] A periodic checkpoint that cannot be written

@@ -285,11 +285,15 @@ TEST(TableJob, RowsPastTheShardsBudgetAreRefused) {
   ASSERT_TRUE(pull.has_value());
   EXPECT_EQ(pull->status().code(), absl::StatusCode::kResourceExhausted);
   JobStats s = t.job->Stats(false);
-  EXPECT_EQ(s.rows_held, 2u);
-  EXPECT_EQ(s.row_bytes, 2u * kDim * sizeof(float) * 2);
+  ASSERT_EQ(s.tables.size(), 1u);
+  EXPECT_EQ(s.tables[0].chunk_id, 1u);
+  EXPECT_EQ(s.tables[0].rows_held, 2u);
+  EXPECT_EQ(s.tables[0].row_bytes, 2u * kDim * sizeof(float) * 2);
   ASSERT_FALSE(*t.Push(10, 1, {2, 3}, std::vector<float>(8, 1), false));  // one new: fits
-  EXPECT_EQ(t.job->Stats(false).rows_held, 3u);
-  EXPECT_EQ(t.job->Stats(false).rows_pushed, 4u);
+  s = t.job->Stats(false);
+  EXPECT_EQ(s.tables[0].rows_held, 3u);
+  EXPECT_EQ(s.tables[0].rows_pushed, 4u);
+  EXPECT_EQ(s.tables[0].rows_pulled, 0u);  // the refused pull read nothing
 }
 
 }  // namespace

@@ -230,12 +230,16 @@ struct JobStats {
   uint64_t checkpoint_failures = 0;
   std::string checkpoint_error;
   uint64_t push_messages = 0;  // buckets that reached the job (Job::Push)
-  // Row-sparse tables: rows held, the bytes they take, and rows summed over
-  // every push and pull.
-  uint64_t rows_held = 0;
-  uint64_t row_bytes = 0;
-  uint64_t rows_pushed = 0;
-  uint64_t rows_pulled = 0;
+  // Per table partition: rows held, the bytes they take, and rows summed
+  // over every push and pull.
+  struct TableStats {
+    uint64_t chunk_id = 0;
+    uint64_t rows_held = 0;
+    uint64_t row_bytes = 0;
+    uint64_t rows_pushed = 0;
+    uint64_t rows_pulled = 0;
+  };
+  std::vector<TableStats> tables;
   // Compressed chunks' error and decisions, by chunk id.
   struct ChunkPrecision {
     uint64_t chunk_id = 0;

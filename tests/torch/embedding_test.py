@@ -6,7 +6,8 @@ none (lookups, and bags with mode sum); every row and parameter equals, within
 nn.Embedding(sparse=True) / nn.EmbeddingBag(sparse=True) and applies the same
 optimizer (SGD; AdaGrad, whose per-row accumulators make a lazy and an eager
 update differ); rows no batch touched keep their first-touch values; both
-ranks read the same first-touch rows; a bad id raises IndexError naming it."""
+ranks read the same first-touch rows; a bad id raises IndexError naming it;
+`gradstream status` shows the table's rows."""
 
 import os
 import sys
@@ -77,6 +78,11 @@ def main():
             if st["state"] != "COMPLETED":
                 raise AssertionError("job %s: %s %s" % (job, st["state"], st.get("message")))
             runs = [torch.load(os.path.join(out, "rank%d.pt" % r)) for r in (0, 1)]
+            status = c.cli("status", job).stdout
+            table_line = next((l for l in status.splitlines() if l.startswith("tables:")), "")
+            print(table_line)
+            if "emb.table 1000 x 4: " not in table_line or " rows held (" not in table_line:
+                failures.append("%s: `gradstream status` shows no table line:\n%s" % (name, status))
             if not torch.equal(runs[0]["rows_before"], runs[1]["rows_before"]):
                 failures.append("%s: the ranks read different first-touch rows" % name)
             std = runs[0]["rows_before"].std().item()

@@ -222,6 +222,10 @@ absl::StatusOr<JobStatus> JobStatusFromProto(const v1::JobStatus& proto) {
     if (t.has_push()) tp.push = PathPrecisionFromProto(t.push());
     s.precision.push_back(std::move(tp));
   }
+  for (const auto& t : proto.tables()) {
+    s.tables.push_back(TableProgress{
+        t.tensor(), {t.rows_held(), t.row_bytes(), t.rows_pushed(), t.rows_pulled()}});
+  }
   return s;
 }
 
@@ -251,6 +255,14 @@ v1::JobStatus JobStatusToProto(const JobStatus& s) {
     tp->set_tensor(t.tensor);
     if (t.pull) PathPrecisionToProto(*t.pull, tp->mutable_pull());
     if (t.push) PathPrecisionToProto(*t.push, tp->mutable_push());
+  }
+  for (const TableProgress& t : s.tables) {
+    v1::TableProgress* tp = proto.add_tables();
+    tp->set_tensor(t.tensor);
+    tp->set_rows_held(t.rows.rows_held);
+    tp->set_row_bytes(t.rows.row_bytes);
+    tp->set_rows_pushed(t.rows.rows_pushed);
+    tp->set_rows_pulled(t.rows.rows_pulled);
   }
   return proto;
 }

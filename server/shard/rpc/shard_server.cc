@@ -400,10 +400,14 @@ class ShardService final : public ServiceBase {
       resp->set_checkpoint_failures(s.checkpoint_failures);
       resp->set_checkpoint_error(s.checkpoint_error);
       resp->set_push_messages(s.push_messages);
-      resp->set_rows_held(s.rows_held);
-      resp->set_row_bytes(s.row_bytes);
-      resp->set_rows_pushed(s.rows_pushed);
-      resp->set_rows_pulled(s.rows_pulled);
+      for (const JobStats::TableStats& t : s.tables) {
+        pb::TablePartitionStats* tp = resp->add_tables();
+        tp->set_chunk_id(t.chunk_id);
+        tp->set_rows_held(t.rows_held);
+        tp->set_row_bytes(t.row_bytes);
+        tp->set_rows_pushed(t.rows_pushed);
+        tp->set_rows_pulled(t.rows_pulled);
+      }
       for (const JobStats::ChunkPrecision& p : s.precision) {
         pb::ChunkPrecision* cp = resp->add_precision();
         cp->set_chunk_id(p.chunk_id);
