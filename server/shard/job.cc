@@ -179,12 +179,24 @@ absl::Status Job::Reconcile(bool restored) {
   // checkpoint: their next ClockAdvance may jump (see [clock windows]).
   membership_.AllowCatchUp();
   const bool sync = controller_->rules().rounds;
-  int waiting = 0;
+  int waiting = 0, tables = 0;
   for (const auto& c : chunks_) {
     absl::MutexLock l(&c->mu);
+    if (c->is_table() && !restored) {
+      // No worker holds a table's rows to send again: they restart from
+      // the initializer (docs/design/sparse-tables.md).
+      if (sync) c->version.store(options_.resume_clock);
+      ++tables;
+      continue;
+    }
     if (c->initialized.load()) continue;
     if (!restored && sync) c->version.store(options_.resume_clock);
     ++waiting;
+  }
+  if (tables > 0) {
+    LOG(WARNING) << "job " << id() << " resumes without a checkpoint: the rows of its " << tables
+                 << " table partition(s) on this shard are lost and start again from the"
+                 << " table's initializer";
   }
   if (waiting == 0) return absl::OkStatus();
   awaiting_init_.store(true);

@@ -296,5 +296,24 @@ TEST(TableJob, RowsPastTheShardsBudgetAreRefused) {
   EXPECT_EQ(s.tables[0].rows_pulled, 0u);  // the refused pull read nothing
 }
 
+// A shard that gets a running job again without a checkpoint has lost the
+// table's rows (no worker holds them): its partitions go on from the resume
+// clock with rows from the initializer, instead of waiting for rounds that
+// passed.
+TEST(TableJob, AResumedJobWithoutACheckpointGoesOnFromTheResumeClock) {
+  TableJob t(ConsistencyMode::kSync);
+  t.options.checkpoint_dir.clear();
+  t.options.resume = true;
+  t.options.resume_clock = 5;
+  t.Reopen();
+  auto rows = t.Pull(10, 5, {3});
+  ASSERT_TRUE(rows.has_value());
+  ASSERT_TRUE(rows->ok()) << rows->status();
+  EXPECT_EQ(**rows, Initial(3));
+  ASSERT_FALSE(*t.Push(10, 5, {3}, {2, 2, 2, 2}, false));
+  ASSERT_FALSE(*t.Push(11, 5, {}, {}, false));
+  EXPECT_EQ(**t.Pull(10, 6, {3}), Step(Initial(3), {2, 2, 2, 2}, 0.5f));
+}
+
 }  // namespace
 }  // namespace gradstream::shard
