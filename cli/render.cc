@@ -256,8 +256,8 @@ std::string TablesText(const v1::JobStatus& j) {
     }
     parts.push_back(absl::StrFormat(
         "%s%s: %d rows held (%s), %.0f rows pushed and %.0f pulled per clock", t.tensor(), shape,
-        t.rows_held(), HumanBytes(t.row_bytes()), static_cast<double>(t.rows_pushed()) / clock,
-        static_cast<double>(t.rows_pulled()) / clock));
+        t.rows().held(), HumanBytes(t.rows().bytes()), static_cast<double>(t.rows().pushed()) / clock,
+        static_cast<double>(t.rows().pulled()) / clock));
   }
   return absl::StrJoin(parts, "; ");
 }

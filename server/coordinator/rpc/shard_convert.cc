@@ -72,8 +72,7 @@ ShardJobStats StatsFromProto(const v1::StatsResponse& proto) {
     if (c.has_push()) s.push_precision.emplace_back(c.chunk_id(), PathPrecisionFromProto(c.push()));
   }
   for (const v1::TablePartitionStats& t : proto.tables()) {
-    s.tables.emplace_back(t.chunk_id(), TablePartitionStats{t.rows_held(), t.row_bytes(),
-                                                            t.rows_pushed(), t.rows_pulled()});
+    s.tables.emplace_back(t.chunk_id(), TableRowsFromProto(t.rows()));
   }
   return s;
 }

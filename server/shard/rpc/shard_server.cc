@@ -403,10 +403,10 @@ class ShardService final : public ServiceBase {
       for (const JobStats::TableStats& t : s.tables) {
         pb::TablePartitionStats* tp = resp->add_tables();
         tp->set_chunk_id(t.chunk_id);
-        tp->set_rows_held(t.rows_held);
-        tp->set_row_bytes(t.row_bytes);
-        tp->set_rows_pushed(t.rows_pushed);
-        tp->set_rows_pulled(t.rows_pulled);
+        tp->mutable_rows()->set_held(t.rows_held);
+        tp->mutable_rows()->set_bytes(t.row_bytes);
+        tp->mutable_rows()->set_pushed(t.rows_pushed);
+        tp->mutable_rows()->set_pulled(t.rows_pulled);
       }
       for (const JobStats::ChunkPrecision& p : s.precision) {
         pb::ChunkPrecision* cp = resp->add_precision();
