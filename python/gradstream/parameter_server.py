@@ -52,6 +52,7 @@ Integer buffers (num_batches_tracked) are counters and pass silently.
 import atexit
 import ctypes
 import sys
+import time
 import warnings
 
 import torch
@@ -108,6 +109,7 @@ class ParameterServer:
         if s.ps is not None:
             raise RuntimeError("gradstream: one ParameterServer per process")
         self._tables = tables_of(model)
+        self._row_pull_s = 0.0  # waited in table forwards for rows (stats())
         if not s.distributed:
             for t in self._tables:
                 t._materialize_local()  # a dense parameter, trained below
@@ -211,7 +213,9 @@ class ParameterServer:
         """Rows `ids` of table `index` at the current clock (gs.Embedding's
         forward)."""
         s = self._session
+        t0 = time.perf_counter()
         rc, rows = pull_rows(s.lib, s.handle, index, ids, dim, s.clock)
+        self._row_pull_s += time.perf_counter() - t0
         self._call(rc)
         return rows
 
@@ -368,13 +372,16 @@ class ParameterServer:
         return self._session.clock
 
     def stats(self):
-        """Bytes pushed and pulled (encoded and as fp32) since init; zeros in
-        local mode."""
+        """Bytes pushed and pulled (encoded and as fp32) since init, and the
+        seconds table forwards waited for their rows (row_pull_seconds);
+        zeros in local mode."""
         s = self._session
         out = _lib.Stats()
         if s.distributed:
             _lib.check(s.lib, s.lib.gs_stats_get(s.handle, ctypes.byref(out)))
-        return {f: getattr(out, f) for f, _ in _lib.Stats._fields_}
+        stats = {f: getattr(out, f) for f, _ in _lib.Stats._fields_}
+        stats["row_pull_seconds"] = self._row_pull_s
+        return stats
 
     def job_spec(self):
         """The job's spec (proto text format); "" in local mode."""

@@ -30,11 +30,16 @@ constexpr const char* kPullErrorRelative = "gs_shard_pull_error_relative";
 constexpr const char* kPullFlushes = "gs_shard_pull_flushes_total";
 constexpr const char* kPullRaised = "gs_shard_pull_raised";
 constexpr const char* kPushErrorClocks = "gs_shard_push_error_clocks";
+constexpr const char* kTableRows = "gs_shard_table_rows";
+constexpr const char* kTableBytes = "gs_shard_table_bytes";
+constexpr const char* kTableRowsPushed = "gs_shard_table_rows_pushed_total";
+constexpr const char* kTableRowsPulled = "gs_shard_table_rows_pulled_total";
 constexpr const char* kJobFamilies[] = {
     kPushes,       kPushBytes,  kPushFp32Bytes, kCompression, kPulls,    kPushSeconds, kStaleness,
     kMaxStaleness, kVersionMin, kVersionMax,    kMinClock,    kClockLag, kMembers,     kEpoch,
     kPullBytes,    kPullFp32Bytes, kCheckpointFailures, kPullErrorClocks, kPullErrorRelative,
-    kPullFlushes,  kPullRaised, kPushErrorClocks};
+    kPullFlushes,  kPullRaised, kPushErrorClocks, kTableRows, kTableBytes, kTableRowsPushed,
+    kTableRowsPulled};
 
 // Staleness 0..kStalenessBuckets-2 has its own bucket; the Job's last bucket
 // (staleness >= kStalenessBuckets-1) is Prometheus' +Inf.
@@ -91,6 +96,18 @@ void ExportJobStats(const std::string& job, const JobStats& s,
             lc);
     registry->GetGauge(kPullRaised, "1 while the chunk's pulls are raised to fp32.", lc)
         ->Set(pull.codec == CodecType::kNone ? 1.0 : 0.0);
+  }
+
+  for (const JobStats::TableStats& t : s.tables) {  // docs/design/sparse-tables.md
+    const metrics::Labels lc = {{"job", job}, {"chunk", std::to_string(t.chunk_id)}};
+    registry->GetGauge(kTableRows, "Rows a table partition holds.", lc)->Set(t.rows_held);
+    registry->GetGauge(kTableBytes, "Bytes of a table partition's rows and their optimizer state.",
+                       lc)
+        ->Set(t.row_bytes);
+    counter(kTableRowsPushed, "Rows of a table partition summed over its pushes.",
+            t.rows_pushed, lc);
+    counter(kTableRowsPulled, "Rows of a table partition summed over its pulls.", t.rows_pulled,
+            lc);
   }
 
   metrics::Histogram* latency = registry->GetHistogram(

@@ -41,6 +41,7 @@ TEST(ExportJobStats, MirrorsEveryStat) {
   s.max_clock = 9;
   s.members = 3;
   s.epoch = 2;
+  s.tables.push_back(JobStats::TableStats{5, 40, 1280, 300, 700});
   metrics::Histogram latency(PushLatencyBuckets());
   latency.Observe(2e-5);
   latency.Observe(1.0);  // past the last bound
@@ -75,6 +76,10 @@ TEST(ExportJobStats, MirrorsEveryStat) {
   EXPECT_TRUE(Has(text, "gs_shard_push_seconds_bucket{job=\"j1\",le=\"2e-05\"} 1")) << text;
   EXPECT_TRUE(Has(text, "gs_shard_push_seconds_bucket{job=\"j1\",le=\"+Inf\"} 2")) << text;
   EXPECT_TRUE(Has(text, "gs_shard_push_seconds_count{job=\"j1\"} 2")) << text;
+  EXPECT_TRUE(Has(text, "gs_shard_table_rows{chunk=\"5\",job=\"j1\"} 40")) << text;
+  EXPECT_TRUE(Has(text, "gs_shard_table_bytes{chunk=\"5\",job=\"j1\"} 1280")) << text;
+  EXPECT_TRUE(Has(text, "gs_shard_table_rows_pushed_total{chunk=\"5\",job=\"j1\"} 300")) << text;
+  EXPECT_TRUE(Has(text, "gs_shard_table_rows_pulled_total{chunk=\"5\",job=\"j1\"} 700")) << text;
 
   RemoveJobSeries("j1", &reg);
   EXPECT_FALSE(absl::StrContains(reg.Render(), "job=\"j1\""));
