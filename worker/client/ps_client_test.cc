@@ -831,7 +831,15 @@ TEST_F(PsClientTest, StepLoopSendsSmallTensorsInBuckets) {
       EXPECT_EQ(after.chunks_pushed - before.chunks_pushed, 10u);
       EXPECT_EQ(after.push_messages - before.push_messages, buckets ? 3u : 10u);
       EXPECT_EQ(shard_messages_after - shard_messages, buckets ? 3u : 10u);
-      if (buckets) EXPECT_EQ(after.pull_messages - before.pull_messages, 3u);
+      if (buckets) {
+        // One request per push message still unacknowledged when the pull
+        // is asked ([overlapped pull]), plus one for the chunks whose push
+        // was acknowledged already: 3 answers, or 2 when the shards were
+        // quick enough to acknowledge a bucket first (a loaded host).
+        const uint64_t answers = after.pull_messages - before.pull_messages;
+        EXPECT_GE(answers, 2u);
+        EXPECT_LE(answers, 3u);
+      }
     }
     // Every chunk applied once per clock, whatever the message it came in.
     for (int t = 0; t < 10; ++t) {
