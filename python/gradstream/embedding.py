@@ -24,6 +24,9 @@ import torch
 import torch.nn.functional as F
 
 PULL_TIMEOUT_MS = 60_000
+# Row bytes per gs_pull_rows call: the shard answers at most 6 MiB of rows
+# to one pull (server/shard/job.cc), so a larger batch asks in parts.
+PULL_ROW_BYTES = 4 << 20
 
 
 class Embedding(torch.nn.Module):
@@ -125,8 +128,15 @@ def pull_rows(lib, handle, index, ids, dim, clock):
     """Rows `ids` (int64, non-negative) of table `index` at `clock`."""
     out = torch.empty(len(ids), dim, dtype=torch.float32)
     ids = ids.contiguous()
-    rc = lib.gs_pull_rows(handle, index, ctypes.c_void_p(ids.data_ptr()), len(ids), clock,
-                          ctypes.c_void_p(out.data_ptr()), PULL_TIMEOUT_MS)
+    step = max(1, PULL_ROW_BYTES // (4 * dim))
+    for lo in range(0, len(ids), step):
+        part, rows = ids[lo:lo + step], out[lo:lo + step]
+        rc = lib.gs_pull_rows(handle, index, ctypes.c_void_p(part.data_ptr()), len(part), clock,
+                              ctypes.c_void_p(rows.data_ptr()), PULL_TIMEOUT_MS)
+        if rc != 0:
+            break
+    else:
+        rc = 0
     return rc, out
 
 

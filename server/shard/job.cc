@@ -23,8 +23,10 @@ constexpr size_t kMaxRoundRecords = 4096;
 constexpr uint64_t kParallelServeBytes = uint64_t{1} << 20;
 // See [checkpoint failures].
 constexpr absl::Duration kCheckpointRetry = absl::Seconds(1);
-// The most row bytes one pull may ask for: its answer is one message.
-constexpr uint64_t kMaxPulledRowBytes = uint64_t{32} << 20;
+// The most row bytes one pull may ask for: a partition's rows are one
+// PulledRows, so the answer must fit one message under the 8 MiB default
+// receive limit (common/rpc/rpc.h) with room for its framing.
+constexpr uint64_t kMaxPulledRowBytes = uint64_t{6} << 20;
 
 }  // namespace
 

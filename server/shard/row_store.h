@@ -43,8 +43,6 @@ class RowStore {
   uint64_t row_bytes() const { return uint64_t{spec_.dim} * sizeof(float) * (1 + slots_.size()); }
   float* params(uint32_t index) { return values_.data() + size_t{index} * spec_.dim; }
   float* slot(int k, uint32_t index) { return slots_[k].data() + size_t{index} * spec_.dim; }
-  // Rows held, in creation order.
-  const std::vector<uint64_t>& ids() const { return ids_; }
   size_t size() const { return ids_.size(); }
   int num_slots() const { return static_cast<int>(slots_.size()); }
 

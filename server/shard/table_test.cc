@@ -235,6 +235,12 @@ TEST(TableJob, BadRowsAreRefusedAndTheWholeBucketChangesNothing) {
   auto bad_pull = t.Pull(10, 0, {1u << 20});
   ASSERT_TRUE(bad_pull.has_value());
   EXPECT_EQ(bad_pull->status().code(), absl::StatusCode::kInvalidArgument);
+  // An answer that would not fit one message (6 MiB): ask in parts.
+  auto huge_pull = t.Pull(10, 0, std::vector<uint64_t>((6 << 20) / 16 + 1, 3));
+  ASSERT_TRUE(huge_pull.has_value());
+  EXPECT_TRUE(absl::StrContains(huge_pull->status().message(), "ask in parts"))
+      << huge_pull->status();
+  EXPECT_TRUE(t.Pull(10, 0, std::vector<uint64_t>((6 << 20) / 16, 3))->ok());
   // The dense chunk of the refused buckets did not move either.
   PullArgs p;
   p.worker = 10;
