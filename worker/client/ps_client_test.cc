@@ -724,14 +724,13 @@ TEST_F(PsClientTest, StepLoopWaitsOnlyForTheTensorsAskedFor) {
   ASSERT_TRUE(loop.Push(0, grad, 0).ok());
   ASSERT_TRUE(loop.Push(1, grad, 0).ok());
   ASSERT_TRUE(loop.WaitPushes(kWait).ok());
-  const pid_t stopped = shards_[second_shard]->pid();
-  ASSERT_EQ(::kill(stopped, SIGSTOP), 0);
+  ASSERT_TRUE(shards_[second_shard]->Pause().ok());
   ASSERT_TRUE(loop.EndClock(0, MutableSpans(params)).ok());
   const uint32_t first = 0, second = 1;
   ASSERT_TRUE(loop.WaitTensors({&first, 1}).ok());
   EXPECT_FLOAT_EQ(params[0][0], init[0][0] - 1.0f);
   EXPECT_FALSE(loop.TensorsReady({&second, 1}));
-  ASSERT_EQ(::kill(stopped, SIGCONT), 0);
+  ASSERT_TRUE(shards_[second_shard]->Resume().ok());
   ASSERT_TRUE(loop.WaitTensors({&second, 1}).ok());
   EXPECT_FLOAT_EQ(params[1][0], init[1][0] - 1.0f);
 }
@@ -871,7 +870,7 @@ TEST_F(PsClientTest, StepLoopPushReturnsBeforeTheGradientIsEncoded) {
   ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
   StepLoop loop(client->get(), StepLoopOptions(), {});
   const std::vector<float> grad(1000, 1.0f);
-  ASSERT_EQ(::kill(shards_[0]->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(shards_[0]->Pause().ok());
   ASSERT_TRUE(loop.Push(0, grad, 0).ok());
   ASSERT_TRUE(loop.Push(1, grad, 0).ok());
   // a is sent (and unacknowledged); b's push has begun and waits for room.
@@ -879,7 +878,7 @@ TEST_F(PsClientTest, StepLoopPushReturnsBeforeTheGradientIsEncoded) {
   ASSERT_TRUE(loop.Push(2, grad, 0).ok());
   EXPECT_EQ((*client)->stats().push_calls, 2u);  // c's encode has not started
   EXPECT_EQ((*client)->stats().chunks_acked, map->chunks.size());  // the inits only
-  ASSERT_EQ(::kill(shards_[0]->pid(), SIGCONT), 0);
+  ASSERT_TRUE(shards_[0]->Resume().ok());
   std::vector<std::vector<float>> params(3, std::vector<float>(1000));
   ASSERT_TRUE(loop.EndClock(0, MutableSpans(params)).ok());
   EXPECT_EQ((*client)->stats().push_calls, 3u);

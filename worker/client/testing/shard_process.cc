@@ -43,6 +43,22 @@ ShardProcess::~ShardProcess() {
   std::filesystem::remove_all(dir_, ec);
 }
 
+absl::Status ShardProcess::Pause() {
+  if (pid_ <= 0) return absl::FailedPreconditionError("no shard runs");
+  if (::kill(pid_, SIGSTOP) != 0) return absl::InternalError(std::strerror(errno));
+  int status = 0;
+  if (::waitpid(pid_, &status, WUNTRACED) != pid_ || !WIFSTOPPED(status)) {
+    return absl::InternalError(absl::StrCat("the shard did not stop (status ", status, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardProcess::Resume() {
+  if (pid_ <= 0) return absl::FailedPreconditionError("no shard runs");
+  if (::kill(pid_, SIGCONT) != 0) return absl::InternalError(std::strerror(errno));
+  return absl::OkStatus();
+}
+
 void ShardProcess::Kill() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);

@@ -37,6 +37,11 @@ class ShardProcess {
 
   // kill -9 and reap.
   void Kill();
+  // SIGSTOP, and returns once every thread of the child has stopped
+  // (waitpid WUNTRACED): kill() only queues the signal, and a loaded machine
+  // can run the shard for a while after it. Resume() is SIGCONT.
+  [[nodiscard]] absl::Status Pause();
+  [[nodiscard]] absl::Status Resume();
   // Graceful stop: SIGTERM, then waits up to `deadline` for the child to
   // exit and returns its exit code (a sanitizer that found something exits
   // non-zero here). Internal when it died of a signal; DeadlineExceeded
