@@ -196,7 +196,10 @@ TEST(Operator, BoundedScaleUpDownUpWithARejoiningWorker) {
   v1::JobStatus done;
   ExpectCompleted(cluster, *id, kSteps, &done);
   EXPECT_LE(done.progress().max_staleness(), kStaleness);  // not thousands after the rejoin
-  EXPECT_LE(worst, absl::Seconds(6)) << "a scale took too long to take effect";
+  // A change is planned ~2 s ahead; a loaded 2-core host has taken 5 s. The
+  // defect this holds off (a change never planned, or planned from a stale
+  // clock) takes the 30 s the wait allows.
+  EXPECT_LE(worst, absl::Seconds(10)) << "a scale took too long to take effect";
   std::printf("bounded (s=%u) scale 1->2->1->2, worker rejoining: slowest change in effect %.2f s"
               " after `scale`; max staleness %llu; accuracy %.3f\n",
               kStaleness, Seconds(worst),
@@ -231,7 +234,7 @@ TEST(Operator, AsyncScaleDownTakesEffectWithinSeconds) {
   auto status = cluster.GetJob(*id);
   ASSERT_TRUE(status.ok());
   const uint64_t at = status->epochs().rbegin()->effective_clock();
-  EXPECT_LE(*took, absl::Seconds(6)) << "the scale-down took too long to take effect";
+  EXPECT_LE(*took, absl::Seconds(10)) << "the scale-down took too long to take effect";  // as above
   ExpectCompleted(cluster, *id, kSteps);
   std::printf("async scale-down asked at clock %llu: planned for clock %llu, in effect %.2f s"
               " later\n",
@@ -279,7 +282,8 @@ TEST(Operator, SigtermLeavesAtOnceAndACoordinatorRestartKeepsTheTimeout) {
   auto reaped = WaitForEpochInEffect(cluster, *id, "missed heartbeats", absl::Seconds(30));
   ASSERT_TRUE(reaped.ok()) << reaped.status();
   const absl::Duration stall = absl::Now() - kill;
-  EXPECT_LE(stall, options.heartbeat_timeout + absl::Seconds(2));
+  // Under two timeouts (the defect: a restart that restarts every timer late).
+  EXPECT_LE(stall, options.heartbeat_timeout + absl::Seconds(3));
 
   // The killed worker's place is empty now; the job completes with one.
   ExpectCompleted(cluster, *id, kSteps);
