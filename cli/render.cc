@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job/job_state.h"
+#include "common/job/precision.h"
 #include "nlohmann/json.hpp"
 
 namespace gradstream::cli {
@@ -280,7 +281,8 @@ std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
                                     pulls ? "pull" : "push", worst,
                                     pulls ? "update" : "gradient", tensors,
                                     tensors == 1 ? "" : "s");
-  const float bound = j.spec().codec().precision_bound();
+  const float job_bound = j.spec().codec().precision_bound();
+  const double bound = pulls ? PullBound(job_bound) : job_bound;
   absl::StrAppend(&out, bound > 0 ? absl::StrFormat(" (bound %g)", bound) : " (measured only)");
   absl::StrAppend(&out, ", ", flushes, " exact send", flushes == 1 ? "" : "s");
   if (!raised.empty()) absl::StrAppend(&out, "; fp32: ", absl::StrJoin(raised, ", "));

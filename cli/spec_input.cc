@@ -66,8 +66,8 @@ constexpr FlagHelp kSpecFlags[] = {
     {"pull_codec", "codec of pulled parameter changes: none|twobit|ternary|onebit"},
     {"pull_min_elems", "tensors smaller than this are pulled fp32 under a pull codec (1 = none)"},
     {"precision_bound",
-     "error bound of every compressed path, in clocks of signal: past it the next send is "
-     "exact (negative = measure only)"},
+     "error bound of compressed pushes, in clocks of signal (pulls: half of it): past it the "
+     "next send is exact (negative = measure only)"},
     {"precision_warmup", "clocks every compressed path sends at full precision first"},
     {"link_choice", "on|off: each worker probes exact pushes against its codecs, keeps the faster"},
     {"consistency", "sync|bounded|async"},

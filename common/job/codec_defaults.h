@@ -43,8 +43,8 @@ inline constexpr uint32_t kDefaultTwobitMinElems = 16384;
 // under a pull codec (docs/design/codec-defaults.md).
 inline constexpr uint32_t kDefaultPullMinElems = 16384;
 
-// The error bound of every lossy path, in clocks of signal (see
-// common/job/precision.h and docs/design/precision-control.md).
+// The error bound of a lossy push, in clocks of signal; pulls are held to
+// half of it (PullBound; common/job/precision.h, docs/design/precision-control.md).
 inline constexpr float kDefaultPrecisionBound = 8.0f;
 // Clocks sent at full precision before a path's codec (0: no warm-up).
 inline constexpr uint32_t kDefaultPrecisionWarmup = 0;

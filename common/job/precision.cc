@@ -23,6 +23,10 @@ PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmu
   return p;
 }
 
+PrecisionPolicy PullPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks) {
+  return PushPrecisionPolicy(base, PullBound(bound), warmup_clocks);
+}
+
 std::string DescribeEvent(const PrecisionEvent& e) {
   std::string out = absl::StrCat(CodecTypeName(e.from), " -> ", CodecTypeName(e.to),
                                  " at clock ", e.clock);

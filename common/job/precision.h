@@ -55,6 +55,13 @@ std::vector<CodecType> LadderFrom(CodecType base);
 // device encoder alike): LadderFrom(base), the job's bound and warm-up.
 PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks);
 
+// The policy of a shard's pulls of a chunk encoded with `base`: the ladder
+// from base, half the job's bound (a pull's error is one copy every worker
+// computes at, not averaged over workers as their push residuals are; see
+// docs/design/precision-control.md, "Pulls at half the bound").
+PrecisionPolicy PullPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks);
+inline double PullBound(double bound) { return bound / 2; }
+
 // A worker measures a push's error every this many clocks (and after each
 // flush): a measurement reads the chunk's gradient and residual once more,
 // and the error moves slowly (like the square root of the clocks unflushed).

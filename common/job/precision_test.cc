@@ -172,6 +172,20 @@ TEST(PrecisionController, AnUncompressedPathNeverActs) {
 
 // [link choice]: a probe of codec and exact windows decides by the median
 // step time, holds, and probes again; the hold doubles while probes agree.
+// A pull is held to half the job's bound: the error that a push path keeps
+// (6 clocks of signal under the default 8) makes a pull path flush.
+TEST(PrecisionController, PullsAreHeldToHalfTheBound) {
+  PrecisionController push(PushPrecisionPolicy(CodecType::kTernary, 8.0, 0));
+  PrecisionController pull(PullPrecisionPolicy(CodecType::kTernary, 8.0, 0));
+  push.Observe(50, 36.0, 1.0, 0.0);
+  pull.Observe(50, 36.0, 1.0, 0.0);
+  EXPECT_FALSE(push.Flush());
+  EXPECT_TRUE(pull.Flush());
+  PrecisionController off(PullPrecisionPolicy(CodecType::kTernary, -1.0, 0));  // measure only
+  off.Observe(50, 1e6, 1.0, 0.0);
+  EXPECT_FALSE(off.Flush());
+}
+
 TEST(LinkChoice, ProbesThenKeepsTheFasterAndProbesAgain) {
   LinkChoicePolicy p;
   p.enabled = true;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job/codec_defaults.h"
 #include "common/job/job_spec.h"
+#include "common/job/precision.h"
 
 namespace gradstream::shard {
 
@@ -88,12 +89,10 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   o.pull_codec = static_cast<CodecType>(req.pull_codec());  // enums tied in common/codec/wire.cc
   if (!IsKnownCodec(o.pull_codec)) return absl::InvalidArgumentError("unknown pull codec");
   // A spec stored before the bound existed has 0: the default applies.
-  o.pull_precision.bound =
+  const double bound =
       req.precision_bound() == 0 ? kDefaultPrecisionBound : req.precision_bound();
-  if (!std::isfinite(o.pull_precision.bound)) {
-    return absl::InvalidArgumentError("precision_bound is not finite");
-  }
-  o.pull_precision.warmup_clocks = req.precision_warmup();
+  if (!std::isfinite(bound)) return absl::InvalidArgumentError("precision_bound is not finite");
+  o.pull_precision = PullPrecisionPolicy(o.pull_codec, bound, req.precision_warmup());
   o.pull_link.enabled = req.link_choice();
   return o;
 }
