@@ -240,9 +240,6 @@ std::string CodecText(const v1::CodecPolicy& c) {
   return out;
 }
 
-// One path's error control over the job's tensors in one line: the largest
-// error, the exact sends the bound asked for, the tensors raised to fp32
-// (common/job/precision.h).
 // Per row-sparse table: its shape, the rows its partitions hold and their
 // bytes, the rows pushed and pulled per clock (docs/design/sparse-tables.md).
 std::string TablesText(const v1::JobStatus& j) {
@@ -253,6 +250,7 @@ std::string TablesText(const v1::JobStatus& j) {
     for (const auto& info : j.shard_map().tensors()) {
       if (info.name() == t.tensor()) {
         shape = absl::StrCat(" ", info.table_rows(), " x ", info.table_dim());
+        break;
       }
     }
     parts.push_back(absl::StrFormat(
@@ -263,6 +261,9 @@ std::string TablesText(const v1::JobStatus& j) {
   return absl::StrJoin(parts, "; ");
 }
 
+// One path's error control over the job's tensors in one line: the largest
+// error, the exact sends the bound asked for, the tensors raised to fp32
+// (common/job/precision.h).
 std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
   double worst = 0;
   uint64_t flushes = 0;

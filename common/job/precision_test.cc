@@ -170,8 +170,6 @@ TEST(PrecisionController, AnUncompressedPathNeverActs) {
   EXPECT_TRUE(c.events().empty());
 }
 
-// [link choice]: a probe of codec and exact windows decides by the median
-// step time, holds, and probes again; the hold doubles while probes agree.
 // A pull is held to half the job's bound: the error that a push path keeps
 // (6 clocks of signal under the default 8) makes a pull path flush.
 TEST(PrecisionController, PullsAreHeldToHalfTheBound) {
@@ -186,6 +184,8 @@ TEST(PrecisionController, PullsAreHeldToHalfTheBound) {
   EXPECT_FALSE(off.Flush());
 }
 
+// [link choice]: a probe of codec and exact windows decides by the median
+// step time, holds, and probes again; the hold doubles while probes agree.
 TEST(LinkChoice, ProbesThenKeepsTheFasterAndProbesAgain) {
   LinkChoicePolicy p;
   p.enabled = true;
