@@ -132,7 +132,7 @@ class Reader {
     return ok_;
   }
   void Raw(void* p, size_t n) {
-    if (!Fits(n)) return;
+    if (!Fits(n) || n == 0) return;  // an empty vector's data() may be null
     std::memcpy(p, in_.data() + pos_, n);
     pos_ += n;
   }

@@ -103,6 +103,15 @@ absl::Status RowStore::Restore(std::vector<uint64_t> ids, std::vector<float> val
   return absl::OkStatus();
 }
 
+void RowStore::DropNewest(size_t keep) {
+  if (keep >= ids_.size()) return;
+  for (size_t i = keep; i < ids_.size(); ++i) index_.erase(ids_[i]);
+  if (held_bytes_ != nullptr) held_bytes_->fetch_sub(row_bytes() * (ids_.size() - keep));
+  ids_.resize(keep);
+  values_.resize(keep * spec_.dim);
+  for (auto& s : slots_) s.resize(keep * spec_.dim);
+}
+
 absl::Status CheckRowGrads(const RowStore& store, const RowGrads& grads) {
   const size_t want = grads.ids.size() * store.spec().dim * sizeof(float);
   if (grads.values.size() != want) {
@@ -178,18 +187,24 @@ absl::Status AddRows(const RowGrads& grads, uint32_t dim, RowSum* sum) {
 
 absl::Status ApplyRowSum(const Optimizer& optimizer, const RowSum& sum, float scale,
                          RowStore* store, OptimizerState* state) {
+  const size_t held = store->size();
   std::vector<float*> p, s0, s1;
   RowPointers(sum.ids, store, &p, &s0, &s1);
-  return optimizer.ApplyRows(p, s0, s1, store->spec().dim, sum.sum, scale, state);
+  absl::Status s = optimizer.ApplyRows(p, s0, s1, store->spec().dim, sum.sum, scale, state);
+  if (!s.ok()) store->DropNewest(held);
+  return s;
 }
 
 absl::Status ApplyRowGrads(const Optimizer& optimizer, const RowGrads& grads, float scale,
                            RowStore* store, OptimizerState* state) {
   std::vector<float> g(grads.values.size() / sizeof(float));
   if (!g.empty()) std::memcpy(g.data(), grads.values.data(), grads.values.size());
+  const size_t held = store->size();
   std::vector<float*> p, s0, s1;
   RowPointers(grads.ids, store, &p, &s0, &s1);
-  return optimizer.ApplyRows(p, s0, s1, store->spec().dim, g, scale, state);
+  absl::Status s = optimizer.ApplyRows(p, s0, s1, store->spec().dim, g, scale, state);
+  if (!s.ok()) store->DropNewest(held);
+  return s;
 }
 
 }  // namespace gradstream::shard

@@ -39,6 +39,9 @@ class RowStore {
   // The row's index, created with its initial values on first touch.
   uint32_t Touch(uint64_t row);
   bool Has(uint64_t row) const { return index_.contains(row); }
+  // Forgets the rows created after the store held `keep`: an update refused
+  // after it touched its rows leaves none behind.
+  void DropNewest(size_t keep);
   // Bytes one row takes: its values and state slots.
   uint64_t row_bytes() const { return uint64_t{spec_.dim} * sizeof(float) * (1 + slots_.size()); }
   float* params(uint32_t index) { return values_.data() + size_t{index} * spec_.dim; }

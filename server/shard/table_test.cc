@@ -274,6 +274,26 @@ TEST(TableJob, ACheckpointKeepsRowsAndTheirState) {
   EXPECT_TRUE(*t.Push(10, 0, {3}, {1, 1, 1, 1}));  // clock 0 is in the checkpoint
 }
 
+// An update the optimizer refuses (finite gradients whose step is not)
+// leaves no rows behind: the rows it touched first are forgotten again.
+TEST(TableJob, ARefusedUpdateCreatesNoRows) {
+  for (ConsistencyMode mode : {ConsistencyMode::kAsync, ConsistencyMode::kSync}) {
+    TableJob t(mode, OptimizerType::kAdaGrad);
+    ASSERT_FALSE(*t.Push(10, 0, {1}, std::vector<float>(4, 1), false));
+    ASSERT_FALSE(*t.Push(11, 0, {}, {}, false));
+    const uint64_t held = t.job->Stats(false).tables.at(0).rows.bytes;
+    ASSERT_GT(held, 0u);
+    // 1e20 squared overflows the accumulator: async refuses the push, sync
+    // the round it closes.
+    ASSERT_TRUE(t.Push(10, 1, {}, {}, false).ok());
+    absl::StatusOr<bool> r = t.Push(11, 1, {2, 3}, std::vector<float>(8, 1e20f), false);
+    EXPECT_EQ(r.ok(), mode == ConsistencyMode::kSync) << r.status();
+    const JobStats s = t.job->Stats(false);
+    EXPECT_EQ(s.tables.at(0).rows.held, 1u);
+    EXPECT_EQ(s.tables.at(0).rows.bytes, held);
+  }
+}
+
 // A table may take at most max_row_bytes on the shard: rows past it are
 // refused with the figures, nothing changed, instead of growing until the
 // shard is killed; rows already held still move.
@@ -293,13 +313,13 @@ TEST(TableJob, RowsPastTheShardsBudgetAreRefused) {
   JobStats s = t.job->Stats(false);
   ASSERT_EQ(s.tables.size(), 1u);
   EXPECT_EQ(s.tables[0].chunk_id, 1u);
-  EXPECT_EQ(s.tables[0].rows_held, 2u);
-  EXPECT_EQ(s.tables[0].row_bytes, 2u * kDim * sizeof(float) * 2);
+  EXPECT_EQ(s.tables[0].rows.held, 2u);
+  EXPECT_EQ(s.tables[0].rows.bytes, 2u * kDim * sizeof(float) * 2);
   ASSERT_FALSE(*t.Push(10, 1, {2, 3}, std::vector<float>(8, 1), false));  // one new: fits
   s = t.job->Stats(false);
-  EXPECT_EQ(s.tables[0].rows_held, 3u);
-  EXPECT_EQ(s.tables[0].rows_pushed, 4u);
-  EXPECT_EQ(s.tables[0].rows_pulled, 0u);  // the refused pull read nothing
+  EXPECT_EQ(s.tables[0].rows.held, 3u);
+  EXPECT_EQ(s.tables[0].rows.pushed, 4u);
+  EXPECT_EQ(s.tables[0].rows.pulled, 0u);  // the refused pull read nothing
 }
 
 // A shard that gets a running job again without a checkpoint has lost the

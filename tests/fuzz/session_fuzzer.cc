@@ -20,7 +20,8 @@
 //  1. every Push and Init that reaches the job is answered by exactly one Ack
 //     with its seq, synchronously, and GetStats-style counters agree with
 //     the acks (one Push message each; applied / duplicate / rejected per
-//     chunk while every Push holds at most one chunk);
+//     part, a chunk or a table partition's rows, while every Push holds at
+//     most one part);
 //  2. rejected and duplicate pushes/inits have no effect at all: replaying
 //     the input without them yields the same messages on every stream and
 //     the same final state (params, optimizer state, versions, applied
@@ -30,8 +31,8 @@
 //     applied or duplicate);
 //  3. every pull that reaches the job is answered exactly once (parked ones
 //     by the deadline sweep, DropJob or the final cancel), with either one
-//     error or exactly the requested chunks, each num_elems floats, the last
-//     message flagged; sync answers only at version >= clock, bounded only
+//     error or exactly the requested chunks, each num_elems floats, and
+//     rows, ids x dim floats per table partition, the last message flagged; sync answers only at version >= clock, bounded only
 //     when the slowest clock is >= clock - s; DEADLINE_EXCEEDED only after
 //     the deadline;
 //  4. parameters (served and final) stay finite while every accepted
@@ -74,8 +75,18 @@ constexpr size_t kPullAnswerBytes = 64;
 const char kJobId[] = "job";
 const char kCheckpointDir[] = "/mem";
 // Chunk ids and sizes of the fuzzed job: an odd size (2-bit and 1-bit tails)
-// and a multiple of 8.
+// and a multiple of 8; then one partition of a row-sparse table.
+constexpr uint64_t kTableChunk = 11;
+constexpr uint32_t kTableDim = 3;
+constexpr uint64_t kTableRows = 40;
 const ChunkSpec kChunks[] = {{3, 5}, {8, 16}};
+ChunkSpec TablePartition() {
+  ChunkSpec c;
+  c.chunk_id = kTableChunk;
+  c.table = TableSpec{/*table=*/2, kTableRows, kTableDim, /*partition=*/0, /*partitions=*/1,
+                      /*init_std=*/0.1f, /*seed=*/7};
+  return c;
+}
 
 [[noreturn]] void Violated(const std::string& what) {
   std::fprintf(stderr, "property violated: %s\n", what.c_str());
@@ -128,6 +139,10 @@ Input ParseInput(const uint8_t* data, size_t size) {
   o.consistency.scale_stale_pushes = cfg[3] & 1;
   o.max_pending_rounds = 1 + ((uint8_t(cfg[3]) >> 1) & 3);
   o.chunks.assign(std::begin(kChunks), std::end(kChunks));
+  o.chunks.push_back(TablePartition());
+  // Room for 24 of the 40 rows with two state slots (Adam): the refusal of
+  // rows past the budget is reachable.
+  o.max_row_bytes = 24 * kTableDim * 4 * 3;
   o.membership.epoch = 1;
   o.membership.workers = (cfg[3] & 8) ? std::vector<uint64_t>{1} : std::vector<uint64_t>{1, 2};
   o.checkpoint_dir = kCheckpointDir;  // checkpoint_every = 0: only when asked
@@ -158,6 +173,8 @@ float Magnitude(const pb::EncodedChunk& c) {
   }
   return std::max(std::fabs(c.scale()), std::fabs(c.scale2()));
 }
+float Magnitude(const std::string& fp32);
+float Magnitude(const pb::PushedRows& r) { return Magnitude(r.values()); }
 float Magnitude(const std::string& fp32) {
   float m = 0;
   for (size_t i = 0; i + 4 <= fp32.size(); i += 4) {
@@ -232,7 +249,7 @@ class Run {
     const JobStats s = job_->Stats(false);
     Check(s.push_messages == push_acks_,
           absl::StrCat(s.push_messages, " Push messages counted, ", push_acks_, " acked"));
-    Check(multi_chunk_pushes_ > 0 ||
+    Check(multi_part_pushes_ > 0 ||
               (s.pushes_applied == acks_applied_ && s.pushes_duplicate == acks_duplicate_ &&
                s.pushes_rejected == acks_rejected_),
           absl::StrCat("stats (", s.pushes_applied, "/", s.pushes_duplicate, "/",
@@ -241,10 +258,11 @@ class Run {
     if (std::getenv("GS_SESSION_FUZZER_VERBOSE") != nullptr) {  // to see what seeds reach
       std::fprintf(stderr,
                    "records %zu events %zu acks applied/dup/rejected %llu/%llu/%llu pulls %zu "
+                   "(rows served %zu) "
                    "versions %llu..%llu moderate %d\n",
                    in_.records.size(), events_.size(), (unsigned long long)acks_applied_,
                    (unsigned long long)acks_duplicate_, (unsigned long long)acks_rejected_,
-                   pulls_.size(), (unsigned long long)s.min_version,
+                   pulls_.size(), rows_served_, (unsigned long long)s.min_version,
                    (unsigned long long)s.max_version, moderate_);
     }
     absl::StatusOr<Job::CheckpointInfo> info = job_->Checkpoint();
@@ -277,6 +295,7 @@ class Run {
   struct PullInfo {
     int stream;
     std::vector<uint64_t> chunk_ids;
+    std::vector<std::pair<uint64_t, size_t>> rows;  // table partition, ids asked for
     uint64_t clock;
     absl::Time deadline;
     int answers = 0;
@@ -361,10 +380,11 @@ class Run {
     if (push) {
       const JobStats after = job_->Stats(false);
       ++push_acks_;
-      if (msg.push().chunks_size() > 1) ++multi_chunk_pushes_;
+      const int parts = msg.push().chunks_size() + msg.push().rows_size();
+      if (parts > 1) ++multi_part_pushes_;
       const bool some_took = after.pushes_applied + after.pushes_duplicate >
                              before.pushes_applied + before.pushes_duplicate;
-      if (ack->duplicate() || (!ok && (msg.push().chunks_size() <= 1 || !some_took))) {
+      if (ack->duplicate() || (!ok && (parts <= 1 || !some_took))) {
         no_effect_.insert(current_);
       }
       if (!ok) {
@@ -375,6 +395,9 @@ class Run {
         ++acks_applied_;
         for (const pb::PushedChunk& c : msg.push().chunks()) {
           if (!(Magnitude(c.chunk()) <= kModerate)) moderate_ = false;
+        }
+        for (const pb::PushedRows& r : msg.push().rows()) {
+          if (!(Magnitude(r) <= kModerate)) moderate_ = false;
         }
       }
     } else if (!ok || ack->duplicate()) {
@@ -423,7 +446,8 @@ class Run {
     PullInfo info;
     info.stream = stream;
     info.chunk_ids.assign(p.chunk_ids().begin(), p.chunk_ids().end());
-    if (info.chunk_ids.empty()) {
+    for (const pb::RowRequest& r : p.rows()) info.rows.emplace_back(r.chunk_id(), r.ids_size());
+    if (info.chunk_ids.empty() && info.rows.empty()) {
       for (const ChunkSpec& c : kChunks) info.chunk_ids.push_back(c.chunk_id);
     }
     info.clock = p.clock();
@@ -442,6 +466,7 @@ class Run {
     const uint64_t request_id = r.request_id;
     const absl::Status status = r.status;
     const std::vector<PulledChunk> chunks = r.chunks;
+    const std::vector<PulledRows> rows = r.rows;
     const uint64_t min_clock = r.min_clock;
     const std::vector<pb::ServerMessage> msgs = PullResultToProto(std::move(r), kPullAnswerBytes);
     for (const pb::ServerMessage& m : msgs) Emit(p.stream, m);
@@ -449,10 +474,11 @@ class Run {
     for (size_t i = 0; i + 1 < msgs.size(); ++i) {
       Check(!msgs[i].pull().last(), "last set before the final PullAnswer");
     }
-    size_t answered = 0;
+    size_t answered = 0, answered_rows = 0;
     for (const pb::ServerMessage& m : msgs) {
       Check(m.pull().request_id() == request_id, "PullAnswer of another request");
       answered += m.pull().chunks_size();
+      answered_rows += m.pull().rows_size();
       size_t bytes = 0;
       for (const pb::PulledChunk& c : m.pull().chunks()) bytes += c.values().size();
       Check(m.pull().chunks_size() <= 1 || bytes <= kPullAnswerBytes,
@@ -468,6 +494,8 @@ class Run {
     }
     Check(chunks.size() == p.chunk_ids.size() && answered == chunks.size(),
           "pull answered with another chunk count");
+    Check(rows.size() == p.rows.size() && answered_rows == rows.size(),
+          "pull answered with another count of row sets");
     const ConsistencyOptions& mode = in_.options.consistency;
     if (mode.mode == ConsistencyMode::kBounded) {
       Check(min_clock + mode.staleness >= p.clock, "staleness bound broken");
@@ -484,6 +512,16 @@ class Run {
       }
       if (moderate_) Check(AllFinite(chunks[i].values), "served parameters not finite");
     }
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Check(rows[i].chunk_id == p.rows[i].first, "pull answered with rows of another partition");
+      Check(rows[i].values.size() == p.rows[i].second * kTableDim * 4,
+            "pulled rows of the wrong size");
+      if (mode.mode == ConsistencyMode::kSync) {
+        Check(rows[i].version >= p.clock, "sync pull of rows answered below its clock");
+      }
+      if (moderate_) Check(AllFinite(rows[i].values), "served rows not finite");
+    }
+    rows_served_ += rows.size();
   }
 
   const Input& in_;
@@ -507,7 +545,8 @@ class Run {
   std::set<size_t> no_effect_;
   uint64_t acks_applied_ = 0, acks_duplicate_ = 0, acks_rejected_ = 0;
   uint64_t push_acks_ = 0;           // Acks of Push messages
-  uint64_t multi_chunk_pushes_ = 0;  // Pushes of more than one chunk
+  size_t rows_served_ = 0;           // row sets in successful pull answers
+  uint64_t multi_part_pushes_ = 0;  // Pushes of more than one chunk or row set
   bool moderate_ = true;
   std::string final_state_;
 };
@@ -546,7 +585,8 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
   }
   for (uint64_t clock = 0; clock < 2; ++clock) {
     for (uint64_t w = 1; w <= 2; ++w) {
-      // Clock 0: a Push per chunk; clock 1: one bucket of every chunk.
+      // Clock 0: a Push per chunk and one of the table's rows; clock 1: one
+      // bucket of every chunk and the rows.
       pb::WorkerMessage m;
       for (const ChunkSpec& c : kChunks) {
         std::vector<float> g(c.num_elems);
@@ -569,7 +609,18 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
           m.Clear();
         }
       }
-      if (clock == 1) AddRecord(&s, w - 1, Msg(m));
+      pb::Push* p = m.mutable_push();
+      if (p->chunks_size() == 0) p->set_seq(seq++);
+      p->set_clock(clock);
+      pb::PushedRows* rows = p->add_rows();
+      rows->set_chunk_id(kTableChunk);
+      std::vector<float> g;
+      for (uint64_t id : {w, w + 5 + clock}) {
+        rows->add_ids(id);
+        for (uint32_t i = 0; i < kTableDim; ++i) g.push_back(0.1f * (i + 1) * (id % 2 ? 1 : -1));
+      }
+      rows->set_values(std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4));
+      AddRecord(&s, w - 1, Msg(m));
       pb::WorkerMessage adv;
       adv.mutable_clock()->set_clock(clock + 1);
       AddRecord(&s, w - 1, Msg(adv));
@@ -577,6 +628,12 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
       pull.mutable_pull()->set_request_id(clock);
       pull.mutable_pull()->set_clock(clock + 1);
       pull.mutable_pull()->set_timeout_ms(200);
+      if (clock == 1) {  // the dense chunks and some rows, one of them twice
+        for (const ChunkSpec& c : kChunks) pull.mutable_pull()->add_chunk_ids(c.chunk_id);
+        pb::RowRequest* r = pull.mutable_pull()->add_rows();
+        r->set_chunk_id(kTableChunk);
+        for (uint64_t id : {uint64_t{1}, w + 5, uint64_t{30}, uint64_t{1}}) r->add_ids(id);
+      }
       AddRecord(&s, w - 1, Msg(pull));
     }
   }
