@@ -42,4 +42,15 @@ PathPrecision PathPrecisionFromProto(const v1::PathPrecision& proto) {
   return p;
 }
 
+void TableRowStatsToProto(const TableRowStats& s, v1::TableRows* out) {
+  out->set_held(s.held);
+  out->set_bytes(s.bytes);
+  out->set_pushed(s.pushed);
+  out->set_pulled(s.pulled);
+}
+
+TableRowStats TableRowStatsFromProto(const v1::TableRows& proto) {
+  return TableRowStats{proto.held(), proto.bytes(), proto.pushed(), proto.pulled()};
+}
+
 }  // namespace gradstream

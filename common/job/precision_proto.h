@@ -1,9 +1,11 @@
-// PathPrecision (precision.h) <-> v1::PathPrecision (job.proto): the one
-// converter, for the shard's stats and the coordinator's views.
+// The job's reports <-> their job.proto forms: PathPrecision (precision.h)
+// and TableRowStats (table_rows.h). The one converter of each, for the
+// shard's stats and the coordinator's views.
 #ifndef GRADSTREAM_COMMON_JOB_PRECISION_PROTO_H_
 #define GRADSTREAM_COMMON_JOB_PRECISION_PROTO_H_
 
 #include "common/job/precision.h"
+#include "common/job/table_rows.h"
 #include "job.pb.h"
 
 namespace gradstream {
@@ -11,6 +13,9 @@ namespace gradstream {
 void PathPrecisionToProto(const PathPrecision& p, v1::PathPrecision* out);
 // Unknown codec names read as kNone (a report, not an instruction).
 PathPrecision PathPrecisionFromProto(const v1::PathPrecision& proto);
+
+void TableRowStatsToProto(const TableRowStats& s, v1::TableRows* out);
+TableRowStats TableRowStatsFromProto(const v1::TableRows& proto);
 
 }  // namespace gradstream
 

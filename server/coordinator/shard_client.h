@@ -52,7 +52,7 @@ struct ShardJobStats {
   std::vector<std::pair<uint64_t, PathPrecision>> pull_precision;
   std::vector<std::pair<uint64_t, PathPrecision>> push_precision;
   // Per table partition, by chunk id (docs/design/sparse-tables.md).
-  std::vector<std::pair<uint64_t, TablePartitionStats>> tables;
+  std::vector<std::pair<uint64_t, TableRowStats>> tables;
 };
 
 // Implementations are thread-safe. Every call has a deadline; a shard that

@@ -60,7 +60,7 @@ struct JobShards {
   std::map<uint64_t, PathPrecision> pull_precision;
   std::map<uint64_t, PathPrecision> push_precision;
   // Each table partition's rows, from its shard's last answer.
-  std::map<uint64_t, TablePartitionStats> tables;
+  std::map<uint64_t, TableRowStats> tables;
 };
 
 // One shard RPC, planned under the lock and made outside it.

@@ -12,6 +12,7 @@
 
 #include "common/job/precision.h"
 #include "common/job/shard_map.h"
+#include "common/job/table_rows.h"
 
 namespace gradstream::coordinator {
 
@@ -170,18 +171,10 @@ struct TensorPrecision {
   std::optional<PathPrecision> pull, push;  // unset: that path is not compressed
 };
 
-// Rows of a table partition on its shard, or summed over a table's.
-struct TablePartitionStats {
-  uint64_t rows_held = 0;
-  uint64_t row_bytes = 0;    // values and optimizer state
-  uint64_t rows_pushed = 0;  // summed over every push
-  uint64_t rows_pulled = 0;  // and pull
-};
-
 // One table of a job (views only): its partitions' stats summed.
 struct TableProgress {
   std::string tensor;
-  TablePartitionStats rows;
+  TableRowStats rows;
 };
 
 struct JobStatus {

@@ -223,11 +223,7 @@ std::vector<TableProgress> Views::Tables(const JobRecord& job) const {
     const uint32_t tensor = map.chunks[chunk_id].tensor;
     auto [it, fresh] = slot.try_emplace(tensor, out.size());
     if (fresh) out.push_back(TableProgress{map.tensors[tensor].name, {}});
-    TablePartitionStats& sum = out[it->second].rows;
-    sum.rows_held += t.rows_held;
-    sum.row_bytes += t.row_bytes;
-    sum.rows_pushed += t.rows_pushed;
-    sum.rows_pulled += t.rows_pulled;
+    out[it->second].rows += t;
   }
   return out;
 }

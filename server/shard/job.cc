@@ -695,9 +695,9 @@ JobStats Job::Stats(bool include_rounds) const {
   for (const auto& c : chunks_) {
     if (!c->is_table()) continue;
     absl::MutexLock l(&c->mu);
-    s.tables.push_back(JobStats::TableStats{c->chunk_id, c->rows->size(),
-                                            c->rows->size() * c->rows->row_bytes(),
-                                            c->rows_pushed.load(), c->rows_pulled.load()});
+    s.tables.push_back(JobStats::TableStats{
+        c->chunk_id, TableRowStats{c->rows->size(), c->rows->size() * c->rows->row_bytes(),
+                                   c->rows_pushed.load(), c->rows_pulled.load()}});
   }
   s.push_messages = push_messages_.load();
   s.pushes_duplicate = pushes_duplicate_.load();

@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
 #include "common/job/precision.h"
+#include "common/job/table_rows.h"
 #include "common/optim/optimizer.h"
 
 namespace gradstream::shard {
@@ -230,14 +231,10 @@ struct JobStats {
   uint64_t checkpoint_failures = 0;
   std::string checkpoint_error;
   uint64_t push_messages = 0;  // buckets that reached the job (Job::Push)
-  // Per table partition: rows held, the bytes they take, and rows summed
-  // over every push and pull.
+  // Per table partition.
   struct TableStats {
     uint64_t chunk_id = 0;
-    uint64_t rows_held = 0;
-    uint64_t row_bytes = 0;
-    uint64_t rows_pushed = 0;
-    uint64_t rows_pulled = 0;
+    TableRowStats rows;
   };
   std::vector<TableStats> tables;
   // Compressed chunks' error and decisions, by chunk id.

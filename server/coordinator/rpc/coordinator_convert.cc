@@ -37,10 +37,6 @@ v1::JobSpec JobSpecToProto(const JobSpec& spec) {
   return proto;
 }
 
-TablePartitionStats TableRowsFromProto(const v1::TableRows& proto) {
-  return TablePartitionStats{proto.held(), proto.bytes(), proto.pushed(), proto.pulled()};
-}
-
 DeclaredTensor DeclaredTensorFromProto(const v1::DeclaredTensor& proto) {
   return DeclaredTensor{proto.name(), {proto.shape().begin(), proto.shape().end()},
                         proto.table(), proto.init_std()};
@@ -227,7 +223,7 @@ absl::StatusOr<JobStatus> JobStatusFromProto(const v1::JobStatus& proto) {
     s.precision.push_back(std::move(tp));
   }
   for (const auto& t : proto.tables()) {
-    s.tables.push_back(TableProgress{t.tensor(), TableRowsFromProto(t.rows())});
+    s.tables.push_back(TableProgress{t.tensor(), TableRowStatsFromProto(t.rows())});
   }
   return s;
 }
@@ -262,11 +258,7 @@ v1::JobStatus JobStatusToProto(const JobStatus& s) {
   for (const TableProgress& t : s.tables) {
     v1::TableProgress* tp = proto.add_tables();
     tp->set_tensor(t.tensor);
-    v1::TableRows* r = tp->mutable_rows();
-    r->set_held(t.rows.rows_held);
-    r->set_bytes(t.rows.row_bytes);
-    r->set_pushed(t.rows.rows_pushed);
-    r->set_pulled(t.rows.rows_pulled);
+    TableRowStatsToProto(t.rows, tp->mutable_rows());
   }
   return proto;
 }

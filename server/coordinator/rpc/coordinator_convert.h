@@ -19,7 +19,6 @@ JobSpec JobSpecFromProto(const gradstream::v1::JobSpec& proto);
 gradstream::v1::JobSpec JobSpecToProto(const JobSpec& spec);
 
 DeclaredTensor DeclaredTensorFromProto(const gradstream::v1::DeclaredTensor& proto);
-TablePartitionStats TableRowsFromProto(const gradstream::v1::TableRows& proto);
 gradstream::v1::DeclaredTensor DeclaredTensorToProto(const DeclaredTensor& tensor);
 
 // DataLoss naming the job for a shard map that does not validate.

@@ -72,7 +72,7 @@ ShardJobStats StatsFromProto(const v1::StatsResponse& proto) {
     if (c.has_push()) s.push_precision.emplace_back(c.chunk_id(), PathPrecisionFromProto(c.push()));
   }
   for (const v1::TablePartitionStats& t : proto.tables()) {
-    s.tables.emplace_back(t.chunk_id(), TableRowsFromProto(t.rows()));
+    s.tables.emplace_back(t.chunk_id(), TableRowStatsFromProto(t.rows()));
   }
   return s;
 }

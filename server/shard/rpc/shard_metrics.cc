@@ -100,13 +100,13 @@ void ExportJobStats(const std::string& job, const JobStats& s,
 
   for (const JobStats::TableStats& t : s.tables) {  // docs/design/sparse-tables.md
     const metrics::Labels lc = {{"job", job}, {"chunk", std::to_string(t.chunk_id)}};
-    registry->GetGauge(kTableRows, "Rows a table partition holds.", lc)->Set(t.rows_held);
+    registry->GetGauge(kTableRows, "Rows a table partition holds.", lc)->Set(t.rows.held);
     registry->GetGauge(kTableBytes, "Bytes of a table partition's rows and their optimizer state.",
                        lc)
-        ->Set(t.row_bytes);
+        ->Set(t.rows.bytes);
     counter(kTableRowsPushed, "Rows of a table partition summed over its pushes.",
-            t.rows_pushed, lc);
-    counter(kTableRowsPulled, "Rows of a table partition summed over its pulls.", t.rows_pulled,
+            t.rows.pushed, lc);
+    counter(kTableRowsPulled, "Rows of a table partition summed over its pulls.", t.rows.pulled,
             lc);
   }
 

@@ -41,7 +41,7 @@ TEST(ExportJobStats, MirrorsEveryStat) {
   s.max_clock = 9;
   s.members = 3;
   s.epoch = 2;
-  s.tables.push_back(JobStats::TableStats{5, 40, 1280, 300, 700});
+  s.tables.push_back(JobStats::TableStats{5, TableRowStats{40, 1280, 300, 700}});
   metrics::Histogram latency(PushLatencyBuckets());
   latency.Observe(2e-5);
   latency.Observe(1.0);  // past the last bound

@@ -403,10 +403,7 @@ class ShardService final : public ServiceBase {
       for (const JobStats::TableStats& t : s.tables) {
         pb::TablePartitionStats* tp = resp->add_tables();
         tp->set_chunk_id(t.chunk_id);
-        tp->mutable_rows()->set_held(t.rows_held);
-        tp->mutable_rows()->set_bytes(t.row_bytes);
-        tp->mutable_rows()->set_pushed(t.rows_pushed);
-        tp->mutable_rows()->set_pulled(t.rows_pulled);
+        TableRowStatsToProto(t.rows, tp->mutable_rows());
       }
       for (const JobStats::ChunkPrecision& p : s.precision) {
         pb::ChunkPrecision* cp = resp->add_precision();
