@@ -140,20 +140,24 @@ float ValueAt(absl::string_view values, size_t i) {
   return v;
 }
 
-// Row pointers of `ids` in `store`, touching every row first (a touch may
-// move the rows).
-void RowPointers(absl::Span<const uint64_t> ids, RowStore* store, std::vector<float*>* params,
-                 std::vector<float*>* s0, std::vector<float*>* s1) {
+// One optimizer step over rows `ids` of `store` with gradient rows `g`,
+// touching every row first (a touch may move the rows). A refused step
+// forgets the rows it created.
+absl::Status ApplyToRows(const Optimizer& optimizer, absl::Span<const uint64_t> ids,
+                         absl::Span<const float> g, float scale, RowStore* store,
+                         OptimizerState* state) {
+  const size_t held = store->size();
   std::vector<uint32_t> at(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) at[i] = store->Touch(ids[i]);
-  params->clear();
-  s0->clear();
-  s1->clear();
+  std::vector<float*> params, s0, s1;
   for (uint32_t a : at) {
-    params->push_back(store->params(a));
-    if (store->num_slots() > 0) s0->push_back(store->slot(0, a));
-    if (store->num_slots() > 1) s1->push_back(store->slot(1, a));
+    params.push_back(store->params(a));
+    if (store->num_slots() > 0) s0.push_back(store->slot(0, a));
+    if (store->num_slots() > 1) s1.push_back(store->slot(1, a));
   }
+  absl::Status s = optimizer.ApplyRows(params, s0, s1, store->spec().dim, g, scale, state);
+  if (!s.ok()) store->DropNewest(held);
+  return s;
 }
 
 }  // namespace
@@ -187,24 +191,14 @@ absl::Status AddRows(const RowGrads& grads, uint32_t dim, RowSum* sum) {
 
 absl::Status ApplyRowSum(const Optimizer& optimizer, const RowSum& sum, float scale,
                          RowStore* store, OptimizerState* state) {
-  const size_t held = store->size();
-  std::vector<float*> p, s0, s1;
-  RowPointers(sum.ids, store, &p, &s0, &s1);
-  absl::Status s = optimizer.ApplyRows(p, s0, s1, store->spec().dim, sum.sum, scale, state);
-  if (!s.ok()) store->DropNewest(held);
-  return s;
+  return ApplyToRows(optimizer, sum.ids, sum.sum, scale, store, state);
 }
 
 absl::Status ApplyRowGrads(const Optimizer& optimizer, const RowGrads& grads, float scale,
                            RowStore* store, OptimizerState* state) {
   std::vector<float> g(grads.values.size() / sizeof(float));
   if (!g.empty()) std::memcpy(g.data(), grads.values.data(), grads.values.size());
-  const size_t held = store->size();
-  std::vector<float*> p, s0, s1;
-  RowPointers(grads.ids, store, &p, &s0, &s1);
-  absl::Status s = optimizer.ApplyRows(p, s0, s1, store->spec().dim, g, scale, state);
-  if (!s.ok()) store->DropNewest(held);
-  return s;
+  return ApplyToRows(optimizer, grads.ids, g, scale, store, state);
 }
 
 }  // namespace gradstream::shard

@@ -32,9 +32,9 @@
 //  3. every pull that reaches the job is answered exactly once (parked ones
 //     by the deadline sweep, DropJob or the final cancel), with either one
 //     error or exactly the requested chunks, each num_elems floats, and
-//     rows, ids x dim floats per table partition, the last message flagged; sync answers only at version >= clock, bounded only
-//     when the slowest clock is >= clock - s; DEADLINE_EXCEEDED only after
-//     the deadline;
+//     rows, ids x dim floats per table partition, the last message flagged;
+//     sync answers only at version >= clock, bounded only when the slowest
+//     clock is >= clock - s; DEADLINE_EXCEEDED only after the deadline;
 //  4. parameters (served and final) stay finite while every accepted
 //     gradient and initial value is moderate (|x| <= 1e6: larger finite
 //     values may overflow fp32 through the optimizer by design);
@@ -173,8 +173,6 @@ float Magnitude(const pb::EncodedChunk& c) {
   }
   return std::max(std::fabs(c.scale()), std::fabs(c.scale2()));
 }
-float Magnitude(const std::string& fp32);
-float Magnitude(const pb::PushedRows& r) { return Magnitude(r.values()); }
 float Magnitude(const std::string& fp32) {
   float m = 0;
   for (size_t i = 0; i + 4 <= fp32.size(); i += 4) {
@@ -397,7 +395,7 @@ class Run {
           if (!(Magnitude(c.chunk()) <= kModerate)) moderate_ = false;
         }
         for (const pb::PushedRows& r : msg.push().rows()) {
-          if (!(Magnitude(r) <= kModerate)) moderate_ = false;
+          if (!(Magnitude(r.values()) <= kModerate)) moderate_ = false;
         }
       }
     } else if (!ok || ack->duplicate()) {
