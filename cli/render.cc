@@ -262,13 +262,13 @@ std::string TablesText(const v1::JobStatus& j) {
 }
 
 // One path's error control over the job's tensors in one line: the largest
-// error, the exact sends the bound asked for, the tensors raised to fp32
-// (common/job/precision.h).
+// error, the exact sends the bound asked for, the tensors raised to fp16 and
+// to fp32 (common/job/precision.h).
 std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
   double worst = 0;
   uint64_t flushes = 0;
   int tensors = 0;
-  std::vector<std::string> raised;
+  std::vector<std::string> half, raised;
   for (const auto& t : j.precision()) {
     if (pulls ? !t.has_pull() : !t.has_push()) continue;
     const v1::PathPrecision& p = pulls ? t.pull() : t.push();
@@ -276,6 +276,7 @@ std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
     worst = std::max(worst, p.ratio());
     flushes += p.flushes();
     if (p.codec() == "none") raised.push_back(t.tensor());
+    if (p.codec() == "fp16") half.push_back(t.tensor());
   }
   if (tensors == 0) return "";
   std::string out = absl::StrFormat("%s error <= %.2g clocks of %s over %d tensor%s",
@@ -286,6 +287,7 @@ std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
   const double bound = pulls ? PullBound(job_bound) : job_bound;
   absl::StrAppend(&out, bound > 0 ? absl::StrFormat(" (bound %g)", bound) : " (measured only)");
   absl::StrAppend(&out, ", ", flushes, " exact send", flushes == 1 ? "" : "s");
+  if (!half.empty()) absl::StrAppend(&out, "; fp16: ", absl::StrJoin(half, ", "));
   if (!raised.empty()) absl::StrAppend(&out, "; fp32: ", absl::StrJoin(raised, ", "));
   return out;
 }

@@ -1,4 +1,4 @@
-// The built-in codecs (none, twobit, ternary, onebit) and the codec table
+// The built-in codecs (none, twobit, ternary, onebit, fp16) and the codec table
 // (see [codec table]): per codec its encoder, what counts as a malformed
 // chunk, and its decoders. The arithmetic lives in the kernel tables
 // (internal/kernels.h); this file owns the semantics: statistics ->
@@ -152,6 +152,20 @@ class OneBitCodec final : public BuiltinCodec<CodecType::kOneBit> {
   }
 };
 
+// IEEE half of x / 2^k, 2^k fitted to the chunk (see [fp16 scale]): half the
+// bytes of fp32 at 2^-11 relative error, which error feedback carries on.
+class HalfCodec final : public BuiltinCodec<CodecType::kHalf> {
+  absl::Status EncodeImpl(const float* grad, float* residual, uint32_t n, const EncodeKey&,
+                          ChunkHeader* header, uint8_t* out) override {
+    const auto& k = ActiveKernels();
+    const float max_abs = k.max_abs(grad, residual, n);
+    if (!(max_abs <= FLT_MAX)) return NonFinite(type());
+    header->scale = internal::HalfScale(max_abs);
+    k.encode_f16(grad, residual, n, header->scale, out);
+    return absl::OkStatus();
+  }
+};
+
 // ---------------------------------------------------------------- decoding --
 // Each validate_* runs after ChunkDecoder checked the element count and the
 // payload length; see [chunk validation] in decoder.h.
@@ -189,6 +203,29 @@ absl::Status ValidateOneBit(const ChunkHeader& h, const uint8_t* payload, float*
   return absl::OkStatus();
 }
 
+// The scale must be a power of two (a normal float with no mantissa bits),
+// so that weight * scale * half rounds once whatever the grouping; a zero
+// payload still counts as magnitude `scale`, so weight * scale is finite.
+absl::Status ValidateHalf(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
+  uint32_t bits;
+  std::memcpy(&bits, &h.scale, 4);
+  const uint32_t exponent = bits >> 23;  // the sign bit must be 0 too
+  if ((bits & 0x7fffffu) != 0 || exponent == 0 || exponent >= 255) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fp16 scale ", h.scale, " is not a positive power of two"));
+  }
+  const float max_half = ActiveKernels().max_abs_f16(payload, h.num_elems);
+  if (!(max_half <= 65504.0f)) {
+    return absl::InvalidArgumentError("fp16 payload holds NaN or Inf");
+  }
+  *max_magnitude = h.scale * std::max(max_half, 1.0f);
+  if (!(*max_magnitude <= FLT_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fp16 values times scale ", h.scale, " overflow fp32"));
+  }
+  return absl::OkStatus();
+}
+
 void DecodeAddNone(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
   ActiveKernels().decode_add_f32(payload, h.num_elems, weight, acc);
 }
@@ -197,6 +234,10 @@ void DecodeAdd2Bit(const ChunkHeader& h, const uint8_t* payload, float weight, f
 }
 void DecodeAddOneBit(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
   ActiveKernels().decode_add_1bit(payload, h.num_elems, weight * h.scale, weight * h.scale2, acc);
+}
+
+void DecodeAddHalf(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
+  ActiveKernels().decode_add_f16(payload, h.num_elems, weight * h.scale, acc);
 }
 
 // Raw fp32 needs no decoding: an aligned payload is read in place.
@@ -220,8 +261,14 @@ const float* DecodeBlockOneBit(const ChunkHeader& h, const uint8_t* payload, uin
   return scratch;
 }
 
+const float* DecodeBlockHalf(const ChunkHeader&, const uint8_t* payload, uint32_t begin,
+                            uint32_t n, float* scratch) {
+  ActiveKernels().decode_f16(payload + 2 * static_cast<size_t>(begin), n, scratch);
+  return scratch;
+}
+
 // The weight multiplies the stored values (none, onebit) or the sign
-// (twobit, ternary: value = sign * scale).
+// (twobit, ternary: value = sign * scale) or the half (fp16: x = half * scale).
 float WeightOnly(const ChunkHeader&, float weight) { return weight; }
 float WeightTimesScale(const ChunkHeader& h, float weight) { return weight * h.scale; }
 
@@ -247,6 +294,8 @@ constexpr internal::CodecRow kCodecs[] = {
      WeightTimesScale, NewTernary},
     {CodecType::kOneBit, "onebit", 1, ValidateOneBit, DecodeAddOneBit, DecodeBlockOneBit,
      WeightOnly, New<OneBitCodec>},
+    {CodecType::kHalf, "fp16", 16, ValidateHalf, DecodeAddHalf, DecodeBlockHalf,
+     WeightTimesScale, New<HalfCodec>},
 };
 
 constexpr bool RowsInTypeOrder() {

@@ -16,6 +16,9 @@
 //             mean and gets the bit whose value is nearer to 0 (1 on a tie);
 //             error feedback keeps the difference (NOTE: [onebit zeros] in
 //             internal/kernels.h).
+//   fp16    : x / 2^k rounded to the nearest IEEE half (ties to even), 2^k
+//             the chunk's scale, chosen so max |x| / 2^k < 2^15 (NOTE: [fp16
+//             scale] in internal/kernels.h).
 //
 // Encoders are per-chunk objects (like BytePS compressors, one per tensor
 // partition): the error-feedback decorator owns residual state, so Encode is
@@ -38,8 +41,8 @@ namespace gradstream {
 
 // The values are the wire's v1::Codec values (a static_assert in wire.cc ties
 // the two enums) and run 0..kNumCodecTypes-1 without gaps.
-enum class CodecType : uint8_t { kNone = 0, kTwoBit = 1, kTernary = 2, kOneBit = 3 };
-inline constexpr int kNumCodecTypes = 4;
+enum class CodecType : uint8_t { kNone = 0, kTwoBit = 1, kTernary = 2, kOneBit = 3, kHalf = 4 };
+inline constexpr int kNumCodecTypes = 5;
 
 // False for a byte that names no codec of this build (a header read off the
 // wire or fuzzed may hold any value).
@@ -47,7 +50,7 @@ constexpr bool IsKnownCodec(CodecType type) {
   return static_cast<int>(type) < kNumCodecTypes;
 }
 
-// "none", "twobit", "ternary", "onebit"; "unknown" for an unknown value.
+// "none", "twobit", "ternary", "onebit", "fp16"; "unknown" for an unknown value.
 absl::string_view CodecTypeName(CodecType type);
 // Inverse of CodecTypeName; NotFound for an unknown name.
 absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name);
@@ -56,7 +59,7 @@ absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name);
 struct ChunkHeader {
   CodecType codec = CodecType::kNone;
   uint32_t num_elems = 0;
-  float scale = 0.0f;   // twobit: t; ternary: s; onebit: value of a 1 bit
+  float scale = 0.0f;   // twobit: t; ternary: s; onebit: value of a 1 bit; fp16: 2^k
   float scale2 = 0.0f;  // onebit: value of a 0 bit; unused otherwise
 };
 

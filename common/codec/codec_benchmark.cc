@@ -91,7 +91,8 @@ void BM_Memcpy(benchmark::State& state) {  // the pairing itself: x_memcpy ~ 1
   });
 }
 
-const char* const kCodecs[] = {"none", "twobit", "ternary", "onebit"};
+const char* const kCodecs[] = {"none", "twobit", "ternary", "onebit", "fp16"};
+constexpr int kNumHostCodecs = 5;
 
 // Encodes an n-element gradient as the worker does: in chunks of at most
 // `chunk` elements, one encoder (and residual) per chunk.
@@ -151,14 +152,14 @@ void BM_DecodeAdd(benchmark::State& state) {
 // after the scale) reads the chunk back from cache rather than from memory.
 void CodecArgs(benchmark::internal::Benchmark* b) {
   for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24})
-    for (int c = 0; c < 4; ++c) b->Args({c, n, n});
-  for (int c = 0; c < 4; ++c) b->Args({c, int64_t{1} << 24, kMaxChunkElems});
+    for (int c = 0; c < kNumHostCodecs; ++c) b->Args({c, n, n});
+  for (int c = 0; c < kNumHostCodecs; ++c) b->Args({c, int64_t{1} << 24, kMaxChunkElems});
   b->ArgNames({"codec", "n", "chunk"})->Unit(benchmark::kMicrosecond)->UseManualTime();
 }
 
 void DecodeArgs(benchmark::internal::Benchmark* b) {
   for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24})
-    for (int c = 0; c < 4; ++c) b->Args({c, n});
+    for (int c = 0; c < kNumHostCodecs; ++c) b->Args({c, n});
   b->ArgNames({"codec", "n"})->Unit(benchmark::kMicrosecond)->UseManualTime();
 }
 

@@ -107,6 +107,8 @@ TEST_P(CudaCodec, EncodeMatchesCpuBitForBit) {
       case CodecType::kOneBit:
         cpu.encode_onebit(g.data(), rc.data(), n, {h.scale, h.scale2}, want.data());
         break;
+      case CodecType::kHalf:  // not instantiated: no CUDA encoder (cuda_codec.h)
+        GTEST_SKIP();
     }
     EXPECT_EQ(dp.Get(), want) << CodecTypeName(type) << " n=" << n;
     EXPECT_EQ(dr.Get(), rc) << "residuals";

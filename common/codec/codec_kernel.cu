@@ -333,6 +333,8 @@ absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options, const f
                                                                   p.neg, d_payload);
       return CheckLaunch("EncodeOneBitKernel");
     }
+    case CodecType::kHalf:  // host encoders only (common/codec/README.md)
+      return absl::UnimplementedError("fp16 has no CUDA encoder");
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown codec id ", static_cast<int>(type)));
 }
@@ -399,6 +401,8 @@ absl::Status DecodeAddOnDevice(const ChunkHeader& h, const uint8_t* d_payload,
       break;
     case CodecType::kOneBit:
       DecodeAdd1BitKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(d_payload, n, ws, ws2, d_acc);
+      break;
+    default:  // refused by the validation switch above
       break;
   }
   return CheckLaunch("decode-add");

@@ -161,6 +161,64 @@ TEST(OneBitCodec, GoldenBytesAndReconstructionValues) {
   EXPECT_FLOAT_EQ(h.scale2, -4.0f);  // mean of -2,-4,-6
 }
 
+TEST(HalfCodec, GoldenBytesAreHalvesOfXOverAPowerOfTwo) {
+  auto c = Make("fp16");
+  // max |g| = 3 < 2^2, so the scale is 2^(2-15) and g / scale is 8192,
+  // -16384, 4096, 24576: halves 0x7000, 0xF400, 0x6C00, 0x7600.
+  std::vector<float> g = {1.0f, -2.0f, 0.5f, 3.0f};
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(h.codec, CodecType::kHalf);
+  EXPECT_EQ(h.scale, std::ldexp(1.0f, -13));
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0x00, 0x70, 0x00, 0xF4, 0x00, 0x6C, 0x00, 0x76}));
+  EXPECT_EQ(Decode(h, p), g);
+}
+
+// NOTE: [fp16 scale]: a plain cast would send gradients under 6e-5 as half
+// subnormals (1e-7 with 17% error); scaled, every element within 2^-29 of
+// the chunk's largest keeps half's 11 bits, and a tie rounds to even.
+TEST(HalfCodec, SmallGradientsKeepElevenBitsAndTiesRoundToEven) {
+  auto c = Make("fp16");
+  std::vector<float> g = RandomGrad(4099, 31);
+  for (float& x : g) x *= 1e-7f;
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  const std::vector<float> d = Decode(h, p);
+  float max_abs = 0.0f;
+  for (float x : g) max_abs = std::max(max_abs, std::fabs(x));
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::fabs(g[i]) < max_abs * std::ldexp(1.0f, -29)) continue;
+    EXPECT_LE(std::fabs(d[i] - g[i]), std::ldexp(std::fabs(g[i]), -11)) << i;
+  }
+  // With max 1.5 the scale is 2^-14, so 1 + 2^-11 becomes 2^14 + 8, halfway
+  // between the halves 2^14 and 2^14 + 16, and goes to the even 2^14; 1 +
+  // 3 * 2^-11 (2^14 + 24) goes up to the even 2^14 + 32.
+  std::vector<float> ties = {1.0f + std::ldexp(1.0f, -11), 1.0f + 3 * std::ldexp(1.0f, -11),
+                             1.5f};
+  ASSERT_TRUE(c->Encode(ties, {}, &h, &p).ok());
+  EXPECT_EQ(h.scale, std::ldexp(1.0f, -14));  // max 1.5 < 2^1
+  EXPECT_EQ(Decode(h, p),
+            (std::vector<float>{1.0f, 1.0f + 4 * std::ldexp(1.0f, -11), 1.5f}));
+}
+
+TEST(HalfCodec, ConversionsRoundTripEveryHalf) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t bits = static_cast<uint16_t>(h);
+    const float f = internal::HalfBitsToFloat(bits);
+    if (std::isnan(f)) {
+      EXPECT_EQ(internal::FloatToHalfBits(f) & 0x7c00u, 0x7c00u);
+      continue;
+    }
+    EXPECT_EQ(internal::FloatToHalfBits(f), bits) << h;
+  }
+  EXPECT_EQ(internal::FloatToHalfBits(65520.0f), 0x7c00u);  // rounds past 65504
+  EXPECT_EQ(internal::FloatToHalfBits(65519.0f), 0x7bffu);
+  EXPECT_EQ(internal::FloatToHalfBits(std::ldexp(1.0f, -25)), 0x0000u);  // tie to even 0
+  EXPECT_EQ(internal::FloatToHalfBits(std::ldexp(3.0f, -25)), 0x0002u);  // tie to even 2
+}
+
 // NOTE: [onebit zeros]: zeros are in neither mean, take the bit whose value
 // is nearer to 0 (1 on a tie), and error feedback keeps the difference.
 TEST(OneBitCodec, ExactZerosTakeTheValueNearerToZero) {
@@ -313,7 +371,9 @@ TEST_P(EveryCodec, PayloadSizeIsSixteenthOrLess) {
   std::string p;
   ASSERT_TRUE(Make(GetParam())->Encode(g, {}, &h, &p).ok());
   EXPECT_EQ(p.size(), PayloadBytes(h.codec, 4096));
-  if (absl::string_view(GetParam()) != "none") {
+  if (absl::string_view(GetParam()) == "fp16") {
+    EXPECT_EQ(p.size() * 2, 4096u * 4);
+  } else if (absl::string_view(GetParam()) != "none") {
     EXPECT_LE(p.size() * 16, 4096u * 4);
   }
 }
@@ -525,6 +585,19 @@ TEST_F(Malformed, EveryClassIsInvalidArgumentAndLeavesAccUntouched) {
   ExpectRejected(one, std::string(1, '\x01'), 3, "onebit NaN value");
   one.scale2 = -1.0f;
   ExpectRejected(one, std::string(1, '\x81'), 3, "onebit padding");
+  ChunkHeader half{CodecType::kHalf, 2, 1.0f, 0};
+  const std::string ok_half("\x00\x3c\x00\xbc", 4);  // 1, -1
+  std::vector<float> acc(2, 0.0f);
+  ASSERT_TRUE(DecodeAdd(half, ok_half, absl::MakeSpan(acc), 1.0f).ok());
+  EXPECT_EQ(acc, (std::vector<float>{1.0f, -1.0f}));
+  ExpectRejected(half, std::string("\x00\x3c\x00\x7c", 4), 2, "fp16 Inf");
+  ExpectRejected(half, std::string("\x00\x3c\x01\xfc", 4), 2, "fp16 NaN");
+  for (float scale : {0.75f, 0.0f, -1.0f, INFINITY, NAN, std::ldexp(1.0f, -140)}) {
+    half.scale = scale;
+    ExpectRejected(half, ok_half, 2, "fp16 scale not a positive normal power of two");
+  }
+  half.scale = std::ldexp(1.0f, 127);  // 65504 * 2^127 overflows
+  ExpectRejected(half, std::string("\xff\x7b\x00\x00", 4), 2, "fp16 overflow");
 }
 
 TEST(Encode, OversizedChunkIsInvalidArgumentWithoutTouchingMemory) {
@@ -542,9 +615,10 @@ TEST(Registry, UnknownNameIsNotFoundAndNamesTheKnownOnes) {
   EXPECT_NE(c.status().message().find("twobit"), std::string::npos);
   EXPECT_EQ(CodecTypeFromName("nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(*CodecTypeFromName("ternary"), CodecType::kTernary);
-  EXPECT_EQ(CodecRegistry::Global().Names().size(), 4u);
+  EXPECT_EQ(*CodecTypeFromName("fp16"), CodecType::kHalf);
+  EXPECT_EQ(CodecRegistry::Global().Names().size(), static_cast<size_t>(kNumCodecTypes));
   RegisterBuiltinCodecs(CodecRegistry::Global());  // idempotent
-  EXPECT_EQ(CodecRegistry::Global().Names().size(), 4u);
+  EXPECT_EQ(CodecRegistry::Global().Names().size(), static_cast<size_t>(kNumCodecTypes));
 }
 
 TEST(ErrorFeedback, WrongSizeIsInvalidArgument) {
@@ -660,6 +734,28 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
       avx->encode_f32(g.data(), pb, n, ob.data());
       EXPECT_EQ(oa, ob);
       EXPECT_EQ(ra, rb);
+      ra = r0, rb = r0;
+      const float mx = ref.max_abs(g.data(), pa, n);
+      EXPECT_EQ(mx, avx->max_abs(g.data(), pb, n));
+      for (float scale : {internal::HalfScale(mx), std::ldexp(1.0f, -20)}) {  // + overflows
+        ref.encode_f16(g.data(), pa, n, scale, oa.data());
+        avx->encode_f16(g.data(), pb, n, scale, ob.data());
+        EXPECT_EQ(oa, ob) << "fp16 n=" << n;
+        EXPECT_EQ(ra, rb);
+        EXPECT_EQ(ref.max_abs_f16(oa.data(), n), avx->max_abs_f16(oa.data(), n));
+      }
+    }
+    // fp16 decoders, over the halves of the last encode (overflows included)
+    {
+      std::vector<uint8_t> h16(2 * n + 8);
+      ref.encode_f16(g.data(), nullptr, n, 0.5f, h16.data());
+      std::vector<float> a = r0, b = r0;
+      ref.decode_add_f16(h16.data(), n, 0.375f, a.data());
+      avx->decode_add_f16(h16.data(), n, 0.375f, b.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * size_t{n}));  // NaN-safe
+      ref.decode_f16(h16.data(), n, a.data());
+      avx->decode_f16(h16.data(), n, b.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * size_t{n}));
     }
     // decoders
     std::vector<uint8_t> codes((n + 3) / 4);

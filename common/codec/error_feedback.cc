@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec/registry.h"
+#include "common/status.h"
 
 namespace gradstream {
 
@@ -22,20 +23,23 @@ absl::Status ErrorFeedback::EncodeWithResidual(absl::Span<const float>, absl::Sp
   return absl::FailedPreconditionError("error feedback cannot wrap another residual");
 }
 
-absl::Status ErrorFeedback::EncodeExact(absl::Span<const float> grad, const EncodeKey& key,
-                                        ChunkHeader* header, std::string* payload) {
+absl::Status ErrorFeedback::EncodeAs(CodecType level, absl::Span<const float> grad,
+                                     const EncodeKey& key, ChunkHeader* header,
+                                     std::string* payload) {
+  if (level == inner_->type()) return Encode(grad, key, header, payload);
   if (grad.size() != residual_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("error feedback sized for ", residual_.size(),
                                                    " elements, got ", grad.size()));
   }
-  if (exact_ == nullptr) {
-    absl::StatusOr<std::unique_ptr<Codec>> none =
-        CodecRegistry::Global().Create("none", CodecOptions());
-    if (!none.ok()) return none.status();
-    exact_ = *std::move(none);
+  if (!IsKnownCodec(level)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown codec id ", static_cast<int>(level)));
+  }
+  std::unique_ptr<Codec>& codec = levels_[static_cast<int>(level)];
+  if (codec == nullptr) {
+    GS_ASSIGN_OR_RETURN(codec, CodecRegistry::Global().Create(CodecTypeName(level), CodecOptions()));
   }
   // none's fused pass: x = g + r sent as is, r = x - x = 0.
-  return exact_->EncodeWithResidual(grad, absl::MakeSpan(residual_), key, header, payload);
+  return codec->EncodeWithResidual(grad, absl::MakeSpan(residual_), key, header, payload);
 }
 
 double ErrorFeedback::ResidualNorm() const {

@@ -30,17 +30,20 @@ class ErrorFeedback final : public Codec {
                                                 ChunkHeader* header,
                                                 std::string* payload) override;
 
-  // Sends grad + residual whole (fp32, codec none) and clears the residual:
-  // a flush of the precision control (common/job/precision.h).
-  [[nodiscard]] absl::Status EncodeExact(absl::Span<const float> grad, const EncodeKey& key,
-                                         ChunkHeader* header, std::string* payload);
+  // Sends grad + residual with codec `level` instead (fp16, or none: whole,
+  // clearing the residual), keeping what it did not send: the levels of the
+  // precision control (common/job/precision.h). Other codecs of `level` get
+  // default options.
+  [[nodiscard]] absl::Status EncodeAs(CodecType level, absl::Span<const float> grad,
+                                      const EncodeKey& key, ChunkHeader* header,
+                                      std::string* payload);
 
   // L2 norm of the residual (exported as a metric by workers).
   double ResidualNorm() const;
 
  private:
   const std::unique_ptr<Codec> inner_;
-  std::unique_ptr<Codec> exact_;  // codec none, made at the first flush
+  std::unique_ptr<Codec> levels_[kNumCodecTypes];  // made at a level's first send
   std::vector<float> residual_;
 };
 

@@ -17,6 +17,7 @@ constexpr std::pair<CodecType, v1::Codec> kWireCodecs[] = {
     {CodecType::kTwoBit, v1::CODEC_TWOBIT},
     {CodecType::kTernary, v1::CODEC_TERNARY},
     {CodecType::kOneBit, v1::CODEC_ONEBIT},
+    {CodecType::kHalf, v1::CODEC_FP16},
 };
 
 constexpr bool EnumsAgree() {

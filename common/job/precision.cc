@@ -12,8 +12,16 @@ namespace gradstream {
 
 std::vector<CodecType> LadderFrom(CodecType base) {
   if (base == CodecType::kNone) return {CodecType::kNone};
+  if (base == CodecType::kHalf) return {CodecType::kHalf, CodecType::kNone};
+  return {base, CodecType::kHalf, CodecType::kNone};
+}
+
+std::vector<CodecType> DeviceLadderFrom(CodecType base) {
+  if (base == CodecType::kNone) return {CodecType::kNone};
   return {base, CodecType::kNone};
 }
+
+bool MorePrecise(CodecType a, CodecType b) { return PayloadBytes(a, 8) > PayloadBytes(b, 8); }
 
 PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks) {
   PrecisionPolicy p;
@@ -53,7 +61,7 @@ PrecisionController::PrecisionController(const PrecisionPolicy& policy)
 }
 
 void MergePaths(const PathPrecision& p, PathPrecision* into) {
-  if (p.codec == CodecType::kNone) into->codec = CodecType::kNone;
+  if (MorePrecise(p.codec, into->codec)) into->codec = p.codec;
   into->ratio = std::max(into->ratio, p.ratio);
   into->relative = std::max(into->relative, p.relative);
   into->flushes += p.flushes;

@@ -48,11 +48,18 @@ struct PrecisionPolicy {
   uint32_t warmup_clocks = 0;
 };
 
-// The ladder of a path whose configured codec is `base`: base, then kNone.
+// The ladder of a path whose configured codec is `base`: base, fp16, kNone
+// (a 2-bit or 1-bit path raised goes to half the bytes of fp32 first).
 std::vector<CodecType> LadderFrom(CodecType base);
+// The same without fp16, which the CUDA encoders do not have (cuda_codec.h).
+std::vector<CodecType> DeviceLadderFrom(CodecType base);
+// Whether `a` carries more bits per element than `b` (kNone the most): the
+// order of a ladder's levels.
+bool MorePrecise(CodecType a, CodecType b);
 
-// The policy of a worker's pushes of a chunk encoded with `base` (host or
-// device encoder alike): LadderFrom(base), the job's bound and warm-up.
+// The policy of a worker's pushes of a chunk encoded with `base`:
+// LadderFrom(base), the job's bound and warm-up (a device encoder swaps in
+// DeviceLadderFrom).
 PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks);
 
 // The policy of a shard's pulls of a chunk encoded with `base`: the ladder
@@ -89,8 +96,8 @@ struct PathPrecision {
   std::vector<PrecisionEvent> events;  // oldest first
 };
 
-// `into` += `p`, for a tensor's paths over its chunks: kNone (raised) wins
-// over a compressing codec, the larger errors, the flushes summed, the
+// `into` += `p`, for a tensor's paths over its chunks: the more precise
+// codec (the higher level) wins, the larger errors, the flushes summed, the
 // newest kMaxEvents events of both by clock.
 void MergePaths(const PathPrecision& p, PathPrecision* into);
 
@@ -117,6 +124,8 @@ class PrecisionController {
   double ratio() const { return ratio_; }
   double relative() const { return relative_; }
   CodecType level_codec() const { return policy_.ladder[level_]; }
+  // Above the ladder's first level (raised, or warming up).
+  bool raised() const { return level_ > 0; }
   uint64_t flushes() const { return flushes_; }
   // The newest events, oldest first (at most kMaxEvents).
   static constexpr size_t kMaxEvents = 8;

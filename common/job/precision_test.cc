@@ -57,19 +57,46 @@ TEST(PrecisionController, FlushesTooCloseTogetherRaiseThePath) {
   c.Observe(10, 100.0, 1.0, 0.0);  // 10 clocks of signal: flush
   EXPECT_TRUE(c.Flush());
   c.Observe(11, 0.0, 1.0, 0.0);
-  c.Observe(12, 100.0, 1.0, 0.0);  // over again 2 clocks later: raise
-  EXPECT_EQ(c.level_codec(), CodecType::kNone);
-  EXPECT_EQ(c.Codec(), CodecType::kNone);
+  c.Observe(12, 100.0, 1.0, 0.0);  // over again 2 clocks later: raise to fp16
+  EXPECT_EQ(c.level_codec(), CodecType::kHalf);
+  EXPECT_TRUE(c.raised());
+  EXPECT_EQ(c.Codec(), CodecType::kNone) << "the raise flushes what ternary owed";
   ASSERT_EQ(c.events().size(), 1u);
   const PrecisionEvent& e = c.events().back();
   EXPECT_EQ(e.kind, PrecisionEvent::Kind::kRaise);
   EXPECT_EQ(e.clock, 13u);
   EXPECT_EQ(e.from, CodecType::kTernary);
-  EXPECT_EQ(e.to, CodecType::kNone);
+  EXPECT_EQ(e.to, CodecType::kHalf);
   EXPECT_DOUBLE_EQ(e.ratio, 10.0);
   EXPECT_EQ(DescribeEvent(e),
-            "ternary -> none at clock 13 (error 10 clocks of signal again within the flush "
+            "ternary -> fp16 at clock 13 (error 10 clocks of signal again within the flush "
             "interval)");
+  c.Observe(13, 0.0, 1.0, 0.0);
+  EXPECT_EQ(c.Codec(), CodecType::kHalf);
+  c.Observe(14, 100.0, 1.0, 0.0);  // fp16 does not keep up either: fp32
+  EXPECT_EQ(c.level_codec(), CodecType::kNone);
+  EXPECT_EQ(c.events().back().from, CodecType::kHalf);
+  EXPECT_EQ(c.events().back().to, CodecType::kNone);
+}
+
+TEST(PrecisionController, TheLadderGoesThroughFp16WhereTheEncoderHasIt) {
+  EXPECT_EQ(LadderFrom(CodecType::kTernary),
+            (std::vector<CodecType>{CodecType::kTernary, CodecType::kHalf, CodecType::kNone}));
+  EXPECT_EQ(LadderFrom(CodecType::kHalf),
+            (std::vector<CodecType>{CodecType::kHalf, CodecType::kNone}));
+  EXPECT_EQ(LadderFrom(CodecType::kNone), (std::vector<CodecType>{CodecType::kNone}));
+  EXPECT_EQ(DeviceLadderFrom(CodecType::kOneBit),
+            (std::vector<CodecType>{CodecType::kOneBit, CodecType::kNone}));
+  EXPECT_TRUE(MorePrecise(CodecType::kNone, CodecType::kHalf));
+  EXPECT_TRUE(MorePrecise(CodecType::kHalf, CodecType::kTernary));
+  EXPECT_FALSE(MorePrecise(CodecType::kTwoBit, CodecType::kTernary));
+  // A tensor's chunks merge to the highest level any of them is at.
+  PathPrecision t{CodecType::kTernary, 1.0, 0.0, 0, {}};
+  MergePaths(PathPrecision{CodecType::kHalf, 2.0, 0.0, 1, {}}, &t);
+  EXPECT_EQ(t.codec, CodecType::kHalf);
+  MergePaths(PathPrecision{CodecType::kTernary, 0.5, 0.0, 0, {}}, &t);
+  EXPECT_EQ(t.codec, CodecType::kHalf);
+  EXPECT_EQ(t.ratio, 2.0);
 }
 
 TEST(PrecisionController, ARaisedPathStepsDownAfterCalmAndWaitsLongerEachTime) {
@@ -131,12 +158,12 @@ TEST(PrecisionController, AStalledCodecIsRaisedAtItsFirstCrossing) {
   PrecisionController c(p);
   double error = 0;
   uint64_t clock = 0;
-  for (; clock < 100 && c.level_codec() != CodecType::kNone; ++clock) {
+  for (; clock < 100 && !c.raised(); ++clock) {
     error += 1.0;
     c.Observe(clock, error * error, 1.0, 0.0);
   }
-  ASSERT_EQ(c.level_codec(), CodecType::kNone);
-  EXPECT_EQ(c.events().back().clock, 9u);  // over after clock 8: fp32 from clock 9
+  ASSERT_EQ(c.level_codec(), CodecType::kHalf);
+  EXPECT_EQ(c.events().back().clock, 9u);  // over after clock 8: fp16 from clock 9
   EXPECT_EQ(c.flushes(), 0u);
 }
 
@@ -151,7 +178,7 @@ TEST(PrecisionController, TheFlushSpacingFollowsTheBound) {
     for (uint64_t clock = 0; clock < 40; ++clock) c.Observe(clock, 1.0, 1.0, 0.0);
     c.Observe(40, 4 * bound * bound, 1.0, 0.0);  // 2 x bound
     if (bound == 16.0) {
-      EXPECT_EQ(c.level_codec(), CodecType::kNone) << bound;
+      EXPECT_EQ(c.level_codec(), CodecType::kHalf) << bound;
       EXPECT_EQ(c.flushes(), 0u) << bound;
     } else {
       EXPECT_EQ(c.level_codec(), CodecType::kTernary) << bound;

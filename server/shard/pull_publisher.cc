@@ -86,6 +86,11 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
     c.precision->Skip();
     return;
   }
+  DeltaPublisher* publisher = c.publisher.get();
+  if (const CodecType level = c.precision->Codec(); level != codec_) {
+    if (c.half == nullptr) c.half = *DeltaPublisher::Create(level, c.num_elems);
+    publisher = c.half.get();
+  }
   Delta d;
   d.from_version = c.version;
   d.from_checksum = c.checksum;
@@ -94,7 +99,7 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
   key.worker = kPullWorker;
   key.clock = static_cast<uint32_t>(version);
   key.chunk = static_cast<uint32_t>(chunk_id);
-  const absl::StatusOr<uint32_t> checksum = c.publisher->Publish(
+  const absl::StatusOr<uint32_t> checksum = publisher->Publish(
       params, key, absl::MakeSpan(c.copy), &d.delta.header, &d.delta.payload);
   if (!checksum.ok()) {
     // Non-finite parameters: nothing to encode them with; workers get them whole.

@@ -51,6 +51,8 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(PullPublisher, WorkersFollowByDeltasAndNeverDrift) {
+  // (fp16 deltas weigh half a snapshot, so no chain of 3 is kept: see
+  // FlushesTooCloseRaiseTheChunkToFp16ThenFp32.)
   for (CodecType codec : {CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit}) {
     SCOPED_TRACE(CodecTypeName(codec));
     PullPublisher pub(codec, /*once_per_clock=*/false, {{7, kElems}});
@@ -131,33 +133,46 @@ TEST(PullPublisher, ErrorIsHeldToTheBoundByFlushes) {
   EXPECT_GT(with.relative, 0.0);
 }
 
-TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToFp32) {
-  PrecisionPolicy policy;
-  policy.bound = 0.5;               // every ternary delta leaves more than this
-  policy.min_flush_interval = 1000;
-  PullPublisher pub(CodecType::kTernary, false, {{7, kElems}}, policy);
-  std::mt19937 rng(4);
-  std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
-  Worker w;
-  PulledChunk out;
-  pub.Serve(7, params, 0, 0, nullptr, &out);
-  w.Take(out);
-  for (uint64_t v = 1; v <= 10; ++v) {
-    params = Step(params, rng, 0.01f);
-    pub.Serve(7, params, v, v, w.held_or_null(), &out);
+// Raised, a chunk publishes fp16 deltas (half the bytes of a snapshot, an
+// error far under any bound); raised past fp16, whole.
+TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToFp16ThenFp32) {
+  for (const double bound : {0.5, 0.0}) {
+    SCOPED_TRACE(bound);
+    PrecisionPolicy policy;
+    policy.bound = bound == 0.0 ? 1e-9 : bound;  // 1e-9: even fp16 leaves more
+    policy.min_flush_interval = 1000;
+    PullPublisher pub(CodecType::kTernary, false, {{7, kElems}}, policy);
+    std::mt19937 rng(4);
+    std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+    Worker w;
+    PulledChunk out;
+    pub.Serve(7, params, 0, 0, nullptr, &out);
     w.Take(out);
+    for (uint64_t v = 1; v <= 10; ++v) {
+      params = Step(params, rng, 0.01f);
+      pub.Serve(7, params, v, v, w.held_or_null(), &out);
+      w.Take(out);
+    }
+    const PathPrecision p = *pub.Precision(7);
+    ASSERT_FALSE(p.events.empty());
+    EXPECT_EQ(p.events.front().kind, PrecisionEvent::Kind::kRaise);
+    EXPECT_EQ(p.events.front().from, CodecType::kTernary);
+    EXPECT_EQ(p.events.front().to, CodecType::kHalf);
+    params = Step(params, rng, 0.01f);
+    const size_t bytes = pub.Serve(7, params, 11, 11, w.held_or_null(), &out);
+    w.Take(out);
+    if (bound == 0.5) {
+      EXPECT_EQ(p.codec, CodecType::kHalf);
+      ASSERT_EQ(out.deltas.size(), 1u);
+      EXPECT_EQ(out.deltas[0].header.codec, CodecType::kHalf);
+      EXPECT_LT(bytes, kElems * sizeof(float) * 6 / 10);
+      EXPECT_LT(MaxAbsDiff(w.copy, params), 1e-4) << "fp16 of a 0.01 step";
+    } else {  // every version published whole: the worker holds p exactly
+      EXPECT_EQ(p.codec, CodecType::kNone);
+      EXPECT_FALSE(out.values.empty());
+      EXPECT_EQ(w.copy, params);
+    }
   }
-  const PathPrecision p = *pub.Precision(7);
-  EXPECT_EQ(p.codec, CodecType::kNone);
-  ASSERT_FALSE(p.events.empty());
-  EXPECT_EQ(p.events.front().kind, PrecisionEvent::Kind::kRaise);
-  EXPECT_EQ(p.events.front().from, CodecType::kTernary);
-  // Raised, every version is published whole: the worker holds p exactly.
-  params = Step(params, rng, 0.01f);
-  pub.Serve(7, params, 11, 11, w.held_or_null(), &out);
-  EXPECT_FALSE(out.values.empty());
-  w.Take(out);
-  EXPECT_EQ(w.copy, params);
 }
 
 TEST(PullPublisher, SnapshotForUnknownCopiesAndTooLongChains) {

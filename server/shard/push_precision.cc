@@ -6,26 +6,33 @@
 namespace gradstream::shard {
 
 void PushPrecisionBook::Record(uint64_t chunk_id, uint64_t worker, uint64_t clock,
-                               CodecType codec, float error_clocks, bool raised) {
+                               CodecType codec, float error_clocks, bool raised,
+                               CodecType level) {
   absl::MutexLock l(&mu_);
   if (codec == CodecType::kNone && !raised && !chunks_.contains(chunk_id)) {
     return;  // an uncompressed tensor: nothing to control
   }
   Chunk& c = chunks_[chunk_id];
-  if (codec != CodecType::kNone) c.base = codec;
+  if (codec != CodecType::kNone && !raised) c.base = codec;
   Worker& w = c.workers[worker];
-  if (codec == CodecType::kNone && !raised && !w.raised) ++c.flushes;
-  if (raised != w.raised && c.base != CodecType::kNone) {
+  if (!w.seen) {
+    w.seen = true;
+    w.level = c.base;
+  }
+  // A none send below the top level is a flush.
+  if (codec == CodecType::kNone && (raised ? level != CodecType::kNone : true)) ++c.flushes;
+  const CodecType at = raised ? level : c.base;
+  if (at != w.level && c.base != CodecType::kNone) {
     PrecisionEvent e;
-    e.kind = raised ? PrecisionEvent::Kind::kRaise : PrecisionEvent::Kind::kRelax;
+    e.kind = MorePrecise(at, w.level) ? PrecisionEvent::Kind::kRaise : PrecisionEvent::Kind::kRelax;
     e.clock = clock;
-    e.from = raised ? c.base : CodecType::kNone;
-    e.to = raised ? CodecType::kNone : c.base;
+    e.from = w.level;
+    e.to = at;
     e.ratio = error_clocks;
     c.events.push_back(e);
     while (c.events.size() > PrecisionController::kMaxEvents) c.events.pop_front();
   }
-  w.raised = raised;
+  w.level = at;
   w.ratio = error_clocks;
 }
 
@@ -37,7 +44,7 @@ std::optional<PathPrecision> PushPrecisionBook::Report(uint64_t chunk_id) const 
   PathPrecision p;
   p.codec = c.base;
   for (const auto& [id, w] : c.workers) {
-    if (w.raised) p.codec = CodecType::kNone;
+    if (MorePrecise(w.level, p.codec)) p.codec = w.level;
     p.ratio = std::max(p.ratio, w.ratio);
   }
   p.flushes = c.flushes;

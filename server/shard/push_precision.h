@@ -20,20 +20,22 @@ namespace gradstream::shard {
 // Thread-safe.
 class PushPrecisionBook {
  public:
-  // One pushed chunk: its codec (header), the worker's report.
+  // One pushed chunk: its codec (header), the worker's report (`level`
+  // counts only when `raised`).
   void Record(uint64_t chunk_id, uint64_t worker, uint64_t clock, CodecType codec,
-              float error_clocks, bool raised);
-  // Over the workers: kNone when any is raised, the largest error, the
+              float error_clocks, bool raised, CodecType level);
+  // Over the workers: the highest level any is at, the largest error, the
   // flushes summed, the events by clock; nullopt before a compressed push.
   std::optional<PathPrecision> Report(uint64_t chunk_id) const;
 
  private:
   struct Worker {
-    bool raised = false;
+    bool seen = false;
+    CodecType level = CodecType::kNone;  // its pushes' level (the base unless raised)
     double ratio = 0;
   };
   struct Chunk {
-    CodecType base = CodecType::kNone;  // the compressing codec seen
+    CodecType base = CodecType::kNone;  // the codec of its unraised pushes
     absl::flat_hash_map<uint64_t, Worker> workers;
     uint64_t flushes = 0;
     std::deque<PrecisionEvent> events;

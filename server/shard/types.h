@@ -124,6 +124,7 @@ struct PushBucket {
     absl::string_view payload;
     float error_clocks = 0;  // the worker's report (PushedChunk)
     bool raised = false;
+    CodecType level = CodecType::kNone;  // when raised
   };
   struct Rows {
     uint64_t chunk_id = 0;

@@ -8,7 +8,8 @@ script single-process; the same job with the guard off
 (--precision_bound=-1, measure only) stays near chance. The two jobs run
 side by side on a 4-worker cluster beside the single-process run (2 epochs
 of the first 16000 images: 500 clocks of 64). Also checks that status
-reports the push error and the exact sends, and the shards' metric."""
+reports the push error, the exact sends and the tensors raised to fp16,
+and the shards' metric."""
 
 import os
 import re
@@ -61,6 +62,11 @@ def main():
     m = re.search(r"push error:\s+push error <= ([0-9.e+]+) clocks of gradient over \d+ "
                   r"tensors \(bound [0-9.]+\), (\d+) exact sends", results["on"][1])
     cluster.check(m and int(m.group(2)) > 0, "status shows no exact pushes for the guarded job")
+    # Raised, a path goes to fp16 first (half the bytes of fp32), which
+    # passes what twobit could not, so no tensor needs fp32.
+    cluster.check(re.search(r"push error:.*; fp16: \S", results["on"][1]) and
+                  "; fp32:" not in results["on"][1].split("push error:")[1].split("\n")[0],
+                  "status does not show the guarded job's tensors raised to fp16")
     m = re.search(r"push error <= ([0-9.e+]+) clocks .*\(measured only\), 0 exact sends",
                   results["off"][1])
     cluster.check(m and float(m.group(1)) > 8, "the unguarded job's error is not past the bound")

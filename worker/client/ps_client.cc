@@ -168,6 +168,7 @@ class PsClientImpl final : public PsClient {
       PushPrecisionReport report;
       report.error_clocks = chunks[i].error_clocks;
       report.raised = chunks[i].raised;
+      report.level = chunks[i].level;
       AddToBucket(enc.chunk(i), clock, chunks[i].header, std::move(payload), done, report);
     }
     return MakePush(std::move(done));
@@ -393,6 +394,7 @@ class PsClientImpl final : public PsClient {
       ChunkToWire(header, std::move(payload), pc->mutable_chunk());
       pc->set_error_clocks(report.error_clocks);
       pc->set_raised(report.raised);
+      if (report.raised) pc->set_level(CodecToWire(report.level));
     });
   }
 

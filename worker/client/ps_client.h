@@ -178,6 +178,7 @@ struct EncodedChunkView {
   absl::string_view payload;  // PayloadBytes(header.codec, header.num_elems) bytes
   float error_clocks = 0;     // the caller's error control (PushedChunk)
   bool raised = false;
+  CodecType level = CodecType::kNone;  // when raised
 };
 
 // Handles are cheap to copy; an empty (default) handle waits as OK at once.

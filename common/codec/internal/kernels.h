@@ -17,8 +17,11 @@
 #ifndef GRADSTREAM_COMMON_CODEC_INTERNAL_KERNELS_H_
 #define GRADSTREAM_COMMON_CODEC_INTERNAL_KERNELS_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "common/philox.h"
 
@@ -73,11 +76,74 @@ struct TwoBitSignTable {
 };
 inline constexpr TwoBitSignTable kTwoBitSigns;
 
+// NOTE: [fp16 scale] An fp16 chunk is sent as x / 2^k in IEEE half, with
+// 2^k = HalfScale(max |x|) in the header: max |x| / 2^k < 2^15, so no value
+// overflows half's 65504, and every x down to max |x| * 2^-29 keeps half's
+// 11 significant bits (a plain cast would lose gradients under 6e-5 to half's
+// subnormals). Dividing by a power of two is exact, so the only rounding is
+// the half's, ties to even: the same bits from the portable conversions
+// below, F16C and CUDA's __float2half_rn.
+inline float HalfScale(float max_abs) {
+  int e = 0;
+  std::frexp(max_abs, &e);  // max_abs < 2^e (e = 0 for 0)
+  return std::ldexp(1.0f, std::max(e - 15, -126));
+}
+
+// float -> IEEE half bits, round to nearest even; +-inf past 65504 (F. Giesen,
+// "float_to_half_fast3_rtne"). NaN -> a quiet NaN.
+inline uint16_t FloatToHalfBits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = x & 0x80000000u;
+  x ^= sign;
+  uint32_t o;
+  if (x >= (127u + 16u) << 23) {  // >= 2^16: inf, or NaN
+    o = x > (255u << 23) ? 0x7e00u : 0x7c00u;
+  } else if (x < (113u << 23)) {  // < 2^-14: half subnormal; the fp32 add rounds
+    const uint32_t magic_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;  // 0.5f
+    float magic, v;
+    std::memcpy(&magic, &magic_bits, 4);
+    std::memcpy(&v, &x, 4);
+    v += magic;
+    uint32_t vb;
+    std::memcpy(&vb, &v, 4);
+    o = vb - magic_bits;
+  } else {
+    const uint32_t mant_odd = (x >> 13) & 1u;
+    x += ((15u - 127u) << 23) + 0xfffu;  // rebias; round half up, then ...
+    x += mant_odd;                       // ... ties to even
+    o = x >> 13;
+  }
+  return static_cast<uint16_t>(o | (sign >> 16));
+}
+
+// IEEE half bits -> float, exact.
+inline float HalfBitsToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  uint32_t bits;
+  if (e == 0) {  // zero or subnormal: m * 2^-24, exact in fp32
+    const float v = static_cast<float>(m) * 5.9604644775390625e-8f;
+    std::memcpy(&bits, &v, 4);
+  } else if (e == 31) {
+    bits = 0x7f800000u | (m << 13);
+  } else {
+    bits = ((e + 112u) << 23) | (m << 13);
+  }
+  bits |= sign;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 struct CodecKernels {
   // ---- statistics (fp64, [lane reduction]) ----
   // max |x| over the chunk (NaN if any x is NaN), and sum / sum of squares.
   void (*moments)(const float* grad, const float* residual, uint32_t n, float* max_abs,
                   double* sum, double* sum_sq);
+  // max |x| compared as bit patterns: NaN when any x is NaN, else +inf when
+  // any is infinite (as max_abs_f32).
+  float (*max_abs)(const float* grad, const float* residual, uint32_t n);
   // sum |x|.
   double (*sum_abs)(const float* grad, const float* residual, uint32_t n);
   // sums and counts of the x > 0 and x < 0 parts; zeros are in neither
@@ -103,6 +169,9 @@ struct CodecKernels {
                                float* scale);
   void (*encode_onebit)(const float* grad, float* residual, uint32_t n, OneBitParams p,
                         uint8_t* out);
+  // Half bits of x / scale, little-endian, 2 bytes each; residual = x -
+  // half * scale. `scale` is HalfScale(max |x|) of finite x (see [fp16 scale]).
+  void (*encode_f16)(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out);
 
   // ---- validation and fused decode-accumulate ----
   // True when no 2-bit code is 11 and the padding bits of the last byte are 0.
@@ -112,6 +181,9 @@ struct CodecKernels {
   // none is NaN). One pass gives both the finiteness check and the bound a
   // decoder needs to prove weight * value cannot overflow.
   float (*max_abs_f32)(const uint8_t* payload, uint32_t n);
+  // max |value| over an fp16 payload, as max_abs_f32 (NaN, +inf, or the
+  // largest finite half as a float).
+  float (*max_abs_f16)(const uint8_t* payload, uint32_t n);
   // acc[i] += sign_i * ws (ws = weight * scale; see [2-bit signs]).
   void (*decode_add_2bit)(const uint8_t* payload, uint32_t n, float ws, float* acc);
   // acc[i] += bit_i ? wpos : wneg.
@@ -119,10 +191,14 @@ struct CodecKernels {
                           float* acc);
   // acc[i] += weight * value_i.
   void (*decode_add_f32)(const uint8_t* payload, uint32_t n, float weight, float* acc);
+  // acc[i] += ws * half_i (ws = weight * scale).
+  void (*decode_add_f16)(const uint8_t* payload, uint32_t n, float ws, float* acc);
   // Block decoders for ChunkDecoder::Block, `payload` at the block's first
   // byte: out[i] = sign_i, and out[i] = bit_i ? pos : neg.
   void (*decode_2bit)(const uint8_t* payload, uint32_t n, float* out);
   void (*decode_1bit)(const uint8_t* payload, uint32_t n, float pos, float neg, float* out);
+  // out[i] = half_i as a float.
+  void (*decode_f16)(const uint8_t* payload, uint32_t n, float* out);
 };
 
 const CodecKernels& PortableKernels();

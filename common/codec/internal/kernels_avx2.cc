@@ -1,4 +1,4 @@
-// AVX2 codec kernels. Compiled with -mavx2 (this file only) and selected at
+// AVX2 codec kernels. Compiled with -mavx2 -mf16c (this file only) and selected at
 // run time by dispatch.cc. Each function mirrors its portable twin's
 // arithmetic exactly -- same fp32 operations, same [lane reduction] order,
 // selects instead of arithmetic on masks -- so outputs are bit-identical.
@@ -200,6 +200,47 @@ void SignSums(const float* grad, const float* residual, uint32_t n, double* pos_
   *pos_count = pc;
   *neg_sum = AddLanes(q);
   *neg_count = nc;
+}
+
+float MaxAbs(const float* grad, const float* residual, uint32_t n) {
+  // Unsigned max of |x|'s bit pattern, as in the portable reference.
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  __m256i m = _mm256_setzero_si256();
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_castps_si256(LoadX(grad, residual, i)),
+                                             abs_mask));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), m);
+  const float tail = PortableKernels().max_abs(grad + n8, residual ? residual + n8 : nullptr,
+                                               n - n8);
+  uint32_t best;
+  std::memcpy(&best, &tail, 4);
+  for (uint32_t l : lanes) best = std::max(best, l);
+  float v;
+  std::memcpy(&v, &best, 4);
+  return v;
+}
+
+// F16C's conversion rounds to nearest even, as FloatToHalfBits does.
+void EncodeF16(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out) {
+  const float inv = 1.0f / scale;
+  const __m256 vinv = _mm256_set1_ps(inv), vs = _mm256_set1_ps(scale);
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256 x = LoadX(grad, residual, i);
+    const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(x, vinv),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * size_t{i}), h);
+    if (residual) {
+      _mm256_storeu_ps(residual + i, _mm256_sub_ps(x, _mm256_mul_ps(_mm256_cvtph_ps(h), vs)));
+    }
+  }
+  if (n8 < n) {
+    PortableKernels().encode_f16(grad + n8, residual ? residual + n8 : nullptr, n - n8, scale,
+                                 out + 2 * size_t{n8});
+  }
 }
 
 bool EncodeF32(const float* grad, float* residual, uint32_t n, uint8_t* out) {
@@ -561,6 +602,46 @@ void DecodeAddF32(const uint8_t* payload, uint32_t n, float weight, float* acc) 
                                                weight, acc + n8);
 }
 
+void DecodeAddF16(const uint8_t* payload, uint32_t n, float ws, float* acc) {
+  const __m256 w = _mm256_set1_ps(ws);
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256 v = _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(payload + 2 * size_t{i})));
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(w, v)));
+  }
+  if (n8 < n) PortableKernels().decode_add_f16(payload + 2 * size_t{n8}, n - n8, ws, acc + n8);
+}
+
+void DecodeF16(const uint8_t* payload, uint32_t n, float* out) {
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                  reinterpret_cast<const __m128i*>(payload + 2 * size_t{i}))));
+  }
+  if (n8 < n) PortableKernels().decode_f16(payload + 2 * size_t{n8}, n - n8, out + n8);
+}
+
+float MaxAbsF16(const uint8_t* payload, uint32_t n) {
+  const __m256i abs_mask = _mm256_set1_epi16(0x7fff);
+  __m256i m = _mm256_setzero_si256();
+  const uint32_t n16 = n & ~15u;
+  for (uint32_t i = 0; i < n16; i += 16) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(payload + 2 * size_t{i}));
+    m = _mm256_max_epu16(m, _mm256_and_si256(v, abs_mask));
+  }
+  alignas(32) uint16_t lanes[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), m);
+  uint16_t best = 0;
+  for (uint16_t l : lanes) best = std::max(best, l);
+  for (uint32_t i = n16; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, payload + 2 * size_t{i}, 2);
+    best = std::max<uint16_t>(best, h & 0x7fffu);
+  }
+  return HalfBitsToFloat(best);
+}
+
 void Decode2Bit(const uint8_t* payload, uint32_t n, float* out) {
   const uint32_t n8 = n & ~7u;
   for (uint32_t i = 0; i < n8; i += 8) {
@@ -624,9 +705,11 @@ bool Valid2Bit(const uint8_t* payload, uint32_t n) {
 
 const CodecKernels* Avx2Kernels() {
   static const CodecKernels k = {
-      Moments,   SumAbs,        SignSums,      EncodeF32,    EncodeTwoBit,
-      EncodeTernary, EncodeTernaryChunk, EncodeOneBit, Valid2Bit, MaxAbsF32,
-      DecodeAdd2Bit, DecodeAdd1Bit, DecodeAddF32, Decode2Bit, Decode1Bit};
+      Moments,       MaxAbs,        SumAbs,       SignSums,   EncodeF32,
+      EncodeTwoBit,  EncodeTernary, EncodeTernaryChunk,       EncodeOneBit,
+      EncodeF16,     Valid2Bit,     MaxAbsF32,    MaxAbsF16,  DecodeAdd2Bit,
+      DecodeAdd1Bit, DecodeAddF32,  DecodeAddF16, Decode2Bit, Decode1Bit,
+      DecodeF16};
   return &k;
 }
 

@@ -40,6 +40,20 @@ void Moments(const float* grad, const float* residual, uint32_t n, float* max_ab
   *sum_sq = tq;
 }
 
+// |x| as an unsigned bit pattern orders finite < inf < NaN (see MaxAbsF32).
+float MaxAbs(const float* grad, const float* residual, uint32_t n) {
+  uint32_t m = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    m = std::max(m, bits & 0x7fffffffu);
+  }
+  float v;
+  std::memcpy(&v, &m, 4);
+  return v;
+}
+
 double SumAbs(const float* grad, const float* residual, uint32_t n) {
   double s[kSumLanes] = {0};
   for (uint32_t i = 0; i < n; ++i) s[i % kSumLanes] += std::fabs(X(grad, residual, i));
@@ -139,6 +153,16 @@ void EncodeOneBit(const float* grad, float* residual, uint32_t n, OneBitParams p
   }
 }
 
+void EncodeF16(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out) {
+  const float inv = 1.0f / scale;  // a power of two: exact
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    const uint16_t h = FloatToHalfBits(x * inv);
+    std::memcpy(out + 2 * static_cast<size_t>(i), &h, 2);
+    if (residual) residual[i] = x - HalfBitsToFloat(h) * scale;
+  }
+}
+
 bool Valid2Bit(const uint8_t* payload, uint32_t n) {
   const size_t bytes = (static_cast<size_t>(n) + 3) / 4;
   for (size_t b = 0; b < bytes; ++b) {
@@ -161,6 +185,32 @@ float MaxAbsF32(const uint8_t* payload, uint32_t n) {
   float v;
   std::memcpy(&v, &m, 4);
   return v;
+}
+
+float MaxAbsF16(const uint8_t* payload, uint32_t n) {
+  uint16_t m = 0;  // as MaxAbsF32: finite < inf < NaN as bit patterns
+  for (uint32_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, payload + 2 * static_cast<size_t>(i), 2);
+    m = std::max<uint16_t>(m, h & 0x7fffu);
+  }
+  return HalfBitsToFloat(m);
+}
+
+void DecodeAddF16(const uint8_t* payload, uint32_t n, float ws, float* acc) {
+  for (uint32_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, payload + 2 * static_cast<size_t>(i), 2);
+    acc[i] += ws * HalfBitsToFloat(h);
+  }
+}
+
+void DecodeF16(const uint8_t* payload, uint32_t n, float* out) {
+  for (uint32_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, payload + 2 * static_cast<size_t>(i), 2);
+    out[i] = HalfBitsToFloat(h);
+  }
 }
 
 void DecodeAdd2Bit(const uint8_t* payload, uint32_t n, float ws, float* acc) {
@@ -220,9 +270,11 @@ void EncodeTernaryRange(const float* grad, const float* residual_in, float* resi
 
 const CodecKernels& PortableKernels() {
   static const CodecKernels k = {
-      Moments,   SumAbs,        SignSums,      EncodeF32,    EncodeTwoBit,
-      EncodeTernary, EncodeTernaryChunk, EncodeOneBit, Valid2Bit, MaxAbsF32,
-      DecodeAdd2Bit, DecodeAdd1Bit, DecodeAddF32, Decode2Bit, Decode1Bit};
+      Moments,       MaxAbs,        SumAbs,       SignSums,   EncodeF32,
+      EncodeTwoBit,  EncodeTernary, EncodeTernaryChunk,       EncodeOneBit,
+      EncodeF16,     Valid2Bit,     MaxAbsF32,    MaxAbsF16,  DecodeAdd2Bit,
+      DecodeAdd1Bit, DecodeAddF32,  DecodeAddF16, Decode2Bit, Decode1Bit,
+      DecodeF16};
   return k;
 }
 

@@ -121,8 +121,12 @@ void SessionHandler::HandlePush(const pb::Push& push) {
                      absl::InvalidArgumentError(absl::StrCat(
                          "chunk ", c.chunk_id(), " of the Push: ", header.status().message())));
     }
+    // An unknown level in a report is read as fp32: reports decide nothing.
+    const CodecType level = c.level() >= 0 && c.level() < kNumCodecTypes
+                                ? static_cast<CodecType>(c.level())
+                                : CodecType::kNone;
     bucket.chunks.push_back(PushBucket::Chunk{c.chunk_id(), *header, c.chunk().payload(),
-                                              c.error_clocks(), c.raised()});
+                                              c.error_clocks(), c.raised(), level});
   }
   for (const pb::PushedRows& r : push.rows()) {
     bucket.rows.push_back(

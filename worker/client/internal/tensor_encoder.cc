@@ -58,8 +58,7 @@ absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, 
   PrecisionController& ctl = *precision_[i];
   auto* ef = static_cast<ErrorFeedback*>(encoders_[i].get());
   exact |= ctl.Codec() == CodecType::kNone;
-  GS_RETURN_IF_ERROR(exact ? ef->EncodeExact(g, key, header, payload)
-                           : ef->Encode(g, key, header, payload));
+  GS_RETURN_IF_ERROR(ef->EncodeAs(exact ? CodecType::kNone : ctl.Codec(), g, key, header, payload));
   if (exact && ctl.Codec() != CodecType::kNone) {
     ctl.Skip();  // the link's choice: nothing to measure, a flush asked for went out
   } else if (clock % kPushMeasureEvery == 0 || ctl.Flush()) {
@@ -73,7 +72,8 @@ absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, 
   if (report != nullptr) {
     report->error_clocks = static_cast<float>(
         std::min(ctl.ratio(), static_cast<double>(std::numeric_limits<float>::max())));
-    report->raised = ctl.level_codec() == CodecType::kNone;
+    report->raised = ctl.raised();
+    report->level = ctl.level_codec();
   }
   return absl::OkStatus();
 }

@@ -20,7 +20,8 @@ namespace gradstream::client::internal {
 // What a push says of its chunk's error control (PushedChunk in ps.proto).
 struct PushPrecisionReport {
   float error_clocks = 0;  // |residual| / |gradient| at the last measurement
-  bool raised = false;     // the chunk's pushes are at full precision
+  bool raised = false;     // the chunk's pushes are above its codec's level
+  CodecType level = CodecType::kNone;  // the level they are at, when raised
 };
 
 // Not thread-safe: the client holds a per-tensor lock while encoding.

@@ -144,10 +144,15 @@ class DevicePusherImpl final : public DevicePusher {
           t.codec.empty() ? ResolveCodec(options_.codec, t.name, t.num_elems) : t.codec;
       TensorPlan p;
       GS_ASSIGN_OR_RETURN(p.type, CodecTypeFromName(name));
+      if (p.type == CodecType::kHalf) {
+        return absl::UnimplementedError(absl::StrCat(
+            "tensor '", t.name, "': fp16 has no CUDA encoder; pick another codec for a GPU worker"));
+      }
       p.error_feedback = p.type != CodecType::kNone && options_.codec.error_feedback;
       p.num_elems = t.num_elems;
-      const PrecisionPolicy precision = PushPrecisionPolicy(
+      PrecisionPolicy precision = PushPrecisionPolicy(
           p.type, options_.codec.precision_bound, options_.codec.precision_warmup);
+      precision.ladder = DeviceLadderFrom(p.type);
       for (const ChunkInfo& c : map.chunks) {
         if (c.tensor != t.index) continue;
         p.chunks.push_back({static_cast<uint32_t>(c.offset), c.num_elems,
@@ -230,7 +235,8 @@ class DevicePusherImpl final : public DevicePusher {
         measure |= clock % kPushMeasureEvery == 0 || ctl.Flush();
         item.chunks[i].error_clocks = static_cast<float>(
             std::min(ctl.ratio(), static_cast<double>(std::numeric_limits<float>::max())));
-        item.chunks[i].raised = ctl.level_codec() == CodecType::kNone;
+        item.chunks[i].raised = ctl.raised();
+        item.chunks[i].level = ctl.level_codec();
       }
       // The view names the codes where the slot will hold them (the copy below).
       const size_t bytes = PayloadBytes(type, c.num_elems);
