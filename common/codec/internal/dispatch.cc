@@ -1,4 +1,6 @@
 // Picks the codec kernel table once per process from the CPU's features.
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -7,11 +9,22 @@
 namespace gradstream {
 namespace internal {
 
+namespace {
+
+// F16C (the fp16 conversions) by CPUID: clang's __builtin_cpu_supports does
+// not know the name. Every AVX2 CPU has it; the check keeps the rule exact.
+bool HasF16c() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+
+}  // namespace
+
 const CodecKernels& ActiveKernels() {
   static const CodecKernels* const active = [] {
     const char* force = std::getenv("GS_CODEC_ISA");
     if (force != nullptr && std::strcmp(force, "portable") == 0) return &PortableKernels();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return Avx2Kernels();
+    if (__builtin_cpu_supports("avx2") && HasF16c()) return Avx2Kernels();
     return &PortableKernels();
   }();
   return *active;
