@@ -1,0 +1,76 @@
+// PushPrecisionBook: the shard's record of what the workers' push controls
+// decided, per chunk: each worker's level, the flushes, the events.
+#include "server/shard/push_precision.h"
+
+#include "gtest/gtest.h"
+
+namespace gradstream::shard {
+namespace {
+
+constexpr CodecType kNone = CodecType::kNone, kHalf = CodecType::kHalf,
+                    kTernary = CodecType::kTernary;
+
+TEST(PushPrecisionBook, AnUncompressedChunkIsNotRecorded) {
+  PushPrecisionBook book;
+  book.Record(3, 1, 0, kNone, 0.0f, false, kNone);
+  EXPECT_FALSE(book.Report(3).has_value());
+}
+
+// A worker raised to fp16 and then fp32, another staying ternary: the chunk
+// reports the highest level, each change is an event from the level the
+// worker was at, and a none push below the top level is a flush.
+TEST(PushPrecisionBook, LevelsAreEachWorkersAndTheChunkShowsTheHighest) {
+  PushPrecisionBook book;
+  book.Record(7, 1, 0, kTernary, 1.0f, false, kNone);
+  book.Record(7, 2, 0, kTernary, 1.0f, false, kNone);
+  book.Record(7, 1, 1, kNone, 9.0f, false, kNone);  // a flush at ternary
+  book.Record(7, 1, 2, kNone, 9.5f, true, kHalf);   // raised: the raise's flush
+  book.Record(7, 1, 3, kHalf, 0.01f, true, kHalf);  // at fp16
+  std::optional<PathPrecision> p = book.Report(7);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->codec, kHalf);
+  EXPECT_EQ(p->flushes, 2u);
+  ASSERT_EQ(p->events.size(), 1u);
+  EXPECT_EQ(p->events[0].kind, PrecisionEvent::Kind::kRaise);
+  EXPECT_EQ(p->events[0].from, kTernary);
+  EXPECT_EQ(p->events[0].to, kHalf);
+  EXPECT_EQ(p->events[0].clock, 2u);
+
+  book.Record(7, 1, 4, kNone, 20.0f, true, kNone);  // raised again: fp32, not a flush
+  p = book.Report(7);
+  EXPECT_EQ(p->codec, kNone);
+  EXPECT_EQ(p->flushes, 2u);
+  EXPECT_EQ(p->events.back().from, kHalf);
+  EXPECT_EQ(p->events.back().to, kNone);
+  EXPECT_FLOAT_EQ(p->ratio, 20.0f);
+
+  book.Record(7, 1, 5, kHalf, 0.1f, true, kHalf);  // steps down to fp16
+  book.Record(7, 1, 6, kTernary, 0.1f, false, kNone);  // and to ternary
+  p = book.Report(7);
+  EXPECT_EQ(p->codec, kTernary);
+  EXPECT_EQ(p->events.back().kind, PrecisionEvent::Kind::kRelax);
+  EXPECT_EQ(p->events.back().from, kHalf);
+  EXPECT_EQ(p->events.back().to, kTernary);
+}
+
+// A worker that warms up (raised to fp32 from its first push, before any
+// ternary push named the chunk's codec) adds no event until the codec is
+// known; stepping down to it is the first.
+TEST(PushPrecisionBook, WarmUpBeforeTheCodecIsKnown) {
+  PushPrecisionBook book;
+  book.Record(1, 1, 0, kNone, 0.0f, true, kNone);
+  std::optional<PathPrecision> p = book.Report(1);
+  EXPECT_FALSE(p.has_value()) << "no compressed push yet";
+  book.Record(1, 1, 10, kTernary, 0.0f, false, kNone);
+  p = book.Report(1);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->codec, kTernary);
+  EXPECT_EQ(p->flushes, 0u);
+  ASSERT_EQ(p->events.size(), 1u);
+  EXPECT_EQ(p->events[0].kind, PrecisionEvent::Kind::kRelax);
+  EXPECT_EQ(p->events[0].from, kNone);
+  EXPECT_EQ(p->events[0].to, kTernary);
+}
+
+}  // namespace
+}  // namespace gradstream::shard
