@@ -244,6 +244,27 @@ TEST(Render, AFinishedJobShowsItsRunAverage) {
   EXPECT_TRUE(absl::StrContains(out, "0     7       100    0.5000  6506 ")) << out;
 }
 
+// The push error line names the tensors raised above their codec by level;
+// a tensor whose codec is fp16 itself is not raised (common/job/precision.h).
+TEST(Render, ThePushErrorLineNamesRaisedTensorsByLevel) {
+  gradstream::v1::JobStatus j = RunningJob();
+  j.mutable_spec()->mutable_codec()->set_precision_bound(8);
+  auto add = [&](const char* tensor, const char* codec, bool raised) {
+    auto* t = j.add_precision();
+    t->set_tensor(tensor);
+    t->mutable_push()->set_codec(codec);
+    t->mutable_push()->set_raised(raised);
+    t->mutable_push()->set_ratio(1.5);
+  };
+  add("a", "fp16", true);
+  add("b", "none", true);
+  add("c", "ternary", false);
+  add("d", "fp16", false);  // configured fp16, not raised
+  const std::string out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "over 4 tensors (bound 8), 0 exact sends; fp16: a; fp32: b\n"))
+      << out;
+}
+
 TEST(Render, ProgressLineShowsPullsOnceReported) {
   gradstream::v1::JobStatus j;
   j.mutable_spec()->set_steps(100);

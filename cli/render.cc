@@ -275,8 +275,8 @@ std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
     ++tensors;
     worst = std::max(worst, p.ratio());
     flushes += p.flushes();
-    if (p.codec() == "none") raised.push_back(t.tensor());
-    if (p.codec() == "fp16") half.push_back(t.tensor());
+    if (p.raised() && p.codec() == "none") raised.push_back(t.tensor());
+    if (p.raised() && p.codec() == "fp16") half.push_back(t.tensor());
   }
   if (tensors == 0) return "";
   std::string out = absl::StrFormat("%s error <= %.2g clocks of %s over %d tensor%s",

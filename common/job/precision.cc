@@ -62,6 +62,7 @@ PrecisionController::PrecisionController(const PrecisionPolicy& policy)
 
 void MergePaths(const PathPrecision& p, PathPrecision* into) {
   if (MorePrecise(p.codec, into->codec)) into->codec = p.codec;
+  into->raised |= p.raised;
   into->ratio = std::max(into->ratio, p.ratio);
   into->relative = std::max(into->relative, p.relative);
   into->flushes += p.flushes;
@@ -76,7 +77,7 @@ void MergePaths(const PathPrecision& p, PathPrecision* into) {
 
 PathPrecision PrecisionController::Report() const {
   return PathPrecision{level_codec(), ratio_, relative_, flushes_,
-                       {events_.begin(), events_.end()}};
+                       {events_.begin(), events_.end()}, raised()};
 }
 
 void PrecisionController::Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from,

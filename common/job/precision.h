@@ -94,10 +94,11 @@ struct PathPrecision {
   double relative = 0.0;               // |e| / |value| (0: not measured)
   uint64_t flushes = 0;
   std::vector<PrecisionEvent> events;  // oldest first
+  bool raised = false;                 // above its ladder's first level
 };
 
 // `into` += `p`, for a tensor's paths over its chunks: the more precise
-// codec (the higher level) wins, the larger errors, the flushes summed, the
+// codec (the higher level) wins, raised if either is, the larger errors, the flushes summed, the
 // newest kMaxEvents events of both by clock.
 void MergePaths(const PathPrecision& p, PathPrecision* into);
 

@@ -18,6 +18,7 @@ void PathPrecisionToProto(const PathPrecision& p, v1::PathPrecision* out) {
   out->set_ratio(p.ratio);
   out->set_relative(p.relative);
   out->set_flushes(p.flushes);
+  out->set_raised(p.raised);
   for (const PrecisionEvent& e : p.events) {
     v1::PrecisionEvent* pe = out->add_events();
     pe->set_raise(e.kind == PrecisionEvent::Kind::kRaise);
@@ -34,6 +35,7 @@ PathPrecision PathPrecisionFromProto(const v1::PathPrecision& proto) {
   p.ratio = proto.ratio();
   p.relative = proto.relative();
   p.flushes = proto.flushes();
+  p.raised = proto.raised();
   for (const v1::PrecisionEvent& e : proto.events()) {
     p.events.push_back(PrecisionEvent{
         e.raise() ? PrecisionEvent::Kind::kRaise : PrecisionEvent::Kind::kRelax, e.clock(),

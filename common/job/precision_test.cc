@@ -92,8 +92,9 @@ TEST(PrecisionController, TheLadderGoesThroughFp16WhereTheEncoderHasIt) {
   EXPECT_FALSE(MorePrecise(CodecType::kTwoBit, CodecType::kTernary));
   // A tensor's chunks merge to the highest level any of them is at.
   PathPrecision t{CodecType::kTernary, 1.0, 0.0, 0, {}};
-  MergePaths(PathPrecision{CodecType::kHalf, 2.0, 0.0, 1, {}}, &t);
+  MergePaths(PathPrecision{CodecType::kHalf, 2.0, 0.0, 1, {}, /*raised=*/true}, &t);
   EXPECT_EQ(t.codec, CodecType::kHalf);
+  EXPECT_TRUE(t.raised);
   MergePaths(PathPrecision{CodecType::kTernary, 0.5, 0.0, 0, {}}, &t);
   EXPECT_EQ(t.codec, CodecType::kHalf);
   EXPECT_EQ(t.ratio, 2.0);

@@ -154,6 +154,7 @@ TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToFp16ThenFp32) {
       w.Take(out);
     }
     const PathPrecision p = *pub.Precision(7);
+    EXPECT_TRUE(p.raised);
     ASSERT_FALSE(p.events.empty());
     EXPECT_EQ(p.events.front().kind, PrecisionEvent::Kind::kRaise);
     EXPECT_EQ(p.events.front().from, CodecType::kTernary);

@@ -45,6 +45,7 @@ std::optional<PathPrecision> PushPrecisionBook::Report(uint64_t chunk_id) const 
   p.codec = c.base;
   for (const auto& [id, w] : c.workers) {
     if (MorePrecise(w.level, p.codec)) p.codec = w.level;
+    p.raised |= w.level != c.base;
     p.ratio = std::max(p.ratio, w.ratio);
   }
   p.flushes = c.flushes;

@@ -29,6 +29,7 @@ TEST(PushPrecisionBook, LevelsAreEachWorkersAndTheChunkShowsTheHighest) {
   std::optional<PathPrecision> p = book.Report(7);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->codec, kHalf);
+  EXPECT_TRUE(p->raised);
   EXPECT_EQ(p->flushes, 2u);
   ASSERT_EQ(p->events.size(), 1u);
   EXPECT_EQ(p->events[0].kind, PrecisionEvent::Kind::kRaise);
@@ -48,6 +49,7 @@ TEST(PushPrecisionBook, LevelsAreEachWorkersAndTheChunkShowsTheHighest) {
   book.Record(7, 1, 6, kTernary, 0.1f, false, kNone);  // and to ternary
   p = book.Report(7);
   EXPECT_EQ(p->codec, kTernary);
+  EXPECT_FALSE(p->raised);
   EXPECT_EQ(p->events.back().kind, PrecisionEvent::Kind::kRelax);
   EXPECT_EQ(p->events.back().from, kHalf);
   EXPECT_EQ(p->events.back().to, kTernary);

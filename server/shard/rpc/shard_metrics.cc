@@ -94,8 +94,8 @@ void ExportJobStats(const std::string& job, const JobStats& s,
         ->Set(pull.relative);
     counter(kPullFlushes, "Exact publications the pull error bound asked for.", pull.flushes,
             lc);
-    registry->GetGauge(kPullRaised, "1 while the chunk's pulls are raised to fp32.", lc)
-        ->Set(pull.codec == CodecType::kNone ? 1.0 : 0.0);
+    registry->GetGauge(kPullRaised, "1 while the chunk's pulls are raised above their codec.", lc)
+        ->Set(pull.raised ? 1.0 : 0.0);
   }
 
   for (const JobStats::TableStats& t : s.tables) {  // docs/design/sparse-tables.md
