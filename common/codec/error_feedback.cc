@@ -38,7 +38,8 @@ absl::Status ErrorFeedback::EncodeAs(CodecType level, absl::Span<const float> gr
   if (codec == nullptr) {
     GS_ASSIGN_OR_RETURN(codec, CodecRegistry::Global().Create(CodecTypeName(level), CodecOptions()));
   }
-  // none's fused pass: x = g + r sent as is, r = x - x = 0.
+  // The level's fused pass: x = g + r sent at that level, r = x - decoded
+  // (0 for none).
   return codec->EncodeWithResidual(grad, absl::MakeSpan(residual_), key, header, payload);
 }
 

@@ -32,8 +32,8 @@ class ErrorFeedback final : public Codec {
 
   // Sends grad + residual with codec `level` instead (fp16, or none: whole,
   // clearing the residual), keeping what it did not send: the levels of the
-  // precision control (common/job/precision.h). Other codecs of `level` get
-  // default options.
+  // precision control (common/job/precision.h). A level other than the inner
+  // codec is made with default options.
   [[nodiscard]] absl::Status EncodeAs(CodecType level, absl::Span<const float> grad,
                                       const EncodeKey& key, ChunkHeader* header,
                                       std::string* payload);

@@ -20,7 +20,7 @@ void PushPrecisionBook::Record(uint64_t chunk_id, uint64_t worker, uint64_t cloc
     w.level = c.base;
   }
   // A none send below the top level is a flush.
-  if (codec == CodecType::kNone && (raised ? level != CodecType::kNone : true)) ++c.flushes;
+  if (codec == CodecType::kNone && (!raised || level != CodecType::kNone)) ++c.flushes;
   const CodecType at = raised ? level : c.base;
   if (at != w.level && c.base != CodecType::kNone) {
     PrecisionEvent e;
