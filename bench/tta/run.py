@@ -100,7 +100,15 @@ SYSTEMS = {
     # same share, so the second core is the shards' (the package's ratio on a
     # 2-core host, where a 2-worker job's compute alone fills both cores).
     "gs-defaults-1worker": ("gradstream", None),
+    # ctr: the defaults with the table's rows on every worker, updated there
+    # by a local AdaGrad and never synchronized (train.py's LocalRows): the
+    # same step with no row crossing the wire, what the rows' pulls, pushes
+    # and the shards' update are measured against (timing only).
+    "gs-rows-local": ("gradstream", None),
+    # The defaults under bounded staleness (2 clocks) instead of sync.
+    "gs-bounded2": ("gradstream", ["--consistency=bounded", "--staleness=2"]),
 }
+SCRIPT_FLAGS = {"gs-rows-local": ["--ctr_table", "local"]}
 ONE_WORKER = {"gs-defaults-1worker"}
 
 
@@ -110,14 +118,17 @@ def parse_system(name):
     package from --base_build (a before/after pair in one invocation);
     'buckets=F:R' sets the package's push bucket bounds in bytes
     (GRADSTREAM_BUCKET_BYTES, see worker/capi/gradstream_c.h); 'answer=N' the
-    shards' --pull_answer_bytes. Returns (SYSTEMS entry, {option: value})."""
+    shards' --pull_answer_bytes; 'prefetch=0' turns the package's row
+    prefetch off (GRADSTREAM_ROW_PREFETCH, [row prefetch] in
+    python/gradstream/parameter_server.py). Returns (SYSTEMS entry, {option:
+    value})."""
     key, *opts = name.split("@")
     if key not in SYSTEMS:
         raise KeyError(key)
     parsed = {}
     for o in opts:
         k, _, v = o.partition("=")
-        if k not in ("base", "buckets", "answer") or (k == "base") != (v == ""):
+        if k not in ("base", "buckets", "answer", "prefetch") or (k == "base") != (v == ""):
             raise KeyError(name)
         parsed[k] = v
     if parsed and SYSTEMS[key][0] != "gradstream":
@@ -255,6 +266,8 @@ class Run:
         env = {"GRADSTREAM_COORDINATOR": self.coordinator}
         if "buckets" in self.opts:  # the scripts are gs_worker's children
             env["GRADSTREAM_BUCKET_BYTES"] = self.opts["buckets"].replace(":", ",")
+        if "prefetch" in self.opts:
+            env["GRADSTREAM_ROW_PREFETCH"] = self.opts["prefetch"]
         for node in ("c", "d")[:self.workers]:
             self.spawn("worker_" + node, node, [os.path.join(b, "worker/trainer/gs_worker"),
                                                 "--device=cpu", "--name=tta-" + node],
@@ -265,14 +278,16 @@ class Run:
                 raise TimeoutError("the %d workers did not register within 60 s" % self.workers)
             time.sleep(0.3)
         script = " ".join(self.script_argv(["--system", "gradstream"] + (
-            [] if self.workers == 2 else ["--global_batch", str(self.args.global_batch // 2)])))
+            [] if self.workers == 2 else ["--global_batch", str(self.args.global_batch // 2)]) +
+            SCRIPT_FLAGS.get(self.name.split("@")[0], [])))
         if self.variant is None or isinstance(self.variant, list):
             codec = self.variant or []
         else:
             codec = ["--codec", self.variant, "--pull_codec", self.variant]
         self.job = json.loads(self.cli(
             "submit", "--json", "--name=tta-%s-%s" % (self.model, self.name),
-            "--workers=%d" % self.workers, "--consistency=sync",
+            "--workers=%d" % self.workers,
+            *([] if any(f.startswith("--consistency") for f in codec) else ["--consistency=sync"]),
             "--optimizer=" + OPTIMIZER.get(self.model, "momentum"),
             "--lr=%g" % LR[self.model], "--workdir", REPO, "--entrypoint", script,
             *codec))["job_id"]

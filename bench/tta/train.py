@@ -123,12 +123,42 @@ def auc(score, label):
     return ((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)).item()
 
 
+class LocalRows(nn.Module):
+    """A gradstream job's table with its rows on the worker (timing only):
+    what gs.Embedding does on the worker -- the batch's unique ids, their
+    rows as a leaf, the lookup, their gradients -- and a local AdaGrad
+    update of those rows (each worker its own copy, never synchronized), in
+    place of the pulls, the pushes and the shards' update."""
+
+    def __init__(self, rows, dim, std):
+        super().__init__()
+        self.register_buffer("weight", torch.randn(rows, dim) * std)
+        self.register_buffer("acc", torch.full((rows, dim), 0.1))
+        self.last = None
+
+    def forward(self, ids):
+        uniq, inverse = torch.unique(ids.reshape(-1), sorted=True, return_inverse=True)
+        rows = self.weight[uniq].requires_grad_(True)
+        self.last = (uniq, rows)
+        return F.embedding(inverse.view(ids.shape), rows)
+
+    @torch.no_grad()
+    def update(self, lr):
+        uniq, rows = self.last
+        g = rows.grad
+        acc = self.acc[uniq] + g * g
+        self.acc[uniq] = acc
+        self.weight[uniq] -= lr * g / (acc.sqrt() + 1e-7)
+
+
 class CTR(nn.Module):
     """Embeddings of the fields' ids, concatenated, into an MLP of 64."""
 
-    def __init__(self, rows, on_shards, sparse=True):
+    def __init__(self, rows, on_shards, sparse=True, local_rows=False):
         super().__init__()
-        if on_shards:
+        if local_rows:  # --ctr_table local: timing only
+            self.table = LocalRows(rows, CTR_DIM, CTR_INIT_STD)
+        elif on_shards:
             self.table = gs.Embedding(rows, CTR_DIM, init_std=CTR_INIT_STD)
         else:
             self.table = nn.Embedding(rows, CTR_DIM, sparse=sparse)
@@ -284,7 +314,7 @@ class WordLM(nn.Module):
 def build(model, classes, args=None):
     if model == "ctr":
         return CTR(args.ctr_rows, on_shards=args.system == "gradstream",
-                   sparse=bool(args.ctr_sparse))
+                   sparse=bool(args.ctr_sparse), local_rows=args.ctr_table == "local")
     if model == "widecnn":
         return WideCNN()
     if model == "resnet":
@@ -409,6 +439,9 @@ def main():
     ap.add_argument("--model", choices=("widecnn", "resnet", "vit", "lstm", "wordlm", "ctr"),
                     default="widecnn")
     ap.add_argument("--ctr_rows", type=int, default=1 << 20, help="ctr: table rows")
+    ap.add_argument("--ctr_table", choices=("shards", "local"), default="shards",
+                    help="ctr, gradstream: local = the rows on every worker, updated there "
+                         "and never synchronized (timing only)")
     ap.add_argument("--ctr_sparse", type=int, default=1,
                     help="ctr, DDP and local: 1 = nn.Embedding(sparse=True), 0 = dense gradients")
     ap.add_argument("--steps", type=int, default=200)
@@ -512,6 +545,8 @@ def main():
         loss.backward()
         if ps is not None:
             ps.step(loss)
+            if isinstance(getattr(net, "table", None), LocalRows):
+                net.table.update(args.lr)
         else:
             opt.step()
             opt.zero_grad(set_to_none=True)

@@ -109,6 +109,11 @@ def _declare(lib):
     lib.gs_pull_rows.argtypes = [p, c.c_uint32, c.c_void_p, c.c_int64, c.c_uint64, c.c_void_p,
                                  c.c_int64]
     lib.gs_push_rows.argtypes = [p, c.c_uint32, c.c_void_p, c.c_int64, c.c_void_p, c.c_uint64]
+    lib.gs_pull_rows_start.argtypes = [p, c.c_uint32, c.c_void_p, c.c_int64, c.c_uint64,
+                                       c.c_void_p, c.POINTER(c.c_void_p)]
+    lib.gs_rows_wait.argtypes = [p, c.c_void_p, c.c_int64]
+    lib.gs_rows_drop.argtypes = [p]
+    lib.gs_rows_drop.restype = None
     lib.gs_membership_get.argtypes = [p, c.POINTER(Membership)]
     lib.gs_membership_at.argtypes = [p, c.c_uint64, c.POINTER(Membership)]
     lib.gs_job_spec.argtypes = [p, c.c_char_p, c.c_int64, c.POINTER(c.c_int64)]
@@ -137,7 +142,8 @@ def _declare(lib):
                  "gs_report", "gs_record_step", "gs_set_encode_path", "gs_init_params", "gs_push",
                  "gs_wait_pushes", "gs_end_clock", "gs_pull_start", "gs_wait_tensors",
                  "gs_tensors_ready", "gs_abandon_pull", "gs_pull", "gs_leave", "gs_stats_get",
-                 "gs_split_pass", "gs_optimizer_defaults_get", "gs_pull_rows", "gs_push_rows"):
+                 "gs_split_pass", "gs_optimizer_defaults_get", "gs_pull_rows", "gs_push_rows",
+                 "gs_pull_rows_start", "gs_rows_wait"):
         getattr(lib, name).restype = c.c_int
 
 

@@ -9,7 +9,7 @@ import os
 import torch
 
 from gradstream import _lib
-from gradstream.session import _session
+from gradstream.session import Feed, _session
 
 def _indexable(dataset):
     if isinstance(dataset, (tuple, list)) and dataset and all(torch.is_tensor(t) for t in dataset):
@@ -111,14 +111,23 @@ def shard(dataset, batch_size=None, steps=None, shuffle=True, seed=0, global_bat
                                     "batches": [len(b) for b in batches],
                                     "indices": torch.cat(batches).tolist()}) + "\n")
         changed = False
-        for idx in batches:
+        # A job with tables takes each batch one ahead, so that ps.step() can
+        # ask for the next batch's rows before the clock ends ([row prefetch]).
+        ahead = (s.distributed and s.ps is not None and bool(s.ps._tables) and
+                 os.environ.get("GRADSTREAM_ROW_PREFETCH", "1") != "0")
+        nxt = None
+        for k, idx in enumerate(batches):
             if steps is not None and s.clock >= steps:
                 return
             if s.current.epoch != m.epoch:
                 changed = True
                 break
             s.samples += len(idx)
-            yield take(idx)
+            batch = nxt if nxt is not None else take(idx)
+            more = k + 1 < len(batches) and (steps is None or s.clock + 1 < steps)
+            nxt = take(batches[k + 1]) if ahead and more else None
+            s.feed = Feed(s.clock, batch, nxt)
+            yield batch
         if changed:
             continue
         if steps is None or s.clock >= steps:

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 PULL_TIMEOUT_MS = 60_000
-# Row bytes per gs_pull_rows call: the shard answers at most 6 MiB of rows
-# to one pull (server/shard/job.cc), so a larger batch asks in parts.
+# Row bytes per pull: the shard answers at most 6 MiB of rows to one pull
+# (server/shard/job.cc), so a larger batch asks in parts.
 PULL_ROW_BYTES = 4 << 20
 
 
@@ -49,6 +49,8 @@ class Embedding(torch.nn.Module):
         self._ps = None      # the ParameterServer serving it (a job)
         self._index = None   # its tensor index in the job's shard map
         self._lookups = []   # this clock's (unique ids, pulled rows)
+        self._feed = None    # which tensor of gs.shard's batch holds the ids (prefetch)
+        self._prefetched = None  # a RowPull of the next batch's rows, asked by ps.step()
 
     def extra_repr(self):
         return "%d, %d%s" % (self.num_embeddings, self.embedding_dim,
@@ -81,21 +83,41 @@ class Embedding(torch.nn.Module):
                                per_sample_weights=per_sample_weights)
 
     def forward(self, ids, offsets=None, per_sample_weights=None):
-        self._check_ids(ids)
         if self.weight is not None:
+            self._check_ids(ids)
             return self._lookup(ids, self.weight, offsets, per_sample_weights)
         if self._ps is None:
             raise RuntimeError("gradstream: build gs.ParameterServer(model) before the first "
                                "forward of a gs.Embedding")
-        uniq, inverse = torch.unique(ids.reshape(-1).cpu().to(torch.int64), sorted=True,
-                                     return_inverse=True)
-        rows = self._ps._pull_rows(self._index, uniq, self.embedding_dim)
+        pre = self._prefetched
+        if pre is not None and pre.source is ids and pre.version == ids._version:
+            # checked and made unique when the prefetch was asked
+            uniq, inverse = pre.ids, pre.inverse
+        else:
+            self._check_ids(ids)
+            uniq, inverse = unique_ids(ids)
+        if torch.is_grad_enabled() and self._feed is None:
+            self._feed = self._ps._feed_position(ids)
+        rows = self._ps._rows_for(self, uniq)
         if torch.is_grad_enabled():
             rows.requires_grad_(True)
             self._lookups.append((uniq, rows))
         out = self._lookup(inverse.view(ids.shape).to(ids.device), rows.to(ids.device), offsets,
                            per_sample_weights)
         return out
+
+    def _next_ids(self, batch):
+        """The tensor of `batch` (gs.shard's next batch) this table's next
+        forward reads, or None when that cannot be told or its ids would be
+        refused (the forward then pulls, and raises)."""
+        if self._feed is None or batch is None or self._feed >= len(batch):
+            return None
+        ids = batch[self._feed]
+        try:
+            self._check_ids(ids)
+        except (TypeError, IndexError):
+            return None
+        return ids
 
     def _take_gradient(self):
         """The clock's touched rows and their summed gradients (each id
@@ -124,20 +146,52 @@ def tables_of(model):
     return out
 
 
-def pull_rows(lib, handle, index, ids, dim, clock):
-    """Rows `ids` (int64, non-negative) of table `index` at `clock`."""
-    out = torch.empty(len(ids), dim, dtype=torch.float32)
-    ids = ids.contiguous()
-    step = max(1, PULL_ROW_BYTES // (4 * dim))
-    for lo in range(0, len(ids), step):
-        part, rows = ids[lo:lo + step], out[lo:lo + step]
-        rc = lib.gs_pull_rows(handle, index, ctypes.c_void_p(part.data_ptr()), len(part), clock,
-                              ctypes.c_void_p(rows.data_ptr()), PULL_TIMEOUT_MS)
-        if rc != 0:
-            break
-    else:
-        rc = 0
-    return rc, out
+def unique_ids(ids):
+    """(sorted unique ids as int64 on the CPU, each id's index among them)."""
+    return torch.unique(ids.reshape(-1).cpu().to(torch.int64), sorted=True, return_inverse=True)
+
+
+class RowPull:
+    """Rows `ids` (int64, non-negative, sorted unique) of table `index` at
+    `clock`, asked at construction and waited for by wait(); in parts of
+    PULL_ROW_BYTES. Holds `out` until the pull has ended (waited or dropped),
+    so the library never writes into freed memory. A prefetch also keeps the
+    batch tensor it read (`source`) and its ids' `inverse`."""
+
+    def __init__(self, lib, handle, index, ids, dim, clock, source=None, inverse=None):
+        self.ids, self.clock = ids.contiguous(), clock
+        self.source, self.inverse = source, inverse
+        self.version = source._version if source is not None else None
+        self.out = torch.empty(len(ids), dim, dtype=torch.float32)
+        self._lib, self._handle, self._parts, self.rc = lib, handle, [], 0
+        step = max(1, PULL_ROW_BYTES // (4 * dim))
+        for lo in range(0, len(ids), step):
+            part, rows = self.ids[lo:lo + step], self.out[lo:lo + step]
+            h = ctypes.c_void_p()
+            self.rc = lib.gs_pull_rows_start(handle, index, ctypes.c_void_p(part.data_ptr()),
+                                             len(part), clock, ctypes.c_void_p(rows.data_ptr()),
+                                             ctypes.byref(h))
+            if self.rc != 0:
+                break
+            self._parts.append(h)
+
+    def wait(self, timeout_ms=60_000):
+        """(rc, rows): 0 and the rows, or the first failure's code."""
+        parts, self._parts = self._parts, []
+        rc = self.rc
+        for h in parts:
+            if rc == 0:
+                rc = self._lib.gs_rows_wait(self._handle, h, timeout_ms)
+            else:
+                self._lib.gs_rows_drop(h)
+        return rc, self.out
+
+    def drop(self):
+        parts, self._parts = self._parts, []
+        for h in parts:
+            self._lib.gs_rows_drop(h)
+
+    __del__ = drop
 
 
 def push_rows(lib, handle, index, ids, grads, clock):

@@ -47,6 +47,26 @@ forward under torch.no_grad() in train() mode, then eval(). In a job
 ParameterServer warns once when the model has floating-point buffers;
 silence it with warnings.filterwarnings("ignore", category=gs.BufferWarning).
 Integer buffers (num_batches_tracked) are counters and pass silently.
+
+NOTE: [row prefetch] A table's forward needs its rows before anything else
+in the model can run, so a pull asked by the forward puts a round trip and
+the rows' transfer on the critical path. When the ids a gs.Embedding reads
+are a tensor of the batch gs.shard yielded (the batch's tensor itself or a
+copy, as model(ids) passes it), the table remembers which one; gs.shard
+then takes each batch one ahead, and ps.step() asks for the next batch's
+rows at the next clock right after pushing this clock's rows, before it
+ends the clock: the request travels with the pushes and the shard answers
+it when the round closes, as it answers the dense pull. The next training
+forward uses the prefetched rows when it reads exactly those ids at that
+clock and pulls itself otherwise (ids computed from the batch, the first
+batch of a pass, a membership change); an evaluation in between pulls its
+own rows and leaves the prefetch in place. Either way the rows are those
+of the same reader clock: in a sync job exactly what a pull by the forward
+returns; under bounded staleness or async they may miss updates that
+arrived between the ask and the forward, as any pull may, within the same
+bound. A worker holds at most one prefetched batch per table.
+GRADSTREAM_ROW_PREFETCH=0 in the script's environment turns it off, for
+measuring it (bench/tta).
 """
 
 import atexit
@@ -59,7 +79,7 @@ import torch
 
 from gradstream import _lib
 from gradstream._wait_plan import WaitPlan
-from gradstream.embedding import pull_rows, push_rows, tables_of
+from gradstream.embedding import PULL_TIMEOUT_MS, RowPull, unique_ids, push_rows, tables_of
 from gradstream.local import local_optimizer
 from gradstream.session import DEFAULT_TIMEOUT_S, _session
 
@@ -110,6 +130,8 @@ class ParameterServer:
             raise RuntimeError("gradstream: one ParameterServer per process")
         self._tables = tables_of(model)
         self._row_pull_s = 0.0  # waited in table forwards for rows (stats())
+        self._prefetch_used = 0    # row prefetches a forward took (stats())
+        self._prefetch_unused = 0  # and those dropped unread
         if not s.distributed:
             for t in self._tables:
                 t._materialize_local()  # a dense parameter, trained below
@@ -197,6 +219,8 @@ class ParameterServer:
         if not s.handle:
             return
         s.lib.gs_abandon_pull(s.handle)
+        for t in self._tables:
+            self._drop_prefetch(t)
         self._report(wait=True, check=False)
         s.lib.gs_leave(s.handle, 10_000)
 
@@ -204,20 +228,70 @@ class ParameterServer:
 
     def _targets(self):
         """Where a pull writes: each parameter's memory, or its staging
-        (nothing for a table: its rows move by _pull_rows)."""
+        (nothing for a table: its rows move by _rows_for)."""
         return (ctypes.c_void_p * (len(self._params) + len(self._tables)))(
             *([(st if st is not None else p.data).data_ptr()
                for p, st in zip(self._params, self._staging)] + [None] * len(self._tables)))
 
-    def _pull_rows(self, index, ids, dim):
-        """Rows `ids` of table `index` at the current clock (gs.Embedding's
-        forward)."""
+    def _feed_position(self, ids):
+        """Which tensor of the batch gs.shard yielded this clock `ids` is (the
+        tensor itself or a copy of it), or None: see [row prefetch]."""
+        feed = self._session.feed
+        if feed is None or feed.clock != self._session.clock:
+            return None
+        for j, t in enumerate(feed.batch):
+            if t is ids:
+                return j
+        for j, t in enumerate(feed.batch):
+            if (torch.is_tensor(t) and t.shape == ids.shape and t.dtype == ids.dtype and
+                    torch.equal(t, ids.to(t.device))):
+                return j
+        return None
+
+    def _rows_for(self, table, uniq):
+        """Rows `uniq` (sorted unique ids) of `table` at the current clock
+        (gs.Embedding's forward): the prefetched ones when they are these."""
         s = self._session
         t0 = time.perf_counter()
-        rc, rows = pull_rows(s.lib, s.handle, index, ids, dim, s.clock)
+        pre, table._prefetched = table._prefetched, None
+        if pre is not None and pre.clock == s.clock and torch.equal(pre.ids, uniq):
+            rc, rows = pre.wait(PULL_TIMEOUT_MS)
+            self._prefetch_used += 1
+        else:
+            if pre is not None and pre.clock == s.clock:
+                table._prefetched = pre  # for this clock's training forward, not this one
+            elif pre is not None:
+                pre.drop()
+                self._prefetch_unused += 1
+            rc, rows = RowPull(s.lib, s.handle, table._index, uniq, table.embedding_dim,
+                               s.clock).wait(PULL_TIMEOUT_MS)
         self._row_pull_s += time.perf_counter() - t0
         self._call(rc)
         return rows
+
+    def _prefetch_rows(self, clock):
+        """Asks for the rows the next batch's forwards will read, at reader
+        clock `clock`, before the clock ends: see [row prefetch]."""
+        s = self._session
+        feed = s.feed
+        nxt = feed.next if feed is not None and feed.clock == clock - 1 else None
+        for t in self._tables:
+            self._drop_prefetch(t)
+            source = t._next_ids(nxt)
+            if source is None:
+                continue
+            ids, inverse = unique_ids(source)
+            pre = RowPull(s.lib, s.handle, t._index, ids, t.embedding_dim, clock, source, inverse)
+            if pre.rc == 0:
+                t._prefetched = pre
+            else:
+                pre.drop()  # the forward pulls them itself and says why
+
+    def _drop_prefetch(self, table):
+        if table._prefetched is not None:
+            table._prefetched.drop()
+            table._prefetched = None
+            self._prefetch_unused += 1
 
     def _push_tables(self, clock):
         """The gradients of the rows this clock's forwards touched."""
@@ -331,6 +405,7 @@ class ParameterServer:
         if not m.active:
             self._exit("the job ended")
         self._push_tables(ended)
+        self._prefetch_rows(s.clock)
         v = float("nan") if loss is None else (
             float(loss.detach()) if torch.is_tensor(loss) else float(loss))
         _lib.check(s.lib, s.lib.gs_record_step(s.handle, v, s.samples - self._samples_seen))
@@ -372,15 +447,18 @@ class ParameterServer:
         return self._session.clock
 
     def stats(self):
-        """Bytes pushed and pulled (encoded and as fp32) since init, and the
-        seconds table forwards waited for their rows (row_pull_seconds);
-        zeros in local mode."""
+        """Bytes pushed and pulled (encoded and as fp32) since init; the
+        seconds table forwards waited for their rows (row_pull_seconds) and
+        how many row prefetches a forward used or were dropped unread
+        (row_prefetch_used / _unused); zeros in local mode."""
         s = self._session
         out = _lib.Stats()
         if s.distributed:
             _lib.check(s.lib, s.lib.gs_stats_get(s.handle, ctypes.byref(out)))
         stats = {f: getattr(out, f) for f, _ in _lib.Stats._fields_}
         stats["row_pull_seconds"] = self._row_pull_s
+        stats["row_prefetch_used"] = self._prefetch_used
+        stats["row_prefetch_unused"] = self._prefetch_unused
         return stats
 
     def job_spec(self):

@@ -33,6 +33,17 @@ class Membership:
                 (self.rank, self.world_size, self.epoch, self.worker_id, self.job_id))
 
 
+class Feed:
+    """The batch gs.shard yielded at `clock` and the one it yields next (None
+    when it cannot tell): what a table's row prefetch reads ([row prefetch]
+    in parameter_server.py)."""
+
+    def __init__(self, clock, batch, next_batch):
+        self.clock = clock
+        self.batch = batch
+        self.next = next_batch
+
+
 class _Session:
     def __init__(self, agent, timeout):
         self.lib = None
@@ -42,6 +53,7 @@ class _Session:
         self.current = Membership(0, 1, 0, 0, self.job_id, self.distributed)
         self.clock = 0
         self.samples = 0           # yielded by shard(), for samples/s
+        self.feed = None           # shard()'s Feed: the clock's batch and the next
         self.ps = None
         if self.distributed:
             self.lib = _lib.load()

@@ -553,9 +553,13 @@ void Job::Pull(PullArgs pull, PullCallback done) {
 absl::Status Job::CheckRowBudget(const ChunkState& chunk, absl::Span<const uint64_t> ids) const {
   if (options_.max_row_bytes == 0) return absl::OkStatus();
   const RowStore& store = *chunk.rows;
+  const uint64_t held = row_bytes_.load();
+  // Fits even if every id were new: no lookups (a lookup per id was 7% of a
+  // shard's CPU on bench/tta's click-through family).
+  if (held + ids.size() * store.row_bytes() <= options_.max_row_bytes) return absl::OkStatus();
   uint64_t fresh = 0;
   for (uint64_t id : ids) fresh += store.Has(id) ? 0 : 1;
-  const uint64_t held = row_bytes_.load(), more = fresh * store.row_bytes();
+  const uint64_t more = fresh * store.row_bytes();
   if (held + more <= options_.max_row_bytes) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "job ", id(), ": ", fresh, " new rows of table ", store.spec().table, " (", more,

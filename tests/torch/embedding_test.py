@@ -7,7 +7,12 @@ nn.Embedding(sparse=True) / nn.EmbeddingBag(sparse=True) and applies the same
 optimizer (SGD; AdaGrad, whose per-row accumulators make a lazy and an eager
 update differ); rows no batch touched keep their first-touch values; both
 ranks read the same first-touch rows; a bad id raises IndexError naming it;
-`gradstream status` shows the table's rows."""
+`gradstream status` shows the table's rows. Fed by gs.shard (5 steps, an
+evaluation-like read of other rows before each training forward), the
+training forwards use the rows ps.step() prefetched -- reading the batch's
+ids or a copy of them, 3 -- except one that reads other ids (its prefetch is
+dropped unread), and the rows still equal the reference ([row prefetch] in
+python/gradstream/parameter_server.py)."""
 
 import os
 import sys
@@ -65,15 +70,17 @@ def main():
     import torch
     failures = []
     with cluster.Cluster(args.build, workers=2) as c:
-        for optimizer, lr, mode in (("sgd", 0.5, None), ("adagrad", 0.3, None),
-                                    ("adagrad", 0.3, "sum")):
+        for optimizer, lr, mode, feed in (("sgd", 0.5, None, "list"),
+                                          ("adagrad", 0.3, None, "list"),
+                                          ("adagrad", 0.3, "sum", "list"),
+                                          ("adagrad", 0.3, None, "shard")):
             out = tempfile.mkdtemp(prefix="gs-table-")
-            name = "%s-%s" % (optimizer, mode or "lookup")
+            name = "%s-%s-%s" % (optimizer, mode or "lookup", feed)
             job = c.submit("--name=table-" + name, "--workers=2", "--codec=none",
                            "--consistency=sync", "--optimizer=" + optimizer, "--lr=%g" % lr,
-                           "--entrypoint", "%s %s --out %s --mode '%s'" % (
+                           "--entrypoint", "%s %s --out %s --mode '%s' --feed %s" % (
                                sys.executable, os.path.join(HERE, "scripts", "table_steps.py"),
-                               out, mode or ""))
+                               out, mode or "", feed))
             st = c.wait_job(job, timeout=120)
             if st["state"] != "COMPLETED":
                 raise AssertionError("job %s: %s %s" % (job, st["state"], st.get("message")))
@@ -108,6 +115,13 @@ def main():
                 failures.append("%s: rows or parameters differ from the reference (%.2e) or "
                                 "untouched rows moved (%.3g)" % (name, worst, still))
             for r in runs:
+                used, unused = r["stats"]["row_prefetch_used"], r["stats"]["row_prefetch_unused"]
+                want = (3, 1) if feed == "shard" else (0, 0)
+                print("%-20s: rank %d used %d row prefetches, dropped %d unread (want %d, %d)" % (
+                    name, r["rank"], used, unused, *want))
+                if (used, unused) != want:
+                    failures.append("%s: rank %d used %d row prefetches and dropped %d, want %d "
+                                    "and %d" % (name, r["rank"], used, unused, *want))
                 if "id 1000 is out of range: the table has 1000 rows" not in r["bad_id"]:
                     failures.append("%s: a bad id raised %r" % (name, r["bad_id"]))
     if failures:

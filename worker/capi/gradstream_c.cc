@@ -392,19 +392,41 @@ int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elem
   return Fail(s->session->loop().Push(tensor, absl::MakeConstSpan(grad, num_elems), clock));
 }
 
-int gs_pull_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n, uint64_t clock,
-                 float* out, int64_t timeout_ms) {
+struct gs_rows {
+  PullHandle handle;
+};
+
+int gs_pull_rows_start(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
+                       uint64_t clock, float* out, gs_rows** pull) {
+  *pull = nullptr;
   if (s->session == nullptr) {
     return Fail(absl::FailedPreconditionError("gradstream: not declared"));
   }
   if (n < 0) return Fail(absl::InvalidArgumentError("gs_pull_rows: negative row count"));
   const auto& tensors = s->client->shard_map().tensors;
   const uint64_t dim = tensor < tensors.size() ? tensors[tensor].table_dim : 0;
-  PullHandle h = s->client->PullRows(tensor, absl::MakeConstSpan(ids, n), clock,
-                                     absl::MakeSpan(out, static_cast<size_t>(n) * dim));
-  absl::Status st = PsClient::Wait(h, absl::Milliseconds(timeout_ms), s->env);
-  if (!st.ok()) PsClient::Abandon(h);  // nothing is written into `out` after this
+  *pull = new gs_rows{s->client->PullRows(tensor, absl::MakeConstSpan(ids, n), clock,
+                                          absl::MakeSpan(out, static_cast<size_t>(n) * dim))};
+  return Ok();
+}
+
+int gs_rows_wait(gs_session* s, gs_rows* pull, int64_t timeout_ms) {
+  std::unique_ptr<gs_rows> owned(pull);
+  absl::Status st = PsClient::Wait(owned->handle, absl::Milliseconds(timeout_ms), s->env);
+  if (!st.ok()) PsClient::Abandon(owned->handle);  // nothing is written into `out` after this
   return Fail(st);
+}
+
+void gs_rows_drop(gs_rows* pull) {
+  if (pull != nullptr) PsClient::Abandon(pull->handle);
+  delete pull;
+}
+
+int gs_pull_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n, uint64_t clock,
+                 float* out, int64_t timeout_ms) {
+  gs_rows* pull = nullptr;
+  if (int rc = gs_pull_rows_start(s, tensor, ids, n, clock, out, &pull); rc != 0) return rc;
+  return gs_rows_wait(s, pull, timeout_ms);
 }
 
 int gs_push_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,

@@ -46,6 +46,8 @@ extern "C" {
 #endif
 
 typedef struct gs_session gs_session;
+/* A row pull asked by gs_pull_rows_start and not yet waited for. */
+typedef struct gs_rows gs_rows;
 
 /* The worker's place in the job, from its newest assignment. */
 typedef struct gs_membership {
@@ -163,6 +165,20 @@ int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elem
  * InvalidArgument for a tensor that is not a table or an id out of range. */
 int gs_pull_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n, uint64_t clock,
                  float* out, int64_t timeout_ms);
+
+/* gs_pull_rows without the wait, for a prefetch: asks and returns at once
+ * with *pull, which exactly one gs_rows_wait or gs_rows_drop ends. `ids` is
+ * copied; `out` must stay valid until then. A refused call sets *pull NULL. */
+int gs_pull_rows_start(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
+                       uint64_t clock, float* out, gs_rows** pull);
+
+/* Waits up to timeout_ms for a gs_pull_rows_start and frees it, whatever it
+ * returns: nothing is written into its `out` afterwards. */
+int gs_rows_wait(gs_session* s, gs_rows* pull, int64_t timeout_ms);
+
+/* Gives up a gs_pull_rows_start: nothing is written into its `out` after it
+ * returns. NULL is a no-op. */
+void gs_rows_drop(gs_rows* pull);
 
 /* The gradients of rows ids[0..n) (each at most once) of table `tensor` at
  * clock `clock`, n x dim floats, row i at grads + i * dim; copied before it

@@ -2,7 +2,11 @@
 embedding_test.py: each rank saves the table's rows 0..ROWS-1 before
 training (the first touch, read without a gradient), its batches, the
 dense parameters before and after, the rows after, and what a bad id
-raises."""
+raises. With --feed shard the batches come from gs.shard (the ids a tensor
+of its batch, so ps.step() prefetches the next batch's rows); before every
+training forward but the first an evaluation-like read of other rows runs
+without a gradient, step 2's forward reads a copy of the batch's ids and
+step 3's other ids (so its prefetch goes unread)."""
 
 import argparse
 
@@ -14,6 +18,7 @@ import gradstream.torch as gs
 
 ROWS = 40  # the ids the batches draw from (of a table of 1000)
 STEPS = 3
+SHARD_STEPS = 5  # one pass of 80 samples
 
 
 class Model(nn.Module):
@@ -38,6 +43,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--mode", default="", help="'' (lookup) or sum/mean (bags)")
+    ap.add_argument("--feed", default="list", choices=("list", "shard"),
+                    help="list: batch() per step; shard: gs.shard over SHARD_STEPS batches")
     args = ap.parse_args()
     mode = args.mode or None
     gs.init()
@@ -52,7 +59,22 @@ def main():
             rows_before = model.emb(everything, torch.arange(ROWS)).clone()
     dense_before = [p.detach().clone() for p in model.out.parameters()]
     batches = []
-    for step in range(STEPS):
+    if args.feed == "shard":  # lookups only: 8 ids and 8 labels per rank and clock
+        g = torch.Generator().manual_seed(11)  # ids under ROWS - 10: some rows untouched
+        data = (torch.randint(0, ROWS - 10, (16 * SHARD_STEPS,), generator=g),
+                torch.randint(0, 3, (16 * SHARD_STEPS,), generator=g))
+        for step, (ids, y) in enumerate(gs.shard(data, global_batch_size=16, steps=SHARD_STEPS)):
+            if step > 0:
+                with torch.no_grad():
+                    model.emb(torch.arange(ROWS - 1, -1, -1))
+            if step == 2:
+                ids = ids.clone()
+            elif step == 3:
+                ids = (ids + 1) % (ROWS - 10)
+            batches.append((ids, None, y))
+            F.cross_entropy(model(ids), y).backward()
+            ps.step()
+    for step in range(STEPS if args.feed == "list" else 0):
         ids, offsets, y = batch(rank, step, mode)
         batches.append((ids, offsets, y))
         F.cross_entropy(model(ids, offsets), y).backward()
