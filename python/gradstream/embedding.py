@@ -110,7 +110,8 @@ class Embedding(torch.nn.Module):
         """The tensor of `batch` (gs.shard's next batch) this table's next
         forward reads, or None when that cannot be told or its ids would be
         refused (the forward then pulls, and raises)."""
-        if self._feed is None or batch is None or self._feed >= len(batch):
+        if (self._feed is None or not isinstance(batch, (tuple, list)) or
+                self._feed >= len(batch)):
             return None
         ids = batch[self._feed]
         try:

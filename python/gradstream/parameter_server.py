@@ -237,7 +237,8 @@ class ParameterServer:
         """Which tensor of the batch gs.shard yielded this clock `ids` is (the
         tensor itself or a copy of it), or None: see [row prefetch]."""
         feed = self._session.feed
-        if feed is None or feed.clock != self._session.clock:
+        if (feed is None or feed.clock != self._session.clock or
+                not isinstance(feed.batch, (tuple, list))):
             return None
         for j, t in enumerate(feed.batch):
             if t is ids:

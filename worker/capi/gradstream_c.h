@@ -168,7 +168,8 @@ int gs_pull_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
 
 /* gs_pull_rows without the wait, for a prefetch: asks and returns at once
  * with *pull, which exactly one gs_rows_wait or gs_rows_drop ends. `ids` is
- * copied; `out` must stay valid until then. A refused call sets *pull NULL. */
+ * copied; `out` must stay valid until then. What gs_pull_rows refuses comes
+ * from gs_rows_wait; a non-zero return (not declared) leaves *pull NULL. */
 int gs_pull_rows_start(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
                        uint64_t clock, float* out, gs_rows** pull);
 
