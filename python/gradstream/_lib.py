@@ -125,6 +125,9 @@ def _declare(lib):
     lib.gs_push.argtypes = [p, c.c_uint32, c.c_void_p, c.c_uint64, c.c_uint64]
     lib.gs_wait_pushes.argtypes = [p, c.c_int64]
     lib.gs_end_clock.argtypes = [p, c.c_uint64, c.POINTER(c.c_void_p), c.POINTER(c.c_int32)]
+    lib.gs_end_clock_rows.argtypes = [p, c.c_uint64, c.POINTER(c.c_void_p), c.POINTER(c.c_int32),
+                                      c.c_int32, c.c_void_p, c.c_void_p, c.c_void_p, c.c_void_p,
+                                      c.c_void_p]
     lib.gs_pull_start.argtypes = [p, c.c_uint64, c.POINTER(c.c_void_p)]
     lib.gs_wait_tensors.argtypes = [p, c.POINTER(c.c_uint32), c.c_int32]
     lib.gs_tensors_ready.argtypes = [p, c.POINTER(c.c_uint32), c.c_int32]
@@ -140,8 +143,8 @@ def _declare(lib):
     lib.gs_close.restype = None
     for name in ("gs_declare", "gs_membership_get", "gs_membership_at", "gs_job_spec", "gs_sync",
                  "gs_report", "gs_record_step", "gs_set_encode_path", "gs_init_params", "gs_push",
-                 "gs_wait_pushes", "gs_end_clock", "gs_pull_start", "gs_wait_tensors",
-                 "gs_tensors_ready", "gs_abandon_pull", "gs_pull", "gs_leave", "gs_stats_get",
+                 "gs_wait_pushes", "gs_end_clock", "gs_end_clock_rows", "gs_pull_start",
+                 "gs_wait_tensors", "gs_tensors_ready", "gs_abandon_pull", "gs_pull", "gs_leave", "gs_stats_get",
                  "gs_split_pass", "gs_optimizer_defaults_get", "gs_pull_rows", "gs_push_rows",
                  "gs_pull_rows_start", "gs_rows_wait"):
         getattr(lib, name).restype = c.c_int

@@ -159,14 +159,22 @@ class RowPull:
     so the library never writes into freed memory. A prefetch also keeps the
     batch tensor it read (`source`) and its ids' `inverse`."""
 
-    def __init__(self, lib, handle, index, ids, dim, clock, source=None, inverse=None):
-        self.ids, self.clock = ids.contiguous(), clock
+    def __init__(self, lib, handle, index, ids, dim, clock, source=None, inverse=None, ask=True):
+        self.ids, self.clock, self.index = ids.contiguous(), clock, index
         self.source, self.inverse = source, inverse
         self.version = source._version if source is not None else None
         self.out = torch.empty(len(ids), dim, dtype=torch.float32)
         self._lib, self._handle, self._parts, self.rc = lib, handle, [], 0
-        step = max(1, PULL_ROW_BYTES // (4 * dim))
-        for lo in range(0, len(ids), step):
+        if ask:
+            self.ask()
+
+    def ask(self):
+        """Asks for the rows on their own (the constructor does, unless
+        `ask` is false: gs_end_clock_rows asks them with the clock's pull
+        and hands over the handle with `adopt`)."""
+        lib, handle, index, clock = self._lib, self._handle, self.index, self.clock
+        step = max(1, PULL_ROW_BYTES // (4 * self.out.shape[1]))
+        for lo in range(0, len(self.ids), step):
             part, rows = self.ids[lo:lo + step], self.out[lo:lo + step]
             h = ctypes.c_void_p()
             self.rc = lib.gs_pull_rows_start(handle, index, ctypes.c_void_p(part.data_ptr()),
@@ -175,6 +183,10 @@ class RowPull:
             if self.rc != 0:
                 break
             self._parts.append(h)
+
+    def adopt(self, h):
+        """`h`: gs_end_clock_rows's handle for these rows."""
+        self._parts.append(h)
 
     def wait(self, timeout_ms=60_000):
         """(rc, rows): 0 and the rows, or the first failure's code."""

@@ -54,9 +54,10 @@ the rows' transfer on the critical path. When the ids a gs.Embedding reads
 are a tensor of the batch gs.shard yielded (the batch's tensor itself or a
 copy, as model(ids) passes it), the table remembers which one; gs.shard
 then takes each batch one ahead, and ps.step() asks for the next batch's
-rows at the next clock right after pushing this clock's rows, before it
-ends the clock: the request travels with the pushes and the shard answers
-it when the round closes, as it answers the dense pull. The next training
+rows at the next clock in the requests of the next clock's dense pull
+(gs_end_clock_rows; on their own when those cannot carry them, e.g. over
+4 MiB): no message of their own, and the shard answers them when the
+round closes, with the dense chunks. The next training
 forward uses the prefetched rows when it reads exactly those ids at that
 clock and pulls itself otherwise (ids computed from the batch, the first
 batch of a pass, a membership change); an evaluation in between pulls its
@@ -132,6 +133,7 @@ class ParameterServer:
         self._row_pull_s = 0.0  # waited in table forwards for rows (stats())
         self._prefetch_used = 0    # row prefetches a forward took (stats())
         self._prefetch_unused = 0  # and those dropped unread
+        self._prefetch_fused = 0   # ... asked in the requests of the clock's pull
         if not s.distributed:
             for t in self._tables:
                 t._materialize_local()  # a dense parameter, trained below
@@ -270,23 +272,49 @@ class ParameterServer:
         self._call(rc)
         return rows
 
-    def _prefetch_rows(self, clock):
-        """Asks for the rows the next batch's forwards will read, at reader
-        clock `clock`, before the clock ends: see [row prefetch]."""
+    def _row_asks(self, clock):
+        """The prefetches of the rows the next batch's forwards will read,
+        at reader clock `clock`, not yet asked: see [row prefetch]."""
         s = self._session
         feed = s.feed
         nxt = feed.next if feed is not None and feed.clock == clock - 1 else None
+        asks = []
         for t in self._tables:
             self._drop_prefetch(t)
             source = t._next_ids(nxt)
             if source is None:
                 continue
             ids, inverse = unique_ids(source)
-            pre = RowPull(s.lib, s.handle, t._index, ids, t.embedding_dim, clock, source, inverse)
-            if pre.rc == 0:
+            asks.append((t, RowPull(s.lib, s.handle, t._index, ids, t.embedding_dim, clock,
+                                    source, inverse, ask=False)))
+        return asks
+
+    def _end_clock(self, ended, asks, leave):
+        """gs_end_clock, with the prefetches `asks` in the next clock's pull
+        requests (gs_end_clock_rows); those it could not take are asked on
+        their own."""
+        s = self._session
+        if not asks:
+            return s.lib.gs_end_clock(s.handle, ended, self._targets(), ctypes.byref(leave))
+        n = len(asks)
+        pulls = (ctypes.c_void_p * n)()
+        rc = s.lib.gs_end_clock_rows(
+            s.handle, ended, self._targets(), ctypes.byref(leave), n,
+            (ctypes.c_uint32 * n)(*[t._index for t, _ in asks]),
+            (ctypes.c_void_p * n)(*[p.ids.data_ptr() for _, p in asks]),
+            (ctypes.c_int64 * n)(*[len(p.ids) for _, p in asks]),
+            (ctypes.c_void_p * n)(*[p.out.data_ptr() for _, p in asks]), pulls)
+        for (t, pre), h in zip(asks, pulls):
+            if h:
+                pre.adopt(h)
+                self._prefetch_fused += 1
+            elif rc == 0 and not leave.value:
+                pre.ask()
+            if pre.rc == 0 and pre._parts:
                 t._prefetched = pre
             else:
                 pre.drop()  # the forward pulls them itself and says why
+        return rc
 
     def _drop_prefetch(self, table):
         if table._prefetched is not None:
@@ -406,13 +434,13 @@ class ParameterServer:
         if not m.active:
             self._exit("the job ended")
         self._push_tables(ended)
-        self._prefetch_rows(s.clock)
+        asks = self._row_asks(s.clock)
         v = float("nan") if loss is None else (
             float(loss.detach()) if torch.is_tensor(loss) else float(loss))
         _lib.check(s.lib, s.lib.gs_record_step(s.handle, v, s.samples - self._samples_seen))
         self._samples_seen = s.samples
         leave = ctypes.c_int32(0)
-        rc = s.lib.gs_end_clock(s.handle, ended, self._targets(), ctypes.byref(leave))
+        rc = self._end_clock(ended, asks, leave)
         self._release_held()
         self._call(rc)
         self._pushed = [False] * len(self._params)
@@ -451,7 +479,8 @@ class ParameterServer:
         """Bytes pushed and pulled (encoded and as fp32) since init; the
         seconds table forwards waited for their rows (row_pull_seconds) and
         how many row prefetches a forward used or were dropped unread
-        (row_prefetch_used / _unused); zeros in local mode."""
+        (row_prefetch_used / _unused) and how many rode in the requests of
+        the clock's dense pull (row_prefetch_fused); zeros in local mode."""
         s = self._session
         out = _lib.Stats()
         if s.distributed:
@@ -460,6 +489,7 @@ class ParameterServer:
         stats["row_pull_seconds"] = self._row_pull_s
         stats["row_prefetch_used"] = self._prefetch_used
         stats["row_prefetch_unused"] = self._prefetch_unused
+        stats["row_prefetch_fused"] = self._prefetch_fused
         return stats
 
     def job_spec(self):

@@ -9,9 +9,10 @@ update differ); rows no batch touched keep their first-touch values; both
 ranks read the same first-touch rows; a bad id raises IndexError naming it;
 `gradstream status` shows the table's rows. Fed by gs.shard (5 steps, an
 evaluation-like read of other rows before each training forward), the
-training forwards use the rows ps.step() prefetched -- reading the batch's
-ids or a copy of them, 3 -- except one that reads other ids (its prefetch is
-dropped unread), and the rows still equal the reference ([row prefetch] in
+training forwards use the rows ps.step() prefetched in the requests of the
+next clock's pull -- reading the batch's ids or a copy of them, 3 -- except
+one that reads other ids (its prefetch is dropped unread), and the rows
+still equal the reference ([row prefetch] in
 python/gradstream/parameter_server.py)."""
 
 import os
@@ -117,6 +118,10 @@ def main():
             for r in runs:
                 used, unused = r["stats"]["row_prefetch_used"], r["stats"]["row_prefetch_unused"]
                 want = (3, 1) if feed == "shard" else (0, 0)
+                if r["stats"]["row_prefetch_fused"] != sum(want):  # none asked on its own
+                    failures.append("%s: rank %d asked %d of %d row prefetches in the clock's pull"
+                                    % (name, r["rank"], r["stats"]["row_prefetch_fused"],
+                                       sum(want)))
                 print("%-20s: rank %d used %d row prefetches, dropped %d unread (want %d, %d)" % (
                     name, r["rank"], used, unused, *want))
                 if (used, unused) != want:

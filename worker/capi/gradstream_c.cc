@@ -45,6 +45,10 @@ namespace {
 
 thread_local std::string g_error;
 
+// The rows one gs_end_clock_rows asks in all: what the package's RowPull
+// asks at once (PULL_ROW_BYTES), under a shard's limit per pull.
+constexpr uint64_t kMaxRowAskBytes = uint64_t{4} << 20;
+
 int Fail(const absl::Status& s) {
   g_error = std::string(s.message());
   return s.ok() ? 0 : static_cast<int>(s.code());
@@ -392,8 +396,14 @@ int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elem
   return Fail(s->session->loop().Push(tensor, absl::MakeConstSpan(grad, num_elems), clock));
 }
 
+// A row pull. An ask of gs_end_clock_rows shares the clock's pull: its rows
+// land in `rows` (held by that pull) and are copied into `out` by
+// gs_rows_wait, so dropping it never has to stop the pull.
 struct gs_rows {
   PullHandle handle;
+  uint32_t tensor = 0;
+  std::shared_ptr<std::vector<float>> rows;  // null: the rows land in the caller's `out`
+  float* out = nullptr;
 };
 
 int gs_pull_rows_start(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
@@ -412,13 +422,21 @@ int gs_pull_rows_start(gs_session* s, uint32_t tensor, const uint64_t* ids, int6
 
 int gs_rows_wait(gs_session* s, gs_rows* pull, int64_t timeout_ms) {
   std::unique_ptr<gs_rows> owned(pull);
+  if (owned->rows != nullptr) {
+    const uint32_t table = owned->tensor;
+    absl::Status st = PsClient::WaitTensors(owned->handle, absl::MakeConstSpan(&table, 1),
+                                            absl::Milliseconds(timeout_ms), s->env);
+    if (st.ok()) std::copy(owned->rows->begin(), owned->rows->end(), owned->out);
+    return Fail(st);
+  }
   absl::Status st = PsClient::Wait(owned->handle, absl::Milliseconds(timeout_ms), s->env);
   if (!st.ok()) PsClient::Abandon(owned->handle);  // nothing is written into `out` after this
   return Fail(st);
 }
 
 void gs_rows_drop(gs_rows* pull) {
-  if (pull != nullptr) PsClient::Abandon(pull->handle);
+  // An ask of gs_end_clock_rows writes into no memory of the caller's.
+  if (pull != nullptr && pull->rows == nullptr) PsClient::Abandon(pull->handle);
   delete pull;
 }
 
@@ -450,6 +468,13 @@ int gs_push_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
 }
 
 int gs_end_clock(gs_session* s, uint64_t clock, float* const* next, int32_t* leave) {
+  return gs_end_clock_rows(s, clock, next, leave, 0, nullptr, nullptr, nullptr, nullptr, nullptr);
+}
+
+int gs_end_clock_rows(gs_session* s, uint64_t clock, float* const* next, int32_t* leave, int32_t n,
+                      const uint32_t* tensors, const uint64_t* const* ids, const int64_t* counts,
+                      float* const* outs, gs_rows** pulls) {
+  for (int32_t k = 0; k < n; ++k) pulls[k] = nullptr;
   if (s->session == nullptr) {
     return Fail(absl::FailedPreconditionError("gradstream: not declared"));
   }
@@ -457,7 +482,48 @@ int gs_end_clock(gs_session* s, uint64_t clock, float* const* next, int32_t* lea
   if (leave != nullptr) *leave = leaving ? 1 : 0;
   std::optional<std::vector<absl::Span<float>>> spans;
   if (next != nullptr && !leaving) spans = s->Spans(next);
-  return Fail(s->session->loop().EndClock(clock, std::move(spans)));
+  // Only asks that cannot fail the pull they ride with: the rest are the
+  // caller's to ask (and to hear refused) on their own.
+  std::vector<PsClient::RowsAsk> asks;
+  std::vector<int32_t> asked;  // asks[i] is ask asked[i]
+  if (spans.has_value()) {
+    const auto& map = s->client->shard_map().tensors;
+    std::vector<bool> seen(map.size(), false);
+    uint64_t bytes = 0;
+    for (int32_t k = 0; k < n; ++k) {
+      if (tensors[k] >= map.size() || !map[tensors[k]].is_table() || seen[tensors[k]] ||
+          counts[k] < 0) {
+        continue;
+      }
+      const auto& t = map[tensors[k]];
+      const uint64_t ask_bytes = uint64_t(counts[k]) * t.table_dim * sizeof(float);
+      if (bytes + ask_bytes > kMaxRowAskBytes) continue;
+      const absl::Span<const uint64_t> row_ids(ids[k], counts[k]);
+      if (std::any_of(row_ids.begin(), row_ids.end(),
+                      [&](uint64_t id) { return id >= t.table_rows; })) {
+        continue;
+      }
+      seen[tensors[k]] = true;
+      bytes += ask_bytes;
+      auto rows = std::make_shared<std::vector<float>>(ask_bytes / sizeof(float));
+      asks.push_back(PsClient::RowsAsk{t.index, {row_ids.begin(), row_ids.end()},
+                                       absl::MakeSpan(*rows), rows});
+      pulls[k] = new gs_rows{PullHandle(), t.index, std::move(rows), outs[k]};
+      asked.push_back(k);
+    }
+  }
+  PullHandle rows_pull;
+  absl::Status st = s->session->loop().EndClock(clock, std::move(spans), std::move(asks),
+                                                &rows_pull);
+  for (int32_t k : asked) {
+    if (rows_pull.valid()) {
+      pulls[k]->handle = rows_pull;
+    } else {  // the pull of clock + 1 was in flight already: asked without them
+      delete pulls[k];
+      pulls[k] = nullptr;
+    }
+  }
+  return Fail(st);
 }
 
 int gs_pull_start(gs_session* s, uint64_t clock, float* const* params) {

@@ -173,12 +173,13 @@ int gs_pull_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
 int gs_pull_rows_start(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
                        uint64_t clock, float* out, gs_rows** pull);
 
-/* Waits up to timeout_ms for a gs_pull_rows_start and frees it, whatever it
- * returns: nothing is written into its `out` afterwards. */
+/* Waits up to timeout_ms for a gs_pull_rows_start (or an ask of
+ * gs_end_clock_rows) and frees it, whatever it returns: nothing is written
+ * into its `out` afterwards. */
 int gs_rows_wait(gs_session* s, gs_rows* pull, int64_t timeout_ms);
 
-/* Gives up a gs_pull_rows_start: nothing is written into its `out` after it
- * returns. NULL is a no-op. */
+/* Gives up a gs_pull_rows_start or an ask of gs_end_clock_rows: nothing is
+ * written into its `out` after it returns. NULL is a no-op. */
 void gs_rows_drop(gs_rows* pull);
 
 /* The gradients of rows ids[0..n) (each at most once) of table `tensor` at
@@ -201,6 +202,19 @@ int gs_push_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n,
  * pull is asked then, and the caller calls gs_leave. When it returns, the
  * encode thread no longer reads the clock's gradients. */
 int gs_end_clock(gs_session* s, uint64_t clock, float* const* next, int32_t* leave);
+
+/* gs_end_clock, with rows of tables asked in the same requests as the pull
+ * of clock + 1 (no message of their own): for k < n, rows ids[k][0..
+ * counts[k]) of table tensors[k] (each table at most once, the ids copied),
+ * written into outs[k] (counts[k] x dim floats) by gs_rows_wait only, so
+ * gs_rows_drop may come at any time. pulls[k] is set to the ask's handle,
+ * ended by exactly one gs_rows_wait or gs_rows_drop, or to NULL where the
+ * rows were not asked (no pull asked, that pull already in flight, a tensor
+ * that is not a table, an id out of range, a table twice, more than 4 MiB of
+ * rows in all): the caller asks for those itself. */
+int gs_end_clock_rows(gs_session* s, uint64_t clock, float* const* next, int32_t* leave, int32_t n,
+                      const uint32_t* tensors, const uint64_t* const* ids, const int64_t* counts,
+                      float* const* outs, gs_rows** pulls);
 
 /* Asks for the pull of `clock` into params[i] unless that pull is in
  * flight already (another is abandoned). */

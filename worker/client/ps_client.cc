@@ -175,6 +175,11 @@ class PsClientImpl final : public PsClient {
   }
 
   PullHandle Pull(uint64_t clock, std::vector<absl::Span<float>> out) override {
+    return PullWithRows(clock, std::move(out), {});
+  }
+
+  PullHandle PullWithRows(uint64_t clock, std::vector<absl::Span<float>> out,
+                          std::vector<RowsAsk> rows) override {
     pull_calls_.fetch_add(1, std::memory_order_relaxed);
     auto fail = [](absl::Status s) {
       auto state = std::make_shared<PullState>(std::vector<PullTarget>(),
@@ -202,7 +207,20 @@ class PsClientImpl final : public PsClient {
       targets[c.chunk_id] = PullTarget{dst.data() + c.offset, c.num_elems, c.tensor};
       per_shard[c.shard].push_back(c.chunk_id);
     }
+    std::vector<bool> asked(map_.tensors.size(), false);
+    for (const RowsAsk& r : rows) {
+      const TensorInfo* table = nullptr;
+      absl::Status bad = CheckRows("PullWithRows", r.tensor, r.ids, r.out.size(), false, &table);
+      if (bad.ok() && asked[r.tensor]) {
+        bad = absl::InvalidArgumentError(
+            absl::StrCat("PullWithRows: table '", table->name, "' asked twice"));
+      }
+      if (!bad.ok()) return MakePull(fail(std::move(bad)));
+      asked[r.tensor] = true;
+      AddRowTargets(*table, r.ids, r.out, &targets, &per_shard);
+    }
     auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard), &published_);
+    for (RowsAsk& r : rows) state->Keep(std::move(r.keep));
     for (uint32_t s = 0; s < streams_.size(); ++s) {
       if (!state->chunks_of(s).empty()) streams_[s]->SendPull(clock, state);
     }
@@ -252,22 +270,9 @@ class PsClientImpl final : public PsClient {
       state->Fail(0, bad);
       return MakePull(std::move(state));
     }
-    const std::vector<const ChunkInfo*>& parts = table_parts_[tensor];
     std::vector<PullTarget> targets(map_.chunks.size());
     std::vector<std::vector<uint64_t>> per_shard(map_.shards.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const ChunkInfo& c = *parts[RowPartition(tensor, ids[i], parts.size())];
-      PullTarget& t = targets[c.chunk_id];
-      if (t.row_ids.empty()) {
-        t.dst = out.data();
-        t.tensor = tensor;
-        t.dim = table->table_dim;
-        per_shard[c.shard].push_back(c.chunk_id);
-      }
-      t.row_ids.push_back(ids[i]);
-      t.positions.push_back(static_cast<uint32_t>(i));
-      t.num_elems += table->table_dim;
-    }
+    AddRowTargets(*table, ids, out, &targets, &per_shard);
     auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard));
     for (uint32_t s = 0; s < streams_.size(); ++s) {
       if (!state->chunks_of(s).empty()) streams_[s]->SendPull(clock, state);
@@ -471,6 +476,27 @@ class PsClientImpl final : public PsClient {
         absl::StrCat(call, ": tensor '", t.name, "' is a table: use PullRows/PushRows"));
   }
 
+  // Where rows `ids` of `table` land (row i at out + i * dim), by partition
+  // chunk: PullRows's targets.
+  void AddRowTargets(const TensorInfo& table, absl::Span<const uint64_t> ids,
+                     absl::Span<float> out, std::vector<PullTarget>* targets,
+                     std::vector<std::vector<uint64_t>>* per_shard) const {
+    const std::vector<const ChunkInfo*>& parts = table_parts_[table.index];
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const ChunkInfo& c = *parts[RowPartition(table.index, ids[i], parts.size())];
+      PullTarget& t = (*targets)[c.chunk_id];
+      if (t.row_ids.empty()) {
+        t.dst = out.data();
+        t.tensor = table.index;
+        t.dim = table.table_dim;
+        (*per_shard)[c.shard].push_back(c.chunk_id);
+      }
+      t.row_ids.push_back(ids[i]);
+      t.positions.push_back(static_cast<uint32_t>(i));
+      t.num_elems += table.table_dim;
+    }
+  }
+
   // The checks of PullRows (`unique` false) and PushRows: a table, ids in
   // range (and each once), `floats` = ids x dim.
   absl::Status CheckRows(absl::string_view call, uint32_t tensor, absl::Span<const uint64_t> ids,
@@ -565,6 +591,15 @@ absl::Status PsClient::WaitTensors(const PullHandle& handle, absl::Span<const ui
   // that is only slower than `timeout` goes on (see [step loop]).
   if (!s.ok() && handle.state_->settled()) handle.state_->Abandon();
   return s;
+}
+
+PullHandle PsClient::PullWithRows(uint64_t clock, std::vector<absl::Span<float>> out,
+                                  std::vector<RowsAsk> rows) {
+  if (rows.empty()) return Pull(clock, std::move(out));
+  auto state = std::make_shared<internal::PullState>(std::vector<internal::PullTarget>(),
+                                                     std::vector<std::vector<uint64_t>>(1, {0}));
+  state->Fail(0, absl::UnimplementedError("PullWithRows: this client asks rows with PullRows"));
+  return MakePullHandle(std::move(state));
 }
 
 void PsClient::Abandon(const PullHandle& handle) {

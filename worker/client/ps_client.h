@@ -272,6 +272,20 @@ class PsClient {
   // is not a table, an id out of range or an `out` of another size.
   virtual PullHandle PullRows(uint32_t tensor, absl::Span<const uint64_t> ids, uint64_t clock,
                               absl::Span<float> out) = 0;
+  // Pull, with the rows of `rows` asked in the same requests (no message of
+  // their own; [row prefetch] in python/gradstream/parameter_server.py). A
+  // table's rows are in place when WaitTensors on its index says so. Each
+  // table at most once; each ask passes PullRows's checks, else the whole
+  // pull fails with InvalidArgument. The pull holds every ask's `keep`
+  // until it is dropped. The base class's is Unimplemented for any rows.
+  struct RowsAsk {
+    uint32_t tensor = 0;
+    std::vector<uint64_t> ids;
+    absl::Span<float> out;             // row i at out[i * dim, (i + 1) * dim)
+    std::shared_ptr<const void> keep;  // what `out` lies in; may be null
+  };
+  virtual PullHandle PullWithRows(uint64_t clock, std::vector<absl::Span<float>> out,
+                                  std::vector<RowsAsk> rows);
   // Pushes the gradients of rows `ids` of table `tensor` computed at clock
   // `clock`, row i in grads[i * dim, (i + 1) * dim); copied before it
   // returns. Once per table per clock, also with no ids: a sync round of a

@@ -10,11 +10,13 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "common/env/testing/fake_clock_env.h"
+#include "common/job/row_partition.h"
 #include "gtest/gtest.h"
 #include "worker/client/internal/tensor_encoder.h"
 #include "worker/client/step_loop.h"
@@ -945,6 +947,73 @@ TEST_F(PsClientTest, TableRowsInASyncJob) {
   std::vector<float> out(4);
   EXPECT_EQ(PsClient::Wait((*c1)->PullRows(1, {1000}, 1, absl::MakeSpan(out)), kWait).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Rows asked with the next clock's pull (a row prefetch) travel in its
+// requests: one answer per shard for the dense chunks and the rows together,
+// the rows those of the closed round. A bad ask fails the pull it rides
+// with, so the C ABI asks only what passes these checks.
+TEST_F(PsClientTest, TableRowsRideWithTheNextPull) {
+  StartShards(2);
+  TensorSpec table{"emb", 1000 * 4, {1000, 4}, true, 1.0f};
+  auto map = SplitModel({{"w", 8}, table}, Addresses(), 16384);
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_TRUE(testing::CreateJob(*map, Sgd(0.5f), kWait).ok());
+  ClientOptions options = Options(1);
+  // The package's buckets: the clock's pushes leave as one message per shard.
+  options.first_bucket_bytes = options.bucket_bytes = 1 << 20;
+  auto client = PsClient::Connect(*map, options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<float> w0(8, 1.0f);
+  ASSERT_TRUE((*client)->InitParams({absl::MakeConstSpan(w0), {}}, kWait).ok());
+  const std::vector<uint64_t> ids = {3, 500, 999, 3};
+  std::vector<float> before(16);
+  ASSERT_TRUE(PsClient::Wait((*client)->PullRows(1, ids, 0, absl::MakeSpan(before)), kWait).ok());
+  // The ids reach both of the table's partitions, one on each shard.
+  std::set<uint32_t> shards;
+  for (uint64_t id : ids) shards.insert(RowPartition(1, id, 2));
+  ASSERT_EQ(shards.size(), 2u);
+
+  StepLoop loop(client->get(), StepLoopOptions{}, StepLoopHooks{});
+  const std::vector<float> zeros(8, 0.0f), g = {1, 2, 3, 4};
+  ASSERT_TRUE(loop.Push(0, zeros, 0).ok());
+  loop.AddPush(1, (*client)->PushRows(1, {3}, g, 0));
+  const uint64_t answers = (*client)->stats().pull_messages;
+  std::vector<float> w(8);
+  auto rows = std::make_shared<std::vector<float>>(16);
+  std::vector<PsClient::RowsAsk> asks;
+  asks.push_back(PsClient::RowsAsk{1, ids, absl::MakeSpan(*rows), rows});
+  PullHandle rows_pull;
+  ASSERT_TRUE(loop.EndClock(0, std::vector<absl::Span<float>>{absl::MakeSpan(w), {}},
+                            std::move(asks), &rows_pull)
+                  .ok());
+  ASSERT_TRUE(rows_pull.valid());
+  const uint32_t emb = 1;
+  ASSERT_TRUE(PsClient::WaitTensors(rows_pull, absl::MakeConstSpan(&emb, 1), kWait).ok());
+  ASSERT_TRUE(loop.WaitTensors({}).ok());
+  EXPECT_EQ((*client)->stats().pull_messages - answers, shards.size());  // not one more per table
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_FLOAT_EQ((*rows)[j], before[j] - 0.5f * g[j]) << j;       // row 3, pushed at clock 0
+    EXPECT_FLOAT_EQ((*rows)[12 + j], (*rows)[j]) << j;                // ... asked twice
+    EXPECT_FLOAT_EQ((*rows)[4 + j], before[4 + j]) << j;              // row 500: untouched
+  }
+  EXPECT_FLOAT_EQ(w[0], 1.0f);
+
+  // A bad ask fails its whole pull, nothing sent.
+  auto bad = [&](std::vector<PsClient::RowsAsk> a) {
+    std::vector<float> dense(8);
+    return PsClient::Wait((*client)->PullWithRows(1, {absl::MakeSpan(dense), {}}, std::move(a)),
+                          kWait)
+        .message();
+  };
+  std::vector<float> out(8);
+  EXPECT_TRUE(absl::StrContains(bad({{1, {1000}, absl::MakeSpan(out).first(4), nullptr}}),
+                                "out of range"));
+  EXPECT_TRUE(absl::StrContains(bad({{1, {7}, absl::MakeSpan(out).first(4), nullptr},
+                                     {1, {8}, absl::MakeSpan(out).last(4), nullptr}}),
+                                "asked twice"));
+  EXPECT_TRUE(absl::StrContains(bad({{0, {7}, absl::MakeSpan(out).first(4), nullptr}}),
+                                "is not a table"));
 }
 
 }  // namespace

@@ -99,7 +99,8 @@ void StepLoop::AddPush(uint32_t tensor, PushHandle handle) {
 }
 
 absl::Status StepLoop::EndClock(uint64_t clock,
-                                std::optional<std::vector<absl::Span<float>>> next) {
+                                std::optional<std::vector<absl::Span<float>>> next,
+                                std::vector<PsClient::RowsAsk> rows, PullHandle* rows_pull) {
   const absl::Time deadline = options_.env->Now() + options_.push_wait;
   absl::Status encoded = WaitEncoded(deadline);
   std::vector<uint32_t> missing;
@@ -130,19 +131,24 @@ absl::Status StepLoop::EndClock(uint64_t clock,
     pushes = std::exchange(open_, {});
   }
   pushes.insert(pushes.end(), zeros.begin(), zeros.end());
-  if (next.has_value()) StartPull(clock + 1, *std::move(next));
+  if (next.has_value()) StartPull(clock + 1, *std::move(next), std::move(rows), rows_pull);
   // Acknowledged everywhere before any shard hears the clock is done (see
   // [step loop]).
   GS_RETURN_IF_ERROR(WaitHandles(std::move(pushes), deadline));
   return client_->AdvanceClock(clock + 1);
 }
 
-void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets) {
+void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
+                         std::vector<PsClient::RowsAsk> rows, PullHandle* rows_pull) {
   std::optional<Pull> dropped;
   absl::MutexLock lock(&mu_);
   if (pull_.has_value() && pull_->clock == clock) return;
   if (pull_.has_value()) PsClient::Abandon(pull_->handle);
-  dropped = std::exchange(pull_, Pull{clock, targets, client_->Pull(clock, targets), 0, 0});
+  const bool with_rows = !rows.empty();
+  PullHandle h = with_rows ? client_->PullWithRows(clock, targets, std::move(rows))
+                           : client_->Pull(clock, targets);
+  if (with_rows && rows_pull != nullptr) *rows_pull = h;
+  dropped = std::exchange(pull_, Pull{clock, std::move(targets), std::move(h), 0, 0});
 }
 
 std::optional<uint64_t> StepLoop::pull_clock() const {

@@ -98,12 +98,20 @@ class StepLoop {
   // tensor, see PsClient::Pull) unless it is nullopt, waits (push_wait, one
   // deadline for all of it) until the clock's pushes are acknowledged and
   // advances every shard's clock. The pushes' or AdvanceClock's error.
+  // `rows` are asked in that pull's requests (PsClient::PullWithRows); when
+  // they are, *rows_pull is set to its handle (else left as it is). A pull
+  // asked again (DATA_LOSS, see [step loop]) asks no rows: waits on the old
+  // handle end with Cancelled.
   [[nodiscard]] absl::Status EndClock(uint64_t clock,
-                                      std::optional<std::vector<absl::Span<float>>> next);
+                                      std::optional<std::vector<absl::Span<float>>> next,
+                                      std::vector<PsClient::RowsAsk> rows = {},
+                                      PullHandle* rows_pull = nullptr);
 
   // Asks for the pull of `clock` into `targets` unless that pull is in
   // flight already (EndClock asked for it); any other pull is abandoned.
-  void StartPull(uint64_t clock, std::vector<absl::Span<float>> targets);
+  // `rows` and `rows_pull` as for EndClock.
+  void StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
+                 std::vector<PsClient::RowsAsk> rows = {}, PullHandle* rows_pull = nullptr);
   // Waits until `tensors` (every tensor when empty) of the pull in flight
   // are in place (see [step loop]). OK; Cancelled or another error from
   // `check`; DeadlineExceeded after stall_deadline without a chunk;

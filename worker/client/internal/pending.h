@@ -110,6 +110,11 @@ class PullState {
   const std::vector<uint64_t>& row_ids(uint64_t chunk_id) const {
     return targets_[chunk_id].row_ids;
   }
+  // Holds `keep` (what targets point into) as long as the pull exists.
+  // Only before the pull is sent.
+  void Keep(std::shared_ptr<const void> keep) {
+    if (keep != nullptr) kept_.push_back(std::move(keep));
+  }
   // The shard answered with an error or its stream failed for good.
   void Fail(uint32_t shard, const absl::Status& status);
   // Stops all writes into the caller's buffers.
@@ -137,6 +142,7 @@ class PullState {
   void Finish(Part& part, uint32_t shard, bool last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);
 
   const std::vector<PullTarget> targets_;
+  std::vector<std::shared_ptr<const void>> kept_;  // see Keep
   PublishedCopies* const published_;
   std::vector<std::unique_ptr<Part>> parts_;
   const std::shared_ptr<Completion> completion_;
