@@ -165,6 +165,7 @@ class RowPull:
         self.version = source._version if source is not None else None
         self.out = torch.empty(len(ids), dim, dtype=torch.float32)
         self._lib, self._handle, self._parts, self.rc = lib, handle, [], 0
+        self.fused = False
         if ask:
             self.ask()
 
@@ -185,8 +186,10 @@ class RowPull:
             self._parts.append(h)
 
     def adopt(self, h):
-        """`h`: gs_end_clock_rows's handle for these rows."""
+        """`h`: gs_end_clock_rows's handle for these rows, which ride in
+        the clock's pull (`fused`)."""
         self._parts.append(h)
+        self.fused = True
 
     def wait(self, timeout_ms=60_000):
         """(rc, rows): 0 and the rows, or the first failure's code."""

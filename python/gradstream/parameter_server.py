@@ -257,15 +257,23 @@ class ParameterServer:
         s = self._session
         t0 = time.perf_counter()
         pre, table._prefetched = table._prefetched, None
+        rc = None
         if pre is not None and pre.clock == s.clock and torch.equal(pre.ids, uniq):
             rc, rows = pre.wait(PULL_TIMEOUT_MS)
-            self._prefetch_used += 1
-        else:
-            if pre is not None and pre.clock == s.clock:
+            if rc == _lib.CANCELLED and pre.fused:
+                # The pull it rode in was given up (asked again, or replaced
+                # by a membership change), not the job: pull them alone.
+                rc = None
+                self._prefetch_unused += 1
+            else:
+                self._prefetch_used += 1
+        elif pre is not None:
+            if pre.clock == s.clock:
                 table._prefetched = pre  # for this clock's training forward, not this one
-            elif pre is not None:
+            else:
                 pre.drop()
                 self._prefetch_unused += 1
+        if rc is None:
             rc, rows = RowPull(s.lib, s.handle, table._index, uniq, table.embedding_dim,
                                s.clock).wait(PULL_TIMEOUT_MS)
         self._row_pull_s += time.perf_counter() - t0

@@ -5,10 +5,13 @@ dense parameters before and after, the rows after, and what a bad id
 raises. With --feed shard the batches come from gs.shard (the ids a tensor
 of its batch, so ps.step() prefetches the next batch's rows); before every
 training forward but the first an evaluation-like read of other rows runs
-without a gradient, step 2's forward reads a copy of the batch's ids and
-step 3's other ids (so its prefetch goes unread)."""
+without a gradient, step 2's forward reads a copy of the batch's ids,
+step 3's other ids (so its prefetch goes unread), and rank 0 asks for
+step 4's pull again before the round closes (so the prefetch that rode in
+the first one is given up with it and the forward pulls its rows itself)."""
 
 import argparse
+import time
 
 import torch
 import torch.nn as nn
@@ -73,7 +76,13 @@ def main():
                 ids = (ids + 1) % (ROWS - 10)
             batches.append((ids, None, y))
             F.cross_entropy(model(ids), y).backward()
+            if step == 3 and rank == 1:
+                time.sleep(2)  # rank 0's next pull stays parked while it is asked again
             ps.step()
+            if step == 3 and rank == 0:  # asked again, as after a membership change
+                s = ps._session
+                s.lib.gs_abandon_pull(s.handle)
+                s.lib.gs_pull_start(s.handle, s.clock, ps._targets())
     for step in range(STEPS if args.feed == "list" else 0):
         ids, offsets, y = batch(rank, step, mode)
         batches.append((ids, offsets, y))
