@@ -474,6 +474,12 @@ int gs_end_clock(gs_session* s, uint64_t clock, float* const* next, int32_t* lea
 int gs_end_clock_rows(gs_session* s, uint64_t clock, float* const* next, int32_t* leave, int32_t n,
                       const uint32_t* tensors, const uint64_t* const* ids, const int64_t* counts,
                       float* const* outs, gs_rows** pulls) {
+  if (n < 0 || (n > 0 && (tensors == nullptr || ids == nullptr || counts == nullptr ||
+                          outs == nullptr || pulls == nullptr))) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "gs_end_clock_rows: ", n, " asks need their tensors, ids, counts, outs and pulls: "
+        "the clock was not ended")));
+  }
   for (int32_t k = 0; k < n; ++k) pulls[k] = nullptr;
   if (s->session == nullptr) {
     return Fail(absl::FailedPreconditionError("gradstream: not declared"));
@@ -492,7 +498,7 @@ int gs_end_clock_rows(gs_session* s, uint64_t clock, float* const* next, int32_t
     uint64_t bytes = 0;
     for (int32_t k = 0; k < n; ++k) {
       if (tensors[k] >= map.size() || !map[tensors[k]].is_table() || seen[tensors[k]] ||
-          counts[k] < 0) {
+          counts[k] < 0 || (counts[k] > 0 && ids[k] == nullptr) || outs[k] == nullptr) {
         continue;
       }
       const auto& t = map[tensors[k]];

@@ -211,7 +211,8 @@ int gs_end_clock(gs_session* s, uint64_t clock, float* const* next, int32_t* lea
  * ended by exactly one gs_rows_wait or gs_rows_drop, or to NULL where the
  * rows were not asked (no pull asked, that pull already in flight, a tensor
  * that is not a table, an id out of range, a table twice, more than 4 MiB of
- * rows in all): the caller asks for those itself. */
+ * rows in all): the caller asks for those itself. InvalidArgument, and the
+ * clock not ended, for n < 0 or a NULL array when n > 0. */
 int gs_end_clock_rows(gs_session* s, uint64_t clock, float* const* next, int32_t* leave, int32_t n,
                       const uint32_t* tensors, const uint64_t* const* ids, const int64_t* counts,
                       float* const* outs, gs_rows** pulls);
