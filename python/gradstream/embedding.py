@@ -185,6 +185,11 @@ class RowPull:
                 break
             self._parts.append(h)
 
+    @property
+    def asked(self):
+        """Whether a part is asked and not yet waited for or dropped."""
+        return bool(self._parts)
+
     def adopt(self, h):
         """`h`: gs_end_clock_rows's handle for these rows, which ride in
         the clock's pull (`fused`)."""

@@ -318,7 +318,7 @@ class ParameterServer:
                 self._prefetch_fused += 1
             elif rc == 0 and not leave.value:
                 pre.ask()
-            if pre.rc == 0 and pre._parts:
+            if pre.rc == 0 and pre.asked:
                 t._prefetched = pre
             else:
                 pre.drop()  # the forward pulls them itself and says why

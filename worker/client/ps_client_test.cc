@@ -999,7 +999,7 @@ TEST_F(PsClientTest, TableRowsRideWithTheNextPull) {
   }
   EXPECT_FLOAT_EQ(w[0], 1.0f);
 
-  // A bad ask fails its whole pull, nothing sent.
+  // A bad ask fails its whole pull.
   auto bad = [&](std::vector<PsClient::RowsAsk> a) {
     std::vector<float> dense(8);
     return PsClient::Wait((*client)->PullWithRows(1, {absl::MakeSpan(dense), {}}, std::move(a)),
