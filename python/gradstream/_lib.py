@@ -35,6 +35,7 @@ class Stats(ctypes.Structure):
         ("bytes_pulled_discarded", ctypes.c_uint64),
         ("push_messages", ctypes.c_uint64),
         ("pull_messages", ctypes.c_uint64),
+        ("encode_wakeups", ctypes.c_uint64),
     ]
 
 

@@ -3,7 +3,10 @@
 a 2-worker job of 24 small tensors on 2 shards sends, per step and worker,
 one Push per shard (the whole step's gradients are one bucket, under the
 first bucket's bound) and gets one PullAnswer per shard back, where one
-message per tensor went before; counted by the library (ps.stats())."""
+message per tensor went before; and the library's encode thread is woken
+once per step for them, not once per tensor ([encode thread] in
+worker/client/step_loop.h: 3,264 elements are under one batch). Counted
+by the library (ps.stats())."""
 
 import json
 import os
@@ -36,13 +39,16 @@ def main():
         stats = got["stats"]
         for step in range(STEPS - 1):  # step `step`'s pushes and the pull it asked for
             d = {k: stats[step + 1][k] - stats[step][k] for k in stats[step]}
-            print("rank %d step %d: %d chunks in %d Push messages, %d PullAnswers" %
-                  (rank, step, d["chunks_pushed"], d["push_messages"], d["pull_messages"]))
+            print("rank %d step %d: %d chunks in %d Push messages, %d PullAnswers, "
+                  "%d encode wake-ups" % (rank, step, d["chunks_pushed"], d["push_messages"],
+                                          d["pull_messages"], d["encode_wakeups"]))
             check(d["chunks_pushed"] == got["tensors"], "every tensor pushed once per step")
             check(d["push_messages"] == 2, "one Push per shard per step, got %d" %
                   d["push_messages"])
             check(d["pull_messages"] == 2, "one PullAnswer per shard per step, got %d" %
                   d["pull_messages"])
+            check(d["encode_wakeups"] == 1, "one encode wake-up per step, got %d" %
+                  d["encode_wakeups"])
     print("PASS")
     return 0
 

@@ -72,6 +72,7 @@ typedef struct gs_stats {
   uint64_t bytes_pulled_discarded;  /* answers to pulls given up, part of bytes_pulled */
   uint64_t push_messages;           /* Push messages (buckets) sent */
   uint64_t pull_messages;           /* pull answer messages received */
+  uint64_t encode_wakeups;          /* times the encode thread was woken for work */
 } gs_stats;
 
 /* An optimizer's job defaults (common/optim/optimizer_options.h). */
@@ -129,8 +130,8 @@ int gs_sync(gs_session* s, uint64_t clock, float accuracy, uint64_t accuracy_clo
             int32_t state);
 
 /* gs_sync's report (state running) without waiting: the session's reporter
- * thread sends the newest one, and refreshes the membership at least every
- * 250 ms, off the training step's critical path. The last error of the
+ * thread sends the newest one every 250 ms, when it refreshes the
+ * membership, off the training step's critical path. The last error of the
  * reporter (the agent no longer answers) is returned by the next call. */
 int gs_report(gs_session* s, uint64_t clock, float accuracy, uint64_t accuracy_clock);
 

@@ -870,7 +870,9 @@ TEST_F(PsClientTest, StepLoopPushReturnsBeforeTheGradientIsEncoded) {
   ASSERT_TRUE(client.ok()) << client.status();
   auto init = InitValues(*map);
   ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
-  StepLoop loop(client->get(), StepLoopOptions(), {});
+  StepLoopOptions lo;
+  lo.encode_batch_elems = 1000;  // each gradient wakes the encode thread
+  StepLoop loop(client->get(), lo, {});
   const std::vector<float> grad(1000, 1.0f);
   ASSERT_TRUE(shards_[0]->Pause().ok());
   ASSERT_TRUE(loop.Push(0, grad, 0).ok());
@@ -886,6 +888,47 @@ TEST_F(PsClientTest, StepLoopPushReturnsBeforeTheGradientIsEncoded) {
   EXPECT_EQ((*client)->stats().push_calls, 3u);
   ASSERT_TRUE(loop.WaitTensors({}).ok());
   for (int t = 0; t < 3; ++t) EXPECT_FLOAT_EQ(params[t][7], init[t][7] - 1.0f) << "tensor " << t;
+}
+
+// The encode thread is woken per batch of gradients, not per gradient (see
+// [encode thread]): forty small gradients wait for the clock's end and are
+// encoded in one wake-up; one of kEncodeBatchElems wakes it at once.
+TEST_F(PsClientTest, StepLoopWakesTheEncoderPerBatchNotPerGradient) {
+  StartShards(1);
+  std::vector<TensorSpec> specs;
+  for (int t = 0; t < 40; ++t) specs.push_back({absl::StrCat("small", t), 100});
+  specs.push_back({"big", kEncodeBatchElems});
+  CodecPolicy fp32;
+  fp32.default_codec = "none";
+  auto map = SplitModel(specs, Addresses(), kMaxChunkElems, fp32);
+  ASSERT_TRUE(map.ok());
+  ASSERT_TRUE(testing::CreateJob(*map, Sgd(1.0f), kWait).ok());
+  auto client = PsClient::Connect(*map, Options());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto init = InitValues(*map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  StepLoop loop(client->get(), StepLoopOptions(), {});
+  std::vector<std::vector<float>> grads, params;
+  for (const TensorSpec& t : specs) {
+    grads.emplace_back(t.num_elems, 1.0f);
+    params.emplace_back(t.num_elems, 0.0f);
+  }
+  const uint32_t big = 40;
+  for (uint32_t t = 0; t < big; ++t) ASSERT_TRUE(loop.Push(t, grads[t], 0).ok());
+  EXPECT_EQ(loop.encode_wakeups(), 0u);
+  EXPECT_EQ((*client)->stats().push_calls, 0u);
+  ASSERT_TRUE(loop.EndClock(0, MutableSpans(params)).ok());  // big: pushed as zeros
+  EXPECT_EQ(loop.encode_wakeups(), 1u);
+  ASSERT_TRUE(loop.WaitTensors({}).ok());
+  for (uint32_t t = 0; t < big; ++t) EXPECT_FLOAT_EQ(params[t][7], init[t][7] - 1.0f) << t;
+  EXPECT_FLOAT_EQ(params[big][7], init[big][7]);
+
+  // Clock 1: the batch-sized gradient is encoded before the clock ends.
+  ASSERT_TRUE(loop.Push(big, grads[big], 1).ok());
+  ASSERT_TRUE(PollUntil([&] { return loop.encode_wakeups() == 2; }));
+  ASSERT_TRUE(loop.EndClock(1, MutableSpans(params)).ok());
+  ASSERT_TRUE(loop.WaitTensors({}).ok());
+  EXPECT_FLOAT_EQ(params[big][7], init[big][7] - 1.0f);
 }
 
 // A table lives on the shards (docs/design/sparse-tables.md): two workers

@@ -43,22 +43,31 @@ absl::Status StepLoop::Push(uint32_t tensor, absl::Span<const float> grad, uint6
   pushed_[tensor] = true;
   queue_.push_back(Queued{tensor, grad, clock});
   ++queued_;
+  queued_elems_ += grad.size();
   return absl::OkStatus();
 }
 
 void StepLoop::EncodeLoop() {
+  bool awake = false;  // drains the queue before waiting again
   for (;;) {
     Queued q;
     {
       absl::MutexLock lock(&mu_);
-      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queue_.empty();
-      };
-      // Idle between steps: no deadline, the destructor ends the wait.
-      mu_.Await(absl::Condition(&work));
-      if (stopping_) return;
+      if (!awake || queue_.empty()) {
+        // Small gradients wait for more (see [encode thread]): they would
+        // share a bucket anyway, and each wake-up costs the caller its core.
+        auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || (!queue_.empty() && (queued_elems_ >= options_.encode_batch_elems ||
+                                                   flushers_ > 0));
+        };
+        // Idle between steps: no deadline, the destructor ends the wait.
+        mu_.Await(absl::Condition(&work));
+        if (stopping_) return;
+        ++wakeups_;
+      }
       q = queue_.front();
       queue_.pop_front();
+      queued_elems_ -= q.grad.size();
     }
     const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
     PushHandle h = client_->Push(q.tensor, q.grad, q.clock);
@@ -67,21 +76,24 @@ void StepLoop::EncodeLoop() {
     open_.push_back(std::move(h));
     ++encoded_;
     encode_seconds_ += took;
+    awake = !queue_.empty();
   }
 }
 
 absl::Status StepLoop::WaitEncoded(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
+  ++flushers_;  // wakes the encode thread for what is queued
   auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return encoded_ == queued_; };
-  if (options_.env->AwaitWithDeadline(&mu_, absl::Condition(&all), deadline)) {
-    return absl::OkStatus();
-  }
+  const bool done = options_.env->AwaitWithDeadline(&mu_, absl::Condition(&all), deadline);
+  --flushers_;
+  if (done) return absl::OkStatus();
   // The caller frees the gradients when this returns: those not started are
   // dropped, and the one being encoded is waited for (its own sends are
   // bounded by the client's rpc_deadline).
   const uint64_t dropped = queue_.size();
   queue_.clear();
   queued_ -= dropped;
+  queued_elems_ = 0;
   mu_.Await(absl::Condition(&all));
   return absl::DeadlineExceededError(
       absl::StrCat(dropped, " gradients were still waiting to be encoded at the deadline"));
@@ -90,6 +102,11 @@ absl::Status StepLoop::WaitEncoded(absl::Time deadline) {
 double StepLoop::encode_seconds() const {
   absl::MutexLock lock(&mu_);
   return encode_seconds_;
+}
+
+uint64_t StepLoop::encode_wakeups() const {
+  absl::MutexLock lock(&mu_);
+  return wakeups_;
 }
 
 void StepLoop::AddPush(uint32_t tensor, PushHandle handle) {

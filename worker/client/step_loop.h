@@ -16,7 +16,9 @@
 // push order (backward order, the order buckets fill in); PsClient's encode
 // pool, when configured, spreads a large tensor's chunks further. The caller
 // keeps each gradient alive and unchanged until the clock's EndClock (or
-// WaitPushes) returns. (docs/design/encode-thread.md)
+// WaitPushes) returns. The thread is woken once `encode_batch_elems` are
+// queued or the clock ends, not per tensor: each wake-up is a context switch
+// on the caller's core. (docs/design/encode-thread.md)
 #ifndef GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
 #define GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
 
@@ -36,6 +38,9 @@
 
 namespace gradstream::client {
 
+// The first bucket's worth of fp32 gradients (16384 elements).
+inline constexpr size_t kEncodeBatchElems = kStepLoopFirstBucketBytes / sizeof(float);
+
 struct StepLoopOptions {
   // How often a waiting pull looks at `check` and at its progress.
   absl::Duration wait_slice = absl::Milliseconds(500);
@@ -46,6 +51,10 @@ struct StepLoopOptions {
   // DATA_LOSS answers cured by re-sending parameters, per pull: more means
   // a shard keeps losing them.
   int max_reinits = 3;
+  // The encode thread is woken when this many elements are queued (or the
+  // clock ends, or a waiter needs them); once awake it drains the queue.
+  // 0: woken per gradient. See [encode thread].
+  size_t encode_batch_elems = kEncodeBatchElems;
   // The clock of every time above: slices, stalls and push deadlines are on
   // env->Now() and wait through it ([env time] in common/env/env.h). Not
   // owned; outlives the loop. A test may pass a testing::FakeClockEnv.
@@ -133,6 +142,8 @@ class StepLoop {
   // Seconds the encode thread spent encoding and queueing pushes, since the
   // loop started (the trainer's encode share).
   double encode_seconds() const;
+  // Times the encode thread was woken to find work, since the loop started.
+  uint64_t encode_wakeups() const;
 
  private:
   struct Pull {
@@ -166,6 +177,9 @@ class StepLoop {
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);      // not yet taken by the encode thread
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;           // gradients handed over, ever
   uint64_t encoded_ ABSL_GUARDED_BY(mu_) = 0;          // ... and encoded
+  size_t queued_elems_ ABSL_GUARDED_BY(mu_) = 0;       // in queue_
+  int flushers_ ABSL_GUARDED_BY(mu_) = 0;              // WaitEncoded calls waiting
+  uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   double encode_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread encoder_;  // last: started once the rest exists
