@@ -48,35 +48,38 @@ absl::Status StepLoop::Push(uint32_t tensor, absl::Span<const float> grad, uint6
 }
 
 void StepLoop::EncodeLoop() {
-  bool awake = false;  // drains the queue before waiting again
   for (;;) {
-    Queued q;
     {
       absl::MutexLock lock(&mu_);
-      if (!awake || queue_.empty()) {
-        // Small gradients wait for more (see [encode thread]): they would
-        // share a bucket anyway, and each wake-up costs the caller its core.
-        auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stopping_ || (!queue_.empty() && (queued_elems_ >= options_.encode_batch_elems ||
-                                                   flushers_ > 0));
-        };
-        // Idle between steps: no deadline, the destructor ends the wait.
-        mu_.Await(absl::Condition(&work));
-        if (stopping_) return;
-        ++wakeups_;
-      }
-      q = queue_.front();
-      queue_.pop_front();
-      queued_elems_ -= q.grad.size();
+      // Small gradients wait for more (see [encode thread]): they would
+      // share a bucket anyway, and each wake-up costs the caller its core.
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || (!queue_.empty() && (queued_elems_ >= options_.encode_batch_elems ||
+                                                 flushers_ > 0));
+      };
+      // Idle between steps: no deadline, the destructor ends the wait.
+      mu_.Await(absl::Condition(&work));
+      if (stopping_) return;
+      ++wakeups_;
     }
-    const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
-    PushHandle h = client_->Push(q.tensor, q.grad, q.clock);
-    const double took = absl::ToDoubleSeconds(absl::Now() - start);
-    absl::MutexLock lock(&mu_);
-    open_.push_back(std::move(h));
-    ++encoded_;
-    encode_seconds_ += took;
-    awake = !queue_.empty();
+    // Awake: drains the queue, with what is pushed meanwhile.
+    for (;;) {
+      Queued q;
+      {
+        absl::MutexLock lock(&mu_);
+        if (queue_.empty()) break;
+        q = queue_.front();
+        queue_.pop_front();
+        queued_elems_ -= q.grad.size();
+      }
+      const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
+      PushHandle h = client_->Push(q.tensor, q.grad, q.clock);
+      const double took = absl::ToDoubleSeconds(absl::Now() - start);
+      absl::MutexLock lock(&mu_);
+      open_.push_back(std::move(h));
+      ++encoded_;
+      encode_seconds_ += took;
+    }
   }
 }
 
