@@ -30,13 +30,18 @@ std::string DirName(std::string_view path) {
 }
 
 absl::Status Env::WriteFileAtomically(const std::string& path, std::string_view data) {
+  return WriteFileAtomically(path, [data](WritableFile* file) { return file->Append(data); });
+}
+
+absl::Status Env::WriteFileAtomically(const std::string& path,
+                                      absl::FunctionRef<absl::Status(WritableFile*)> write) {
   const std::string dir = DirName(path);
   const std::string tmp = TempPathFor(path);
   absl::Status s;
   if (absl::StatusOr<std::unique_ptr<WritableFile>> file = NewWritableFile(tmp); !file.ok()) {
     s = file.status();
   } else {
-    s = (*file)->Append(data);
+    s = write(file->get());
     if (s.ok()) s = (*file)->Sync();
     // Close even after a failure: the descriptor must not leak. Its own error
     // matters only when everything before succeeded (NFS reports some there).

@@ -10,6 +10,8 @@
 #ifndef GRADSTREAM_COMMON_ENV_ENV_H_
 #define GRADSTREAM_COMMON_ENV_ENV_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,6 +19,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -32,10 +35,23 @@ class WritableFile {
 
   // ResourceExhausted when the disk is full; other codes from errno.
   [[nodiscard]] virtual absl::Status Append(std::string_view data) = 0;
+  // Overwrites bytes already appended, from `offset` (a record's header once
+  // its payload has been streamed: record.h's RecordWriter).
+  [[nodiscard]] virtual absl::Status WriteAt(uint64_t offset, std::string_view data) = 0;
   // Returns once the data written so far is on stable storage (fsync).
   [[nodiscard]] virtual absl::Status Sync() = 0;
   // At most once; nothing may be called after it.
   [[nodiscard]] virtual absl::Status Close() = 0;
+};
+
+// A file being read from its start. Not thread-safe; owned by one reader.
+class SequentialFile {
+ public:
+  virtual ~SequentialFile() = default;
+  // Up to `n` bytes into `scratch`: fewer only at the end of the file, 0 there.
+  [[nodiscard]] virtual absl::StatusOr<size_t> Read(char* scratch, size_t n) = 0;
+  // The file's size in bytes.
+  [[nodiscard]] virtual absl::StatusOr<uint64_t> Size() = 0;
 };
 
 // Thread-safe: every method may be called from any thread.
@@ -63,12 +79,19 @@ class Env {
   // Not virtual: every Env writes durably the same way, built on the virtual
   // primitives below, which is where tests inject faults.
   [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view data);
+  // The same for contents too large to hold at once: `write` appends them to
+  // the temp file (its first error ends the write as a failed Append would).
+  [[nodiscard]] absl::Status WriteFileAtomically(
+      const std::string& path, absl::FunctionRef<absl::Status(WritableFile*)> write);
 
   // Creates or truncates `path`.
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) = 0;
   // The whole file; NotFound when it does not exist.
   [[nodiscard]] virtual absl::StatusOr<std::string> ReadFile(const std::string& path) = 0;
+  // The file in pieces, for files too large to hold twice; NotFound as above.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path) = 0;
   // Atomically replaces `to` (rename(2)).
   [[nodiscard]] virtual absl::Status RenameFile(const std::string& from, const std::string& to) = 0;
   [[nodiscard]] virtual absl::Status RemoveFile(const std::string& path) = 0;
@@ -123,6 +146,10 @@ class EnvWrapper : public Env {
   }
   [[nodiscard]] absl::StatusOr<std::string> ReadFile(const std::string& path) override {
     return target_->ReadFile(path);
+  }
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path) override {
+    return target_->NewSequentialFile(path);
   }
   [[nodiscard]] absl::Status RenameFile(const std::string& from, const std::string& to) override {
     return target_->RenameFile(from, to);

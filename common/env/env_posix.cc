@@ -41,6 +41,19 @@ class PosixWritableFile final : public WritableFile {
     return absl::OkStatus();
   }
 
+  absl::Status WriteAt(uint64_t offset, std::string_view data) override {
+    while (!data.empty()) {
+      const ssize_t n = ::pwrite(fd_, data.data(), data.size(), static_cast<off_t>(offset));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus("pwrite", path_);
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+      offset += static_cast<uint64_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Sync() override {
     if (::fsync(fd_) != 0) return ErrnoStatus("fsync", path_);
     return absl::OkStatus();
@@ -57,6 +70,36 @@ class PosixWritableFile final : public WritableFile {
  private:
   const std::string path_;
   int fd_;
+};
+
+class PosixSequentialFile final : public SequentialFile {
+ public:
+  PosixSequentialFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixSequentialFile() override { ::close(fd_); }  // read-only: nothing to lose
+
+  absl::StatusOr<size_t> Read(char* scratch, size_t n) override {
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = ::read(fd_, scratch + got, n - got);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus("read", path_);
+      }
+      if (r == 0) break;
+      got += static_cast<size_t>(r);
+    }
+    return got;
+  }
+
+  absl::StatusOr<uint64_t> Size() override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return ErrnoStatus("fstat", path_);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+ private:
+  const std::string path_;
+  const int fd_;
 };
 
 class PosixEnv final : public Env {
@@ -85,6 +128,13 @@ class PosixEnv final : public Env {
     }
     ::close(fd);  // read-only: nothing to lose
     return out;
+  }
+
+  absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus("open", path);
+    return std::make_unique<PosixSequentialFile>(path, fd);
   }
 
   absl::Status RenameFile(const std::string& from, const std::string& to) override {

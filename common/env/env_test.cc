@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/env/testing/fault_injection_env.h"
+#include "common/status.h"
 #include "common/env/testing/mem_env.h"
 #include "common/env/testing/temp_dir.h"
 #include "gtest/gtest.h"
@@ -54,6 +55,40 @@ TEST(WriteFileAtomically, FullDiskKeepsTheOldFileAndLeavesNoTempFile) {
   env.SetFreeBytes(std::nullopt);  // space freed: the next write goes through
   ASSERT_TRUE(env.WriteFileAtomically(path, "new").ok());
   EXPECT_EQ(*env.ReadFile(path), "new");
+}
+
+// Contents written in pieces land whole or not at all, as with one string;
+// the first failed piece ends the write, its error comes back, and the old
+// file stays.
+TEST(WriteFileAtomically, WritesPiecesAndStopsAtTheFirstFailure) {
+  TempDir dir;
+  FaultInjectionEnv env(Env::Default());
+  const std::string path = dir.path() + "/state";
+  ASSERT_TRUE(env.WriteFileAtomically(path, [](WritableFile* f) {
+                   GS_RETURN_IF_ERROR(f->Append("hello, "));
+                   GS_RETURN_IF_ERROR(f->Append("world"));
+                   return f->WriteAt(0, "H");
+                 }).ok());
+  EXPECT_EQ(*env.ReadFile(path), "Hello, world");
+  int pieces = 0;
+  env.SetFreeBytes(10);
+  absl::Status s = env.WriteFileAtomically(path, [&](WritableFile* f) {
+    for (;; ++pieces) GS_RETURN_IF_ERROR(f->Append("1234"));
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(pieces, 2);
+  EXPECT_EQ(*env.ReadFile(path), "Hello, world");
+  EXPECT_EQ(dir.Names(), std::vector<std::string>{"state"});
+  // And read back in pieces.
+  std::unique_ptr<SequentialFile> in = *env.NewSequentialFile(path);
+  char buf[8];
+  EXPECT_EQ(*in->Read(buf, 8), 8u);
+  EXPECT_EQ(*in->Read(buf, 8), 4u);
+  EXPECT_EQ(std::string(buf, 4), "orld");
+  EXPECT_EQ(*in->Read(buf, 8), 0u);
+  EXPECT_EQ(env.NewSequentialFile(dir.path() + "/missing").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 class FailingStep : public ::testing::TestWithParam<FaultPoint> {};

@@ -1,10 +1,12 @@
 // See record.h for the layout.
 #include "common/env/record.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/env/crc32c.h"
+#include "common/status.h"
 #include "glog/logging.h"
 
 namespace gradstream {
@@ -25,40 +27,58 @@ uint64_t GetLE(std::string_view in, size_t at, int bytes) {
   return v;
 }
 
+std::string Header(const RecordFormat& format, uint64_t length, uint32_t crc) {
+  CHECK_EQ(format.magic.size(), kRecordMagicSize) << "record magic of " << format.kind;
+  std::string out(format.magic);
+  PutLE(out, format.version, 4);
+  PutLE(out, length, 8);
+  PutLE(out, crc, 4);
+  return out;
+}
+
+// DataLoss naming `file`.
+template <typename... What>
+absl::Status Loss(std::string_view file, const What&... what) {
+  return absl::DataLossError(
+      absl::StrCat(absl::string_view(file.data(), file.size()), ": ", what...));
+}
+
+// This Abseil's StrCat takes absl::string_view, not std::string_view.
+absl::string_view Kind(const RecordFormat& format) {
+  return absl::string_view(format.kind.data(), format.kind.size());
+}
+
+// Checks magic and version of a whole header.
+absl::Status CheckHeader(const RecordFormat& format, std::string_view file,
+                         std::string_view header) {
+  if (header.substr(0, kRecordMagicSize) != format.magic) {
+    return Loss(file, "bad magic: not a ", Kind(format), " file, or a damaged one");
+  }
+  const uint64_t version = GetLE(header, kVersionAt, 4);
+  if (version != format.version) {
+    return Loss(file, Kind(format), " format version ", version, "; this build reads version ",
+                format.version);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string EncodeRecord(const RecordFormat& format, std::string_view payload) {
-  CHECK_EQ(format.magic.size(), kRecordMagicSize) << "record magic of " << format.kind;
-  std::string out;
-  out.reserve(kRecordHeaderSize + payload.size());
-  out.append(format.magic);
-  PutLE(out, format.version, 4);
-  PutLE(out, payload.size(), 8);
-  PutLE(out, Crc32c(payload), 4);
+  std::string out = Header(format, payload.size(), Crc32c(payload));
   out.append(payload);
   return out;
 }
 
 absl::StatusOr<std::string_view> DecodeRecord(const RecordFormat& format, std::string_view file,
                                               std::string_view data) {
-  // This Abseil's StrCat takes absl::string_view, not std::string_view.
-  const absl::string_view kind(format.kind.data(), format.kind.size());
-  auto loss = [&](auto&&... what) {
-    return absl::DataLossError(
-        absl::StrCat(absl::string_view(file.data(), file.size()), ": ", what...));
-  };
+  const absl::string_view kind = Kind(format);
+  auto loss = [&](auto&&... what) { return Loss(file, what...); };
   if (data.size() < kRecordHeaderSize) {
     return loss("truncated ", kind, " file: ", data.size(), " bytes, shorter than its ",
                 kRecordHeaderSize, "-byte header");
   }
-  if (data.substr(0, kRecordMagicSize) != format.magic) {
-    return loss("bad magic: not a ", kind, " file, or a damaged one");
-  }
-  const uint64_t version = GetLE(data, kVersionAt, 4);
-  if (version != format.version) {
-    return loss(kind, " format version ", version, "; this build reads version ",
-                format.version);
-  }
+  GS_RETURN_IF_ERROR(CheckHeader(format, file, data.substr(0, kRecordHeaderSize)));
   const uint64_t length = GetLE(data, kLengthAt, 8);
   const uint64_t have = data.size() - kRecordHeaderSize;
   if (length != have) {
@@ -71,6 +91,78 @@ absl::StatusOr<std::string_view> DecodeRecord(const RecordFormat& format, std::s
     return loss(kind, " checksum mismatch: CRC32C stored ", stored, ", computed ", actual);
   }
   return payload;
+}
+
+RecordWriter::RecordWriter(const RecordFormat& format, WritableFile* file)
+    : format_(format), file_(file) {
+  CHECK_EQ(format.magic.size(), kRecordMagicSize) << "record magic of " << format.kind;
+}
+
+absl::Status RecordWriter::Append(std::string_view piece) {
+  if (!started_) {
+    GS_RETURN_IF_ERROR(file_->Append(Header(format_, 0, 0)));
+    started_ = true;
+  }
+  crc_ = Crc32c(piece, crc_);
+  length_ += piece.size();
+  return file_->Append(piece);
+}
+
+absl::Status RecordWriter::Finish() {
+  if (!started_) GS_RETURN_IF_ERROR(Append({}));
+  return file_->WriteAt(0, Header(format_, length_, crc_));
+}
+
+absl::StatusOr<RecordReader> RecordReader::Open(const RecordFormat& format, std::string_view name,
+                                                std::string_view header, SequentialFile* file) {
+  if (header.size() < kRecordHeaderSize) {
+    return Loss(name, "truncated ", Kind(format), " file: ", header.size(),
+                " bytes, shorter than its ", kRecordHeaderSize, "-byte header");
+  }
+  GS_RETURN_IF_ERROR(CheckHeader(format, name, header));
+  absl::StatusOr<uint64_t> size = file->Size();
+  if (!size.ok()) return size.status();
+  const uint64_t length = GetLE(header, kLengthAt, 8);
+  const uint64_t have = *size - std::min<uint64_t>(*size, kRecordHeaderSize);
+  if (length != have) {
+    return Loss(name, Kind(format), " length mismatch: the header says ", length,
+                " payload bytes, the file has ", have, " (truncated or appended)");
+  }
+  return RecordReader(format, name, file, length, static_cast<uint32_t>(GetLE(header, kCrcAt, 4)));
+}
+
+absl::Status RecordReader::Read(char* out, size_t n) {
+  CHECK_LE(n, remaining_);
+  size_t got = 0;
+  while (got < n) {
+    absl::StatusOr<size_t> r = file_->Read(out + got, n - got);
+    if (!r.ok()) return r.status();
+    if (*r == 0) {
+      return Loss(name_, Kind(format_), " length mismatch: the header says ",
+                  remaining_ + got, " more payload bytes, the file ends after ", got,
+                  " (truncated)");
+    }
+    got += *r;
+  }
+  crc_ = Crc32c(std::string_view(out, n), crc_);
+  remaining_ -= n;
+  return absl::OkStatus();
+}
+
+absl::Status RecordReader::Finish() {
+  CHECK_EQ(remaining_, 0u) << "RecordReader::Finish before the payload's end";
+  char extra;
+  absl::StatusOr<size_t> r = file_->Read(&extra, 1);
+  if (!r.ok()) return r.status();
+  if (*r != 0) {
+    return Loss(name_, Kind(format_),
+                " length mismatch: bytes follow the payload the header declares (appended)");
+  }
+  if (crc_ != stored_crc_) {
+    return Loss(name_, Kind(format_), " checksum mismatch: CRC32C stored ", stored_crc_,
+                ", computed ", crc_);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gradstream

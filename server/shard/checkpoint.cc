@@ -4,8 +4,11 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/env/crc32c.h"
 #include "common/env/record.h"
+#include "common/status.h"
+#include "glog/logging.h"
 
 namespace gradstream::shard {
 namespace {
@@ -47,36 +50,103 @@ absl::StatusOr<std::string_view> LegacyBody(std::string_view data) {
   return data.substr(kHeader, body_len);
 }
 
+// Bytes a Writer gathers before it hands them on, and a Reader asks for at once.
+constexpr size_t kPiece = size_t{1} << 20;
+
+// Gathers small fields and hands them, and large arrays straight from their
+// memory, to the record in pieces: a table's rows are never copied whole.
+// The first error sticks.
 class Writer {
  public:
-  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  explicit Writer(RecordWriter* out) : out_(out) {}
+  void U8(uint8_t v) { Raw(&v, 1); }
   void U32(uint32_t v) { Raw(&v, 4); }
   void U64(uint64_t v) { Raw(&v, 8); }
   void Str(std::string_view s) {
     U64(s.size());
-    out_.append(s.data(), s.size());
+    Raw(s.data(), s.size());
   }
-  void Floats(const std::vector<float>& v) {
+  void Floats(absl::Span<const float> v) {
     U64(v.size());
     Raw(v.data(), v.size() * sizeof(float));
   }
-  void U64s(const std::vector<uint64_t>& v) {
+  void U64s(absl::Span<const uint64_t> v) {  // little-endian, as U64
     U64(v.size());
-    for (uint64_t x : v) U64(x);
+    Raw(v.data(), v.size() * sizeof(uint64_t));
   }
-  void Raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
-  std::string& out() { return out_; }
+  void Raw(const void* p, size_t n) {
+    if (n == 0) return;  // an empty vector's data() may be null
+    if (buf_.size() + n <= kPiece) {
+      buf_.append(static_cast<const char*>(p), n);
+      return;
+    }
+    Flush();
+    if (n < kPiece) {
+      buf_.append(static_cast<const char*>(p), n);
+    } else if (status_.ok()) {
+      status_ = out_->Append(std::string_view(static_cast<const char*>(p), n));
+    }
+  }
+  absl::Status Finish() {
+    Flush();
+    if (status_.ok()) status_ = out_->Finish();
+    return status_;
+  }
 
  private:
-  std::string out_;
+  void Flush() {
+    if (status_.ok() && !buf_.empty()) status_ = out_->Append(buf_);
+    buf_.clear();
+  }
+
+  RecordWriter* const out_;
+  std::string buf_;
+  absl::Status status_;
 };
 
-// Every read is bounds-checked; the first failure sticks.
+// Where a body comes from: a record read in pieces, or a legacy body in memory.
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual uint64_t remaining() const = 0;
+  // Exactly n <= remaining() bytes.
+  virtual absl::Status Read(char* out, size_t n) = 0;
+};
+
+class RecordSource final : public Source {
+ public:
+  explicit RecordSource(RecordReader* in) : in_(in) {}
+  uint64_t remaining() const override { return in_->remaining(); }
+  absl::Status Read(char* out, size_t n) override { return in_->Read(out, n); }
+
+ private:
+  RecordReader* const in_;
+};
+
+class MemorySource final : public Source {
+ public:
+  explicit MemorySource(std::string_view in) : in_(in) {}
+  uint64_t remaining() const override { return in_.size(); }
+  absl::Status Read(char* out, size_t n) override {
+    std::memcpy(out, in_.data(), n);
+    in_.remove_prefix(n);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string_view in_;
+};
+
+// Reads a body from a Source through a buffer, bounds-checking every field
+// against the bytes left (a count can never allocate past the file's size);
+// the first failure sticks: status() is the source's error, or DataLoss.
 class Reader {
  public:
-  explicit Reader(std::string_view in) : in_(in) {}
+  explicit Reader(Source* in) : in_(in), left_(in->remaining()) {}
   bool ok() const { return ok_; }
-  bool done() const { return ok_ && pos_ == in_.size(); }
+  bool done() const { return ok_ && left_ == 0; }
+  // The source's error, or OK (a parse failure is for the caller to name).
+  const absl::Status& source_status() const { return source_status_; }
   uint8_t U8() {
     uint8_t v = 0;
     Raw(&v, 1);
@@ -95,57 +165,70 @@ class Reader {
   std::string Str() {
     const uint64_t n = U64();
     if (!Fits(n)) return {};
-    std::string s(in_.substr(pos_, n));
-    pos_ += n;
+    std::string s(n, '\0');
+    Raw(s.data(), n);
     return s;
   }
   std::vector<float> Floats() {
-    const uint64_t n = U64();
-    if (n > (in_.size() - pos_) / sizeof(float)) {
-      ok_ = false;
-      return {};
-    }
+    const uint64_t n = Count(sizeof(float));
     std::vector<float> v(n);
     Raw(v.data(), n * sizeof(float));
     return v;
   }
   std::vector<uint64_t> U64s() {
-    const uint64_t n = U64();
-    if (n > (in_.size() - pos_) / 8) {
-      ok_ = false;
-      return {};
-    }
+    const uint64_t n = Count(sizeof(uint64_t));
     std::vector<uint64_t> v(n);
-    for (auto& x : v) x = U64();
+    Raw(v.data(), n * sizeof(uint64_t));
     return v;
   }
   // A count of items that each take at least `min_bytes`: bounds a resize.
   uint64_t Count(size_t min_bytes) {
     const uint64_t n = U64();
-    if (n > (in_.size() - pos_) / min_bytes) ok_ = false;
+    if (n > left_ / min_bytes) ok_ = false;
     return ok_ ? n : 0;
   }
 
  private:
   bool Fits(uint64_t n) {
-    if (!ok_ || n > in_.size() - pos_) ok_ = false;
+    if (!ok_ || n > left_) ok_ = false;
     return ok_;
   }
   void Raw(void* p, size_t n) {
     if (!Fits(n) || n == 0) return;  // an empty vector's data() may be null
-    std::memcpy(p, in_.data() + pos_, n);
-    pos_ += n;
+    left_ -= n;
+    char* out = static_cast<char*>(p);
+    const size_t buffered = std::min(n, buf_.size() - pos_);
+    std::memcpy(out, buf_.data() + pos_, buffered);
+    pos_ += buffered;
+    out += buffered;
+    n -= buffered;
+    if (n == 0) return;
+    if (n >= kPiece) {  // large arrays straight into their vector
+      Fill(out, n);
+      return;
+    }
+    buf_.resize(std::min<uint64_t>(kPiece, in_->remaining()));
+    pos_ = 0;
+    Fill(buf_.data(), buf_.size());
+    std::memcpy(out, buf_.data(), n);
+    pos_ = n;
+  }
+  void Fill(char* out, size_t n) {
+    if (absl::Status s = in_->Read(out, n); !s.ok()) {
+      source_status_ = s;
+      ok_ = false;
+    }
   }
 
-  std::string_view in_;
+  Source* const in_;
+  uint64_t left_;  // body bytes not yet returned by Raw
+  std::string buf_;
   size_t pos_ = 0;
   bool ok_ = true;
+  absl::Status source_status_;
 };
 
-}  // namespace
-
-std::string EncodeCheckpoint(const JobSnapshot& s) {
-  Writer w;
+void WriteBody(const JobSnapshot& s, Writer& w) {
   w.Str(s.job_id);
   w.U32(s.shard_index);
   w.U8(static_cast<uint8_t>(s.mode));
@@ -182,7 +265,8 @@ std::string EncodeCheckpoint(const JobSnapshot& s) {
       w.U64(worker);
       w.U8(a.started ? 1 : 0);
       w.U64(a.below);
-      w.U64s(std::vector<uint64_t>(a.above.begin(), a.above.end()));
+      const std::vector<uint64_t> above(a.above.begin(), a.above.end());
+      w.U64s(above);
     }
   }
   if (!s.published.empty()) {
@@ -202,28 +286,36 @@ std::string EncodeCheckpoint(const JobSnapshot& s) {
     for (const auto& c : s.chunks) {
       if (!c.table) continue;
       w.U64(c.chunk_id);
-      w.U64s(c.row_ids);
-      w.Floats(c.row_values);
-      w.U64(c.row_slots.size());
-      for (const auto& slot : c.row_slots) w.Floats(slot);
+      if (c.rows != nullptr) {
+        w.U64s(c.rows->ids());
+        w.Floats(c.rows->values());
+        w.U64(c.rows->num_slots());
+        for (int k = 0; k < c.rows->num_slots(); ++k) w.Floats(c.rows->slot_values(k));
+      } else {
+        w.U64s(c.row_ids);
+        w.Floats(c.row_values);
+        w.U64(c.row_slots.size());
+        for (const auto& slot : c.row_slots) w.Floats(slot);
+      }
     }
   }
-  return EncodeRecord(kFormat, w.out());
 }
 
-absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data) {
-  const bool legacy = data.substr(0, kLegacyMagic.size()) == kLegacyMagic;
-  const absl::StatusOr<std::string_view> body =
-      legacy ? LegacyBody(data) : DecodeRecord(kFormat, "checkpoint", data);
-  if (!body.ok()) return body.status();
-  Reader r(*body);
+// A failed parse: the source's error (a truncated file, a read error), or
+// DataLoss saying `what`.
+absl::Status ParseError(const Reader& r, absl::string_view what) {
+  if (!r.source_status().ok()) return r.source_status();
+  return absl::DataLossError(absl::StrCat("checkpoint: ", what));
+}
+
+absl::StatusOr<JobSnapshot> ReadBody(Reader& r) {
   JobSnapshot s;
   s.job_id = r.Str();
   s.shard_index = r.U32();
   const uint8_t mode = r.U8();
   const uint8_t opt = r.U8();
   if (mode > 2 || opt > static_cast<uint8_t>(OptimizerType::kAdam)) {
-    return absl::DataLossError("checkpoint: bad mode or optimizer type");
+    return ParseError(r, "bad mode or optimizer type");
   }
   s.mode = static_cast<ConsistencyMode>(mode);
   s.optimizer = static_cast<OptimizerType>(opt);
@@ -262,9 +354,9 @@ absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data) {
       for (uint64_t x : r.U64s()) a.above.insert(x);
     }
     if (!r.ok()) break;
-    if (c.params.size() != c.num_elems) return absl::DataLossError("checkpoint: params size");
+    if (c.params.size() != c.num_elems) return ParseError(r, "params size");
     for (const auto& slot : c.opt.slots) {
-      if (slot.size() != c.num_elems) return absl::DataLossError("checkpoint: state size");
+      if (slot.size() != c.num_elems) return ParseError(r, "state size");
     }
   }
   // The optional sections, each at most once, in this order.
@@ -285,7 +377,7 @@ absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data) {
         auto c = std::find_if(s.chunks.begin(), s.chunks.end(),
                               [&](const ChunkSnapshot& x) { return x.chunk_id == id; });
         if (c == s.chunks.end() || c->table) {
-          return absl::DataLossError(absl::StrCat("checkpoint: rows of unknown chunk ", id));
+          return ParseError(r, absl::StrCat("rows of unknown chunk ", id));
         }
         c->table = true;
         c->row_ids = r.U64s();
@@ -294,12 +386,97 @@ absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data) {
         for (auto& slot : c->row_slots) slot = r.Floats();
       }
     } else {
-      return absl::DataLossError("checkpoint: body does not parse");
+      return ParseError(r, "body does not parse");
     }
     last_tag = tag;
   }
-  if (!r.done()) return absl::DataLossError("checkpoint: body does not parse");
+  if (!r.done()) return ParseError(r, "body does not parse");
   return s;
+}
+
+// An in-memory file for EncodeCheckpoint and DecodeCheckpoint.
+class StringFile final : public WritableFile, public SequentialFile {
+ public:
+  StringFile() = default;
+  explicit StringFile(std::string_view data) : data_(data) {}
+  absl::Status Append(std::string_view data) override {
+    data_.append(data);
+    return absl::OkStatus();
+  }
+  absl::Status WriteAt(uint64_t offset, std::string_view data) override {
+    data_.replace(offset, data.size(), data);
+    return absl::OkStatus();
+  }
+  absl::Status Sync() override { return absl::OkStatus(); }
+  absl::Status Close() override { return absl::OkStatus(); }
+  absl::StatusOr<size_t> Read(char* scratch, size_t n) override {
+    const size_t got = data_.copy(scratch, n, pos_);
+    pos_ += got;
+    return got;
+  }
+  absl::StatusOr<uint64_t> Size() override { return data_.size(); }
+  std::string& data() { return data_; }
+
+ private:
+  std::string data_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<uint64_t> WriteCheckpoint(const JobSnapshot& snapshot, WritableFile* file) {
+  RecordWriter out(kFormat, file);
+  Writer w(&out);
+  WriteBody(snapshot, w);
+  GS_RETURN_IF_ERROR(w.Finish());
+  return out.bytes();
+}
+
+absl::StatusOr<JobSnapshot> ReadCheckpoint(SequentialFile* file, std::string_view name) {
+  std::string header(kRecordHeaderSize, '\0');
+  size_t got = 0;
+  while (got < header.size()) {
+    absl::StatusOr<size_t> n = file->Read(header.data() + got, header.size() - got);
+    if (!n.ok()) return n.status();
+    if (*n == 0) break;
+    got += *n;
+  }
+  header.resize(got);
+  if (header.substr(0, kLegacyMagic.size()) == kLegacyMagic) {
+    // Legacy files predate tables: small enough to read whole.
+    char buf[1 << 16];
+    for (;;) {
+      absl::StatusOr<size_t> n = file->Read(buf, sizeof buf);
+      if (!n.ok()) return n.status();
+      if (*n == 0) break;
+      header.append(buf, *n);
+    }
+    absl::StatusOr<std::string_view> body = LegacyBody(header);
+    if (!body.ok()) return body.status();
+    MemorySource source(*body);
+    Reader r(&source);
+    return ReadBody(r);
+  }
+  absl::StatusOr<RecordReader> in = RecordReader::Open(kFormat, name, header, file);
+  if (!in.ok()) return in.status();
+  RecordSource source(&*in);
+  Reader r(&source);
+  absl::StatusOr<JobSnapshot> snap = ReadBody(r);
+  if (!snap.ok()) return snap.status();
+  GS_RETURN_IF_ERROR(in->Finish());
+  return snap;
+}
+
+std::string EncodeCheckpoint(const JobSnapshot& snapshot) {
+  StringFile file;
+  const absl::StatusOr<uint64_t> written = WriteCheckpoint(snapshot, &file);
+  CHECK(written.ok()) << written.status();  // memory takes every piece
+  return std::move(file.data());
+}
+
+absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data) {
+  StringFile file(data);
+  return ReadCheckpoint(&file, "checkpoint");
 }
 
 std::string CheckpointPath(const std::string& dir, const std::string& job_id,

@@ -1,4 +1,5 @@
-// Checkpoint file format of one job on one shard.
+// Checkpoint file format of one job on one shard, written and read in pieces
+// (see [streamed table checkpoint] in job.cc).
 //
 // A durable record (common/env/record.h: magic "GSSHCKPT", version 1,
 // length, CRC32C) whose payload, the body, is little-endian: job id, shard
@@ -24,8 +25,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/env/env.h"
 #include "common/optim/optimizer.h"
 #include "server/shard/chunk_state.h"
+#include "server/shard/row_store.h"
 #include "server/shard/types.h"
 
 namespace gradstream::shard {
@@ -38,8 +41,11 @@ struct ChunkSnapshot {
   std::vector<float> params;
   OptimizerState opt;
   std::vector<std::pair<uint64_t, AppliedClocks>> applied;
-  // A table partition's rows (RowStore::Save), in the ROWS section.
+  // A table partition's rows, in the ROWS section: written from `rows` (a
+  // live store whose lock the writer's caller holds) when set, else from the
+  // vectors, which ReadCheckpoint fills.
   bool table = false;
+  const RowStore* rows = nullptr;
   std::vector<uint64_t> row_ids;
   std::vector<float> row_values;
   std::vector<std::vector<float>> row_slots;
@@ -58,11 +64,20 @@ struct JobSnapshot {
   std::vector<PublishedCopy> published;  // pull codec: chunks already published
 };
 
-// The framed bytes, for Env::WriteFileAtomically().
-std::string EncodeCheckpoint(const JobSnapshot& snapshot);
+// Streams the framed checkpoint into `file` (an Env::WriteFileAtomically
+// producer) in pieces of 1 MiB, and a table's rows straight from their store:
+// it takes no memory in proportion to the job. Returns the bytes written.
+[[nodiscard]] absl::StatusOr<uint64_t> WriteCheckpoint(const JobSnapshot& snapshot,
+                                                       WritableFile* file);
 
-// DataLoss (naming what is wrong) for a bad magic or version, a length or
-// checksum mismatch, or a body that does not parse.
+// Reads one from `file` in pieces: the snapshot's memory plus a piece. The
+// file's read error, or DataLoss (naming what is wrong) for a bad magic or
+// version, a length or checksum mismatch, or a body that does not parse.
+[[nodiscard]] absl::StatusOr<JobSnapshot> ReadCheckpoint(SequentialFile* file,
+                                                         std::string_view name);
+
+// The same in memory (tests, the fuzzer).
+std::string EncodeCheckpoint(const JobSnapshot& snapshot);
 [[nodiscard]] absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data);
 
 // <dir>/<job id with unsafe characters replaced>.shard<index>.ckpt

@@ -161,7 +161,8 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
 
  private:
   Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor);
-  [[nodiscard]] absl::Status Restore(const JobSnapshot& snap);
+  // Takes the rows out of `snap` (a table is not copied a second time).
+  [[nodiscard]] absl::Status Restore(JobSnapshot& snap);
   // Takes the coordinator's epochs and, for a resumed job, prepares its
   // chunks for re-initialization (see [re-initialization]).
   [[nodiscard]] absl::Status Reconcile(bool restored);

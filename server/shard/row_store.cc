@@ -68,13 +68,6 @@ uint32_t RowStore::Touch(uint64_t row) {
   return it->second;
 }
 
-void RowStore::Save(std::vector<uint64_t>* ids, std::vector<float>* values,
-                    std::vector<std::vector<float>>* slots) const {
-  *ids = ids_;
-  *values = values_;
-  *slots = slots_;
-}
-
 absl::Status RowStore::Restore(std::vector<uint64_t> ids, std::vector<float> values,
                                std::vector<std::vector<float>> slots) {
   const size_t n = ids.size() * spec_.dim;

@@ -50,10 +50,12 @@ class RowStore {
   int num_slots() const { return static_cast<int>(slots_.size()); }
 
   // What a checkpoint keeps: the rows in creation order with their values
-  // and state slots. Restore replaces the store (InvalidArgument for sizes
-  // that do not fit the spec, an id twice or an id not of this partition).
-  void Save(std::vector<uint64_t>* ids, std::vector<float>* values,
-            std::vector<std::vector<float>>* slots) const;
+  // (ids().size() x dim) and state slots. Restore replaces the store
+  // (InvalidArgument for sizes that do not fit the spec, an id twice or an
+  // id not of this partition).
+  absl::Span<const uint64_t> ids() const { return ids_; }
+  absl::Span<const float> values() const { return values_; }
+  absl::Span<const float> slot_values(int k) const { return slots_[k]; }
   [[nodiscard]] absl::Status Restore(std::vector<uint64_t> ids, std::vector<float> values,
                                      std::vector<std::vector<float>> slots);
 

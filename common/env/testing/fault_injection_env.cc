@@ -21,6 +21,10 @@ class FaultInjectionEnv::File final : public WritableFile {
     }
     return absl::OkStatus();
   }
+  // Overwrites: takes no free space.
+  absl::Status WriteAt(uint64_t offset, std::string_view data) override {
+    return target_->WriteAt(offset, data);
+  }
   absl::Status Sync() override {
     if (absl::Status s = env_->Check(FaultPoint::kSync, path_); !s.ok()) return s;
     return target_->Sync();

@@ -15,6 +15,15 @@ class MemEnv::File final : public WritableFile {
     env_->files_[path_].append(data);
     return absl::OkStatus();
   }
+  absl::Status WriteAt(uint64_t offset, std::string_view data) override {
+    absl::MutexLock l(&env_->mu_);
+    std::string& file = env_->files_[path_];
+    if (offset + data.size() > file.size()) {
+      return absl::OutOfRangeError(absl::StrCat(path_, ": WriteAt past the end"));
+    }
+    file.replace(offset, data.size(), data);
+    return absl::OkStatus();
+  }
   absl::Status Sync() override { return absl::OkStatus(); }
   absl::Status Close() override { return absl::OkStatus(); }
 
@@ -34,6 +43,32 @@ absl::StatusOr<std::string> MemEnv::ReadFile(const std::string& path) {
   auto it = files_.find(path);
   if (it == files_.end()) return absl::NotFoundError(absl::StrCat("no file ", path));
   return it->second;
+}
+
+namespace {
+
+class StringSequentialFile final : public SequentialFile {
+ public:
+  explicit StringSequentialFile(std::string data) : data_(std::move(data)) {}
+  absl::StatusOr<size_t> Read(char* scratch, size_t n) override {
+    const size_t got = data_.copy(scratch, n, pos_);
+    pos_ += got;
+    return got;
+  }
+  absl::StatusOr<uint64_t> Size() override { return data_.size(); }
+
+ private:
+  const std::string data_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SequentialFile>> MemEnv::NewSequentialFile(
+    const std::string& path) {
+  absl::StatusOr<std::string> data = ReadFile(path);
+  if (!data.ok()) return data.status();
+  return std::make_unique<StringSequentialFile>(*std::move(data));
 }
 
 absl::Status MemEnv::RenameFile(const std::string& from, const std::string& to) {

@@ -21,6 +21,9 @@ class MemEnv : public Env {
  public:
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
   absl::StatusOr<std::string> ReadFile(const std::string& path) override;
+  // Reads a copy of the file as it is at the call.
+  absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path) override;
   absl::Status RenameFile(const std::string& from, const std::string& to) override;
   absl::Status RemoveFile(const std::string& path) override;
   absl::Status CreateDirs(const std::string& dir) override { return absl::OkStatus(); }
