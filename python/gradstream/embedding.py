@@ -19,6 +19,8 @@ trained by the local optimizer.
 """
 
 import ctypes
+import os
+import resource
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +29,9 @@ PULL_TIMEOUT_MS = 60_000
 # Row bytes per pull: the shard answers at most 6 MiB of rows to one pull
 # (server/shard/job.cc), so a larger batch asks in parts.
 PULL_ROW_BYTES = 4 << 20
+# The worker's row budget, unless gs.ParameterServer(model, row_budget=)
+# says otherwise: this share of the memory the process may use.
+ROW_BUDGET_SHARE = 0.25
 
 
 class Embedding(torch.nn.Module):
@@ -62,9 +67,10 @@ class Embedding(torch.nn.Module):
         w = torch.randn(self.num_embeddings, self.embedding_dim) * self.init_std
         self.weight = torch.nn.Parameter(w)
 
-    def _attach(self, ps, index):
+    def _attach(self, ps, index, name):
         self._ps = ps
         self._index = index
+        self._name = name
 
     # -- forward
 
@@ -98,6 +104,7 @@ class Embedding(torch.nn.Module):
             uniq, inverse = unique_ids(ids)
         if torch.is_grad_enabled() and self._feed is None:
             self._feed = self._ps._feed_position(ids)
+        self._ps._check_row_budget(self, len(uniq), torch.is_grad_enabled())
         rows = self._ps._rows_for(self, uniq)
         if torch.is_grad_enabled():
             rows.requires_grad_(True)
@@ -145,6 +152,41 @@ def tables_of(model):
             seen.add(id(m))
             out.append(m)
     return out
+
+
+def memory_limit():
+    """(bytes, what sets them): the least memory this process may use of
+    its RLIMIT_AS and RLIMIT_DATA, its cgroup's limit and the machine's."""
+    found = []
+    for name in ("RLIMIT_AS", "RLIMIT_DATA"):
+        soft, _ = resource.getrlimit(getattr(resource, name))
+        if soft != resource.RLIM_INFINITY:
+            found.append((soft, name))
+    try:
+        with open("/proc/self/cgroup") as f:
+            paths = [l.strip().split(":", 2)[2] for l in f if l.startswith("0::")]
+        for path in paths:  # cgroup v2
+            with open("/sys/fs/cgroup%s/memory.max" % path.rstrip("/")) as f:
+                text = f.read().strip()
+            if text.isdigit():
+                found.append((int(text), "the cgroup's memory.max"))
+    except (OSError, IndexError):
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            kb = next(int(l.split()[1]) for l in f if l.startswith("MemTotal:"))
+        found.append((kb << 10, "the machine's memory"))
+    except (OSError, StopIteration, ValueError):
+        pass
+    return min(found) if found else (None, None)
+
+
+def size_text(n):
+    """Bytes as people read them: 512 B, 31.2 KiB, 1.0 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return ("%d %s" if unit == "B" else "%.1f %s") % (n, unit)
+        n /= 1024.0
 
 
 def unique_ids(ids):

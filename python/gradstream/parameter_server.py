@@ -80,7 +80,8 @@ import torch
 
 from gradstream import _lib
 from gradstream._wait_plan import WaitPlan
-from gradstream.embedding import PULL_TIMEOUT_MS, RowPull, unique_ids, push_rows, tables_of
+from gradstream.embedding import (PULL_TIMEOUT_MS, ROW_BUDGET_SHARE, RowPull, memory_limit,
+                                  push_rows, size_text, tables_of, unique_ids)
 from gradstream.local import local_optimizer
 from gradstream.session import DEFAULT_TIMEOUT_S, _session
 
@@ -119,13 +120,17 @@ class ParameterServer:
 
     The model's gs.Embedding tables are declared after the parameters, as
     row-sparse tables that live on the shards (gradstream/embedding.py).
+    The rows a clock's forwards read, with their gradients, may take at
+    most `row_budget` bytes on the worker (default: a quarter of the memory
+    the process may use, see memory_limit()); a forward past it raises
+    MemoryError with the figures before it asks for anything.
 
     The optimizer arguments (see local_optimizer) apply in local mode only;
     in a job the shards apply the job's optimizer (`gradstream submit
     --optimizer ... --lr ...`).
     """
 
-    def __init__(self, model, timeout=DEFAULT_TIMEOUT_S, **optimizer):
+    def __init__(self, model, timeout=DEFAULT_TIMEOUT_S, row_budget=None, **optimizer):
         s = _session()
         if s.ps is not None:
             raise RuntimeError("gradstream: one ParameterServer per process")
@@ -134,6 +139,7 @@ class ParameterServer:
         self._prefetch_used = 0    # row prefetches a forward took (stats())
         self._prefetch_unused = 0  # and those dropped unread
         self._prefetch_fused = 0   # ... asked in the requests of the clock's pull
+        self._set_row_budget(row_budget)
         if not s.distributed:
             for t in self._tables:
                 t._materialize_local()  # a dense parameter, trained below
@@ -176,7 +182,7 @@ class ParameterServer:
         _lib.check(lib, lib.gs_declare(s.handle, total, names, ndims, dims, table_std,
                                        int(timeout * 1000)))
         for k, t in enumerate(self._tables):
-            t._attach(self, n + k)
+            t._attach(self, n + k, table_names[k])
         _lib.check(lib, lib.gs_set_encode_path(s.handle, self.encode_path.encode()))
         s.clock = s.latest().join_clock
         s.adopt(force=True)
@@ -251,6 +257,42 @@ class ParameterServer:
                 return j
         return None
 
+    def _set_row_budget(self, row_budget):
+        """The bytes of rows (and their gradients) a clock's table forwards
+        may hold on this worker: `row_budget`, or ROW_BUDGET_SHARE of the
+        memory the process may use."""
+        if row_budget is not None:
+            if row_budget <= 0:
+                raise ValueError("gradstream: row_budget is %r bytes, want > 0" % (row_budget,))
+            self._row_budget, self._row_budget_why = int(row_budget), "row_budget="
+            return
+        limit, what = memory_limit()
+        if limit is None:
+            self._row_budget, self._row_budget_why = None, ""
+        else:
+            self._row_budget = int(limit * ROW_BUDGET_SHARE)
+            self._row_budget_why = "%d%% of %s, %s" % (ROW_BUDGET_SHARE * 100, size_text(limit),
+                                                       what)
+
+    def _check_row_budget(self, table, rows, grad):
+        """MemoryError, before anything is asked, when `rows` rows of a
+        forward of `table` (with their gradients when `grad`) and what this
+        clock's forwards hold would pass the row budget: a batch that reads
+        more rows than the worker should hold gets the figures, not an OOM
+        kill."""
+        if self._row_budget is None:
+            return
+        need = rows * table.embedding_dim * 4 * (2 if grad else 1)
+        held = sum(r.numel() * 4 * 2 for t in self._tables for _, r in t._lookups)
+        if held + need <= self._row_budget:
+            return
+        raise MemoryError(
+            "gradstream: a forward of table '%s' reads %d unique rows, %s with their "
+            "gradients%s, on top of %s this clock's forwards hold: past the worker's row budget "
+            "of %s (%s); split the batch, or set gs.ParameterServer(model, row_budget=BYTES)" % (
+                table._name, rows, size_text(need), "" if grad else " (none: no_grad)",
+                size_text(held), size_text(self._row_budget), self._row_budget_why))
+
     def _rows_for(self, table, uniq):
         """Rows `uniq` (sorted unique ids) of `table` at the current clock
         (gs.Embedding's forward): the prefetched ones when they are these."""
@@ -293,6 +335,9 @@ class ParameterServer:
             if source is None:
                 continue
             ids, inverse = unique_ids(source)
+            if (self._row_budget is not None and
+                    len(ids) * t.embedding_dim * 8 > self._row_budget):
+                continue  # its forward raises with the figures
             asks.append((t, RowPull(s.lib, s.handle, t._index, ids, t.embedding_dim, clock,
                                     source, inverse, ask=False)))
         return asks

@@ -7,6 +7,8 @@ nn.Embedding(sparse=True) / nn.EmbeddingBag(sparse=True) and applies the same
 optimizer (SGD; AdaGrad, whose per-row accumulators make a lazy and an eager
 update differ); rows no batch touched keep their first-touch values; both
 ranks read the same first-touch rows; a bad id raises IndexError naming it;
+a forward of more rows than the worker's row budget raises MemoryError with
+the figures before it asks for any, and the next forward reads its rows;
 `gradstream status` shows the table's rows. Fed by gs.shard (5 steps, an
 evaluation-like read of other rows before each training forward), the
 training forwards use the rows ps.step() prefetched in the requests of the
@@ -131,6 +133,14 @@ def main():
                                     "and %d" % (name, r["rank"], used, unused, *want))
                 if "id 1000 is out of range: the table has 1000 rows" not in r["bad_id"]:
                     failures.append("%s: a bad id raised %r" % (name, r["bad_id"]))
+                want_msg = ("a forward of table 'emb.table' reads 1000 unique rows, 31.2 KiB with "
+                            "their gradients, on top of 0 B this clock's forwards hold: past the "
+                            "worker's row budget of 16.0 KiB (row_budget=)")
+                if want_msg not in r["too_many"] or r["asked_past_budget"] != 0:
+                    failures.append("%s: a forward past the row budget raised %r after asking %d "
+                                    "pulls" % (name, r["too_many"], r["asked_past_budget"]))
+                if not torch.equal(r["after_refusal"], r["rows_after"]):
+                    failures.append("%s: the rows read after a refused forward differ" % name)
     if failures:
         print("FAIL: %s" % "; ".join(failures))
         return 1

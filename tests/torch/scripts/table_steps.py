@@ -1,8 +1,9 @@
 """A few sync steps of a model with a gs.Embedding table, recorded for
 embedding_test.py: each rank saves the table's rows 0..ROWS-1 before
 training (the first touch, read without a gradient), its batches, the
-dense parameters before and after, the rows after, and what a bad id
-raises. With --feed shard the batches come from gs.shard (the ids a tensor
+dense parameters before and after, the rows after, what a bad id
+raises, and what a forward past the row budget (ROW_BUDGET) raises, and
+that a forward within it still reads its rows after that. With --feed shard the batches come from gs.shard (the ids a tensor
 of its batch, so ps.step() prefetches the next batch's rows); before every
 training forward but the first an evaluation-like read of other rows runs
 without a gradient, step 2's forward reads a copy of the batch's ids,
@@ -22,6 +23,10 @@ import gradstream.torch as gs
 ROWS = 40  # the ids the batches draw from (of a table of 1000)
 STEPS = 3
 SHARD_STEPS = 5  # one pass of 80 samples
+# Bytes of rows and gradients a clock's forwards may hold: the batches' (at
+# most 8 rows, 256 B) and reads of ROWS rows fit; all 1000 rows (32000 B
+# with gradients) do not.
+ROW_BUDGET = 16 << 10
 
 
 class Model(nn.Module):
@@ -54,7 +59,7 @@ def main():
     rank = gs.rank()
     torch.manual_seed(7)
     model = Model(mode)
-    ps = gs.ParameterServer(model)
+    ps = gs.ParameterServer(model, row_budget=ROW_BUDGET)
     everything = torch.arange(ROWS)
     with torch.no_grad():
         rows_before = model.emb(everything).clone() if mode is None else None
@@ -98,9 +103,21 @@ def main():
         bad = "no error"
     except IndexError as e:
         bad = str(e)
+    pulls = ps.stats()["pull_messages"]
+    try:
+        model.emb(torch.arange(1000))  # with gradients: 32000 B
+        too_many = "no error"
+    except MemoryError as e:
+        too_many = str(e)
+    asked_past_budget = ps.stats()["pull_messages"] - pulls
+    with torch.no_grad():
+        after_refusal = (model.emb(everything) if mode is None else
+                         model.emb(everything, torch.arange(ROWS))).clone()
     torch.save({"rank": rank, "rows_before": rows_before, "rows_after": rows_after,
                 "dense_before": dense_before, "dense_after": dense_after, "batches": batches,
-                "bad_id": bad, "stats": ps.stats()}, "%s/rank%d.pt" % (args.out, rank))
+                "bad_id": bad, "too_many": too_many, "asked_past_budget": asked_past_budget,
+                "after_refusal": after_refusal, "stats": ps.stats()},
+               "%s/rank%d.pt" % (args.out, rank))
 
 
 if __name__ == "__main__":
