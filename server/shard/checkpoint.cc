@@ -228,6 +228,32 @@ class Reader {
   absl::Status source_status_;
 };
 
+// The rows of `rows` as U64s(ids), Floats(values), U64(slots), Floats per
+// slot: the layout of a snapshot's vectors, copied a block at a time.
+void WriteRows(RowBlocks& rows, Writer& w) {
+  const uint64_t n = rows.rows();
+  const uint64_t dim = rows.dim();
+  const uint64_t block = std::max<uint64_t>(1, kPiece / (dim * sizeof(float)));
+  std::vector<uint64_t> ids(std::min(n, block * dim));
+  w.U64(n);
+  for (uint64_t b = 0; b < n; b += ids.size()) {
+    const uint64_t e = std::min<uint64_t>(n, b + ids.size());
+    rows.Ids(b, e, ids.data());
+    w.Raw(ids.data(), (e - b) * sizeof(uint64_t));
+  }
+  std::vector<float> values(std::min(n, block) * dim);
+  for (int array = -1; array < rows.num_slots(); ++array) {
+    if (array == 0) w.U64(rows.num_slots());
+    w.U64(n * dim);
+    for (uint64_t b = 0; b < n; b += block) {
+      const uint64_t e = std::min<uint64_t>(n, b + block);
+      rows.Floats(array, b, e, values.data());
+      w.Raw(values.data(), (e - b) * dim * sizeof(float));
+    }
+  }
+  if (rows.num_slots() == 0) w.U64(0);
+}
+
 void WriteBody(const JobSnapshot& s, Writer& w) {
   w.Str(s.job_id);
   w.U32(s.shard_index);
@@ -287,10 +313,7 @@ void WriteBody(const JobSnapshot& s, Writer& w) {
       if (!c.table) continue;
       w.U64(c.chunk_id);
       if (c.rows != nullptr) {
-        w.U64s(c.rows->ids());
-        w.Floats(c.rows->values());
-        w.U64(c.rows->num_slots());
-        for (int k = 0; k < c.rows->num_slots(); ++k) w.Floats(c.rows->slot_values(k));
+        WriteRows(*c.rows, w);
       } else {
         w.U64s(c.row_ids);
         w.Floats(c.row_values);

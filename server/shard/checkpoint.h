@@ -28,10 +28,23 @@
 #include "common/env/env.h"
 #include "common/optim/optimizer.h"
 #include "server/shard/chunk_state.h"
-#include "server/shard/row_store.h"
 #include "server/shard/types.h"
 
 namespace gradstream::shard {
+
+// A table partition's rows as WriteCheckpoint reads them, in blocks: an open
+// [row snapshot] (row_store.h) of a live store, locked per block by the
+// implementation (job.cc).
+class RowBlocks {
+ public:
+  virtual ~RowBlocks() = default;
+  virtual uint64_t rows() = 0;
+  virtual uint32_t dim() = 0;
+  virtual int num_slots() = 0;
+  virtual void Ids(uint64_t begin, uint64_t end, uint64_t* out) = 0;
+  // `array` -1: values; k: state slot k.
+  virtual void Floats(int array, uint64_t begin, uint64_t end, float* out) = 0;
+};
 
 struct ChunkSnapshot {
   uint64_t chunk_id = 0;
@@ -41,11 +54,10 @@ struct ChunkSnapshot {
   std::vector<float> params;
   OptimizerState opt;
   std::vector<std::pair<uint64_t, AppliedClocks>> applied;
-  // A table partition's rows, in the ROWS section: written from `rows` (a
-  // live store whose lock the writer's caller holds) when set, else from the
-  // vectors, which ReadCheckpoint fills.
+  // A table partition's rows, in the ROWS section: written from `rows` when
+  // set, else from the vectors, which ReadCheckpoint fills.
   bool table = false;
-  const RowStore* rows = nullptr;
+  RowBlocks* rows = nullptr;
   std::vector<uint64_t> row_ids;
   std::vector<float> row_values;
   std::vector<std::vector<float>> row_slots;
@@ -65,8 +77,8 @@ struct JobSnapshot {
 };
 
 // Streams the framed checkpoint into `file` (an Env::WriteFileAtomically
-// producer) in pieces of 1 MiB, and a table's rows straight from their store:
-// it takes no memory in proportion to the job. Returns the bytes written.
+// producer) in pieces of about 1 MiB, a table's rows a block at a time: it
+// takes no memory in proportion to the job. Returns the bytes written.
 [[nodiscard]] absl::StatusOr<uint64_t> WriteCheckpoint(const JobSnapshot& snapshot,
                                                        WritableFile* file);
 

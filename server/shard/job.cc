@@ -28,6 +28,37 @@ constexpr absl::Duration kCheckpointRetry = absl::Seconds(1);
 // receive limit (common/rpc/rpc.h) with room for its framing.
 constexpr uint64_t kMaxPulledRowBytes = uint64_t{6} << 20;
 
+// A table partition's open [row snapshot], read by WriteCheckpoint a block at
+// a time with the partition locked per block; closed when destroyed.
+class SnapshotBlocks final : public RowBlocks {
+ public:
+  explicit SnapshotBlocks(ChunkState* chunk) : chunk_(chunk) {}
+  ~SnapshotBlocks() override {
+    absl::MutexLock l(&chunk_->mu);
+    chunk_->rows->EndSnapshot();
+  }
+  uint64_t rows() override {
+    absl::MutexLock l(&chunk_->mu);
+    return chunk_->rows->snapshot_rows();
+  }
+  uint32_t dim() override { return chunk_->rows->spec().dim; }  // const
+  int num_slots() override {
+    absl::MutexLock l(&chunk_->mu);
+    return chunk_->rows->num_slots();
+  }
+  void Ids(uint64_t begin, uint64_t end, uint64_t* out) override {
+    absl::MutexLock l(&chunk_->mu);
+    chunk_->rows->SnapshotIds(begin, end, out);
+  }
+  void Floats(int array, uint64_t begin, uint64_t end, float* out) override {
+    absl::MutexLock l(&chunk_->mu);
+    chunk_->rows->SnapshotFloats(array, begin, end, out);
+  }
+
+ private:
+  ChunkState* const chunk_;
+};
+
 }  // namespace
 
 Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
@@ -781,12 +812,12 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
   const uint64_t min_clock = membership_.SaveTo(&snap);
   uint64_t min_version = std::numeric_limits<uint64_t>::max();
   // NOTE: [streamed table checkpoint]
-  // A table's rows are not copied: they are written from their store, whose
-  // partition stays locked from its snapshot until its rows are written, so
-  // version, applied clocks and rows stay one consistent cut, as a copy
-  // would be (docs/design/sparse-tables.md). Tables are locked after the
-  // dense chunks, in chunk order, and no other chunk is locked meanwhile.
-  std::vector<std::unique_ptr<absl::MutexLock>> tables;
+  // A table's rows are not copied whole: each partition opens a [row
+  // snapshot] (row_store.h) with its version and applied clocks, under its
+  // lock, so they are one consistent cut as a copy would be; the rows are
+  // then read a block at a time, the lock held per block, while pushes and
+  // pulls go on (docs/design/sparse-tables.md).
+  std::vector<std::unique_ptr<SnapshotBlocks>> tables;
   auto save = [&](ChunkState& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
     ChunkSnapshot cs;
     cs.chunk_id = c.chunk_id;
@@ -797,12 +828,15 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
     cs.opt = c.opt;
     cs.applied.assign(c.applied.begin(), c.applied.end());
     cs.table = c.is_table();
-    cs.rows = c.rows.get();
+    if (cs.table) {
+      c.rows->BeginSnapshot();
+      tables.push_back(std::make_unique<SnapshotBlocks>(&c));
+      cs.rows = tables.back().get();
+    }
     min_version = std::min(min_version, cs.version);
     snap.chunks.push_back(std::move(cs));
   };
   for (const auto& c : chunks_) {
-    if (c->is_table()) continue;
     {
       absl::MutexLock l(&c->mu);
       save(*c);
@@ -813,11 +847,6 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
       }
     }
   }
-  for (const auto& c : chunks_) {
-    if (!c->is_table()) continue;
-    tables.push_back(std::make_unique<absl::MutexLock>(&c->mu));
-    save(*c);
-  }
   snap.clock = progress_.Clock(min_version, min_clock);
   CheckpointInfo info;
   info.path = CheckpointPath(options_.checkpoint_dir, id(), options_.shard_index);
@@ -825,7 +854,7 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
   GS_RETURN_IF_ERROR(env_->CreateDirs(options_.checkpoint_dir));
   GS_RETURN_IF_ERROR(env_->WriteFileAtomically(info.path, [&](WritableFile* file) {
     absl::StatusOr<uint64_t> bytes = WriteCheckpoint(snap, file);
-    tables.clear();  // the rows are written: unlock before the fsync
+    tables.clear();  // the images are written: drop what they kept
     info.bytes = bytes.value_or(0);
     return bytes.status();
   }));

@@ -1,5 +1,6 @@
 #include "server/shard/row_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/philox.h"
 #include "common/status.h"
+#include "glog/logging.h"
 
 namespace gradstream::shard {
 
@@ -70,6 +72,7 @@ uint32_t RowStore::Touch(uint64_t row) {
 
 absl::Status RowStore::Restore(std::vector<uint64_t> ids, std::vector<float> values,
                                std::vector<std::vector<float>> slots) {
+  CHECK(!snapshot_open_);
   const size_t n = ids.size() * spec_.dim;
   if (values.size() != n || slots.size() != slots_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("table ", spec_.table, " partition ",
@@ -96,8 +99,60 @@ absl::Status RowStore::Restore(std::vector<uint64_t> ids, std::vector<float> val
   return absl::OkStatus();
 }
 
+void RowStore::BeginSnapshot() {
+  CHECK(!snapshot_open_) << "one row snapshot at a time";
+  snapshot_open_ = true;
+  snapshot_rows_ = ids_.size();
+}
+
+void RowStore::EndSnapshot() {
+  snapshot_open_ = false;
+  snapshot_rows_ = 0;
+  kept_.clear();
+}
+
+void RowStore::KeepForSnapshot(uint32_t index) {
+  if (!snapshot_open_ || index >= snapshot_rows_) return;
+  auto [it, fresh] = kept_.try_emplace(index);
+  if (!fresh) return;
+  const uint32_t dim = spec_.dim;
+  it->second.resize(size_t{dim} * (1 + slots_.size()));
+  std::memcpy(it->second.data(), params(index), dim * sizeof(float));
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    std::memcpy(it->second.data() + (k + 1) * dim, slot(static_cast<int>(k), index),
+                dim * sizeof(float));
+  }
+}
+
+void RowStore::SnapshotIds(uint64_t begin, uint64_t end, uint64_t* out) const {
+  CHECK(snapshot_open_ && begin <= end && end <= snapshot_rows_);
+  std::copy(ids_.begin() + begin, ids_.begin() + end, out);  // an id never changes
+}
+
+void RowStore::SnapshotFloats(int array, uint64_t begin, uint64_t end, float* out) const {
+  CHECK(snapshot_open_ && begin <= end && end <= snapshot_rows_ &&
+        array < static_cast<int>(slots_.size()));
+  const size_t dim = spec_.dim;
+  const std::vector<float>& live = array < 0 ? values_ : slots_[array];
+  std::memcpy(out, live.data() + begin * dim, (end - begin) * dim * sizeof(float));
+  auto put = [&](uint64_t i, const std::vector<float>& kept) {
+    std::memcpy(out + (i - begin) * dim, kept.data() + (array + 1) * dim, dim * sizeof(float));
+  };
+  if (kept_.size() < end - begin) {
+    for (const auto& [i, kept] : kept_) {
+      if (i >= begin && i < end) put(i, kept);
+    }
+    return;
+  }
+  for (uint64_t i = begin; i < end; ++i) {
+    if (auto it = kept_.find(static_cast<uint32_t>(i)); it != kept_.end()) put(i, it->second);
+  }
+}
+
 void RowStore::DropNewest(size_t keep) {
   if (keep >= ids_.size()) return;
+  // Only rows a refused update created go, never rows of an open image.
+  CHECK(!snapshot_open_ || keep >= snapshot_rows_);
   for (size_t i = keep; i < ids_.size(); ++i) index_.erase(ids_[i]);
   if (held_bytes_ != nullptr) held_bytes_->fetch_sub(row_bytes() * (ids_.size() - keep));
   ids_.resize(keep);
@@ -144,6 +199,7 @@ absl::Status ApplyToRows(const Optimizer& optimizer, absl::Span<const uint64_t> 
   for (size_t i = 0; i < ids.size(); ++i) at[i] = store->Touch(ids[i]);
   std::vector<float*> params, s0, s1;
   for (uint32_t a : at) {
+    store->KeepForSnapshot(a);
     params.push_back(store->params(a));
     if (store->num_slots() > 0) s0.push_back(store->slot(0, a));
     if (store->num_slots() > 1) s1.push_back(store->slot(1, a));

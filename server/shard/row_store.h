@@ -49,13 +49,26 @@ class RowStore {
   size_t size() const { return ids_.size(); }
   int num_slots() const { return static_cast<int>(slots_.size()); }
 
-  // What a checkpoint keeps: the rows in creation order with their values
-  // (ids().size() x dim) and state slots. Restore replaces the store
-  // (InvalidArgument for sizes that do not fit the spec, an id twice or an
-  // id not of this partition).
-  absl::Span<const uint64_t> ids() const { return ids_; }
-  absl::Span<const float> values() const { return values_; }
-  absl::Span<const float> slot_values(int k) const { return slots_[k]; }
+  // NOTE: [row snapshot]
+  // What a checkpoint keeps is an image of the rows as they were at
+  // BeginSnapshot(), read in blocks while pushes and pulls go on: the first
+  // change of a row of the image keeps its old values (KeepForSnapshot),
+  // rows created since are not in it. Memory: the rows changed while the
+  // image is open. One image at a time; EndSnapshot() drops it.
+  void BeginSnapshot();
+  void EndSnapshot();
+  // Rows in the image (creation order).
+  uint64_t snapshot_rows() const { return snapshot_rows_; }
+  // Rows [begin, end) of the image: their ids, or (`array` -1) their values
+  // or (`array` k) state slot k, end - begin rows x dim floats.
+  void SnapshotIds(uint64_t begin, uint64_t end, uint64_t* out) const;
+  void SnapshotFloats(int array, uint64_t begin, uint64_t end, float* out) const;
+  // Called before row `index` changes.
+  void KeepForSnapshot(uint32_t index);
+
+  // Replaces the store with checkpointed rows in creation order, values
+  // ids x dim and each state slot the same (InvalidArgument for sizes that
+  // do not fit the spec, an id twice or an id not of this partition).
   [[nodiscard]] absl::Status Restore(std::vector<uint64_t> ids, std::vector<float> values,
                                      std::vector<std::vector<float>> slots);
 
@@ -67,6 +80,11 @@ class RowStore {
   std::vector<uint64_t> ids_;
   std::vector<float> values_;
   std::vector<std::vector<float>> slots_;
+  // [row snapshot]: rows of the image, and the old values and slots of
+  // those changed since it began, by index.
+  bool snapshot_open_ = false;
+  uint64_t snapshot_rows_ = 0;
+  absl::flat_hash_map<uint32_t, std::vector<float>> kept_;
 };
 
 // A sync round's sum of row gradients, in first-touch order.

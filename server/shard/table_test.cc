@@ -8,9 +8,11 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "common/env/testing/mem_env.h"
 #include "common/env/testing/temp_dir.h"
 #include "gtest/gtest.h"
@@ -336,6 +338,84 @@ TEST(TableJob, ACheckpointOfATableHoldsNoSecondCopy) {
   EXPECT_LT(PeakRssSinceLast() - empty, table * 3 / 2) << "restoring held the table twice";
   EXPECT_EQ(t.Rows(some), before);
   EXPECT_EQ(t.job->row_bytes(), table);
+}
+
+// Files whose first Append waits until Release(): a checkpoint held
+// mid-write, after its first block of rows.
+class HeldWriteEnv : public testing::MemEnv {
+ public:
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    absl::StatusOr<std::unique_ptr<WritableFile>> file = MemEnv::NewWritableFile(path);
+    if (!file.ok()) return file;
+    return std::make_unique<File>(this, *std::move(file));
+  }
+  void WaitHeld() { held_.WaitForNotification(); }
+  void Release() { release_.Notify(); }
+
+ private:
+  class File final : public WritableFile {
+   public:
+    File(HeldWriteEnv* env, std::unique_ptr<WritableFile> target)
+        : env_(env), target_(std::move(target)) {}
+    absl::Status Append(std::string_view data) override {
+      if (!env_->held_.HasBeenNotified()) {
+        env_->held_.Notify();
+        env_->release_.WaitForNotification();
+      }
+      return target_->Append(data);
+    }
+    absl::Status WriteAt(uint64_t offset, std::string_view data) override {
+      return target_->WriteAt(offset, data);
+    }
+    absl::Status Sync() override { return target_->Sync(); }
+    absl::Status Close() override { return target_->Close(); }
+
+   private:
+    HeldWriteEnv* const env_;
+    const std::unique_ptr<WritableFile> target_;
+  };
+
+  absl::Notification held_, release_;
+};
+
+// See [row snapshot]: a checkpoint does not hold a table partition while it
+// writes its rows, and what it writes is the rows as they were when it began.
+TEST(TableJob, PushesGoOnWhileACheckpointWritesTheRows) {
+  TableSpec spec = Spec();
+  spec.table_rows = 1 << 14;
+  spec.dim = 64;  // 4 MiB of values: written in several blocks
+  TableJob t(ConsistencyMode::kAsync, OptimizerType::kAdaGrad, spec);
+  HeldWriteEnv held;
+  t.env = &held;
+  t.Reopen();
+  std::vector<uint64_t> all(spec.table_rows);
+  for (uint64_t i = 0; i < all.size(); ++i) all[i] = i;
+  ASSERT_FALSE(*t.Push(10, 0, all, std::vector<float>(all.size() * spec.dim, 0.01f), false));
+  const uint64_t late = spec.table_rows - 5;  // in the last block the checkpoint reads
+  const std::vector<float> before = t.Rows({late});
+
+  absl::StatusOr<Job::CheckpointInfo> info;
+  std::thread checkpoint([&] { info = t.job->Checkpoint(); });
+  held.WaitHeld();  // the first block is in the file, the rest not read yet
+  absl::Notification pushed;
+  std::thread push([&] {
+    EXPECT_FALSE(*t.Push(10, 1, {late}, std::vector<float>(spec.dim, 1.0f), false));
+    pushed.Notify();
+  });
+  const bool went_on = pushed.WaitForNotificationWithTimeout(absl::Seconds(20));
+  EXPECT_TRUE(went_on) << "a push waited for the checkpoint's write";
+  const std::vector<float> after = went_on ? t.Rows({late}) : std::vector<float>();
+  held.Release();
+  EXPECT_NE(after, before);
+  push.join();
+  checkpoint.join();
+  ASSERT_TRUE(info.ok()) << info.status();
+
+  t.Reopen();  // from the checkpoint: the rows and clocks from when it began
+  EXPECT_EQ(t.Rows({late}), before);
+  EXPECT_FALSE(*t.Push(10, 1, {late}, std::vector<float>(spec.dim, 1.0f), false))
+      << "clock 1 came after the checkpoint: not a duplicate";
+  EXPECT_EQ(t.Rows({late}), after);
 }
 
 // An update the optimizer refuses (finite gradients whose step is not)
