@@ -13,9 +13,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "common/env/testing/fault_injection_env.h"
 #include "common/env/testing/mem_env.h"
 #include "common/env/testing/temp_dir.h"
 #include "gtest/gtest.h"
+#include "server/shard/checkpoint.h"
 #include "server/shard/job.h"
 #include "server/shard/row_store.h"
 
@@ -416,6 +418,38 @@ TEST(TableJob, PushesGoOnWhileACheckpointWritesTheRows) {
   EXPECT_FALSE(*t.Push(10, 1, {late}, std::vector<float>(spec.dim, 1.0f), false))
       << "clock 1 came after the checkpoint: not a duplicate";
   EXPECT_EQ(t.Rows({late}), after);
+}
+
+// A disk that fills in the middle of a table's rows: the checkpoint fails
+// with the disk's error, the old file stays, the snapshot it opened is
+// closed (the next checkpoint opens its own), and rows changed meanwhile
+// are in the next one.
+TEST(TableJob, AFullDiskMidTableKeepsTheOldCheckpoint) {
+  TableSpec spec = Spec();
+  spec.table_rows = 1 << 14;
+  spec.dim = 64;
+  TableJob t(ConsistencyMode::kAsync, OptimizerType::kAdaGrad, spec);
+  testing::FaultInjectionEnv disk(&t.files);
+  t.env = &disk;
+  t.Reopen();
+  std::vector<uint64_t> all(spec.table_rows);
+  for (uint64_t i = 0; i < all.size(); ++i) all[i] = i;
+  ASSERT_FALSE(*t.Push(10, 0, all, std::vector<float>(all.size() * spec.dim, 0.01f), false));
+  ASSERT_TRUE(t.job->Checkpoint().ok());
+  const std::string path = CheckpointPath("/ckpt", "tables", 0);
+  const std::string old = *t.files.ReadFile(path);
+  ASSERT_FALSE(*t.Push(10, 1, {7}, std::vector<float>(spec.dim, 1.0f), false));
+  const std::vector<float> seven = t.Rows({7});
+
+  disk.SetFreeBytes(3 << 20);  // the values' first blocks fit, not the rest
+  absl::StatusOr<Job::CheckpointInfo> full = t.job->Checkpoint();
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
+  EXPECT_EQ(*t.files.ReadFile(path), old);
+  EXPECT_EQ(t.files.FileNames(), std::vector<std::string>{path});
+  disk.SetFreeBytes(std::nullopt);
+  ASSERT_TRUE(t.job->Checkpoint().ok());
+  t.Reopen();
+  EXPECT_EQ(t.Rows({7}), seven);
 }
 
 // An update the optimizer refuses (finite gradients whose step is not)
