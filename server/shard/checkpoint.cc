@@ -53,9 +53,9 @@ absl::StatusOr<std::string_view> LegacyBody(std::string_view data) {
 // Bytes a Writer gathers before it hands them on, and a Reader asks for at once.
 constexpr size_t kPiece = size_t{1} << 20;
 
-// Gathers small fields and hands them, and large arrays straight from their
-// memory, to the record in pieces: a table's rows are never copied whole.
-// The first error sticks.
+// Gathers small fields and hands them to the record in pieces of about
+// kPiece, and larger arrays straight from their memory. The first error
+// sticks.
 class Writer {
  public:
   explicit Writer(RecordWriter* out) : out_(out) {}
@@ -139,7 +139,8 @@ class MemorySource final : public Source {
 
 // Reads a body from a Source through a buffer, bounds-checking every field
 // against the bytes left (a count can never allocate past the file's size);
-// the first failure sticks: status() is the source's error, or DataLoss.
+// the first failure sticks (ok() false; source_status() says whether the
+// source failed).
 class Reader {
  public:
   explicit Reader(Source* in) : in_(in), left_(in->remaining()) {}
@@ -233,8 +234,8 @@ class Reader {
 void WriteRows(RowBlocks& rows, Writer& w) {
   const uint64_t n = rows.rows();
   const uint64_t dim = rows.dim();
-  const uint64_t block = std::max<uint64_t>(1, kPiece / (dim * sizeof(float)));
-  std::vector<uint64_t> ids(std::min(n, block * dim));
+  const uint64_t block = std::max<uint64_t>(1, kPiece / (dim * sizeof(float)));  // rows
+  std::vector<uint64_t> ids(std::min<uint64_t>(n, kPiece / sizeof(uint64_t)));
   w.U64(n);
   for (uint64_t b = 0; b < n; b += ids.size()) {
     const uint64_t e = std::min<uint64_t>(n, b + ids.size());

@@ -837,10 +837,8 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
     snap.chunks.push_back(std::move(cs));
   };
   for (const auto& c : chunks_) {
-    {
-      absl::MutexLock l(&c->mu);
-      save(*c);
-    }
+    absl::MutexLock l(&c->mu);
+    save(*c);
     if (publisher_ != nullptr) {
       if (std::optional<PublishedCopy> p = publisher_->Save(c->chunk_id)) {
         snap.published.push_back(*std::move(p));
