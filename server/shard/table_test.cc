@@ -298,6 +298,21 @@ uint64_t PeakRssSinceLast() {
   return kb << 10;
 }
 
+// What RSS holds per byte the program touches: ThreadSanitizer adds 4 bytes
+// of shadow per byte (measured here: a restore grew RSS by 5.6x the table
+// under TSan, 1.15x without).
+#if defined(__SANITIZE_THREAD__)
+constexpr uint64_t kRssPerByte = 5;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr uint64_t kRssPerByte = 5;
+#else
+constexpr uint64_t kRssPerByte = 1;
+#endif
+#else
+constexpr uint64_t kRssPerByte = 1;
+#endif
+
 uint64_t RssNow() {
   std::ifstream statm("/proc/self/statm");
   uint64_t pages = 0, resident = 0;
@@ -331,13 +346,15 @@ TEST(TableJob, ACheckpointOfATableHoldsNoSecondCopy) {
   absl::StatusOr<Job::CheckpointInfo> info = t.job->Checkpoint();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_GT(info->bytes, table);
-  EXPECT_LT(PeakRssSinceLast() - rss, table / 8) << "writing took more than a piece";
+  EXPECT_LT(PeakRssSinceLast() - rss, kRssPerByte * table / 8)
+      << "writing took more than a piece";
 
   t.job.reset();
   PeakRssSinceLast();
   const uint64_t empty = RssNow();
   t.Reopen();
-  EXPECT_LT(PeakRssSinceLast() - empty, table * 3 / 2) << "restoring held the table twice";
+  EXPECT_LT(PeakRssSinceLast() - empty, kRssPerByte * table * 3 / 2)
+      << "restoring held the table twice";
   EXPECT_EQ(t.Rows(some), before);
   EXPECT_EQ(t.job->row_bytes(), table);
 }
