@@ -244,6 +244,25 @@ TEST(Render, AFinishedJobShowsItsRunAverage) {
   EXPECT_TRUE(absl::StrContains(out, "0     7       100    0.5000  6506 ")) << out;
 }
 
+// A table whose partition lost its rows at a shard restart says so on its
+// line; one that did not says nothing of it (docs/design/sparse-tables.md).
+TEST(Render, ATableSaysWhenAPartitionLostItsRows) {
+  gradstream::v1::JobStatus j = RunningJob();
+  auto* t = j.add_tables();
+  t->set_tensor("emb.table");
+  t->mutable_rows()->set_held(40);
+  t->mutable_rows()->set_bytes(1280);
+  std::string out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "emb.table: 40 rows held (")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "LOST")) << out;
+  t->mutable_rows()->set_lost(1);
+  out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "; the rows of 1 partition(s) were LOST (a shard restarted "
+                                     "without a checkpoint) and started again from the "
+                                     "initializer"))
+      << out;
+}
+
 // The push error line names the tensors raised above their codec by level;
 // a tensor whose codec is fp16 itself is not raised (common/job/precision.h).
 TEST(Render, ThePushErrorLineNamesRaisedTensorsByLevel) {

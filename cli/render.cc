@@ -253,10 +253,17 @@ std::string TablesText(const v1::JobStatus& j) {
         break;
       }
     }
+    std::string lost;
+    if (t.rows().lost() > 0) {
+      lost = absl::StrFormat(
+          "; the rows of %d partition(s) were LOST (a shard restarted without a checkpoint) and "
+          "started again from the initializer",
+          t.rows().lost());
+    }
     parts.push_back(absl::StrFormat(
-        "%s%s: %d rows held (%s), %.0f rows pushed and %.0f pulled per clock", t.tensor(), shape,
+        "%s%s: %d rows held (%s), %.0f rows pushed and %.0f pulled per clock%s", t.tensor(), shape,
         t.rows().held(), HumanBytes(t.rows().bytes()), static_cast<double>(t.rows().pushed()) / clock,
-        static_cast<double>(t.rows().pulled()) / clock));
+        static_cast<double>(t.rows().pulled()) / clock, lost));
   }
   return absl::StrJoin(parts, "; ");
 }

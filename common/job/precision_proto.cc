@@ -49,10 +49,11 @@ void TableRowStatsToProto(const TableRowStats& s, v1::TableRows* out) {
   out->set_bytes(s.bytes);
   out->set_pushed(s.pushed);
   out->set_pulled(s.pulled);
+  out->set_lost(s.lost);
 }
 
 TableRowStats TableRowStatsFromProto(const v1::TableRows& proto) {
-  return TableRowStats{proto.held(), proto.bytes(), proto.pushed(), proto.pulled()};
+  return TableRowStats{proto.held(), proto.bytes(), proto.pushed(), proto.pulled(), proto.lost()};
 }
 
 }  // namespace gradstream

@@ -13,12 +13,16 @@ struct TableRowStats {
   uint64_t bytes = 0;   // values and optimizer state
   uint64_t pushed = 0;  // rows summed over every push
   uint64_t pulled = 0;  // and pull
+  // Partitions whose rows a shard restart without a checkpoint lost: they
+  // started again from the table's initializer.
+  uint64_t lost = 0;
 
   TableRowStats& operator+=(const TableRowStats& o) {
     held += o.held;
     bytes += o.bytes;
     pushed += o.pushed;
     pulled += o.pulled;
+    lost += o.lost;
     return *this;
   }
 };

@@ -134,6 +134,8 @@ struct ChunkState {
 
   // A table partition's rows summed over every push and pull.
   std::atomic<uint64_t> rows_pushed{0}, rows_pulled{0};
+  // A table partition whose rows a restart without a checkpoint lost.
+  std::atomic<bool> rows_lost{false};
 
   // Written under mu, read anywhere.
   std::atomic<uint64_t> version{0};  // updates applied (sync: clocks applied)

@@ -221,6 +221,7 @@ absl::Status Job::Reconcile(bool restored) {
       // No worker holds a table's rows to send again: they restart from
       // the initializer (docs/design/sparse-tables.md).
       if (sync) c->version.store(options_.resume_clock);
+      c->rows_lost.store(true);
       ++tables;
       continue;
     }
@@ -734,7 +735,8 @@ JobStats Job::Stats(bool include_rounds) const {
     absl::MutexLock l(&c->mu);
     s.tables.push_back(JobStats::TableStats{
         c->chunk_id, TableRowStats{c->rows->size(), c->rows->size() * c->rows->row_bytes(),
-                                   c->rows_pushed.load(), c->rows_pulled.load()}});
+                                   c->rows_pushed.load(), c->rows_pulled.load(),
+                                   c->rows_lost.load() ? uint64_t{1} : 0}});
   }
   s.push_messages = push_messages_.load();
   s.pushes_duplicate = pushes_duplicate_.load();

@@ -521,12 +521,19 @@ TEST(TableJob, RowsPastTheShardsBudgetAreRefused) {
 // table's rows (no worker holds them): its partitions go on from the resume
 // clock with rows from the initializer, instead of waiting for rounds that
 // passed.
+// Its rows are lost, and the partition says so (GetStats, `gradstream
+// status`, gs_shard_table_rows_lost); one restored from a checkpoint does not.
 TEST(TableJob, AResumedJobWithoutACheckpointGoesOnFromTheResumeClock) {
   TableJob t(ConsistencyMode::kSync);
-  t.options.checkpoint_dir.clear();
+  EXPECT_EQ(t.job->Stats(false).tables.at(0).rows.lost, 0u);
+  ASSERT_TRUE(t.job->Checkpoint().ok());
   t.options.resume = true;
+  t.Reopen();
+  EXPECT_EQ(t.job->Stats(false).tables.at(0).rows.lost, 0u) << "restored";
+  t.options.checkpoint_dir.clear();
   t.options.resume_clock = 5;
   t.Reopen();
+  EXPECT_EQ(t.job->Stats(false).tables.at(0).rows.lost, 1u);
   auto rows = t.Pull(10, 5, {3});
   ASSERT_TRUE(rows.has_value());
   ASSERT_TRUE(rows->ok()) << rows->status();

@@ -34,12 +34,13 @@ constexpr const char* kTableRows = "gs_shard_table_rows";
 constexpr const char* kTableBytes = "gs_shard_table_bytes";
 constexpr const char* kTableRowsPushed = "gs_shard_table_rows_pushed_total";
 constexpr const char* kTableRowsPulled = "gs_shard_table_rows_pulled_total";
+constexpr const char* kTableRowsLost = "gs_shard_table_rows_lost";
 constexpr const char* kJobFamilies[] = {
     kPushes,       kPushBytes,  kPushFp32Bytes, kCompression, kPulls,    kPushSeconds, kStaleness,
     kMaxStaleness, kVersionMin, kVersionMax,    kMinClock,    kClockLag, kMembers,     kEpoch,
     kPullBytes,    kPullFp32Bytes, kCheckpointFailures, kPullErrorClocks, kPullErrorRelative,
     kPullFlushes,  kPullRaised, kPushErrorClocks, kTableRows, kTableBytes, kTableRowsPushed,
-    kTableRowsPulled};
+    kTableRowsPulled, kTableRowsLost};
 
 // Staleness 0..kStalenessBuckets-2 has its own bucket; the Job's last bucket
 // (staleness >= kStalenessBuckets-1) is Prometheus' +Inf.
@@ -108,6 +109,10 @@ void ExportJobStats(const std::string& job, const JobStats& s,
             t.rows.pushed, lc);
     counter(kTableRowsPulled, "Rows of a table partition summed over its pulls.", t.rows.pulled,
             lc);
+    registry
+        ->GetGauge(kTableRowsLost,
+                   "1 when a restart without a checkpoint lost the partition's rows.", lc)
+        ->Set(static_cast<double>(t.rows.lost));
   }
 
   metrics::Histogram* latency = registry->GetHistogram(

@@ -41,7 +41,7 @@ TEST(ExportJobStats, MirrorsEveryStat) {
   s.max_clock = 9;
   s.members = 3;
   s.epoch = 2;
-  s.tables.push_back(JobStats::TableStats{5, TableRowStats{40, 1280, 300, 700}});
+  s.tables.push_back(JobStats::TableStats{5, TableRowStats{40, 1280, 300, 700, 1}});
   metrics::Histogram latency(PushLatencyBuckets());
   latency.Observe(2e-5);
   latency.Observe(1.0);  // past the last bound
@@ -80,6 +80,7 @@ TEST(ExportJobStats, MirrorsEveryStat) {
   EXPECT_TRUE(Has(text, "gs_shard_table_bytes{chunk=\"5\",job=\"j1\"} 1280")) << text;
   EXPECT_TRUE(Has(text, "gs_shard_table_rows_pushed_total{chunk=\"5\",job=\"j1\"} 300")) << text;
   EXPECT_TRUE(Has(text, "gs_shard_table_rows_pulled_total{chunk=\"5\",job=\"j1\"} 700")) << text;
+  EXPECT_TRUE(Has(text, "gs_shard_table_rows_lost{chunk=\"5\",job=\"j1\"} 1")) << text;
 
   RemoveJobSeries("j1", &reg);
   EXPECT_FALSE(absl::StrContains(reg.Render(), "job=\"j1\""));
