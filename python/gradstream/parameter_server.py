@@ -302,9 +302,13 @@ class ParameterServer:
         rc = None
         if pre is not None and pre.clock == s.clock and torch.equal(pre.ids, uniq):
             rc, rows = pre.wait(PULL_TIMEOUT_MS)
-            if rc == _lib.CANCELLED and pre.fused:
-                # The pull it rode in was given up (asked again, or replaced
-                # by a membership change), not the job: pull them alone.
+            if rc != 0 and pre.fused:
+                # The pull it rode in ended without them: given up (asked
+                # again, or replaced by a membership change), or failed for
+                # its dense chunks (DATA_LOSS from a shard that restarted
+                # without a checkpoint, which the step loop answers when a
+                # forward waits for them). Asks that could fail on their own
+                # never ride (gs_end_clock_rows): pull them alone.
                 rc = None
                 self._prefetch_unused += 1
             else:

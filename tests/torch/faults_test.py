@@ -21,8 +21,10 @@ points of the same script run single-process:
 
 --table trains a model with a gs.Embedding table on the shards instead
 (AdaGrad): rows survive a shard's restart from its checkpoint, a worker's
-kill and scaling as parameters do. (A shard that restarts without a
-checkpoint loses its rows: docs/design/sparse-tables.md.)
+kill and scaling as parameters do. A shard that restarts without a
+checkpoint loses its rows (no worker holds them): the job goes on, with
+those rows started again from the initializer, and `gradstream status`
+says so on the table's line (docs/design/sparse-tables.md).
 """
 
 import os
@@ -81,6 +83,14 @@ def main():
                            "shard 0's first checkpoint")
             c.kill("shard0")
             c.restart("shard0")
+            if args.table and case == "shard_no_checkpoint":
+                def lost_line():
+                    out = c.cli("status", job, check=False).stdout
+                    return next((l for l in out.splitlines() if l.startswith("tables:") and
+                                 "partition(s) were LOST" in l), None)
+                c.wait_for(lambda: lost_line() is not None, 60,
+                           "the table line to say the partition's rows were lost")
+                print(lost_line())
         elif case.startswith("worker"):
             member = next(m for m in c.job(job)["members"] if int(m.get("rank", 0)) == 1)
             name = next(w["name"] for w in c.cli_json("cluster")["workers"]
