@@ -3,8 +3,9 @@ embedding_test.py: each rank saves the table's rows 0..ROWS-1 before
 training (the first touch, read without a gradient), its batches, the
 dense parameters before and after, the rows after, what a bad id
 raises, and what a forward past the row budget (ROW_BUDGET) raises, and
-that a forward within it still reads its rows after that. With --feed shard the batches come from gs.shard (the ids a tensor
-of its batch, so ps.step() prefetches the next batch's rows); before every
+that a forward within it still reads its rows after that. With --feed
+shard the batches come from gs.shard (the ids a tensor of its batch, so
+ps.step() prefetches the next batch's rows); before every
 training forward but the first an evaluation-like read of other rows runs
 without a gradient, step 2's forward reads a copy of the batch's ids,
 step 3's other ids (so its prefetch goes unread), and rank 0 asks for
