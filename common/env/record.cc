@@ -48,9 +48,16 @@ absl::string_view Kind(const RecordFormat& format) {
   return absl::string_view(format.kind.data(), format.kind.size());
 }
 
-// Checks magic and version of a whole header.
-absl::Status CheckHeader(const RecordFormat& format, std::string_view file,
-                         std::string_view header) {
+// Checks the frame of a file of `size` bytes that starts with `header`
+// (all of it, or the first kRecordHeaderSize bytes): its length, magic,
+// version, and the payload length against the file's size. Returns the
+// payload length.
+absl::StatusOr<uint64_t> CheckFrame(const RecordFormat& format, std::string_view file,
+                                    std::string_view header, uint64_t size) {
+  if (header.size() < kRecordHeaderSize) {
+    return Loss(file, "truncated ", Kind(format), " file: ", header.size(),
+                " bytes, shorter than its ", kRecordHeaderSize, "-byte header");
+  }
   if (header.substr(0, kRecordMagicSize) != format.magic) {
     return Loss(file, "bad magic: not a ", Kind(format), " file, or a damaged one");
   }
@@ -59,7 +66,20 @@ absl::Status CheckHeader(const RecordFormat& format, std::string_view file,
     return Loss(file, Kind(format), " format version ", version, "; this build reads version ",
                 format.version);
   }
-  return absl::OkStatus();
+  const uint64_t length = GetLE(header, kLengthAt, 8);
+  const uint64_t have = size - std::min<uint64_t>(size, kRecordHeaderSize);
+  if (length != have) {
+    return Loss(file, Kind(format), " length mismatch: the header says ", length,
+                " payload bytes, the file has ", have, " (truncated or appended)");
+  }
+  return length;
+}
+
+absl::Status CheckCrc(const RecordFormat& format, std::string_view file, uint32_t stored,
+                      uint32_t actual) {
+  if (actual == stored) return absl::OkStatus();
+  return Loss(file, Kind(format), " checksum mismatch: CRC32C stored ", stored, ", computed ",
+              actual);
 }
 
 }  // namespace
@@ -72,24 +92,11 @@ std::string EncodeRecord(const RecordFormat& format, std::string_view payload) {
 
 absl::StatusOr<std::string_view> DecodeRecord(const RecordFormat& format, std::string_view file,
                                               std::string_view data) {
-  const absl::string_view kind = Kind(format);
-  auto loss = [&](auto&&... what) { return Loss(file, what...); };
-  if (data.size() < kRecordHeaderSize) {
-    return loss("truncated ", kind, " file: ", data.size(), " bytes, shorter than its ",
-                kRecordHeaderSize, "-byte header");
-  }
-  GS_RETURN_IF_ERROR(CheckHeader(format, file, data.substr(0, kRecordHeaderSize)));
-  const uint64_t length = GetLE(data, kLengthAt, 8);
-  const uint64_t have = data.size() - kRecordHeaderSize;
-  if (length != have) {
-    return loss(kind, " length mismatch: the header says ", length,
-                " payload bytes, the file has ", have, " (truncated or appended)");
-  }
+  absl::StatusOr<uint64_t> length = CheckFrame(format, file, data, data.size());
+  if (!length.ok()) return length.status();
   const std::string_view payload = data.substr(kRecordHeaderSize);
-  const uint32_t stored = static_cast<uint32_t>(GetLE(data, kCrcAt, 4));
-  if (const uint32_t actual = Crc32c(payload); actual != stored) {
-    return loss(kind, " checksum mismatch: CRC32C stored ", stored, ", computed ", actual);
-  }
+  GS_RETURN_IF_ERROR(
+      CheckCrc(format, file, static_cast<uint32_t>(GetLE(data, kCrcAt, 4)), Crc32c(payload)));
   return payload;
 }
 
@@ -115,20 +122,12 @@ absl::Status RecordWriter::Finish() {
 
 absl::StatusOr<RecordReader> RecordReader::Open(const RecordFormat& format, std::string_view name,
                                                 std::string_view header, SequentialFile* file) {
-  if (header.size() < kRecordHeaderSize) {
-    return Loss(name, "truncated ", Kind(format), " file: ", header.size(),
-                " bytes, shorter than its ", kRecordHeaderSize, "-byte header");
-  }
-  GS_RETURN_IF_ERROR(CheckHeader(format, name, header));
   absl::StatusOr<uint64_t> size = file->Size();
   if (!size.ok()) return size.status();
-  const uint64_t length = GetLE(header, kLengthAt, 8);
-  const uint64_t have = *size - std::min<uint64_t>(*size, kRecordHeaderSize);
-  if (length != have) {
-    return Loss(name, Kind(format), " length mismatch: the header says ", length,
-                " payload bytes, the file has ", have, " (truncated or appended)");
-  }
-  return RecordReader(format, name, file, length, static_cast<uint32_t>(GetLE(header, kCrcAt, 4)));
+  absl::StatusOr<uint64_t> length = CheckFrame(format, name, header, *size);
+  if (!length.ok()) return length.status();
+  return RecordReader(format, name, file, *length,
+                      static_cast<uint32_t>(GetLE(header, kCrcAt, 4)));
 }
 
 absl::Status RecordReader::Read(char* out, size_t n) {
@@ -138,9 +137,8 @@ absl::Status RecordReader::Read(char* out, size_t n) {
     absl::StatusOr<size_t> r = file_->Read(out + got, n - got);
     if (!r.ok()) return r.status();
     if (*r == 0) {
-      return Loss(name_, Kind(format_), " length mismatch: the header says ",
-                  remaining_ + got, " more payload bytes, the file ends after ", got,
-                  " (truncated)");
+      return Loss(name_, Kind(format_), " file ended ", remaining_ - got,
+                  " bytes before its payload's end (truncated while read)");
     }
     got += *r;
   }
@@ -158,11 +156,7 @@ absl::Status RecordReader::Finish() {
     return Loss(name_, Kind(format_),
                 " length mismatch: bytes follow the payload the header declares (appended)");
   }
-  if (crc_ != stored_crc_) {
-    return Loss(name_, Kind(format_), " checksum mismatch: CRC32C stored ", stored_crc_,
-                ", computed ", crc_);
-  }
-  return absl::OkStatus();
+  return CheckCrc(format_, name_, stored_crc_, crc_);
 }
 
 }  // namespace gradstream

@@ -19,7 +19,6 @@ trained by the local optimizer.
 """
 
 import ctypes
-import os
 import resource
 
 import torch

@@ -109,6 +109,12 @@ def _warn_unsynced_buffers(model):
                       % (len(names), shown), BufferWarning, stacklevel=3)
 
 
+def _row_bytes(rows, dim, grad):
+    """What `rows` fp32 rows of width `dim` take on the worker, with their
+    gradients when `grad` (the row budget's unit)."""
+    return rows * dim * 4 * (2 if grad else 1)
+
+
 class ParameterServer:
     """The model's parameters on the shards.
 
@@ -282,8 +288,9 @@ class ParameterServer:
         kill."""
         if self._row_budget is None:
             return
-        need = rows * table.embedding_dim * 4 * (2 if grad else 1)
-        held = sum(r.numel() * 4 * 2 for t in self._tables for _, r in t._lookups)
+        need = _row_bytes(rows, table.embedding_dim, grad)
+        held = sum(_row_bytes(len(r), t.embedding_dim, True)
+                   for t in self._tables for _, r in t._lookups)
         if held + need <= self._row_budget:
             return
         raise MemoryError(
@@ -340,7 +347,7 @@ class ParameterServer:
                 continue
             ids, inverse = unique_ids(source)
             if (self._row_budget is not None and
-                    len(ids) * t.embedding_dim * 8 > self._row_budget):
+                    _row_bytes(len(ids), t.embedding_dim, True) > self._row_budget):
                 continue  # its forward raises with the figures
             asks.append((t, RowPull(s.lib, s.handle, t._index, ids, t.embedding_dim, clock,
                                     source, inverse, ask=False)))

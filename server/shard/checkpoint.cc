@@ -7,6 +7,7 @@
 #include "absl/types/span.h"
 #include "common/env/crc32c.h"
 #include "common/env/record.h"
+#include "common/env/string_file.h"
 #include "common/status.h"
 #include "glog/logging.h"
 
@@ -418,34 +419,6 @@ absl::StatusOr<JobSnapshot> ReadBody(Reader& r) {
   return s;
 }
 
-// An in-memory file for EncodeCheckpoint and DecodeCheckpoint.
-class StringFile final : public WritableFile, public SequentialFile {
- public:
-  StringFile() = default;
-  explicit StringFile(std::string_view data) : data_(data) {}
-  absl::Status Append(std::string_view data) override {
-    data_.append(data);
-    return absl::OkStatus();
-  }
-  absl::Status WriteAt(uint64_t offset, std::string_view data) override {
-    data_.replace(offset, data.size(), data);
-    return absl::OkStatus();
-  }
-  absl::Status Sync() override { return absl::OkStatus(); }
-  absl::Status Close() override { return absl::OkStatus(); }
-  absl::StatusOr<size_t> Read(char* scratch, size_t n) override {
-    const size_t got = data_.copy(scratch, n, pos_);
-    pos_ += got;
-    return got;
-  }
-  absl::StatusOr<uint64_t> Size() override { return data_.size(); }
-  std::string& data() { return data_; }
-
- private:
-  std::string data_;
-  size_t pos_ = 0;
-};
-
 }  // namespace
 
 absl::StatusOr<uint64_t> WriteCheckpoint(const JobSnapshot& snapshot, WritableFile* file) {
@@ -499,7 +472,7 @@ std::string EncodeCheckpoint(const JobSnapshot& snapshot) {
 }
 
 absl::StatusOr<JobSnapshot> DecodeCheckpoint(std::string_view data) {
-  StringFile file(data);
+  StringFile file{std::string(data)};
   return ReadCheckpoint(&file, "checkpoint");
 }
 

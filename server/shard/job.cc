@@ -41,11 +41,9 @@ class SnapshotBlocks final : public RowBlocks {
     absl::MutexLock l(&chunk_->mu);
     return chunk_->rows->snapshot_rows();
   }
-  uint32_t dim() override { return chunk_->rows->spec().dim; }  // const
-  int num_slots() override {
-    absl::MutexLock l(&chunk_->mu);
-    return chunk_->rows->num_slots();
-  }
+  // Fixed when the store is made: no lock.
+  uint32_t dim() override { return chunk_->rows->spec().dim; }
+  int num_slots() override { return chunk_->rows->num_slots(); }
   void Ids(uint64_t begin, uint64_t end, uint64_t* out) override {
     absl::MutexLock l(&chunk_->mu);
     chunk_->rows->SnapshotIds(begin, end, out);

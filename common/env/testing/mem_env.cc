@@ -2,6 +2,7 @@
 #include "common/env/testing/mem_env.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/env/string_file.h"
 
 namespace gradstream::testing {
 
@@ -45,30 +46,11 @@ absl::StatusOr<std::string> MemEnv::ReadFile(const std::string& path) {
   return it->second;
 }
 
-namespace {
-
-class StringSequentialFile final : public SequentialFile {
- public:
-  explicit StringSequentialFile(std::string data) : data_(std::move(data)) {}
-  absl::StatusOr<size_t> Read(char* scratch, size_t n) override {
-    const size_t got = data_.copy(scratch, n, pos_);
-    pos_ += got;
-    return got;
-  }
-  absl::StatusOr<uint64_t> Size() override { return data_.size(); }
-
- private:
-  const std::string data_;
-  size_t pos_ = 0;
-};
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<SequentialFile>> MemEnv::NewSequentialFile(
     const std::string& path) {
   absl::StatusOr<std::string> data = ReadFile(path);
   if (!data.ok()) return data.status();
-  return std::make_unique<StringSequentialFile>(*std::move(data));
+  return std::make_unique<StringFile>(*std::move(data));
 }
 
 absl::Status MemEnv::RenameFile(const std::string& from, const std::string& to) {
