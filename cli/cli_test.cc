@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "cli/args.h"
 #include "cli/plot.h"
 #include "cli/render.h"
@@ -152,6 +153,32 @@ TEST(Render, TableAlignsColumns) {
   EXPECT_EQ(Table({{"A", "BB"}, {"ccc", "d"}}), "A    BB\nccc  d\n");
   EXPECT_EQ(HumanBytes(512), "512 B");
   EXPECT_EQ(HumanBytes(1536), "1.5 KiB");
+}
+
+TEST(Render, AWorkerThatSaidItIsStoppingIsNotShownDead) {
+  gradstream::v1::ClusterStatus c;
+  auto add = [&](uint64_t id, bool healthy, bool stopping) {
+    gradstream::v1::WorkerStatus* w = c.add_workers();
+    w->set_worker_id(id);
+    w->set_healthy(healthy);
+    w->set_stopping(stopping);
+  };
+  add(1, true, false);
+  add(2, true, true);
+  add(3, false, true);
+  add(4, false, false);
+  const std::string out = RenderCluster(c, 0);
+  auto health = [&](const std::string& worker) {
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      std::vector<absl::string_view> cells = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (cells.size() > 2 && cells[0] == worker) return std::string(cells[2]);
+    }
+    return std::string("(no row)");
+  };
+  EXPECT_EQ(health("1.0"), "ok") << out;
+  EXPECT_EQ(health("2.0"), "stopping") << out;
+  EXPECT_EQ(health("3.0"), "stopped") << out;
+  EXPECT_EQ(health("4.0"), "DEAD") << out;
 }
 
 // A running job of 100 steps with 3 of 4 workers.

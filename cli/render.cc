@@ -445,8 +445,11 @@ std::string RenderCluster(const v1::ClusterStatus& c, int64_t now_ms) {
   for (const auto& w : c.workers()) {
     std::string state =
         w.state() == v1::WORKER_STATE_UNSPECIFIED ? "-" : v1::WorkerState_Name(w.state());
+    // A worker that said it is exiting (SIGTERM) is not a failure once gone.
+    const char* health = w.healthy() ? (w.stopping() ? "stopping" : "ok")
+                                     : (w.stopping() ? "stopped" : "DEAD");
     workers.push_back({absl::StrCat(w.worker_id(), ".", w.incarnation()),
-                       w.name().empty() ? "-" : w.name(), w.healthy() ? "ok" : "DEAD",
+                       w.name().empty() ? "-" : w.name(), health,
                        w.job_id().empty() ? "-" : w.job_id(),
                        w.job_id().empty() ? "-" : absl::StrCat(w.rank()), state,
                        absl::StrCat(w.clock()), Age(w.last_heartbeat_unix_ms(), now_ms)});

@@ -202,7 +202,10 @@ bool Coordinator::HeartbeatWritesLocked(const HeartbeatReport& request, absl::Ti
 
 absl::StatusOr<Assignment> Coordinator::HeartbeatLocked(const HeartbeatReport& request,
                                                         absl::Time now) {
+  const WorkerRecord* known = workers_.Find(request.worker_id);
+  const bool was_stopping = known != nullptr && known->status.stopping;
   GS_ASSIGN_OR_RETURN(WorkerRecord * worker, workers_.Beat(request, now));
+  if (worker->status.stopping && !was_stopping) dirty_ = true;  // kept across a restart
   const std::string job_id = worker->status.job_id;
   GS_RETURN_IF_ERROR(reconciler_.Report(*worker, request, now));
   Assignment assignment = views_.AssignmentOf(*worker);
@@ -354,7 +357,7 @@ void Coordinator::UpdateGaugesLocked() {
   }
   for (const auto& [id, w] : workers_.workers()) {
     w.dead ? ++counts.workers_dead : ++counts.workers_healthy;
-    if (!w.dead && w.status.job_id.empty()) ++counts.workers_idle;
+    if (!w.dead && !w.status.stopping && w.status.job_id.empty()) ++counts.workers_idle;
   }
   for (const ShardStatus& s : fleet_.shards()) {
     s.healthy ? ++counts.shards_healthy : ++counts.shards_unhealthy;

@@ -269,8 +269,12 @@ void Reconciler::ReapDeadWorkers() {
     WorkerPool::MarkDead(worker);
     *pool_changed_ = true;
     metrics_->WorkerRemoved();
-    LOG(WARNING) << "coordinator: worker " << id << " missed heartbeats for "
-                 << options_->heartbeat_timeout;
+    if (worker.status.stopping) {
+      LOG(INFO) << "coordinator: worker " << id << " stopped";
+    } else {
+      LOG(WARNING) << "coordinator: worker " << id << " missed heartbeats for "
+                   << options_->heartbeat_timeout;
+    }
   }
 }
 

@@ -212,6 +212,7 @@ struct WorkerStatus {
   WorkerState state = WorkerState::kUnspecified;
   uint64_t clock = 0;
   bool has_gpu = false;
+  bool stopping = false;  // said it is exiting (SIGTERM): never free for a job
 };
 
 struct ShardStatus {
@@ -257,6 +258,7 @@ struct HeartbeatReport {
   WorkerProgress progress;
   std::string message;
   std::vector<DeclaredTensor> declared_tensors;  // script jobs, see [script jobs]
+  bool stopping = false;  // the process is exiting: it takes no job from now on
 };
 
 // A worker's place in a job (v1::Assignment); no job_id = stay in the pool.

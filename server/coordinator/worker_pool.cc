@@ -50,6 +50,7 @@ WorkerRecord& WorkerPool::Register(const WorkerRegistration& request, absl::Time
     // A new process, or one we declared dead: a new incarnation.
     worker->status.incarnation = std::max(worker->status.incarnation, request.incarnation) + 1;
     worker->dead = false;
+    worker->status.stopping = false;
     Release(*worker);
   } else {
     if (id == 0) id = next_worker_id_++;
@@ -84,6 +85,7 @@ absl::StatusOr<WorkerRecord*> WorkerPool::Beat(const HeartbeatReport& request, a
   }
   worker->last_heartbeat = now;
   worker->status.last_heartbeat_unix_ms = absl::ToUnixMillis(now);
+  worker->status.stopping |= request.stopping;
   // A state reported for another job (the one it just finished, before it
   // heard of its new assignment) says nothing about the current one: a DONE
   // left over from job A must not complete job B.
@@ -144,7 +146,7 @@ bool WorkerPool::Healthy(const WorkerRecord& worker, absl::Time now) const {
 std::vector<uint64_t> WorkerPool::Free() const {
   std::vector<uint64_t> free;
   for (const auto& [id, w] : workers_) {
-    if (!w.dead && w.status.job_id.empty()) free.push_back(id);
+    if (!w.dead && !w.status.stopping && w.status.job_id.empty()) free.push_back(id);
   }
   return free;
 }

@@ -81,7 +81,7 @@ class WorkerPool {
   // Live when not declared dead and heard from within the timeout.
   bool Healthy(const WorkerRecord& worker, absl::Time now) const;
 
-  // Live workers without a job, by id.
+  // Live workers without a job that are not stopping, by id.
   std::vector<uint64_t> Free() const;
   // Gives `worker` to job `job_id`.
   static void Assign(WorkerRecord& worker, const std::string& job_id);

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -285,8 +286,18 @@ TEST(Operator, SigtermLeavesAtOnceAndACoordinatorRestartKeepsTheTimeout) {
   // Under two timeouts (the defect: a restart that restarts every timer late).
   EXPECT_LE(stall, options.heartbeat_timeout + absl::Seconds(3));
 
-  // The killed worker's place is empty now; the job completes with one.
-  ExpectCompleted(cluster, *id, kSteps);
+  // The killed worker's place is empty now; the job completes with one. The
+  // stopped worker was never taken back (it said it was stopping).
+  v1::JobStatus done;
+  ExpectCompleted(cluster, *id, kSteps, &done);
+  const std::set<uint64_t> stayed(left->worker_ids().begin(), left->worker_ids().end());
+  for (const v1::MembershipEpoch& e : done.epochs()) {
+    if (e.epoch() <= left->epoch()) continue;
+    for (uint64_t w : e.worker_ids()) {
+      EXPECT_TRUE(stayed.count(w) > 0) << "epoch " << e.epoch() << " (" << e.reason()
+                                       << ") took worker " << w << " back";
+    }
+  }
   std::printf("SIGTERM: worker exited 0 after %.2f s, removed from the job %.2f s after the signal"
               " (heartbeat timeout %.0f s); after a coordinator restart a kill -9 stalled the job"
               " %.2f s\n",

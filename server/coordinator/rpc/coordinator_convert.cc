@@ -275,6 +275,7 @@ WorkerStatus WorkerStatusFromProto(const v1::WorkerStatus& proto) {
   w.state = static_cast<WorkerState>(proto.state());
   w.clock = proto.clock();
   w.has_gpu = proto.has_gpu();
+  w.stopping = proto.stopping();
   return w;
 }
 
@@ -290,6 +291,7 @@ v1::WorkerStatus WorkerStatusToProto(const WorkerStatus& w) {
   proto.set_state(static_cast<v1::WorkerState>(w.state));
   proto.set_clock(w.clock);
   proto.set_has_gpu(w.has_gpu);
+  proto.set_stopping(w.stopping);
   return proto;
 }
 
@@ -368,6 +370,7 @@ HeartbeatReport HeartbeatFromProto(const v1::HeartbeatRequest& proto) {
   for (const auto& t : proto.declared_tensors()) {
     r.declared_tensors.push_back(DeclaredTensorFromProto(t));
   }
+  r.stopping = proto.stopping();
   return r;
 }
 

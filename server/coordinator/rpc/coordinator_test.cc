@@ -376,6 +376,56 @@ TEST_F(CoordinatorTest, DeadWorkerIsRemovedAtItsClock) {
   EXPECT_EQ(r->incarnation(), w2.second + 1);
 }
 
+// A SIGTERM'd worker leaves its job and says it is stopping (see [worker
+// stop]): the job, still short of its two workers, must not take the exiting
+// process back, as it does a worker that merely left.
+TEST_F(CoordinatorTest, AStoppingWorkerIsNotTakenBackIntoTheJobItLeft) {
+  AddShards(1);
+  job_ = Submit(2, /*steps=*/1000);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  Beat(w1, 7);
+  Beat(w2, 7);
+  auto leave = [&](std::pair<uint64_t, uint64_t> w, bool stopping) {
+    v1::HeartbeatRequest r;
+    r.set_worker_id(w.first);
+    r.set_incarnation(w.second);
+    r.set_job_id(job_);
+    r.set_state(v1::LEFT);
+    r.mutable_progress()->set_clock(7);
+    r.set_stopping(stopping);
+    ASSERT_TRUE(c_->Heartbeat(r).ok());
+    c_->Tick();
+    c_->Tick();
+  };
+  leave(w2, /*stopping=*/false);
+  v1::JobStatus job = Job();
+  ASSERT_EQ(job.epochs_size(), 3) << job.DebugString();  // left, then taken back
+  EXPECT_EQ(job.epochs(2).worker_ids_size(), 2);
+  Beat(w2, 0, v1::IDLE, "");
+  ASSERT_EQ(Beat(w2, 0, v1::IDLE, "").job_id(), job_);
+
+  leave(w1, /*stopping=*/true);
+  job = Job();
+  ASSERT_EQ(job.epochs_size(), 4) << job.DebugString();
+  EXPECT_EQ(job.epochs(3).reason(), "worker " + std::to_string(w1.first) + " left");
+  EXPECT_EQ(job.epochs(3).worker_ids_size(), 1);
+  Open();  // a restart remembers it
+  c_->Tick();
+  c_->Tick();
+  EXPECT_EQ(Job().epochs_size(), 4);
+  v1::HeartbeatRequest last;
+  last.set_worker_id(w1.first);
+  last.set_incarnation(w1.second);
+  last.set_state(v1::IDLE);
+  last.set_stopping(true);
+  auto a = c_->Heartbeat(last);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->assignment().job_id(), "");
+  EXPECT_EQ(Job().epochs_size(), 4);
+}
+
 // ---------------------------------------------------------------- elastic jobs
 
 // A 2:3 job (see [elastic jobs]): starts at MIN without the grace, grows by
