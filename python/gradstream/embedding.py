@@ -25,9 +25,6 @@ import torch
 import torch.nn.functional as F
 
 PULL_TIMEOUT_MS = 60_000
-# Row bytes per pull: the shard answers at most 6 MiB of rows to one pull
-# (server/shard/job.cc), so a larger batch asks in parts.
-PULL_ROW_BYTES = 4 << 20
 # The worker's row budget, unless gs.ParameterServer(model, row_budget=)
 # says otherwise: this share of the memory the process may use.
 ROW_BUDGET_SHARE = 0.25
@@ -195,17 +192,18 @@ def unique_ids(ids):
 
 class RowPull:
     """Rows `ids` (int64, non-negative, sorted unique) of table `index` at
-    `clock`, asked at construction and waited for by wait(); in parts of
-    PULL_ROW_BYTES. Holds `out` until the pull has ended (waited or dropped),
-    so the library never writes into freed memory. A prefetch also keeps the
-    batch tensor it read (`source`) and its ids' `inverse`."""
+    `clock`, asked at construction and waited for by wait() (the library
+    asks a large pull in parts). Holds `out` until the pull has ended
+    (waited or dropped), so the library never writes into freed memory. A
+    prefetch also keeps the batch tensor it read (`source`) and its ids'
+    `inverse`."""
 
     def __init__(self, lib, handle, index, ids, dim, clock, source=None, inverse=None, ask=True):
         self.ids, self.clock, self.index = ids.contiguous(), clock, index
         self.source, self.inverse = source, inverse
         self.version = source._version if source is not None else None
         self.out = torch.empty(len(ids), dim, dtype=torch.float32)
-        self._lib, self._handle, self._parts, self.rc = lib, handle, [], 0
+        self._lib, self._handle, self._h, self.rc = lib, handle, None, 0
         self.fused = False
         if ask:
             self.ask()
@@ -214,43 +212,35 @@ class RowPull:
         """Asks for the rows on their own (the constructor does, unless
         `ask` is false: gs_end_clock_rows asks them with the clock's pull
         and hands over the handle with `adopt`)."""
-        lib, handle, index, clock = self._lib, self._handle, self.index, self.clock
-        step = max(1, PULL_ROW_BYTES // (4 * self.out.shape[1]))
-        for lo in range(0, len(self.ids), step):
-            part, rows = self.ids[lo:lo + step], self.out[lo:lo + step]
-            h = ctypes.c_void_p()
-            self.rc = lib.gs_pull_rows_start(handle, index, ctypes.c_void_p(part.data_ptr()),
-                                             len(part), clock, ctypes.c_void_p(rows.data_ptr()),
-                                             ctypes.byref(h))
-            if self.rc != 0:
-                break
-            self._parts.append(h)
+        h = ctypes.c_void_p()
+        self.rc = self._lib.gs_pull_rows_start(
+            self._handle, self.index, ctypes.c_void_p(self.ids.data_ptr()), len(self.ids),
+            self.clock, ctypes.c_void_p(self.out.data_ptr()), ctypes.byref(h))
+        if self.rc == 0:
+            self._h = h
 
     @property
     def asked(self):
-        """Whether a part is asked and not yet waited for or dropped."""
-        return bool(self._parts)
+        """Whether the rows are asked and not yet waited for or dropped."""
+        return self._h is not None
 
     def adopt(self, h):
         """`h`: gs_end_clock_rows's handle for these rows, which ride in
         the clock's pull (`fused`)."""
-        self._parts.append(h)
+        self._h = h
         self.fused = True
 
     def wait(self, timeout_ms=60_000):
-        """(rc, rows): 0 and the rows, or the first failure's code."""
-        parts, self._parts = self._parts, []
+        """(rc, rows): 0 and the rows, or the failure's code."""
+        h, self._h = self._h, None
         rc = self.rc
-        for h in parts:
-            if rc == 0:
-                rc = self._lib.gs_rows_wait(self._handle, h, timeout_ms)
-            else:
-                self._lib.gs_rows_drop(h)
+        if h is not None:
+            rc = self._lib.gs_rows_wait(self._handle, h, timeout_ms)
         return rc, self.out
 
     def drop(self):
-        parts, self._parts = self._parts, []
-        for h in parts:
+        h, self._h = self._h, None
+        if h is not None:
             self._lib.gs_rows_drop(h)
 
     __del__ = drop

@@ -45,9 +45,7 @@ namespace {
 
 thread_local std::string g_error;
 
-// The rows one gs_end_clock_rows asks in all: what the package's RowPull
-// asks at once (PULL_ROW_BYTES), under a shard's limit per pull.
-constexpr uint64_t kMaxRowAskBytes = uint64_t{4} << 20;
+using gradstream::client::kMaxRowAskBytes;  // the rows gs_end_clock_rows asks in all
 
 int Fail(const absl::Status& s) {
   g_error = std::string(s.message());

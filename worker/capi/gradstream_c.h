@@ -162,7 +162,8 @@ int gs_push(gs_session* s, uint32_t tensor, const float* grad, uint64_t num_elem
 
 /* Rows ids[0..n) (repeats allowed) of table `tensor` at reader clock `clock`
  * (the consistency mode decides when, as for gs_pull) into out, n x dim
- * floats, row i at out + i * dim; waits up to timeout_ms.
+ * floats, row i at out + i * dim; waits up to timeout_ms. Any n: past 4 MiB
+ * of rows the library asks in parts.
  * InvalidArgument for a tensor that is not a table or an id out of range. */
 int gs_pull_rows(gs_session* s, uint32_t tensor, const uint64_t* ids, int64_t n, uint64_t clock,
                  float* out, int64_t timeout_ms);

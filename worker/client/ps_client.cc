@@ -270,14 +270,23 @@ class PsClientImpl final : public PsClient {
       state->Fail(0, bad);
       return MakePull(std::move(state));
     }
-    std::vector<PullTarget> targets(map_.chunks.size());
-    std::vector<std::vector<uint64_t>> per_shard(map_.shards.size());
-    AddRowTargets(*table, ids, out, &targets, &per_shard);
-    auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard));
-    for (uint32_t s = 0; s < streams_.size(); ++s) {
-      if (!state->chunks_of(s).empty()) streams_[s]->SendPull(clock, state);
+    const size_t dim = table->table_dim;
+    const size_t rows_per_part = std::max<size_t>(1, kMaxRowAskBytes / (dim * sizeof(float)));
+    std::vector<std::shared_ptr<PullState>> parts;
+    for (size_t lo = 0; lo == 0 || lo < ids.size(); lo += rows_per_part) {
+      const size_t n = std::min(rows_per_part, ids.size() - lo);
+      std::vector<PullTarget> targets(map_.chunks.size());
+      std::vector<std::vector<uint64_t>> per_shard(map_.shards.size());
+      AddRowTargets(*table, ids.subspan(lo, n), out.subspan(lo * dim, n * dim), &targets,
+                    &per_shard);
+      auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard));
+      for (uint32_t s = 0; s < streams_.size(); ++s) {
+        if (!state->chunks_of(s).empty()) streams_[s]->SendPull(clock, state);
+      }
+      // Dropping every copy of the handle abandons the part.
+      parts.emplace_back(state.get(), [state](PullState* s) { s->Abandon(); });
     }
-    return MakePull(std::shared_ptr<PullState>(state.get(), [state](PullState* s) { s->Abandon(); }));
+    return MakePullHandle(std::move(parts));
   }
 
   PushHandle PushRows(uint32_t tensor, absl::Span<const uint64_t> ids,
@@ -296,6 +305,15 @@ class PsClientImpl final : public PsClient {
       r.add_ids(ids[i]);
       r.mutable_values()->append(reinterpret_cast<const char*>(grads.data() + i * dim),
                                  size_t{dim} * sizeof(float));
+    }
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const uint64_t bytes = rows[p].values().size() + uint64_t{8} * rows[p].ids_size();
+      if (bytes > kMaxRowPushBytes) {
+        return MakePush(Completion::Failed(absl::InvalidArgumentError(absl::StrCat(
+            "PushRows: ", rows[p].ids_size(), " rows of table '", table->name,
+            "' for partition ", p, " are ", bytes, " bytes, more than one push carries (",
+            kMaxRowPushBytes, "): touch fewer rows per clock (a smaller batch)"))));
+      }
     }
     // Every partition, also one without rows (see PushRows in ps_client.h).
     auto done = std::make_shared<Completion>(static_cast<int>(parts.size()));
@@ -585,12 +603,16 @@ absl::Status PsClient::Wait(const PullHandle& handle, absl::Duration timeout, En
 
 absl::Status PsClient::WaitTensors(const PullHandle& handle, absl::Span<const uint32_t> tensors,
                                    absl::Duration timeout, Env* env) {
-  if (!handle.valid()) return absl::OkStatus();
-  absl::Status s = handle.state_->WaitTensors(tensors, timeout, env);
-  // A pull that failed writes nothing more into the caller's buffers; one
-  // that is only slower than `timeout` goes on (see [step loop]).
-  if (!s.ok() && handle.state_->settled()) handle.state_->Abandon();
-  return s;
+  const absl::Time deadline = env->Now() + timeout;
+  for (const auto& part : handle.parts_) {
+    absl::Status s = part->WaitTensors(tensors, deadline - env->Now(), env);
+    if (s.ok()) continue;
+    // A pull that failed writes nothing more into the caller's buffers; one
+    // that is only slower than `timeout` goes on (see [step loop]).
+    if (part->settled()) Abandon(handle);
+    return s;
+  }
+  return absl::OkStatus();
 }
 
 PullHandle PsClient::PullWithRows(uint64_t clock, std::vector<absl::Span<float>> out,
@@ -603,12 +625,16 @@ PullHandle PsClient::PullWithRows(uint64_t clock, std::vector<absl::Span<float>>
 }
 
 void PsClient::Abandon(const PullHandle& handle) {
-  if (handle.valid()) handle.state_->Abandon();
+  for (const auto& part : handle.parts_) part->Abandon();
 }
 
 PsClient::PullProgress PsClient::Progress(const PullHandle& handle) {
-  if (!handle.valid()) return PullProgress{0, true};
-  return PullProgress{handle.state_->chunks_done(), handle.state_->settled()};
+  PullProgress p{0, true};
+  for (const auto& part : handle.parts_) {
+    p.chunks_done += part->chunks_done();
+    p.settled = p.settled && part->settled();
+  }
+  return p;
 }
 
 }  // namespace gradstream::client

@@ -193,16 +193,29 @@ class PushHandle {
   std::shared_ptr<internal::Completion> done_;
 };
 
+// A pull: one request per shard, or for PullRows of many rows several
+// (see kMaxRowAskBytes), waited on as one.
 class PullHandle {
  public:
   PullHandle() = default;
-  bool valid() const { return state_ != nullptr; }
+  bool valid() const { return !parts_.empty(); }
 
  private:
   friend class PsClient;
-  explicit PullHandle(std::shared_ptr<internal::PullState> state) : state_(std::move(state)) {}
-  std::shared_ptr<internal::PullState> state_;
+  explicit PullHandle(std::shared_ptr<internal::PullState> state) {
+    if (state != nullptr) parts_.push_back(std::move(state));
+  }
+  explicit PullHandle(std::vector<std::shared_ptr<internal::PullState>> parts)
+      : parts_(std::move(parts)) {}
+  std::vector<std::shared_ptr<internal::PullState>> parts_;
 };
+
+// Bytes of rows PullRows asks in one request: a shard answers at most 6 MiB
+// of rows to one request (one answer message under the 8 MiB receive limit).
+inline constexpr uint64_t kMaxRowAskBytes = uint64_t{4} << 20;
+// Bytes of one partition's rows (values, and ids at 8 bytes each) in one
+// PushRows: they travel as one message, under the shard's 8 MiB limit.
+inline constexpr uint64_t kMaxRowPushBytes = uint64_t{6} << 20;
 
 // Thread-safe. Pushes of one tensor are encoded one at a time (its residuals
 // are shared state); pushes of different tensors and all network I/O run
@@ -268,6 +281,8 @@ class PsClient {
   // Asks for rows `ids` (repeats allowed) of table `tensor` at reader clock
   // `clock`, answered when the consistency mode allows, as Pull, and writes
   // row i into out[i * dim, (i + 1) * dim). `out` stays valid as for Pull.
+  // Any number of rows: past kMaxRowAskBytes they are asked in parts, each
+  // its own request, and the handle completes when every part has.
   // The handle fails with InvalidArgument, nothing asked, for a tensor that
   // is not a table, an id out of range or an `out` of another size.
   virtual PullHandle PullRows(uint32_t tensor, absl::Span<const uint64_t> ids, uint64_t clock,
@@ -291,7 +306,8 @@ class PsClient {
   // returns. Once per table per clock, also with no ids: a sync round of a
   // partition closes when every member pushed it (the step loop pushes an
   // empty one for a table not pushed). InvalidArgument, nothing sent, for a
-  // tensor that is not a table, an id out of range or twice, a wrong size.
+  // tensor that is not a table, an id out of range or twice, a wrong size,
+  // or a partition's rows past kMaxRowPushBytes.
   virtual PushHandle PushRows(uint32_t tensor, absl::Span<const uint64_t> ids,
                               absl::Span<const float> grads, uint64_t clock) = 0;
 
@@ -370,6 +386,9 @@ class PsClient {
   }
   static PullHandle MakePullHandle(std::shared_ptr<internal::PullState> state) {
     return PullHandle(std::move(state));
+  }
+  static PullHandle MakePullHandle(std::vector<std::shared_ptr<internal::PullState>> parts) {
+    return PullHandle(std::move(parts));
   }
 };
 

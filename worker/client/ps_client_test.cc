@@ -6,6 +6,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -990,6 +991,55 @@ TEST_F(PsClientTest, TableRowsInASyncJob) {
   std::vector<float> out(4);
   EXPECT_EQ(PsClient::Wait((*c1)->PullRows(1, {1000}, 1, absl::MakeSpan(out)), kWait).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A shard answers at most 6 MiB of rows to one request: PullRows asks more
+// in parts of kMaxRowAskBytes, each its own request, waited on as one.
+TEST_F(PsClientTest, ManyRowsArePulledInPartsAndAPushPastOneMessageIsRefused) {
+  StartShards(2);
+  constexpr uint64_t kRows = 300000, kDim = 16;  // 18.3 MiB of rows
+  TensorSpec table{"emb", kRows * kDim, {kRows, kDim}, true, 1.0f};
+  auto map = SplitModel({{"w", 8}, table}, Addresses(), 16384);
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_TRUE(testing::CreateJob(*map, Sgd(0.5f), kWait).ok());
+  auto client = PsClient::Connect(*map, Options(1));
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<uint64_t> ids(kRows);
+  for (uint64_t i = 0; i < kRows; ++i) ids[i] = kRows - 1 - i;
+  ids.push_back(ids[0]);  // a repeat in another part
+  std::vector<float> all(ids.size() * kDim);
+  const uint64_t answers = (*client)->stats().pull_messages;
+  ASSERT_TRUE(PsClient::Wait((*client)->PullRows(1, ids, 0, absl::MakeSpan(all)), kWait).ok());
+  const uint64_t per_part = kMaxRowAskBytes / (kDim * sizeof(float));
+  const uint64_t parts = (ids.size() + per_part - 1) / per_part;
+  ASSERT_EQ(parts, 5u);
+  EXPECT_EQ((*client)->stats().pull_messages - answers, parts * 2);  // every part reaches both
+
+  // The same rows asked a part at a time, each under the limit.
+  std::vector<float> pieces(all.size());
+  for (size_t lo = 0; lo < ids.size(); lo += 50000) {
+    const size_t n = std::min<size_t>(50000, ids.size() - lo);
+    ASSERT_TRUE(PsClient::Wait((*client)->PullRows(1, absl::MakeConstSpan(ids).subspan(lo, n), 0,
+                                                   absl::MakeSpan(pieces).subspan(lo * kDim,
+                                                                                  n * kDim)),
+                               kWait)
+                    .ok());
+  }
+  EXPECT_EQ(all, pieces);
+  EXPECT_TRUE(std::equal(all.begin(), all.begin() + kDim, all.end() - kDim));  // the repeat
+  EXPECT_NE(all[0], all[kDim]);
+
+  // A push of a partition's rows is one message: past kMaxRowPushBytes it
+  // is refused with the figures, nothing sent, and the stream goes on.
+  ids.pop_back();
+  std::vector<float> g(ids.size() * kDim, 1.0f);
+  const absl::Status refused = PsClient::Wait((*client)->PushRows(1, ids, g, 0), kWait);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "more than one push carries")) << refused;
+  const size_t fit = kMaxRowPushBytes / (kDim * sizeof(float) + 8);  // all in one partition at most
+  ids.resize(fit);
+  g.resize(fit * kDim);
+  EXPECT_TRUE(PsClient::Wait((*client)->PushRows(1, ids, g, 0), kWait).ok());
 }
 
 // Rows asked with the next clock's pull (a row prefetch) travel in its
