@@ -137,13 +137,20 @@ class CoordinatorTest : public ::testing::Test {
     return Report(w, p, state, job);
   }
 
-  v1::Assignment Report(std::pair<uint64_t, uint64_t> w, const v1::WorkerProgress& progress,
-                        v1::WorkerState state = v1::TRAINING, const std::string& job = "") {
+  // A heartbeat of `w` in `state` for `job` (job_ when empty).
+  v1::HeartbeatRequest Request(std::pair<uint64_t, uint64_t> w, v1::WorkerState state,
+                               const std::string& job = "") {
     v1::HeartbeatRequest r;
     r.set_worker_id(w.first);
     r.set_incarnation(w.second);
     r.set_job_id(job.empty() ? job_ : job);
     r.set_state(state);
+    return r;
+  }
+
+  v1::Assignment Report(std::pair<uint64_t, uint64_t> w, const v1::WorkerProgress& progress,
+                        v1::WorkerState state = v1::TRAINING, const std::string& job = "") {
+    v1::HeartbeatRequest r = Request(w, state, job);
     *r.mutable_progress() = progress;
     auto resp = c_->Heartbeat(r);
     EXPECT_TRUE(resp.ok()) << resp.status();
@@ -388,11 +395,7 @@ TEST_F(CoordinatorTest, AStoppingWorkerIsNotTakenBackIntoTheJobItLeft) {
   Beat(w1, 7);
   Beat(w2, 7);
   auto leave = [&](std::pair<uint64_t, uint64_t> w, bool stopping) {
-    v1::HeartbeatRequest r;
-    r.set_worker_id(w.first);
-    r.set_incarnation(w.second);
-    r.set_job_id(job_);
-    r.set_state(v1::LEFT);
+    v1::HeartbeatRequest r = Request(w, v1::LEFT);
     r.mutable_progress()->set_clock(7);
     r.set_stopping(stopping);
     ASSERT_TRUE(c_->Heartbeat(r).ok());
@@ -415,10 +418,8 @@ TEST_F(CoordinatorTest, AStoppingWorkerIsNotTakenBackIntoTheJobItLeft) {
   c_->Tick();
   c_->Tick();
   EXPECT_EQ(Job().epochs_size(), 4);
-  v1::HeartbeatRequest last;
-  last.set_worker_id(w1.first);
-  last.set_incarnation(w1.second);
-  last.set_state(v1::IDLE);
+  v1::HeartbeatRequest last = Request(w1, v1::IDLE);
+  last.clear_job_id();
   last.set_stopping(true);
   auto a = c_->Heartbeat(last);
   ASSERT_TRUE(a.ok()) << a.status();
@@ -908,11 +909,7 @@ TEST_F(CoordinatorTest, ScriptJobStartsBeforeItsTensorsAndPlacesRank0sDeclaratio
   EXPECT_EQ(a1.spec().entrypoint(), "python3 train.py");
 
   auto beat_declaring = [&](std::pair<uint64_t, uint64_t> w, int64_t out) {
-    v1::HeartbeatRequest r;
-    r.set_worker_id(w.first);
-    r.set_incarnation(w.second);
-    r.set_job_id(job_);
-    r.set_state(v1::TRAINING);
+    v1::HeartbeatRequest r = Request(w, v1::TRAINING);
     Declare(r, out);
     auto resp = c_->Heartbeat(r);
     EXPECT_TRUE(resp.ok()) << resp.status();
@@ -939,11 +936,7 @@ TEST_F(CoordinatorTest, FailingScriptFailsItsJobWithItsMessage) {
   auto w2 = AddWorker();
   c_->Tick();
   Beat(w1, 0);
-  v1::HeartbeatRequest r;
-  r.set_worker_id(w2.first);
-  r.set_incarnation(w2.second);
-  r.set_job_id(job_);
-  r.set_state(v1::ERROR);
+  v1::HeartbeatRequest r = Request(w2, v1::ERROR);
   r.set_message("entrypoint exited with code 3; last lines of its stderr:\nboom");
   ASSERT_TRUE(c_->Heartbeat(r).ok());
   EXPECT_EQ(Job().state(), v1::FAILED);
