@@ -33,15 +33,22 @@ ROW_BUDGET_SHARE = 0.25
 class Embedding(torch.nn.Module):
     """num_embeddings x embedding_dim rows on the shards; mode None looks rows
     up (nn.Embedding), "sum" or "mean" reduces bags (nn.EmbeddingBag, with
-    `offsets` for a 1-D input and per_sample_weights for "sum")."""
+    `offsets` for a 1-D input and per_sample_weights for "sum"). `ids_of`:
+    for ids the model computes from gs.shard's batch (hashed, offset), the
+    same computation as a function of the batch, so that ps.step() can
+    prefetch the next batch's rows (NOTE [row prefetch]); a tensor of the
+    batch itself is recognized without it."""
 
-    def __init__(self, num_embeddings, embedding_dim, mode=None, init_std=1.0):
+    def __init__(self, num_embeddings, embedding_dim, mode=None, init_std=1.0, ids_of=None):
         super().__init__()
         if num_embeddings <= 0 or embedding_dim <= 0:
             raise ValueError("gradstream: an embedding table wants num_embeddings and "
                              "embedding_dim > 0, got %d x %d" % (num_embeddings, embedding_dim))
         if mode not in (None, "sum", "mean"):
             raise ValueError("gradstream: Embedding mode %r: want None, 'sum' or 'mean'" % (mode,))
+        if ids_of is not None and not callable(ids_of):
+            raise TypeError("gradstream: Embedding ids_of is %r, want a function of the batch"
+                            % (ids_of,))
         self.num_embeddings = int(num_embeddings)
         self.embedding_dim = int(embedding_dim)
         self.mode = mode
@@ -51,6 +58,7 @@ class Embedding(torch.nn.Module):
         self._index = None   # its tensor index in the job's shard map
         self._lookups = []   # this clock's (unique ids, pulled rows)
         self._feed = None    # which tensor of gs.shard's batch holds the ids (prefetch)
+        self.ids_of = ids_of  # or: the ids as a function of gs.shard's batch (prefetch)
         self._prefetched = None  # a RowPull of the next batch's rows, asked by ps.step()
 
     def extra_repr(self):
@@ -98,7 +106,7 @@ class Embedding(torch.nn.Module):
         else:
             self._check_ids(ids)
             uniq, inverse = unique_ids(ids)
-        if torch.is_grad_enabled() and self._feed is None:
+        if torch.is_grad_enabled() and self._feed is None and self.ids_of is None:
             self._feed = self._ps._feed_position(ids)
         self._ps._check_row_budget(self, len(uniq), torch.is_grad_enabled())
         rows = self._ps._rows_for(self, uniq)
@@ -110,13 +118,22 @@ class Embedding(torch.nn.Module):
         return out
 
     def _next_ids(self, batch):
-        """The tensor of `batch` (gs.shard's next batch) this table's next
-        forward reads, or None when that cannot be told or its ids would be
-        refused (the forward then pulls, and raises)."""
-        if (self._feed is None or not isinstance(batch, (tuple, list)) or
-                self._feed >= len(batch)):
+        """The ids this table's next forward reads of `batch` (gs.shard's
+        next batch; None: there is none): ids_of(batch), or the batch's
+        tensor the forwards read. None when that cannot be told or the ids
+        would be refused (the forward then pulls, and raises)."""
+        if batch is None:
             return None
-        ids = batch[self._feed]
+        if self.ids_of is not None:
+            ids = self.ids_of(batch)
+            if not torch.is_tensor(ids):
+                raise TypeError("gradstream: ids_of of table '%s' returned %s, want a tensor of "
+                                "ids" % (self._name, type(ids).__name__))
+        elif (self._feed is None or not isinstance(batch, (tuple, list)) or
+              self._feed >= len(batch)):
+            return None
+        else:
+            ids = batch[self._feed]
         try:
             self._check_ids(ids)
         except (TypeError, IndexError):

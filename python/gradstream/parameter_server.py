@@ -52,15 +52,18 @@ NOTE: [row prefetch] A table's forward needs its rows before anything else
 in the model can run, so a pull asked by the forward puts a round trip and
 the rows' transfer on the critical path. When the ids a gs.Embedding reads
 are a tensor of the batch gs.shard yielded (the batch's tensor itself or a
-copy, as model(ids) passes it), the table remembers which one; gs.shard
+copy, as model(ids) passes it), the table remembers which one (ids the
+model computes from the batch, e.g. hashed, the table's ids_of computes
+from the next batch instead); gs.shard
 then takes each batch one ahead, and ps.step() asks for the next batch's
 rows at the next clock in the requests of the next clock's dense pull
 (gs_end_clock_rows; on their own when those cannot carry them, e.g. over
 4 MiB): no message of their own, and the shard answers them when the
 round closes, with the dense chunks. The next training
 forward uses the prefetched rows when it reads exactly those ids at that
-clock and pulls itself otherwise (ids computed from the batch, the first
-batch of a pass, a membership change); an evaluation in between pulls its
+clock and pulls itself otherwise (ids computed from the batch without
+ids_of, the first batch of a pass, a membership change); an evaluation in
+between pulls its
 own rows and leaves the prefetch in place. Either way the rows are those
 of the same reader clock: in a sync job exactly what a pull by the forward
 returns; under bounded staleness or async they may miss updates that

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Bad use gets a clear error: a second rank declaring other tensors, a
-float64 model, a gradient changed in place before ps.step(), a script that
+float64 model, a gradient changed in place before ps.step(), a table's
+ids_of that returns no tensor, a script that
 exits non-zero, one that never calls init, one that exits 0 without it. Each fails its job with a message that says so (the
 exit code, the last stderr lines), within bounded time."""
 
@@ -23,6 +24,8 @@ CASES = [
      ["exited with code 1", "parameter 'weight' is torch.float64", "only torch.float32"]),
     ("grad changed before step", "%s %s --case clip" % (PY, BAD), 1,
      ["exited with code 1", "was changed in place between backward() and ps.step()"]),
+    ("ids_of not a tensor", "%s %s --case ids_of" % (PY, BAD), 1,
+     ["exited with code 1", "ids_of of table '0.table' returned list, want a tensor of ids"]),
     ("script exits 3", "%s -c \"import sys; print('boom: bad input', file=sys.stderr); "
      "sys.exit(3)\"" % PY, 1, ["exited with code 3", "boom: bad input"]),
     ("never calls init", "sleep 60", 1,

@@ -2,7 +2,8 @@
   shape: rank 1 declares fc.weight with another shape than rank 0's
   dtype: a float64 model
   clip: clip_grad_norm_ between backward() and ps.step() (changes .grad in
-        place while the library encodes it)"""
+        place while the library encodes it)
+  ids_of: a table whose ids_of returns a list, not a tensor of ids"""
 
 import argparse
 import sys
@@ -26,6 +27,15 @@ def main():
         model = nn.Linear(4, 3).double()
     elif args.case == "clip":
         model = nn.Linear(4, 3)
+    elif args.case == "ids_of":
+        model = nn.Sequential(gs.Embedding(100, 4, ids_of=lambda batch: batch[0].tolist()),
+                              nn.Linear(4, 3))
+        ps = gs.ParameterServer(model, timeout=60)
+        data = (torch.randint(0, 100, (160,)), torch.randint(0, 3, (160,)))
+        for ids, y in gs.shard(data, global_batch_size=8, steps=20):
+            F.cross_entropy(model(ids), y).backward()
+            ps.step()
+        return
     else:
         sys.exit("unknown case")
     ps = gs.ParameterServer(model, timeout=60)

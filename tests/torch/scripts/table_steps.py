@@ -10,7 +10,9 @@ training forward but the first an evaluation-like read of other rows runs
 without a gradient, step 2's forward reads a copy of the batch's ids,
 step 3's other ids (so its prefetch goes unread), and rank 0 asks for
 step 4's pull again before the round closes (so the prefetch that rode in
-the first one is given up with it and the forward pulls its rows itself)."""
+the first one is given up with it and the forward pulls its rows itself).
+--feed shard-hashed is the same with ids the model computes from the
+batch's (hashed), which the table's ids_of computes for the prefetch."""
 
 import argparse
 import time
@@ -30,13 +32,22 @@ SHARD_STEPS = 5  # one pass of 80 samples
 ROW_BUDGET = 16 << 10
 
 
+def hashed(ids):
+    """The ids a --feed shard-hashed model reads: still under ROWS - 10."""
+    return (ids * 7 + 3) % (ROWS - 10)
+
+
 class Model(nn.Module):
-    def __init__(self, mode):
+    def __init__(self, mode, hash_ids=False):
         super().__init__()
-        self.emb = gs.Embedding(1000, 4, mode=mode, init_std=0.5)
+        self.hash_ids = hash_ids
+        self.emb = gs.Embedding(1000, 4, mode=mode, init_std=0.5,
+                                ids_of=(lambda batch: hashed(batch[0])) if hash_ids else None)
         self.out = nn.Linear(4, 3)
 
     def forward(self, ids, offsets=None):
+        if self.hash_ids:
+            ids = hashed(ids)
         return self.out(self.emb(ids) if offsets is None else self.emb(ids, offsets))
 
 
@@ -52,14 +63,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--mode", default="", help="'' (lookup) or sum/mean (bags)")
-    ap.add_argument("--feed", default="list", choices=("list", "shard"),
-                    help="list: batch() per step; shard: gs.shard over SHARD_STEPS batches")
+    ap.add_argument("--feed", default="list", choices=("list", "shard", "shard-hashed"),
+                    help="list: batch() per step; shard: gs.shard over SHARD_STEPS batches; "
+                         "shard-hashed: the same, the model hashing the ids")
     args = ap.parse_args()
     mode = args.mode or None
     gs.init()
     rank = gs.rank()
     torch.manual_seed(7)
-    model = Model(mode)
+    model = Model(mode, hash_ids=args.feed == "shard-hashed")
     ps = gs.ParameterServer(model, row_budget=ROW_BUDGET)
     everything = torch.arange(ROWS)
     with torch.no_grad():
@@ -68,7 +80,7 @@ def main():
             rows_before = model.emb(everything, torch.arange(ROWS)).clone()
     dense_before = [p.detach().clone() for p in model.out.parameters()]
     batches = []
-    if args.feed == "shard":  # lookups only: 8 ids and 8 labels per rank and clock
+    if args.feed != "list":  # lookups only: 8 ids and 8 labels per rank and clock
         g = torch.Generator().manual_seed(11)  # ids under ROWS - 10: some rows untouched
         data = (torch.randint(0, ROWS - 10, (16 * SHARD_STEPS,), generator=g),
                 torch.randint(0, 3, (16 * SHARD_STEPS,), generator=g))
@@ -80,7 +92,7 @@ def main():
                 ids = ids.clone()
             elif step == 3:
                 ids = (ids + 1) % (ROWS - 10)
-            batches.append((ids, None, y))
+            batches.append((hashed(ids) if model.hash_ids else ids, None, y))  # what emb read
             F.cross_entropy(model(ids), y).backward()
             if step == 3 and rank == 1:
                 time.sleep(2)  # rank 0's next pull stays parked while it is asked again
