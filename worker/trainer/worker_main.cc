@@ -19,6 +19,7 @@
 // terminationGracePeriodSeconds 30.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -223,7 +224,11 @@ class Worker {
   void HeartbeatLoop() {
     while (!g_stop && !done_) {
       HeartbeatOnce();
-      env_->SleepFor(interval_);
+      // In slices: a stop must not wait out the interval (see [worker stop]).
+      const absl::Time next = env_->Now() + interval_;
+      while (!g_stop && !done_ && env_->Now() < next) {
+        env_->SleepFor(std::min(absl::Milliseconds(20), next - env_->Now()));
+      }
     }
   }
 
@@ -268,11 +273,7 @@ class Worker {
       state_.SetJob(incarnation, job, v1::DONE);
     } else if (*outcome == TrainOutcome::kLeft) {
       state_.SetJob(incarnation, job, v1::LEFT);
-      if (g_stop) {
-        // See [worker stop]: tell the coordinator now, not a heartbeat later.
-        HeartbeatOnce();
-        return;
-      }
+      if (g_stop) return;  // Run() sends the last heartbeat at once: see [worker stop]
     } else {
       state_.SetJob(incarnation, "", v1::IDLE);
     }
@@ -306,7 +307,7 @@ class Worker {
     }
     done_ = true;
     hb.join();
-    HeartbeatOnce();  // `stopping`, also when idle: see [worker stop]
+    HeartbeatOnce();  // LEFT or idle, and `stopping`: see [worker stop]
   }
 
  private:
