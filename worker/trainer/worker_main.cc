@@ -10,13 +10,13 @@
 // container) is a graceful leave: the trainer finishes the clock it is in,
 // sends Leave to every shard (see [graceful stop] in trainer.h), the worker
 // reports LEFT in one last heartbeat, so the coordinator removes it at once
-// at the clock it did not do, and exits 0. Every heartbeat after the signal
-// says `stopping`, so the coordinator does not hand the exiting process a
-// job (not even the one it just left) in the meantime. That takes one step plus two RPCs;
+// at the clock it did not do, and exits 0. That takes one step plus two RPCs;
 // if it has not happened within --stop_grace_s (a wedged shard), the worker
 // exits 1 anyway, and a second signal exits at once. The deployments give
 // it more than that: docker-compose stop_grace_period 30s, Kubernetes
-// terminationGracePeriodSeconds 30.
+// terminationGracePeriodSeconds 30. Every heartbeat after the signal says
+// `stopping`: the coordinator hands the exiting process no job, not even
+// the one it just left.
 #include <unistd.h>
 
 #include <algorithm>
