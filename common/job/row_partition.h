@@ -18,6 +18,11 @@ inline uint32_t RowPartition(uint32_t table, uint64_t row, uint32_t partitions) 
   return static_cast<uint32_t>((static_cast<unsigned __int128>(h) * partitions) >> 64);
 }
 
+// The most bytes (values, and ids at 8 each) of one partition's rows one
+// worker pushes in one clock, over all the pieces they travel in (ps.proto,
+// PushedRows): what a shard holds for a stream before it applies them.
+inline constexpr uint64_t kMaxPushedRowsBytes = uint64_t{256} << 20;
+
 }  // namespace gradstream
 
 #endif  // GRADSTREAM_COMMON_JOB_ROW_PARTITION_H_

@@ -21,7 +21,9 @@
 //     with its seq, synchronously, and GetStats-style counters agree with
 //     the acks (one Push message each; applied / duplicate / rejected per
 //     part, a chunk or a table partition's rows, while every Push holds at
-//     most one part);
+//     most one part). Pieces of rows (PushedRows.more) are the exception:
+//     answered all alike, as one push, when their last arrives or something
+//     refuses them, never when their stream ends first (no effect then);
 //  2. rejected and duplicate pushes/inits have no effect at all: replaying
 //     the input without them yields the same messages on every stream and
 //     the same final state (params, optimizer state, versions, applied
@@ -238,6 +240,10 @@ class Run {
       }
     }
     current_ = in_.records.size();
+    for (std::vector<Held>& held : held_) {  // never answered: no effect
+      for (const Held& h : held) no_effect_.insert(h.record);
+      held.clear();
+    }
     // Shard shutdown: whatever is still parked is answered now.
     job_->CancelPulls(absl::UnavailableError("shard shutting down"));
     for (size_t p = 0; p < pulls_.size(); ++p) {
@@ -338,6 +344,9 @@ class Run {
   void Dispatch(int s, pb::WorkerMessage& msg) {
     if (live_[s] == nullptr || live_[s]->closed()) {
       // (Re)connect: a fresh stream and handler, as a new Session call gets.
+      // Pieces the old stream held were never answered: they had no effect.
+      for (const Held& h : held_[s]) no_effect_.insert(h.record);
+      held_[s].clear();
       streams_.push_back(std::make_unique<FuzzStream>(this, s));
       live_[s] = streams_.back().get();
       handlers_[s] = std::make_unique<SessionHandler>(
@@ -359,17 +368,64 @@ class Run {
     if (stream->closed()) return;  // refused at the stream level: never reached the job
     const bool push = msg.msg_case() == pb::WorkerMessage::kPush;
     const uint64_t seq = push ? msg.push().seq() : msg.init().seq();
+    // [row pieces]: pieces of rows are answered together, when their last
+    // arrives or when the pieces are refused; their acks are the pieces'
+    // records' events.
+    const bool piece = push && msg.push().rows_size() == 1 && msg.push().rows(0).more() &&
+                       msg.push().chunks_size() == 0;
+    const bool continues = push && !held_[s].empty() && msg.push().chunks_size() == 0 &&
+                           msg.push().rows_size() == 1 &&
+                           msg.push().clock() == held_[s][0].clock &&
+                           msg.push().rows(0).chunk_id() == held_[s][0].chunk_id;
     const pb::Ack* ack = nullptr;
+    pb::Ack held_ack;
     int acks = 0;
+    size_t held_acks = 0;
     for (size_t e = first; e < events_.size(); ++e) {
       if (events_[e].stream != s) continue;
       pb::ServerMessage m;
       Check(m.ParseFromString(events_[e].bytes), "unparsable ServerMessage");
       if (!m.has_ack()) continue;
+      // Held pieces are answered first, in order (a hostile worker may
+      // reuse a seq, so the order decides, not the seq alone).
+      if (held_acks < held_[s].size() && m.ack().seq() == held_[s][held_acks].seq) {
+        events_[e].record = held_[s][held_acks].record;
+        Check(held_acks == 0 || (held_ack.code() == m.ack().code() &&
+                                 held_ack.duplicate() == m.ack().duplicate()),
+              "the pieces of one push answered differently");
+        held_ack = m.ack();
+        ++held_acks;
+        continue;
+      }
       ++acks;
       Check(m.ack().seq() == seq, "Ack with another seq");
       ack_store_ = m.ack();
       ack = &ack_store_;
+    }
+    Check(held_acks == 0 || held_acks == held_[s].size(), "some pieces of a push unanswered");
+    if (held_acks > 0) {
+      // The held pieces were answered: with this message's own ack when it
+      // was their last piece (one push), or refused before it.
+      const bool together = continues && acks == 1 && ack->code() == held_ack.code() &&
+                            ack->duplicate() == held_ack.duplicate();
+      if (!together) {
+        Check(held_ack.code() != 0, "held pieces applied without their last piece");
+        ++push_acks_;
+        ++acks_rejected_;
+      }
+      for (const Held& h : held_[s]) {
+        if (!together || held_ack.code() != 0 || held_ack.duplicate()) no_effect_.insert(h.record);
+        if (together && held_ack.code() == 0 && !held_ack.duplicate() && !h.moderate) {
+          moderate_ = false;
+        }
+      }
+      held_[s].clear();
+    }
+    if (acks == 0 && piece) {  // held until its last piece
+      const pb::PushedRows& r = msg.push().rows(0);
+      held_[s].push_back(Held{current_, seq, msg.push().clock(), r.chunk_id(),
+                              Magnitude(r.values()) <= kModerate});
+      return;
     }
     Check(acks == 1, absl::StrCat(acks, " acks for one push/init"));
     const bool ok = ack->code() == 0;
@@ -535,6 +591,13 @@ class Run {
   // one open per index, and its handler.
   std::vector<std::unique_ptr<FuzzStream>> streams_;
   FuzzStream* live_[kStreams] = {};
+  // Pieces of rows a stream's handler holds unanswered ([row pieces]).
+  struct Held {
+    size_t record;
+    uint64_t seq, clock, chunk_id;
+    bool moderate;
+  };
+  std::vector<Held> held_[kStreams];
   std::unique_ptr<SessionHandler> handlers_[kStreams];
 
   std::vector<Event> events_;
@@ -569,7 +632,7 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
     m.mutable_hello()->set_job_id(kJobId);
     m.mutable_hello()->set_worker_id(w);
     m.mutable_hello()->set_incarnation(1);
-    m.mutable_hello()->set_protocol(pb::SESSION_PROTOCOL_FUSED);
+    m.mutable_hello()->set_protocol(pb::SESSION_PROTOCOL_ROW_PIECES);
     AddRecord(&s, w - 1, Msg(m));
   }
   uint64_t seq = 1;
@@ -607,18 +670,25 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
           m.Clear();
         }
       }
-      pb::Push* p = m.mutable_push();
-      if (p->chunks_size() == 0) p->set_seq(seq++);
-      p->set_clock(clock);
-      pb::PushedRows* rows = p->add_rows();
-      rows->set_chunk_id(kTableChunk);
-      std::vector<float> g;
+      // Clock 0's rows in two pieces ([row pieces] in session_handler.cc).
       for (uint64_t id : {w, w + 5 + clock}) {
+        const bool more = clock == 0 && id == w;
+        pb::Push* p = m.mutable_push();
+        if (p->chunks_size() == 0 && p->rows_size() == 0) p->set_seq(seq++);
+        p->set_clock(clock);
+        pb::PushedRows* rows = p->rows_size() > 0 ? p->mutable_rows(0) : p->add_rows();
+        rows->set_chunk_id(kTableChunk);
+        rows->set_more(more);
         rows->add_ids(id);
-        for (uint32_t i = 0; i < kTableDim; ++i) g.push_back(0.1f * (i + 1) * (id % 2 ? 1 : -1));
+        for (uint32_t i = 0; i < kTableDim; ++i) {
+          const float g = 0.1f * (i + 1) * (id % 2 ? 1 : -1);
+          rows->mutable_values()->append(reinterpret_cast<const char*>(&g), 4);
+        }
+        if (more || id != w) {
+          AddRecord(&s, w - 1, Msg(m));
+          m.Clear();
+        }
       }
-      rows->set_values(std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4));
-      AddRecord(&s, w - 1, Msg(m));
       pb::WorkerMessage adv;
       adv.mutable_clock()->set_clock(clock + 1);
       AddRecord(&s, w - 1, Msg(adv));

@@ -140,7 +140,7 @@ class Stream:
     def hello(self, job, worker, incarnation=1, expect_ok=True, protocol=None):
         m = pb.WorkerMessage()
         m.hello.job_id, m.hello.worker_id, m.hello.incarnation = job, worker, incarnation
-        m.hello.protocol = pb.SESSION_PROTOCOL_FUSED if protocol is None else protocol
+        m.hello.protocol = pb.SESSION_PROTOCOL_ROW_PIECES if protocol is None else protocol
         self.send(m)
         r = self.recv()
         if expect_ok:

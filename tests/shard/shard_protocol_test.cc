@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -349,6 +350,151 @@ TEST_F(ShardProtocolTest, MalformedBucketGetsAClearStatusAndChangesNothing) {
 
 // A pull's chunks come back several to a PullAnswer, up to the shard's
 // --pull_answer_bytes (a larger chunk alone).
+// Rows of one partition pushed in pieces (PushedRows.more): held, not
+// answered, until the last, then applied as one push and every piece
+// answered with its status; a replay of the pieces is that push's duplicate.
+// Pieces that something else interrupts, or that a stream ends with, change
+// nothing, and `more` in a Push that holds more than the piece is refused.
+TEST_F(ShardProtocolTest, RowsInPiecesAreOnePushAndBrokenPiecesChangeNothing) {
+  // Chunk 0: 4 dense elements; chunk 1: a table of 100 rows x 2.
+  pb::CreateJobRequest req;
+  req.set_job_id("pieces");
+  req.mutable_optimizer()->set_type("sgd");
+  req.mutable_optimizer()->set_learning_rate(0.5f);
+  req.mutable_consistency()->set_mode(pb::SYNC);
+  req.add_chunks()->set_chunk_id(0);
+  req.mutable_chunks(0)->set_num_elems(4);
+  pb::ChunkInfo* t = req.add_chunks();
+  t->set_chunk_id(1);
+  t->set_tensor(1);
+  t->mutable_rows()->set_table_rows(100);
+  t->mutable_rows()->set_dim(2);
+  t->mutable_rows()->set_partitions(1);
+  t->mutable_rows()->set_init_std(1.0f);
+  t->mutable_rows()->set_seed(7);
+  req.mutable_membership()->set_epoch(1);
+  req.mutable_membership()->add_worker_ids(1);
+  pb::CreateJobResponse created;
+  auto stub = shard_->Stub();
+  ASSERT_TRUE(Call(stub.get(), &pb::ParameterServer::Stub::CreateJob, req, &created).ok());
+
+  auto rows_push = [](uint64_t clock, std::vector<uint64_t> ids, const std::vector<float>& g,
+                      bool more) {
+    pb::Push p;
+    p.set_clock(clock);
+    pb::PushedRows* r = p.add_rows();
+    r->set_chunk_id(1);
+    for (uint64_t id : ids) r->add_ids(id);
+    r->set_values(FloatBytes(g));
+    r->set_more(more);
+    return p;
+  };
+  auto send = [](SessionClient& s, uint64_t seq, pb::Push p) {
+    pb::WorkerMessage m;
+    *m.mutable_push() = std::move(p);
+    m.mutable_push()->set_seq(seq);
+    return s.Write(m);
+  };
+  // Rows 1-4 at `clock`.
+  auto pull_rows = [](SessionClient& s, uint64_t request, uint64_t clock) {
+    pb::WorkerMessage m;
+    m.mutable_pull()->set_request_id(request);
+    m.mutable_pull()->set_clock(clock);
+    pb::RowRequest* r = m.mutable_pull()->add_rows();
+    r->set_chunk_id(1);
+    for (uint64_t id : {1, 2, 3, 4}) r->add_ids(id);
+    EXPECT_TRUE(s.Write(m));
+    for (int i = 0; i < 20; ++i) {
+      std::optional<pb::ServerMessage> a = s.Next();
+      if (!a.has_value()) break;
+      if (a->has_pull() && a->pull().request_id() == request) {
+        EXPECT_EQ(a->pull().code(), 0) << a->pull().message();
+        EXPECT_EQ(a->pull().rows_size(), 1);
+        if (a->pull().rows_size() == 1) return BytesFloats(a->pull().rows(0).values());
+        break;
+      }
+    }
+    return std::vector<float>();
+  };
+  auto applied = [&]() { return Stats("pieces").pushes_applied(); };
+
+  SessionClient w(shard_->Connect());
+  ASSERT_TRUE(w.Hello("pieces", 1).ok());
+  ASSERT_EQ(w.Init(1, 0, std::vector<float>(4, 0.0f))->code(), 0);
+  const std::vector<float> before = pull_rows(w, 1, 0);
+  ASSERT_EQ(before.size(), 8u);
+  const std::vector<float> g12 = {1, 2, 3, 4}, g34 = {-1, -2, 0.5f, 8};
+
+  // Interrupted by a push of another chunk: the piece is refused, the
+  // other push applied.
+  ASSERT_TRUE(send(w, 2, rows_push(0, {1, 2}, g12, true)));
+  absl::StatusOr<pb::Ack> dense = w.Push(3, 0, 0, RawChunk({1, 1, 1, 1}));
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_EQ(dense->code(), 0) << dense->message();
+  absl::StatusOr<pb::Ack> refused = w.AwaitAck(2);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->code(), kInvalidArgument);
+  EXPECT_NE(refused->message().find("were refused, nothing applied: the next Push (seq 3) does "
+                                    "not continue them"),
+            std::string::npos)
+      << refused->message();
+  EXPECT_EQ(applied(), 1u);
+
+  // `more` in a Push that also carries a chunk.
+  pb::Push mixed = rows_push(0, {1, 2}, g12, true);
+  pb::PushedChunk* c = mixed.add_chunks();
+  c->set_chunk_id(0);
+  *c->mutable_chunk() = RawChunk({1, 1, 1, 1});
+  absl::StatusOr<pb::Ack> bad = w.PushMessage(4, mixed);
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  EXPECT_EQ(bad->code(), kInvalidArgument);
+  EXPECT_NE(bad->message().find("continued (`more`) in a Push that holds more than them"),
+            std::string::npos)
+      << bad->message();
+
+  // A stream that ends holding a piece: nothing applied.
+  {
+    SessionClient gone(shard_->Connect());
+    ASSERT_TRUE(gone.Hello("pieces", 1).ok());
+    ASSERT_TRUE(send(gone, 5, rows_push(0, {1, 2}, g12, true)));
+    EXPECT_EQ(gone.AwaitAck(5, absl::Milliseconds(300)).status().code(),
+              absl::StatusCode::kDeadlineExceeded);  // held, not answered
+  }
+  EXPECT_EQ(applied(), 1u);
+
+  // Two pieces: the first answered only with the last, both OK.
+  ASSERT_TRUE(send(w, 6, rows_push(0, {1, 2}, g12, true)));
+  EXPECT_EQ(w.AwaitAck(6, absl::Milliseconds(300)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  absl::StatusOr<pb::Ack> last = w.PushMessage(7, rows_push(0, {3, 4}, g34, false));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->code(), 0) << last->message();
+  EXPECT_FALSE(last->duplicate());
+  absl::StatusOr<pb::Ack> first = w.AwaitAck(6);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->code(), 0) << first->message();
+  EXPECT_EQ(applied(), 2u);
+
+  // The same pieces again on a new stream (a replay): a duplicate.
+  SessionClient again(shard_->Connect());
+  ASSERT_TRUE(again.Hello("pieces", 1).ok());
+  ASSERT_TRUE(send(again, 6, rows_push(0, {1, 2}, g12, true)));
+  absl::StatusOr<pb::Ack> replayed = again.PushMessage(7, rows_push(0, {3, 4}, g34, false));
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_TRUE(replayed->duplicate());
+  EXPECT_TRUE(again.AwaitAck(6)->duplicate());
+
+  ASSERT_TRUE(w.Clock(1));
+  const std::vector<float> after = pull_rows(w, 2, 1);
+  ASSERT_EQ(after.size(), 8u);
+  const std::vector<float> g = {1, 2, 3, 4, -1, -2, 0.5f, 8};
+  for (size_t i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(after[i], before[i] - 0.5f * g[i]) << i;
+  const pb::StatsResponse st = Stats("pieces");
+  EXPECT_EQ(st.pushes_applied(), 2u);
+  EXPECT_EQ(st.pushes_duplicate(), 1u);
+  EXPECT_EQ(st.pushes_rejected(), 2u);
+}
+
 TEST_F(ShardProtocolTest, PullAnswersCarrySeveralChunksUpToTheBound) {
   auto small = ShardProcess::Start({"--pull_answer_bytes=40"});
   ASSERT_TRUE(small.ok()) << small.status();
@@ -397,7 +543,7 @@ TEST_F(ShardProtocolTest, HelloOfAnotherProtocolIsRefused) {
   absl::StatusOr<pb::HelloAck> ack =
       s.Hello("protocol", 1, 1, 1, pb::SESSION_PROTOCOL_UNSPECIFIED);
   EXPECT_EQ(ack.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(ack.status().message().find("speaks Session protocol 0, this shard 2"),
+  EXPECT_NE(ack.status().message().find("speaks Session protocol 0, this shard 3"),
             std::string::npos)
       << ack.status();
 }

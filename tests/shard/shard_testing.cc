@@ -260,11 +260,15 @@ absl::StatusOr<pb::Ack> SessionClient::PushMessage(uint64_t seq, pb::Push push) 
   *m.mutable_push() = std::move(push);
   m.mutable_push()->set_seq(seq);
   if (!Write(m)) return absl::UnavailableError("write failed");
+  return AwaitAck(seq);
+}
+
+absl::StatusOr<pb::Ack> SessionClient::AwaitAck(uint64_t seq, absl::Duration timeout) {
   auto r = Await(
       [seq](const pb::ServerMessage& s) {
         return (s.has_ack() && s.ack().seq() == seq) || s.has_error();
       },
-      absl::Seconds(20));
+      timeout);
   if (!r) return absl::DeadlineExceededError(absl::StrCat("no ack for seq ", seq));
   if (r->has_error()) {
     return absl::Status(static_cast<absl::StatusCode>(r->error().code()), r->error().message());

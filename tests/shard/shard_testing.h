@@ -121,13 +121,15 @@ class SessionClient {
   // Hello; returns the HelloAck or the StreamError as a status.
   absl::StatusOr<pb::HelloAck> Hello(
       const std::string& job, uint64_t worker, uint64_t incarnation = 1, uint64_t epoch = 1,
-      pb::SessionProtocol protocol = pb::SESSION_PROTOCOL_FUSED);
+      pb::SessionProtocol protocol = pb::SESSION_PROTOCOL_ROW_PIECES);
   // Sends one push / init and waits for its Ack (messages for other requests
   // are kept for later). Push sends a bucket of one chunk; PushMessage sends
   // `push` as it is, with `seq`.
   absl::StatusOr<pb::Ack> Push(uint64_t seq, uint64_t chunk, uint64_t clock,
                                const pb::EncodedChunk& encoded);
   absl::StatusOr<pb::Ack> PushMessage(uint64_t seq, pb::Push push);
+  // Waits for the Ack of `seq` (sent earlier with Write).
+  absl::StatusOr<pb::Ack> AwaitAck(uint64_t seq, absl::Duration timeout = absl::Seconds(20));
   absl::StatusOr<pb::Ack> Init(uint64_t seq, uint64_t chunk, const std::vector<float>& values);
   // Sends a pull and collects its chunks from its PullAnswers up to `last`.
   // A failed pull is a single entry with code != 0.

@@ -308,15 +308,17 @@ class PsClientImpl final : public PsClient {
     }
     for (size_t p = 0; p < parts.size(); ++p) {
       const uint64_t bytes = rows[p].values().size() + uint64_t{8} * rows[p].ids_size();
-      if (bytes > kMaxRowPushBytes) {
+      if (bytes > kMaxPushedRowsBytes) {
         return MakePush(Completion::Failed(absl::InvalidArgumentError(absl::StrCat(
             "PushRows: ", rows[p].ids_size(), " rows of table '", table->name,
-            "' for partition ", p, " are ", bytes, " bytes, more than one push carries (",
-            kMaxRowPushBytes, "): touch fewer rows per clock (a smaller batch)"))));
+            "' for partition ", p, " are ", bytes, " bytes, more than a shard takes of one "
+            "partition in one clock (", kMaxPushedRowsBytes,
+            "): touch fewer rows per clock (a smaller batch)"))));
       }
     }
     // Every partition, also one without rows (see PushRows in ps_client.h).
     auto done = std::make_shared<Completion>(static_cast<int>(parts.size()));
+    const size_t rows_per_piece = std::max<size_t>(1, kMaxRowPushBytes / (dim * sizeof(float) + 8));
     for (size_t p = 0; p < parts.size(); ++p) {
       const ChunkInfo& c = *parts[p];
       rows[p].set_chunk_id(c.chunk_id);
@@ -324,6 +326,10 @@ class PsClientImpl final : public PsClient {
       chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
       bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
       fp32_bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
+      if (static_cast<size_t>(rows[p].ids_size()) > rows_per_piece) {
+        SendPieces(c.shard, clock, rows_per_piece, dim, std::move(rows[p]), done);
+        continue;
+      }
       AddToBucketWith(c.shard, clock, bytes, done, [&](v1::Push* push) {
         *push->add_rows() = std::move(rows[p]);
       });
@@ -463,6 +469,29 @@ class PsClientImpl final : public PsClient {
     ++sent_in_clock_;
     return std::exchange(open_, Bucket());
   }
+  // A partition's rows past one message, as consecutive pieces of at most
+  // `rows_per_piece` rows (PushedRows.more in ps.proto); `done` counts them
+  // as one push.
+  void SendPieces(uint32_t shard, uint64_t clock, size_t rows_per_piece, uint32_t dim,
+                  v1::PushedRows rows, const std::shared_ptr<Completion>& done) {
+    std::vector<std::unique_ptr<v1::WorkerMessage>> pieces;
+    const size_t n = rows.ids_size(), row_bytes = size_t{dim} * sizeof(float);
+    for (size_t lo = 0; lo < n; lo += rows_per_piece) {
+      const size_t m = std::min(rows_per_piece, n - lo);
+      auto message = std::make_unique<v1::WorkerMessage>();
+      v1::Push* push = message->mutable_push();
+      push->set_clock(clock);
+      v1::PushedRows* piece = push->add_rows();
+      piece->set_chunk_id(rows.chunk_id());
+      piece->mutable_ids()->Add(rows.ids().begin() + lo, rows.ids().begin() + lo + m);
+      piece->set_values(rows.values().substr(lo * row_bytes, m * row_bytes));
+      piece->set_more(lo + m < n);
+      pieces.push_back(std::move(message));
+    }
+    push_messages_.fetch_add(pieces.size(), std::memory_order_relaxed);
+    streams_[shard]->SendPushes(std::move(pieces), {done});
+  }
+
   // One Push per shard the bucket holds chunks of.
   void Send(Bucket bucket) {
     for (size_t s = 0; s < bucket.pushes.size(); ++s) {

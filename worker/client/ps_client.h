@@ -214,7 +214,7 @@ class PullHandle {
 // of rows to one request (one answer message under the 8 MiB receive limit).
 inline constexpr uint64_t kMaxRowAskBytes = uint64_t{4} << 20;
 // Bytes of one partition's rows (values, and ids at 8 bytes each) in one
-// PushRows: they travel as one message, under the shard's 8 MiB limit.
+// push message, under the shard's 8 MiB limit; more travel in pieces.
 inline constexpr uint64_t kMaxRowPushBytes = uint64_t{6} << 20;
 
 // Thread-safe. Pushes of one tensor are encoded one at a time (its residuals
@@ -307,7 +307,8 @@ class PsClient {
   // partition closes when every member pushed it (the step loop pushes an
   // empty one for a table not pushed). InvalidArgument, nothing sent, for a
   // tensor that is not a table, an id out of range or twice, a wrong size,
-  // or a partition's rows past kMaxRowPushBytes.
+  // or a partition's rows past kMaxPushedRowsBytes (common/job/row_partition.h).
+  // A partition's rows past kMaxRowPushBytes travel in pieces, applied as one.
   virtual PushHandle PushRows(uint32_t tensor, absl::Span<const uint64_t> ids,
                               absl::Span<const float> grads, uint64_t clock) = 0;
 

@@ -994,8 +994,10 @@ TEST_F(PsClientTest, TableRowsInASyncJob) {
 }
 
 // A shard answers at most 6 MiB of rows to one request: PullRows asks more
-// in parts of kMaxRowAskBytes, each its own request, waited on as one.
-TEST_F(PsClientTest, ManyRowsArePulledInPartsAndAPushPastOneMessageIsRefused) {
+// in parts of kMaxRowAskBytes, each its own request, waited on as one. A
+// push of a partition's rows past one message travels in pieces, applied
+// as one push.
+TEST_F(PsClientTest, ManyRowsArePulledAndPushedInParts) {
   StartShards(2);
   constexpr uint64_t kRows = 300000, kDim = 16;  // 18.3 MiB of rows
   TensorSpec table{"emb", kRows * kDim, {kRows, kDim}, true, 1.0f};
@@ -1029,17 +1031,81 @@ TEST_F(PsClientTest, ManyRowsArePulledInPartsAndAPushPastOneMessageIsRefused) {
   EXPECT_TRUE(std::equal(all.begin(), all.begin() + kDim, all.end() - kDim));  // the repeat
   EXPECT_NE(all[0], all[kDim]);
 
-  // A push of a partition's rows is one message: past kMaxRowPushBytes it
-  // is refused with the figures, nothing sent, and the stream goes on.
+  // 150,000 rows per partition (10.8 MB with their ids) leave as two
+  // pieces each, and the clock's update is that of one push.
   ids.pop_back();
-  std::vector<float> g(ids.size() * kDim, 1.0f);
-  const absl::Status refused = PsClient::Wait((*client)->PushRows(1, ids, g, 0), kWait);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
-  EXPECT_TRUE(absl::StrContains(refused.message(), "more than one push carries")) << refused;
-  const size_t fit = kMaxRowPushBytes / (kDim * sizeof(float) + 8);  // all in one partition at most
-  ids.resize(fit);
-  g.resize(fit * kDim);
-  EXPECT_TRUE(PsClient::Wait((*client)->PushRows(1, ids, g, 0), kWait).ok());
+  all.resize(ids.size() * kDim);
+  std::vector<float> g(ids.size() * kDim);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 7) - 3.0f;
+  const uint64_t messages = (*client)->stats().push_messages;
+  ASSERT_TRUE(PsClient::Wait((*client)->PushRows(1, ids, g, 0), kWait).ok());
+  const uint64_t per_piece = kMaxRowPushBytes / (kDim * sizeof(float) + 8);
+  ASSERT_EQ(per_piece, 87381u);
+  uint64_t pieces_sent = 0;
+  for (uint32_t p = 0; p < 2; ++p) {
+    uint64_t n = 0;
+    for (uint64_t id : ids) n += RowPartition(1, id, 2) == p;
+    ASSERT_GT(n, per_piece);
+    pieces_sent += (n + per_piece - 1) / per_piece;
+  }
+  EXPECT_EQ((*client)->stats().push_messages - messages, pieces_sent);
+  ASSERT_TRUE((*client)->AdvanceClock(1).ok());
+  std::vector<float> after(all.size());
+  ASSERT_TRUE(PsClient::Wait((*client)->PullRows(1, ids, 1, absl::MakeSpan(after)), kWait).ok());
+  for (size_t i = 0; i < after.size(); ++i) {
+    ASSERT_FLOAT_EQ(after[i], all[i] - 0.5f * g[i]) << i;  // SGD, lr 0.5, one member
+  }
+  for (int s = 0; s < 2; ++s) {
+    auto stats = testing::GetStats(shards_[s]->address(), "job", kWait);
+    ASSERT_TRUE(stats.ok());
+    EXPECT_EQ(stats->pushes_applied(), 1u);  // the partition's pieces, as one push
+    EXPECT_EQ(stats->pushes_rejected(), 0u);
+  }
+}
+
+// The connection breaks while a push of rows travels in pieces, nothing
+// answered: the client replays every piece on the next stream, and the rows
+// change once. (The shard's side, pieces held when a stream ends and a
+// replay of applied pieces: ShardProtocolTest.RowsInPieces*.)
+TEST_F(PsClientTest, RowPiecesOfABrokenStreamAreReplayedAndAppliedOnce) {
+  StartShards(1);
+  auto proxy = testing::TcpProxy::Start(shards_[0]->port());
+  ASSERT_TRUE(proxy.ok());
+  constexpr uint64_t kRows = 200000, kDim = 16;
+  TensorSpec table{"emb", kRows * kDim, {kRows, kDim}, true, 1.0f};
+  auto map = SplitModel({{"w", 8}, table}, {(*proxy)->address()}, 16384);
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_TRUE(testing::CreateJob(*map, Sgd(0.5f), kWait).ok());
+  auto client = PsClient::Connect(*map, Options(1));
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<uint64_t> ids(kRows);
+  for (uint64_t i = 0; i < kRows; ++i) ids[i] = i;
+  std::vector<float> before(kRows * kDim), g(kRows * kDim);
+  ASSERT_TRUE(PsClient::Wait((*client)->PullRows(1, ids, 0, absl::MakeSpan(before)), kWait).ok());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 5) - 2.0f;
+
+  (*proxy)->set_drop_downstream(true);  // no ack, no flow-control window: the push stalls
+  PushHandle push = (*client)->PushRows(1, ids, g, 0);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(PsClient::Wait(push, absl::ZeroDuration()).ok());
+  (*proxy)->set_drop_downstream(false);
+  (*proxy)->SeverAll();
+  ASSERT_TRUE(PsClient::Wait(push, kWait).ok());
+  const ClientStats st = (*client)->stats();
+  EXPECT_EQ(st.push_messages, 3u);  // 200,000 rows in pieces of 87,381
+  EXPECT_GE(st.replayed, 3u);
+  EXPECT_GE((*proxy)->connections_accepted(), 2);
+
+  ASSERT_TRUE((*client)->AdvanceClock(1).ok());
+  std::vector<float> after(before.size());
+  ASSERT_TRUE(PsClient::Wait((*client)->PullRows(1, ids, 1, absl::MakeSpan(after)), kWait).ok());
+  for (size_t i = 0; i < after.size(); ++i) {
+    ASSERT_FLOAT_EQ(after[i], before[i] - 0.5f * g[i]) << i;
+  }
+  auto stats = testing::GetStats(shards_[0]->address(), "job", kWait);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->pushes_applied(), 1u);
+  EXPECT_EQ(stats->pushes_rejected(), 0u);
 }
 
 // Rows asked with the next clock's pull (a row prefetch) travel in its

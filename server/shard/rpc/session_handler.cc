@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec/wire.h"
 #include "common/grpc_util.h"
+#include "common/job/row_partition.h"
 #include "glog/logging.h"
 
 namespace gradstream::shard {
@@ -86,11 +87,11 @@ void SessionHandler::HandleHello(const pb::Hello& hello) {
   if (job == nullptr) {
     return Fail(absl::StatusCode::kNotFound, absl::StrCat("unknown job '", hello.job_id(), "'"));
   }
-  if (hello.protocol() != pb::SESSION_PROTOCOL_FUSED) {
+  if (hello.protocol() != pb::SESSION_PROTOCOL_ROW_PIECES) {
     return Fail(absl::StatusCode::kFailedPrecondition,
                 absl::StrCat("worker ", hello.worker_id(), " speaks Session protocol ",
                              static_cast<int>(hello.protocol()), ", this shard ",
-                             static_cast<int>(pb::SESSION_PROTOCOL_FUSED),
+                             static_cast<int>(pb::SESSION_PROTOCOL_ROW_PIECES),
                              ": run workers and shards of the same gradstream version"));
   }
   absl::StatusOr<Job::HelloInfo> info = job->Hello(hello.worker_id(), hello.incarnation());
@@ -107,6 +108,38 @@ void SessionHandler::HandleHello(const pb::Hello& hello) {
 }
 
 void SessionHandler::HandlePush(const pb::Push& push) {
+  const bool piece = push.rows_size() == 1 && push.rows(0).more();
+  const bool last_piece = pieces_.has_value() && !piece && push.chunks_size() == 0 &&
+                          push.rows_size() == 1 && push.clock() == pieces_->clock &&
+                          push.rows(0).chunk_id() == pieces_->chunk_id;
+  if (pieces_.has_value() && !last_piece &&
+      !(piece && push.clock() == pieces_->clock && push.rows(0).chunk_id() == pieces_->chunk_id)) {
+    RefusePieces(absl::StrCat("the next Push (seq ", push.seq(),
+                              ") does not continue them: another clock, partition or chunk"));
+  }
+  for (const pb::PushedRows& r : push.rows()) {
+    if (r.more() && !(piece && push.chunks_size() == 0)) {
+      job_->CountRejected();
+      return SendAck(push.seq(), absl::InvalidArgumentError(absl::StrCat(
+                                     "rows of chunk ", r.chunk_id(),
+                                     " continued (`more`) in a Push that holds more than them")));
+    }
+  }
+  if (piece) return AddPiece(push);
+  if (last_piece) {
+    AddPiece(push);
+    if (!pieces_.has_value()) return;  // refused: past the bound
+    RowPieces pieces = *std::move(pieces_);
+    pieces_.reset();
+    PushBucket bucket;
+    bucket.worker = worker_;
+    bucket.clock = pieces.clock;
+    bucket.rows.push_back(PushBucket::Rows{
+        pieces.chunk_id, RowGrads{absl::MakeConstSpan(pieces.ids), pieces.values}});
+    const absl::StatusOr<bool> r = job_->Push(bucket);
+    for (uint64_t seq : pieces.seqs) SendAck(seq, r);
+    return;
+  }
   // Payloads and scales are checked by the job, before any chunk is applied
   // (see [chunk validation] in common/codec/decoder.h).
   PushBucket bucket;
@@ -134,6 +167,38 @@ void SessionHandler::HandlePush(const pb::Push& push) {
                                                 r.values()}});
   }
   SendAck(push.seq(), job_->Push(bucket));
+}
+
+// NOTE: [row pieces] A partition's rows past one message arrive as
+// consecutive Pushes (PushedRows.more in ps.proto). They are held here, not
+// acknowledged, until the last: then the job sees one push, so its
+// exactly-once rules (a clock's push of a partition applied once) and every
+// consistency mode hold unchanged, and every piece is answered with that
+// push's status. A broken stream drops what it held; the worker replays
+// every unanswered piece on the next one. Held bytes are bounded by
+// kMaxPushedRowsBytes.
+void SessionHandler::AddPiece(const pb::Push& push) {
+  const pb::PushedRows& r = push.rows(0);
+  if (!pieces_.has_value()) pieces_ = RowPieces{r.chunk_id(), push.clock(), {}, {}, {}};
+  pieces_->seqs.push_back(push.seq());
+  const uint64_t bytes = pieces_->values.size() + r.values().size() +
+                         sizeof(uint64_t) * (pieces_->ids.size() + r.ids_size());
+  if (bytes > kMaxPushedRowsBytes) {
+    return RefusePieces(absl::StrCat("they are past ", bytes, " bytes, more than a partition's ",
+                                     "rows of one clock may be (", kMaxPushedRowsBytes, ")"));
+  }
+  pieces_->ids.insert(pieces_->ids.end(), r.ids().begin(), r.ids().end());
+  pieces_->values.append(r.values());
+}
+
+void SessionHandler::RefusePieces(const std::string& why) {
+  job_->CountRejected();
+  const absl::Status refused = absl::InvalidArgumentError(
+      absl::StrCat("the ", pieces_->seqs.size(), " piece(s) of chunk ", pieces_->chunk_id,
+                   "'s rows of clock ", pieces_->clock, " were refused, nothing applied: ", why));
+  LOG(WARNING) << "session of worker " << worker_ << ": " << refused.message();
+  for (uint64_t seq : pieces_->seqs) SendAck(seq, refused);
+  pieces_.reset();
 }
 
 void SessionHandler::HandleInit(const pb::InitChunk& init) {

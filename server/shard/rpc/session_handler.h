@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,9 @@ class SessionHandler {
   void HandlePush(const v1::Push& push);
   void HandleInit(const v1::InitChunk& init);
   void HandlePull(const v1::PullRequest& pull);
+  // [row pieces] in session_handler.cc.
+  void AddPiece(const v1::Push& push);
+  void RefusePieces(const std::string& why);
   void Fail(absl::StatusCode code, const std::string& message);
   void SendAck(uint64_t seq, const absl::StatusOr<bool>& r);
 
@@ -93,6 +97,15 @@ class SessionHandler {
   uint64_t worker_ = 0;
   uint64_t incarnation_ = 0;
   bool left_ = false;  // Leave was handled: nothing may follow
+  // The pieces of a partition's rows held until the last arrives.
+  struct RowPieces {
+    uint64_t chunk_id;
+    uint64_t clock;
+    std::vector<uint64_t> seqs;  // answered when the last arrives
+    std::vector<uint64_t> ids;
+    std::string values;
+  };
+  std::optional<RowPieces> pieces_;
 };
 
 // The wire form of a pull's answer: PullAnswers of the chunks in order, each

@@ -81,12 +81,25 @@ uint64_t ShardStream::Enqueue(Entry entry) {
 
 void ShardStream::SendPush(std::unique_ptr<v1::WorkerMessage> message,
                            std::vector<std::shared_ptr<Completion>> done) {
+  std::vector<std::unique_ptr<v1::WorkerMessage>> messages;
+  messages.push_back(std::move(message));
+  SendPushes(std::move(messages), std::move(done));
+}
+
+void ShardStream::SendPushes(std::vector<std::unique_ptr<v1::WorkerMessage>> messages,
+                             std::vector<std::shared_ptr<Completion>> done) {
+  std::vector<uint64_t> sizes;
   uint64_t bytes = 0;
-  if (message->has_push()) {
-    for (const v1::PushedChunk& c : message->push().chunks()) bytes += c.chunk().payload().size();
-    for (const v1::PushedRows& r : message->push().rows()) bytes += r.values().size();
-  } else {
-    bytes = message->init().values().size();
+  for (const auto& message : messages) {
+    uint64_t size = 0;
+    if (message->has_push()) {
+      for (const v1::PushedChunk& c : message->push().chunks()) size += c.chunk().payload().size();
+      for (const v1::PushedRows& r : message->push().rows()) size += r.values().size();
+    } else {
+      size = message->init().values().size();
+    }
+    sizes.push_back(size);
+    bytes += size;
   }
   auto fail = [&done](const absl::Status& s) {
     for (const std::shared_ptr<Completion>& d : done) d->Done(s);
@@ -106,14 +119,20 @@ void ShardStream::SendPush(std::unique_ptr<v1::WorkerMessage> message,
     fail(closed);
     return;
   }
-  const uint64_t seq = next_seq_++;
-  if (message->has_push()) {
-    message->mutable_push()->set_seq(seq);
-  } else {
-    message->mutable_init()->set_seq(seq);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    std::unique_ptr<v1::WorkerMessage>& message = messages[i];
+    const uint64_t seq = next_seq_++;
+    if (message->has_push()) {
+      message->mutable_push()->set_seq(seq);
+    } else {
+      message->mutable_init()->set_seq(seq);
+    }
+    inflight_bytes_ += sizes[i];
+    std::vector<std::shared_ptr<Completion>> dones;
+    if (i + 1 == messages.size()) dones = std::move(done);
+    seq_order_[seq] =
+        Enqueue(Entry{Kind::kPush, std::move(message), std::move(dones), nullptr, sizes[i]});
   }
-  inflight_bytes_ += bytes;
-  seq_order_[seq] = Enqueue(Entry{Kind::kPush, std::move(message), std::move(done), nullptr, bytes});
 }
 
 void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
@@ -498,7 +517,7 @@ void ShardStream::ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::Ser
   h->set_worker_id(options_.worker_id);
   h->set_incarnation(options_.incarnation);
   h->set_epoch(options_.epoch);
-  h->set_protocol(v1::SESSION_PROTOCOL_FUSED);
+  h->set_protocol(v1::SESSION_PROTOCOL_ROW_PIECES);
   if (stream->Write(hello)) {
     v1::ServerMessage m;
     while (stream->Read(&m)) Dispatch(m, conn);

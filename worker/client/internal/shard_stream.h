@@ -66,6 +66,11 @@ class ShardStream {
   // here.
   void SendPush(std::unique_ptr<v1::WorkerMessage> message,
                 std::vector<std::shared_ptr<Completion>> done);
+  // The pieces of one partition's rows (PushedRows.more, ps.proto), queued
+  // together as consecutive Pushes: admitted as one push by the in-flight
+  // bound (the shard answers none before the last), `done` on the last.
+  void SendPushes(std::vector<std::unique_ptr<v1::WorkerMessage>> messages,
+                  std::vector<std::shared_ptr<Completion>> done);
   // Asks for `pull`'s chunks of this shard, in one request per group of
   // chunks whose pushes are still pending (see [overlapped pull]); `pull`
   // gets one OnAnswer(last) per request, or a Fail.
