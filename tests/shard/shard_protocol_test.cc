@@ -495,6 +495,37 @@ TEST_F(ShardProtocolTest, RowsInPiecesAreOnePushAndBrokenPiecesChangeNothing) {
   EXPECT_EQ(st.pushes_rejected(), 2u);
 }
 
+// A shard whose receive limit is under what rows travel in refuses a job
+// with a table at CreateJob, saying so, instead of failing its pushes.
+TEST(ShardTableLimitTest, ASmallMessageLimitRefusesTablesAtCreate) {
+  auto shard = ShardProcess::Start({"--max_message_bytes=4194304", "--pull_answer_bytes=1048576"});
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  pb::CreateJobRequest req;
+  req.set_job_id("small");
+  req.mutable_optimizer()->set_type("sgd");
+  req.mutable_optimizer()->set_learning_rate(0.5f);
+  req.mutable_consistency()->set_mode(pb::SYNC);
+  pb::ChunkInfo* t = req.add_chunks();
+  t->set_tensor(3);
+  t->mutable_rows()->set_table_rows(100);
+  t->mutable_rows()->set_dim(2);
+  t->mutable_rows()->set_partitions(1);
+  req.mutable_membership()->set_epoch(1);
+  req.mutable_membership()->add_worker_ids(1);
+  pb::CreateJobResponse resp;
+  auto stub = (*shard)->Stub();
+  grpc::Status s = Call(stub.get(), &pb::ParameterServer::Stub::CreateJob, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("table 3: a shard holds tables only with --max_message_bytes "
+                                   "of at least 8388608"),
+            std::string::npos)
+      << s.error_message();
+  req.mutable_chunks(0)->clear_rows();  // the same job without the table
+  req.mutable_chunks(0)->set_num_elems(8);
+  s = Call(stub.get(), &pb::ParameterServer::Stub::CreateJob, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
 TEST_F(ShardProtocolTest, PullAnswersCarrySeveralChunksUpToTheBound) {
   auto small = ShardProcess::Start({"--pull_answer_bytes=40"});
   ASSERT_TRUE(small.ok()) << small.status();

@@ -66,6 +66,15 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
     }
     ChunkSpec spec{c.chunk_id(), c.num_elems(), c.pull_fp32(), std::nullopt};
     if (c.has_rows()) {
+      // Rows travel in messages of up to 6 MiB of rows (kMaxPulledRowBytes
+      // in job.cc, kMaxRowPushBytes in worker/client/ps_client.h), sized for
+      // the default limit: a smaller one would refuse them mid-job.
+      if (server.max_message_bytes < kMinTableMessageBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table ", c.tensor(), ": a shard holds tables only with --max_message_bytes of at "
+            "least ", kMinTableMessageBytes, " (rows travel in messages of up to 6 MiB); this "
+            "shard's is ", server.max_message_bytes));
+      }
       const pb::TablePartition& t = c.rows();
       if (uint64_t{t.dim()} * sizeof(float) > static_cast<uint64_t>(server.max_message_bytes)) {
         return absl::InvalidArgumentError(absl::StrCat(

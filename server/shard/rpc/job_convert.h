@@ -13,6 +13,8 @@ namespace gradstream::shard {
 
 // Bytes a message may carry beside a chunk's payload (headers, ids).
 inline constexpr int kMessageOverhead = 1024;
+// The receive limit a shard needs to hold a row-sparse table.
+inline constexpr int kMinTableMessageBytes = 8 << 20;
 
 // The job a CreateJobRequest asks for on a shard run with `server`'s
 // options. InvalidArgument for an unknown optimizer, consistency mode or
