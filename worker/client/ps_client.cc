@@ -636,6 +636,10 @@ absl::Status PsClient::WaitTensors(const PullHandle& handle, absl::Span<const ui
   for (const auto& part : handle.parts_) {
     absl::Status s = part->WaitTensors(tensors, deadline - env->Now(), env);
     if (s.ok()) continue;
+    if (absl::IsDeadlineExceeded(s) && handle.parts_.size() > 1) {  // name the caller's timeout
+      s = absl::DeadlineExceededError(
+          absl::StrCat("pull: no answer within ", absl::FormatDuration(timeout)));
+    }
     // A pull that failed writes nothing more into the caller's buffers; one
     // that is only slower than `timeout` goes on (see [step loop]).
     if (part->settled()) Abandon(handle);
