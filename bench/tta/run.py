@@ -105,6 +105,9 @@ SYSTEMS = {
     # same step with no row crossing the wire, what the rows' pulls, pushes
     # and the shards' update are measured against (timing only).
     "gs-rows-local": ("gradstream", None),
+    # ctr: the defaults with the table's rows fp32 both ways instead of fp16
+    # ([fp16 rows] in common/job/shard_map.cc): the table's codec by name.
+    "gs-rows32": ("gradstream", ["--codec_override=table.table=none"]),
     # The defaults under bounded staleness (2 clocks) instead of sync.
     "gs-bounded2": ("gradstream", ["--consistency=bounded", "--staleness=2"]),
 }

@@ -44,7 +44,16 @@ absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
             "SplitModel: table '", spec.name, "' wants a shape [rows, dim] with dim 1..",
             kMaxTableDim));
       }
-      TensorInfo info{spec.name, static_cast<uint32_t>(t), elems, "none", "none"};
+      // NOTE: [fp16 rows] A table's rows travel fp16 (common/codec/half_rows.h)
+      // each way whose codec is lossy, fp32 where it is "none": fp16 is the
+      // precision controller's first level, whose error (2^-12 of each value,
+      // not carried over) is far under any bound, so it needs no guard
+      // (docs/design/sparse-tables.md, "Rows at the fp16 level"). A table
+      // whose own codec is "none" (an override by name) is fp32 both ways.
+      const bool push16 = ResolveCodec(policy, spec.name, elems) != "none";
+      const bool pull16 = push16 && ResolvePullCodec(policy, elems) != "none";
+      TensorInfo info{spec.name, static_cast<uint32_t>(t), elems, push16 ? "fp16" : "none",
+                      pull16 ? "fp16" : "none"};
       info.table_rows = static_cast<uint64_t>(spec.shape[0]);
       info.table_dim = static_cast<uint32_t>(spec.shape[1]);
       map.tensors.push_back(info);
@@ -108,6 +117,12 @@ constexpr uint64_t kTableComplete = uint64_t{1} << 62;
 // shape, on distinct shards; `next` counts the ones seen.
 absl::Status CheckTablePart(const ShardMap& map, const ChunkInfo& c, size_t i, uint64_t* next) {
   const TensorInfo& t = map.tensors[c.tensor];
+  if ((t.codec != "none" && t.codec != "fp16") ||
+      (t.pull_codec != "none" && t.pull_codec != "fp16")) {
+    return absl::InvalidArgumentError(absl::StrCat("shard map: table '", t.name, "' travels as ",
+                                                   t.codec, " / ", t.pull_codec,
+                                                   ": rows travel none or fp16 ([fp16 rows])"));
+  }
   const bool fits = t.is_table() && c.table.has_value() && c.num_elems == 0 && c.offset == 0 &&
                     t.table_dim > 0 && t.table_dim <= kMaxTableDim &&
                     t.num_elems == t.table_rows * t.table_dim &&

@@ -190,7 +190,6 @@ TEST(SplitModel, ATableHasOnePartitionPerShard) {
   EXPECT_TRUE(t.is_table());
   EXPECT_EQ(t.table_rows, 1000u);
   EXPECT_EQ(t.table_dim, 8u);
-  EXPECT_EQ(t.codec, "none");
   std::vector<const ChunkInfo*> parts;
   for (const ChunkInfo& c : map->chunks) {
     if (c.tensor == 1) parts.push_back(&c);
@@ -226,6 +225,21 @@ TEST(SplitModel, ATableHasOnePartitionPerShard) {
   EXPECT_FALSE(ValidateShardMap(wrong_dim).ok());
   TensorSpec flat{"flat", 8, {8}, true, 1.0f};
   EXPECT_FALSE(SplitModel({flat}, Shards(2), 100).ok());
+
+  // [fp16 rows]: the default policy's ternary pushes make the table's
+  // pushes fp16; its pulls follow the pull codec ("none" here).
+  EXPECT_EQ(map->tensors[1].codec, "fp16");
+  EXPECT_EQ(map->tensors[1].pull_codec, "none");
+  EXPECT_EQ(back->tensors[1].codec, "fp16");
+  CodecPolicy exact;
+  exact.default_codec = "none";
+  auto exact_map = SplitModel({{"w", 300}, table}, Shards(3), 100, exact);
+  ASSERT_TRUE(exact_map.ok());
+  EXPECT_EQ(exact_map->tensors[1].codec, "none");
+  ShardMap ternary_rows = *map;
+  ternary_rows.tensors[1].codec = "ternary";
+  EXPECT_TRUE(absl::StrContains(ValidateShardMap(ternary_rows).message(),
+                                "rows travel none or fp16"));
 }
 
 }  // namespace

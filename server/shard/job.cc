@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec/decoder.h"
+#include "common/codec/half_rows.h"
 #include "common/status.h"
 #include "glog/logging.h"
 
@@ -368,7 +369,7 @@ absl::StatusOr<bool> Job::Push(const PushBucket& bucket) {
     pushes_applied_.fetch_add(1);
     if (push.rows != nullptr) {
       chunk->rows_pushed.fetch_add(push.rows->ids.size());
-      bytes_in_.fetch_add(push.rows->values.size());
+      bytes_in_.fetch_add(push.rows->values.size() / (push.rows->fp16 ? 2 : 1));
       fp32_bytes_in_.fetch_add(push.rows->values.size());
     } else {
       const PushBucket::Chunk& c = bucket.chunks[i];
@@ -517,8 +518,17 @@ void Job::Serve(const PullArgs& pull, const PullCallback& done) {
     }
     out.version = c->version.load();
     c->read_version[pull.worker] = out.version;
-    bytes += out.values.size();
     fp32_bytes += out.values.size();
+    if (r.fp16) {
+      const absl::Span<const float> fp32(reinterpret_cast<const float*>(out.values.data()),
+                                         out.values.size() / sizeof(float));
+      std::string half;
+      out.scale = HalfRowsScale(fp32);
+      EncodeHalfRows(fp32, out.scale, &half);
+      out.values = std::move(half);
+      out.fp16 = true;
+    }
+    bytes += out.values.size();
     c->rows_pulled.fetch_add(r.ids.size());
   }
   bytes_out_.fetch_add(bytes.load());

@@ -100,10 +100,12 @@ struct JobOptions {
 };
 
 // Gradients of some rows of a table partition: ids.size() x dim
-// little-endian fp32 in `values`, each id once. Views the message.
+// little-endian fp32 in `values`, each id once. Views the message (or its
+// fp32 decoding, `fp16`: the wire carried half as many bytes).
 struct RowGrads {
   absl::Span<const uint64_t> ids;
   absl::string_view values;
+  bool fp16 = false;
 };
 
 struct PushArgs {
@@ -154,6 +156,7 @@ struct PullArgs {
   struct Rows {
     uint64_t chunk_id = 0;  // a table partition
     std::vector<uint64_t> ids;
+    bool fp16 = false;  // answer in fp16 (PulledRows)
   };
   std::vector<Rows> rows;  // with chunk_ids empty: only these
 };
@@ -185,7 +188,11 @@ struct PulledChunk {
 struct PulledRows {
   uint64_t chunk_id = 0;
   uint64_t version = 0;
-  std::string values;  // the requested rows in order, little-endian fp32
+  // The requested rows in order: little-endian fp32, or with `fp16` half
+  // of x / scale (common/codec/half_rows.h).
+  std::string values;
+  bool fp16 = false;
+  float scale = 0;
 };
 
 // The answer to one pull: either status != OK, or every requested chunk.

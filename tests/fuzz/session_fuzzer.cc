@@ -54,6 +54,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec/codec.h"
+#include "common/codec/half_rows.h"
 #include "common/codec/registry.h"
 #include "common/codec/wire.h"
 #include "common/env/testing/mem_env.h"
@@ -299,7 +300,12 @@ class Run {
   struct PullInfo {
     int stream;
     std::vector<uint64_t> chunk_ids;
-    std::vector<std::pair<uint64_t, size_t>> rows;  // table partition, ids asked for
+    struct Rows {
+      uint64_t chunk_id;
+      size_t ids;  // how many asked for
+      bool fp16;   // answered in fp16
+    };
+    std::vector<Rows> rows;
     uint64_t clock;
     absl::Time deadline;
     int answers = 0;
@@ -500,7 +506,9 @@ class Run {
     PullInfo info;
     info.stream = stream;
     info.chunk_ids.assign(p.chunk_ids().begin(), p.chunk_ids().end());
-    for (const pb::RowRequest& r : p.rows()) info.rows.emplace_back(r.chunk_id(), r.ids_size());
+    for (const pb::RowRequest& r : p.rows()) {
+      info.rows.push_back({r.chunk_id(), static_cast<size_t>(r.ids_size()), r.fp16()});
+    }
     if (info.chunk_ids.empty() && info.rows.empty()) {
       for (const ChunkSpec& c : kChunks) info.chunk_ids.push_back(c.chunk_id);
     }
@@ -567,13 +575,22 @@ class Run {
       if (moderate_) Check(AllFinite(chunks[i].values), "served parameters not finite");
     }
     for (size_t i = 0; i < rows.size(); ++i) {
-      Check(rows[i].chunk_id == p.rows[i].first, "pull answered with rows of another partition");
-      Check(rows[i].values.size() == p.rows[i].second * kTableDim * 4,
-            "pulled rows of the wrong size");
+      Check(rows[i].chunk_id == p.rows[i].chunk_id, "pull answered with rows of another partition");
+      Check(rows[i].fp16 == p.rows[i].fp16, "rows answered in another precision than asked");
+      const size_t n = p.rows[i].ids * kTableDim;
+      Check(rows[i].values.size() == n * (rows[i].fp16 ? 2 : 4), "pulled rows of the wrong size");
       if (mode.mode == ConsistencyMode::kSync) {
         Check(rows[i].version >= p.clock, "sync pull of rows answered below its clock");
       }
-      if (moderate_) Check(AllFinite(rows[i].values), "served rows not finite");
+      std::string fp32 = rows[i].values;
+      if (rows[i].fp16) {
+        fp32.resize(n * 4);
+        Check(DecodeHalfRows(rows[i].values, rows[i].scale,
+                             absl::MakeSpan(reinterpret_cast<float*>(fp32.data()), n))
+                  .ok(),
+              "pulled fp16 rows do not decode");
+      }
+      if (moderate_) Check(AllFinite(fp32), "served rows not finite");
     }
     rows_served_ += rows.size();
   }
@@ -685,6 +702,15 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
           rows->mutable_values()->append(reinterpret_cast<const char*>(&g), 4);
         }
         if (more || id != w) {
+          if (w == 2 && clock == 1) {  // [fp16 rows]
+            const std::string fp32 = rows->values();
+            const absl::Span<const float> x(reinterpret_cast<const float*>(fp32.data()),
+                                            fp32.size() / 4);
+            rows->set_fp16(true);
+            rows->set_scale(HalfRowsScale(x));
+            rows->clear_values();
+            EncodeHalfRows(x, rows->scale(), rows->mutable_values());
+          }
           AddRecord(&s, w - 1, Msg(m));
           m.Clear();
         }
@@ -700,6 +726,7 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
         for (const ChunkSpec& c : kChunks) pull.mutable_pull()->add_chunk_ids(c.chunk_id);
         pb::RowRequest* r = pull.mutable_pull()->add_rows();
         r->set_chunk_id(kTableChunk);
+        r->set_fp16(w == 2);  // [fp16 rows]
         for (uint64_t id : {uint64_t{1}, w + 5, uint64_t{30}, uint64_t{1}}) r->add_ids(id);
       }
       AddRecord(&s, w - 1, Msg(pull));

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/buffer_pool.h"
 #include "common/codec/codec.h"
+#include "common/codec/half_rows.h"
 #include "common/codec/wire.h"
 #include "common/executor.h"
 #include "absl/container/flat_hash_set.h"
@@ -57,6 +58,15 @@ class PsClientImpl final : public PsClient {
     table_parts_.resize(map_.tensors.size());
     for (const ChunkInfo& c : map_.chunks) {
       if (c.table.has_value()) table_parts_[c.tensor].push_back(&c);
+    }
+    // The map says how each table's rows travel ([fp16 rows] in
+    // common/job/shard_map.cc).
+    rows_fp16_push_.assign(map_.tensors.size(), false);
+    rows_fp16_pull_.assign(map_.tensors.size(), false);
+    for (const TensorInfo& t : map_.tensors) {
+      if (!t.is_table()) continue;
+      rows_fp16_push_[t.index] = t.codec == "fp16";
+      rows_fp16_pull_[t.index] = t.pull_codec == "fp16";
     }
     for (const TensorInfo& t : map_.tensors) {
       if (t.is_table()) {  // pushed and pulled by row: no encoder
@@ -299,15 +309,29 @@ class PsClientImpl final : public PsClient {
     }
     const std::vector<const ChunkInfo*>& parts = table_parts_[tensor];
     const uint32_t dim = table->table_dim;
+    const bool fp16 = rows_fp16_push_[tensor];
     std::vector<v1::PushedRows> rows(parts.size());
+    std::vector<std::vector<float>> fp32(fp16 ? parts.size() : 0);  // gathered, then encoded
     for (size_t i = 0; i < ids.size(); ++i) {
-      v1::PushedRows& r = rows[RowPartition(tensor, ids[i], parts.size())];
-      r.add_ids(ids[i]);
-      r.mutable_values()->append(reinterpret_cast<const char*>(grads.data() + i * dim),
-                                 size_t{dim} * sizeof(float));
+      const uint32_t p = RowPartition(tensor, ids[i], parts.size());
+      rows[p].add_ids(ids[i]);
+      const float* g = grads.data() + i * dim;
+      if (fp16) {
+        fp32[p].insert(fp32[p].end(), g, g + dim);
+      } else {
+        rows[p].mutable_values()->append(reinterpret_cast<const char*>(g),
+                                         size_t{dim} * sizeof(float));
+      }
     }
+    for (size_t p = 0; p < fp32.size(); ++p) {
+      rows[p].set_fp16(true);
+      rows[p].set_scale(HalfRowsScale(fp32[p]));
+      EncodeHalfRows(fp32[p], rows[p].scale(), rows[p].mutable_values());
+    }
+    const size_t value_bytes = fp16 ? 2 : sizeof(float);
     for (size_t p = 0; p < parts.size(); ++p) {
-      const uint64_t bytes = rows[p].values().size() + uint64_t{8} * rows[p].ids_size();
+      const uint64_t bytes =
+          uint64_t{rows[p].ids_size()} * dim * sizeof(float) + uint64_t{8} * rows[p].ids_size();
       if (bytes > kMaxPushedRowsBytes) {
         return MakePush(Completion::Failed(absl::InvalidArgumentError(absl::StrCat(
             "PushRows: ", rows[p].ids_size(), " rows of table '", table->name,
@@ -318,16 +342,17 @@ class PsClientImpl final : public PsClient {
     }
     // Every partition, also one without rows (see PushRows in ps_client.h).
     auto done = std::make_shared<Completion>(static_cast<int>(parts.size()));
-    const size_t rows_per_piece = std::max<size_t>(1, kMaxRowPushBytes / (dim * sizeof(float) + 8));
+    const size_t rows_per_piece = std::max<size_t>(1, kMaxRowPushBytes / (dim * value_bytes + 8));
     for (size_t p = 0; p < parts.size(); ++p) {
       const ChunkInfo& c = *parts[p];
       rows[p].set_chunk_id(c.chunk_id);
       const uint64_t bytes = rows[p].values().size();
       chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
       bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
-      fp32_bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
+      fp32_bytes_pushed_.fetch_add(uint64_t{rows[p].ids_size()} * dim * sizeof(float),
+                                   std::memory_order_relaxed);
       if (static_cast<size_t>(rows[p].ids_size()) > rows_per_piece) {
-        SendPieces(c.shard, clock, rows_per_piece, dim, std::move(rows[p]), done);
+        SendPieces(c.shard, clock, rows_per_piece, dim * value_bytes, std::move(rows[p]), done);
         continue;
       }
       AddToBucketWith(c.shard, clock, bytes, done, [&](v1::Push* push) {
@@ -472,10 +497,10 @@ class PsClientImpl final : public PsClient {
   // A partition's rows past one message, as consecutive pieces of at most
   // `rows_per_piece` rows (PushedRows.more in ps.proto); `done` counts them
   // as one push.
-  void SendPieces(uint32_t shard, uint64_t clock, size_t rows_per_piece, uint32_t dim,
+  void SendPieces(uint32_t shard, uint64_t clock, size_t rows_per_piece, size_t row_bytes,
                   v1::PushedRows rows, const std::shared_ptr<Completion>& done) {
     std::vector<std::unique_ptr<v1::WorkerMessage>> pieces;
-    const size_t n = rows.ids_size(), row_bytes = size_t{dim} * sizeof(float);
+    const size_t n = rows.ids_size();
     for (size_t lo = 0; lo < n; lo += rows_per_piece) {
       const size_t m = std::min(rows_per_piece, n - lo);
       auto message = std::make_unique<v1::WorkerMessage>();
@@ -486,6 +511,10 @@ class PsClientImpl final : public PsClient {
       piece->mutable_ids()->Add(rows.ids().begin() + lo, rows.ids().begin() + lo + m);
       piece->set_values(rows.values().substr(lo * row_bytes, m * row_bytes));
       piece->set_more(lo + m < n);
+      if (rows.fp16()) {
+        piece->set_fp16(true);
+        piece->set_scale(rows.scale());  // one scale for the partition's rows
+      }
       pieces.push_back(std::move(message));
     }
     push_messages_.fetch_add(pieces.size(), std::memory_order_relaxed);
@@ -536,6 +565,7 @@ class PsClientImpl final : public PsClient {
         t.dst = out.data();
         t.tensor = table.index;
         t.dim = table.table_dim;
+        t.fp16 = rows_fp16_pull_[table.index];
         (*per_shard)[c.shard].push_back(c.chunk_id);
       }
       t.row_ids.push_back(ids[i]);
@@ -586,6 +616,7 @@ class PsClientImpl final : public PsClient {
   const ClientOptions options_;
   std::vector<std::unique_ptr<TensorEncoder>> encoders_;  // by tensor index; null: a table
   std::vector<std::vector<const ChunkInfo*>> table_parts_;  // by tensor: partitions in order
+  std::vector<bool> rows_fp16_push_, rows_fp16_pull_;        // by tensor: see [fp16 rows]
   std::vector<std::unique_ptr<absl::Mutex>> tensor_mu_;   // guards encoders_[t]
   std::vector<std::unique_ptr<ShardStream>> streams_;     // by shard index
   internal::StreamCounters counters_;

@@ -993,6 +993,56 @@ TEST_F(PsClientTest, TableRowsInASyncJob) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// [fp16 rows]: where the job's codecs are lossy a table's rows travel fp16
+// each way (half the bytes), within fp16's rounding of the fp32 update; an
+// override of the table's codec to "none" keeps it fp32 both ways.
+TEST_F(PsClientTest, TableRowsTravelFp16WhereTheJobCompresses) {
+  StartShards(2);
+  TensorSpec table{"emb", 10000 * 4, {10000, 4}, true, 1.0f};  // past pull_min_elems
+  CodecPolicy lossy;
+  lossy.default_codec = "ternary";
+  lossy.pull_codec = "ternary";
+  auto map = SplitModel({{"w", 8}, table}, Addresses(), 16384, lossy);
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->tensors[1].codec, "fp16");
+  EXPECT_EQ(map->tensors[1].pull_codec, "fp16");
+  CodecPolicy exact_push = lossy;
+  exact_push.overrides["emb"] = "none";
+  auto exact_map = SplitModel({{"w", 8}, table}, Addresses(), 16384, exact_push);
+  ASSERT_TRUE(exact_map.ok()) << exact_map.status();
+  EXPECT_EQ(exact_map->tensors[1].codec, "none");  // the table exact both ways
+  EXPECT_EQ(exact_map->tensors[1].pull_codec, "none");
+
+  ASSERT_TRUE(testing::CreateJob(*map, Sgd(0.5f), kWait).ok());
+  auto client = PsClient::Connect(*map, Options(1));
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<uint64_t> ids = {3, 500, 999, 7777};
+  std::vector<float> before(16), g(16), after(16);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = (i % 2 ? 0.0123f : -0.0457f) * (i + 1);
+  ASSERT_TRUE(PsClient::Wait((*client)->PullRows(1, ids, 0, absl::MakeSpan(before)), kWait).ok());
+  ASSERT_TRUE(PsClient::Wait((*client)->PushRows(1, ids, g, 0), kWait).ok());
+  ASSERT_TRUE((*client)->AdvanceClock(1).ok());
+  ASSERT_TRUE(PsClient::Wait((*client)->PullRows(1, ids, 1, absl::MakeSpan(after)), kWait).ok());
+  for (size_t i = 0; i < after.size(); ++i) {
+    // Three roundings of 2^-11 each at most: the two pulls and the push.
+    EXPECT_NEAR(after[i], before[i] - 0.5f * g[i],
+                std::ldexp(std::fabs(before[i]) + std::fabs(g[i]), -10))
+        << i;
+  }
+  const ClientStats st = (*client)->stats();
+  EXPECT_EQ(st.bytes_pulled * 2, st.fp32_bytes_pulled);  // rows only: half the bytes
+  EXPECT_EQ(st.bytes_pushed * 2, st.fp32_bytes_pushed);
+  EXPECT_EQ(st.fp32_bytes_pushed, g.size() * sizeof(float));
+  uint64_t shard_in = 0, shard_fp32_in = 0;
+  for (int s = 0; s < 2; ++s) {
+    auto stats = testing::GetStats(shards_[s]->address(), "job", kWait);
+    ASSERT_TRUE(stats.ok());
+    shard_in += stats->bytes_in();
+    shard_fp32_in += stats->fp32_bytes_in();
+  }
+  EXPECT_EQ(shard_in * 2, shard_fp32_in);
+}
+
 // A shard answers at most 6 MiB of rows to one request: PullRows asks more
 // in parts of kMaxRowAskBytes, each its own request, waited on as one. A
 // push of a partition's rows past one message travels in pieces, applied
@@ -1001,7 +1051,9 @@ TEST_F(PsClientTest, ManyRowsArePulledAndPushedInParts) {
   StartShards(2);
   constexpr uint64_t kRows = 300000, kDim = 16;  // 18.3 MiB of rows
   TensorSpec table{"emb", kRows * kDim, {kRows, kDim}, true, 1.0f};
-  auto map = SplitModel({{"w", 8}, table}, Addresses(), 16384);
+  CodecPolicy fp32;  // rows fp32 ([fp16 rows]): exact, and the pieces as counted below
+  fp32.default_codec = "none";
+  auto map = SplitModel({{"w", 8}, table}, Addresses(), 16384, fp32);
   ASSERT_TRUE(map.ok()) << map.status();
   ASSERT_TRUE(testing::CreateJob(*map, Sgd(0.5f), kWait).ok());
   auto client = PsClient::Connect(*map, Options(1));
@@ -1073,7 +1125,9 @@ TEST_F(PsClientTest, RowPiecesOfABrokenStreamAreReplayedAndAppliedOnce) {
   ASSERT_TRUE(proxy.ok());
   constexpr uint64_t kRows = 200000, kDim = 16;
   TensorSpec table{"emb", kRows * kDim, {kRows, kDim}, true, 1.0f};
-  auto map = SplitModel({{"w", 8}, table}, {(*proxy)->address()}, 16384);
+  CodecPolicy fp32;  // rows fp32 ([fp16 rows]): exact, and the pieces as counted below
+  fp32.default_codec = "none";
+  auto map = SplitModel({{"w", 8}, table}, {(*proxy)->address()}, 16384, fp32);
   ASSERT_TRUE(map.ok()) << map.status();
   ASSERT_TRUE(testing::CreateJob(*map, Sgd(0.5f), kWait).ok());
   auto client = PsClient::Connect(*map, Options(1));

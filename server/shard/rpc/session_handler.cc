@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/codec/half_rows.h"
 #include "common/codec/wire.h"
 #include "common/grpc_util.h"
 #include "common/job/row_partition.h"
@@ -135,7 +136,7 @@ void SessionHandler::HandlePush(const pb::Push& push) {
     bucket.worker = worker_;
     bucket.clock = pieces.clock;
     bucket.rows.push_back(PushBucket::Rows{
-        pieces.chunk_id, RowGrads{absl::MakeConstSpan(pieces.ids), pieces.values}});
+        pieces.chunk_id, RowGrads{absl::MakeConstSpan(pieces.ids), pieces.values, pieces.fp16}});
     const absl::StatusOr<bool> r = job_->Push(bucket);
     for (uint64_t seq : pieces.seqs) SendAck(seq, r);
     return;
@@ -161,10 +162,17 @@ void SessionHandler::HandlePush(const pb::Push& push) {
     bucket.chunks.push_back(PushBucket::Chunk{c.chunk_id(), *header, c.chunk().payload(),
                                               c.error_clocks(), c.raised(), level});
   }
-  for (const pb::PushedRows& r : push.rows()) {
-    bucket.rows.push_back(
-        PushBucket::Rows{r.chunk_id(), RowGrads{absl::MakeConstSpan(r.ids().data(), r.ids_size()),
-                                                r.values()}});
+  std::vector<std::string> decoded(push.rows_size());
+  for (int i = 0; i < push.rows_size(); ++i) {
+    const pb::PushedRows& r = push.rows(i);
+    absl::StatusOr<absl::string_view> values = RowValues(r, &decoded[i]);
+    if (!values.ok()) {
+      job_->CountRejected();
+      return SendAck(push.seq(), values.status());
+    }
+    bucket.rows.push_back(PushBucket::Rows{
+        r.chunk_id(),
+        RowGrads{absl::MakeConstSpan(r.ids().data(), r.ids_size()), *values, r.fp16()}});
   }
   SendAck(push.seq(), job_->Push(bucket));
 }
@@ -179,16 +187,37 @@ void SessionHandler::HandlePush(const pb::Push& push) {
 // kMaxPushedRowsBytes.
 void SessionHandler::AddPiece(const pb::Push& push) {
   const pb::PushedRows& r = push.rows(0);
-  if (!pieces_.has_value()) pieces_ = RowPieces{r.chunk_id(), push.clock(), {}, {}, {}};
+  if (!pieces_.has_value()) pieces_ = RowPieces{r.chunk_id(), push.clock(), {}, {}, {}, false};
   pieces_->seqs.push_back(push.seq());
-  const uint64_t bytes = pieces_->values.size() + r.values().size() +
+  const uint64_t bytes = pieces_->values.size() + r.values().size() * (r.fp16() ? 2 : 1) +
                          sizeof(uint64_t) * (pieces_->ids.size() + r.ids_size());
   if (bytes > kMaxPushedRowsBytes) {
     return RefusePieces(absl::StrCat("they are past ", bytes, " bytes, more than a partition's ",
                                      "rows of one clock may be (", kMaxPushedRowsBytes, ")"));
   }
+  std::string decoded;
+  absl::StatusOr<absl::string_view> values = RowValues(r, &decoded);
+  if (!values.ok()) return RefusePieces(std::string(values.status().message()));
   pieces_->ids.insert(pieces_->ids.end(), r.ids().begin(), r.ids().end());
-  pieces_->values.append(r.values());
+  pieces_->values.append(values->data(), values->size());
+  pieces_->fp16 = r.fp16();
+}
+
+absl::StatusOr<absl::string_view> SessionHandler::RowValues(const pb::PushedRows& r,
+                                                            std::string* decoded) {
+  if (!r.fp16()) return absl::string_view(r.values());
+  if (r.values().size() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rows of chunk ", r.chunk_id(), ": ", r.values().size(), " bytes of fp16 values"));
+  }
+  decoded->resize(r.values().size() * 2);
+  absl::Status s = DecodeHalfRows(
+      r.values(), r.scale(),
+      absl::MakeSpan(reinterpret_cast<float*>(decoded->data()), r.values().size() / 2));
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("rows of chunk ", r.chunk_id(), ": ", s.message()));
+  }
+  return absl::string_view(*decoded);
 }
 
 void SessionHandler::RefusePieces(const std::string& why) {
@@ -215,7 +244,7 @@ void SessionHandler::HandlePull(const pb::PullRequest& pull) {
     args.held.push_back(HeldCopy{h.chunk_id(), h.version(), h.checksum()});
   }
   for (const pb::RowRequest& r : pull.rows()) {
-    args.rows.push_back(PullArgs::Rows{r.chunk_id(), {r.ids().begin(), r.ids().end()}});
+    args.rows.push_back(PullArgs::Rows{r.chunk_id(), {r.ids().begin(), r.ids().end()}, r.fp16()});
   }
   args.stream = stream_->stream_id();
   // The shard's default is also the longest a pull may wait ([pull schedule]).
@@ -260,6 +289,10 @@ std::vector<pb::ServerMessage> PullResultToProto(PullResult r, size_t max_bytes)
     pr->set_chunk_id(rows.chunk_id);
     pr->set_version(rows.version);
     pr->set_values(std::move(rows.values));
+    if (rows.fp16) {
+      pr->set_fp16(true);
+      pr->set_scale(rows.scale);
+    }
   }
   for (PulledChunk& c : r.chunks) {
     size_t size = c.values.size();

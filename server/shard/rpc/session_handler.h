@@ -84,6 +84,10 @@ class SessionHandler {
   // [row pieces] in session_handler.cc.
   void AddPiece(const v1::Push& push);
   void RefusePieces(const std::string& why);
+  // A push's row gradients as fp32: the message's, or decoded into
+  // `decoded` when they travelled fp16; InvalidArgument for a bad encoding.
+  static absl::StatusOr<absl::string_view> RowValues(const v1::PushedRows& r,
+                                                     std::string* decoded);
   void Fail(absl::StatusCode code, const std::string& message);
   void SendAck(uint64_t seq, const absl::StatusOr<bool>& r);
 
@@ -103,7 +107,8 @@ class SessionHandler {
     uint64_t clock;
     std::vector<uint64_t> seqs;  // answered when the last arrives
     std::vector<uint64_t> ids;
-    std::string values;
+    std::string values;  // fp32
+    bool fp16;           // travelled fp16
   };
   std::optional<RowPieces> pieces_;
 };

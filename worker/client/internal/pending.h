@@ -51,6 +51,7 @@ struct PullTarget {
   std::vector<uint64_t> row_ids;
   std::vector<uint32_t> positions;
   uint32_t dim = 0;
+  bool fp16 = false;  // rows asked for, and answered, in fp16 ([fp16 rows])
 };
 
 // One chunk of a received PullAnswer: fp32 `values`, or a published answer
@@ -110,6 +111,7 @@ class PullState {
   const std::vector<uint64_t>& row_ids(uint64_t chunk_id) const {
     return targets_[chunk_id].row_ids;
   }
+  bool rows_fp16(uint64_t chunk_id) const { return targets_[chunk_id].fp16; }
   // Holds `keep` (what targets point into) as long as the pull exists.
   // Only before the pull is sent.
   void Keep(std::shared_ptr<const void> keep) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/codec/half_rows.h"
 #include "common/codec/wire.h"
 #include "common/grpc_util.h"
 #include "common/rpc/rpc.h"
@@ -158,6 +159,7 @@ void ShardStream::SendPull(uint64_t clock, std::shared_ptr<PullState> pull) {
         v1::RowRequest* r = req->add_rows();  // a table partition: its rows only
         r->set_chunk_id(id);
         r->mutable_ids()->Add(rows.begin(), rows.end());
+        r->set_fp16(pull->rows_fp16(id));
       }
     }
     AddHeldCopies(*pull, g.chunks, req);
@@ -643,10 +645,25 @@ void ShardStream::OnAnswer(const v1::PullAnswer& answer, PullState& pull) {
   std::vector<AnsweredChunk> chunks(answer.chunks_size());
   std::vector<PublishedAnswer> published(answer.chunks_size());
   uint64_t bytes = 0, fp32_bytes = 0;
-  for (const v1::PulledRows& r : answer.rows()) {  // table rows: fp32
-    chunks.push_back(AnsweredChunk{r.chunk_id(), r.values(), nullptr});
+  std::vector<std::vector<float>> decoded(answer.rows_size());  // fp16 rows, as fp32
+  for (int i = 0; i < answer.rows_size(); ++i) {  // table rows
+    const v1::PulledRows& r = answer.rows(i);
     bytes += r.values().size();
-    fp32_bytes += r.values().size();
+    if (!r.fp16()) {
+      chunks.push_back(AnsweredChunk{r.chunk_id(), r.values(), nullptr});
+      fp32_bytes += r.values().size();
+      continue;
+    }
+    decoded[i].resize(r.values().size() / 2);
+    if (absl::Status s = DecodeHalfRows(r.values(), r.scale(), absl::MakeSpan(decoded[i]));
+        !s.ok()) {
+      pull.Fail(shard_, Annotate(s, absl::StrCat(Describe(), ": pulled rows: ")));
+      return;
+    }
+    const std::string_view values(reinterpret_cast<const char*>(decoded[i].data()),
+                                  decoded[i].size() * sizeof(float));
+    chunks.push_back(AnsweredChunk{r.chunk_id(), values, nullptr});
+    fp32_bytes += values.size();
   }
   for (int i = 0; i < answer.chunks_size(); ++i) {
     const v1::PulledChunk& pc = answer.chunks(i);
