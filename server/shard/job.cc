@@ -254,6 +254,22 @@ absl::StatusOr<Job::HelloInfo> Job::Hello(uint64_t worker, uint64_t incarnation)
   return info;
 }
 
+bool Job::HoldPieces(uint64_t worker, uint64_t bytes) {
+  absl::MutexLock l(&pieces_mu_);
+  uint64_t& held = held_pieces_[worker];
+  if (held + bytes > options_.max_held_piece_bytes) return false;
+  held += bytes;
+  return true;
+}
+
+void Job::ReleasePieces(uint64_t worker, uint64_t bytes) {
+  absl::MutexLock l(&pieces_mu_);
+  auto it = held_pieces_.find(worker);
+  if (it == held_pieces_.end()) return;
+  it->second -= std::min(it->second, bytes);
+  if (it->second == 0) held_pieces_.erase(it);
+}
+
 absl::Status Job::CheckIncarnation(uint64_t worker, uint64_t incarnation) const {
   return membership_.CheckIncarnation(worker, incarnation);
 }

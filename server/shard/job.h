@@ -97,6 +97,10 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
     push_messages_.fetch_add(1);
     pushes_rejected_.fetch_add(1);
   }
+  // [row pieces]: reserves `bytes` of held pieces for `worker`'s streams;
+  // false, nothing reserved, past options().max_held_piece_bytes.
+  bool HoldPieces(uint64_t worker, uint64_t bytes);
+  void ReleasePieces(uint64_t worker, uint64_t bytes);
   // First Init of a chunk sets its parameters; later ones are duplicates.
   // InvalidArgument for a size mismatch or non-finite values.
   [[nodiscard]] absl::StatusOr<bool> Init(uint64_t chunk_id, std::string_view values);
@@ -224,6 +228,8 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::atomic<uint64_t> bytes_out_{0}, fp32_bytes_out_{0};
   std::atomic<uint64_t> push_messages_{0};
   std::atomic<uint64_t> row_bytes_{0};  // held by the tables' rows (RowStore)
+  absl::Mutex pieces_mu_;
+  absl::flat_hash_map<uint64_t, uint64_t> held_pieces_ ABSL_GUARDED_BY(pieces_mu_);  // by worker
 
   // NOTE: [checkpoint failures] A periodic checkpoint that cannot be written
   // (disk full, permission denied) is counted, kept as the job's checkpoint

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/job/row_partition.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
@@ -86,6 +87,11 @@ struct JobOptions {
   // (values and optimizer state; 0 = no limit): a push or pull that would
   // create rows past it is refused (RESOURCE_EXHAUSTED), not an OOM kill.
   uint64_t max_row_bytes = 0;
+  // The most bytes of rows the streams of one worker may hold as pieces
+  // before their last ([row pieces] in server/shard/rpc/session_handler.cc):
+  // a partition's clock of rows, twice (an old stream may not have ended
+  // when the replay starts on the next).
+  uint64_t max_held_piece_bytes = 2 * kMaxPushedRowsBytes;
   absl::Duration default_pull_timeout = absl::Seconds(60);
   // Bearer token a Session must present to join this job; "" = none beyond
   // the shard's cluster token (common/rpc/rpc.h [auth tokens]).

@@ -132,6 +132,7 @@ void SessionHandler::HandlePush(const pb::Push& push) {
     if (!pieces_.has_value()) return;  // refused: past the bound
     RowPieces pieces = *std::move(pieces_);
     pieces_.reset();
+    job_->ReleasePieces(worker_, pieces.held);
     PushBucket bucket;
     bucket.worker = worker_;
     bucket.clock = pieces.clock;
@@ -187,14 +188,19 @@ void SessionHandler::HandlePush(const pb::Push& push) {
 // kMaxPushedRowsBytes.
 void SessionHandler::AddPiece(const pb::Push& push) {
   const pb::PushedRows& r = push.rows(0);
-  if (!pieces_.has_value()) pieces_ = RowPieces{r.chunk_id(), push.clock(), {}, {}, {}, false};
+  if (!pieces_.has_value()) pieces_ = RowPieces{r.chunk_id(), push.clock(), {}, {}, {}, false, 0};
   pieces_->seqs.push_back(push.seq());
-  const uint64_t bytes = pieces_->values.size() + r.values().size() * (r.fp16() ? 2 : 1) +
-                         sizeof(uint64_t) * (pieces_->ids.size() + r.ids_size());
-  if (bytes > kMaxPushedRowsBytes) {
-    return RefusePieces(absl::StrCat("they are past ", bytes, " bytes, more than a partition's ",
-                                     "rows of one clock may be (", kMaxPushedRowsBytes, ")"));
+  const uint64_t piece = r.values().size() * (r.fp16() ? 2 : 1) + sizeof(uint64_t) * r.ids_size();
+  if (pieces_->held + piece > kMaxPushedRowsBytes) {
+    return RefusePieces(absl::StrCat("they are past ", pieces_->held + piece,
+                                     " bytes, more than a partition's rows of one clock may be (",
+                                     kMaxPushedRowsBytes, ")"));
   }
+  if (!job_->HoldPieces(worker_, piece)) {
+    return RefusePieces(absl::StrCat("worker ", worker_, "'s streams hold pieces past ",
+                                     job_->options().max_held_piece_bytes, " bytes"));
+  }
+  pieces_->held += piece;
   std::string decoded;
   absl::StatusOr<absl::string_view> values = RowValues(r, &decoded);
   if (!values.ok()) return RefusePieces(std::string(values.status().message()));
@@ -227,7 +233,12 @@ void SessionHandler::RefusePieces(const std::string& why) {
                    "'s rows of clock ", pieces_->clock, " were refused, nothing applied: ", why));
   LOG(WARNING) << "session of worker " << worker_ << ": " << refused.message();
   for (uint64_t seq : pieces_->seqs) SendAck(seq, refused);
+  job_->ReleasePieces(worker_, pieces_->held);
   pieces_.reset();
+}
+
+SessionHandler::~SessionHandler() {
+  if (pieces_.has_value()) job_->ReleasePieces(worker_, pieces_->held);  // never answered
 }
 
 void SessionHandler::HandleInit(const pb::InitChunk& init) {

@@ -62,6 +62,8 @@ class SessionHandler {
   // converted with `pull_answer_bytes` (PullResultToProto).
   SessionHandler(JobLookup find_job, Env* env, absl::Duration default_pull_timeout,
                  size_t pull_answer_bytes, Stream* stream);
+  // Gives back what the stream held of unfinished pieces ([row pieces]).
+  ~SessionHandler();
 
   // Handles one message. Stream-level failures (no Hello first, second Hello,
   // unknown or dropped job, stale incarnation, empty message, a ClockAdvance
@@ -109,6 +111,7 @@ class SessionHandler {
     std::vector<uint64_t> ids;
     std::string values;  // fp32
     bool fp16;           // travelled fp16
+    uint64_t held;       // bytes reserved with Job::HoldPieces
   };
   std::optional<RowPieces> pieces_;
 };
