@@ -19,6 +19,31 @@ constexpr int kInvalidArgument = 3;
 constexpr int kDeadlineExceeded = 4;
 constexpr int kNotFound = 5;
 
+// A sync SGD job (lr 0.5) of worker 1: `dense` chunks of 4 elements, then
+// one partition of a table (tensor 1) of 100 rows x 2.
+pb::CreateJobRequest TableJobRequest(const std::string& job, uint64_t dense) {
+  pb::CreateJobRequest req;
+  req.set_job_id(job);
+  req.mutable_optimizer()->set_type("sgd");
+  req.mutable_optimizer()->set_learning_rate(0.5f);
+  req.mutable_consistency()->set_mode(pb::SYNC);
+  for (uint64_t i = 0; i < dense; ++i) {
+    req.add_chunks()->set_chunk_id(i);
+    req.mutable_chunks(i)->set_num_elems(4);
+  }
+  pb::ChunkInfo* t = req.add_chunks();
+  t->set_chunk_id(dense);
+  t->set_tensor(1);
+  t->mutable_rows()->set_table_rows(100);
+  t->mutable_rows()->set_dim(2);
+  t->mutable_rows()->set_partitions(1);
+  t->mutable_rows()->set_init_std(1.0f);
+  t->mutable_rows()->set_seed(7);
+  req.mutable_membership()->set_epoch(1);
+  req.mutable_membership()->add_worker_ids(1);
+  return req;
+}
+
 class ShardProtocolTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -357,23 +382,7 @@ TEST_F(ShardProtocolTest, MalformedBucketGetsAClearStatusAndChangesNothing) {
 // nothing, and `more` in a Push that holds more than the piece is refused.
 TEST_F(ShardProtocolTest, RowsInPiecesAreOnePushAndBrokenPiecesChangeNothing) {
   // Chunk 0: 4 dense elements; chunk 1: a table of 100 rows x 2.
-  pb::CreateJobRequest req;
-  req.set_job_id("pieces");
-  req.mutable_optimizer()->set_type("sgd");
-  req.mutable_optimizer()->set_learning_rate(0.5f);
-  req.mutable_consistency()->set_mode(pb::SYNC);
-  req.add_chunks()->set_chunk_id(0);
-  req.mutable_chunks(0)->set_num_elems(4);
-  pb::ChunkInfo* t = req.add_chunks();
-  t->set_chunk_id(1);
-  t->set_tensor(1);
-  t->mutable_rows()->set_table_rows(100);
-  t->mutable_rows()->set_dim(2);
-  t->mutable_rows()->set_partitions(1);
-  t->mutable_rows()->set_init_std(1.0f);
-  t->mutable_rows()->set_seed(7);
-  req.mutable_membership()->set_epoch(1);
-  req.mutable_membership()->add_worker_ids(1);
+  const pb::CreateJobRequest req = TableJobRequest("pieces", 1);
   pb::CreateJobResponse created;
   auto stub = shard_->Stub();
   ASSERT_TRUE(Call(stub.get(), &pb::ParameterServer::Stub::CreateJob, req, &created).ok());
@@ -500,23 +509,12 @@ TEST_F(ShardProtocolTest, RowsInPiecesAreOnePushAndBrokenPiecesChangeNothing) {
 TEST(ShardTableLimitTest, ASmallMessageLimitRefusesTablesAtCreate) {
   auto shard = ShardProcess::Start({"--max_message_bytes=4194304", "--pull_answer_bytes=1048576"});
   ASSERT_TRUE(shard.ok()) << shard.status();
-  pb::CreateJobRequest req;
-  req.set_job_id("small");
-  req.mutable_optimizer()->set_type("sgd");
-  req.mutable_optimizer()->set_learning_rate(0.5f);
-  req.mutable_consistency()->set_mode(pb::SYNC);
-  pb::ChunkInfo* t = req.add_chunks();
-  t->set_tensor(3);
-  t->mutable_rows()->set_table_rows(100);
-  t->mutable_rows()->set_dim(2);
-  t->mutable_rows()->set_partitions(1);
-  req.mutable_membership()->set_epoch(1);
-  req.mutable_membership()->add_worker_ids(1);
+  pb::CreateJobRequest req = TableJobRequest("small", 0);
   pb::CreateJobResponse resp;
   auto stub = (*shard)->Stub();
   grpc::Status s = Call(stub.get(), &pb::ParameterServer::Stub::CreateJob, req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("table 3: a shard holds tables only with --max_message_bytes "
+  EXPECT_NE(s.error_message().find("table 1: a shard holds tables only with --max_message_bytes "
                                    "of at least 8388608"),
             std::string::npos)
       << s.error_message();
