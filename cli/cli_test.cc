@@ -282,6 +282,19 @@ TEST(Render, ATableSaysWhenAPartitionLostItsRows) {
   std::string out = RenderJob(j, 0);
   EXPECT_TRUE(absl::StrContains(out, "emb.table: 40 rows held (")) << out;
   EXPECT_FALSE(absl::StrContains(out, "LOST")) << out;
+  // How its rows travel, from the shard map ([fp16 rows]).
+  auto* info = j.mutable_shard_map()->add_tensors();
+  info->set_name("emb.table");
+  info->set_table_rows(1000);
+  info->set_table_dim(4);
+  info->set_codec("fp16");
+  info->set_pull_codec("fp16");
+  out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "emb.table 1000 x 4 (rows fp16): 40 rows held (")) << out;
+  info->set_pull_codec("none");
+  out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "emb.table 1000 x 4 (rows pushed fp16, pulled fp32): 40"))
+      << out;
   t->mutable_rows()->set_lost(1);
   out = RenderJob(j, 0);
   EXPECT_TRUE(absl::StrContains(out, "; the rows of 1 partition(s) were LOST (a shard restarted "

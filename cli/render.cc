@@ -249,7 +249,13 @@ std::string TablesText(const v1::JobStatus& j) {
     std::string shape;
     for (const auto& info : j.shard_map().tensors()) {
       if (info.name() == t.tensor()) {
-        shape = absl::StrCat(" ", info.table_rows(), " x ", info.table_dim());
+        // How the rows travel ([fp16 rows] in common/job/shard_map.cc).
+        auto precision = [](const std::string& codec) { return codec == "fp16" ? "fp16" : "fp32"; };
+        const std::string push = precision(info.codec()), pull = precision(info.pull_codec());
+        shape = absl::StrCat(" ", info.table_rows(), " x ", info.table_dim(),
+                             push == pull ? absl::StrCat(" (rows ", push, ")")
+                                          : absl::StrCat(" (rows pushed ", push, ", pulled ",
+                                                         pull, ")"));
         break;
       }
     }

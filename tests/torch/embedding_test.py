@@ -95,7 +95,9 @@ def main():
             status = c.cli("status", job).stdout
             table_line = next((l for l in status.splitlines() if l.startswith("tables:")), "")
             print(table_line)
-            if "emb.table 1000 x 4: " not in table_line or " rows held (" not in table_line:
+            # --codec=none: the rows travel fp32 ([fp16 rows] in common/job/shard_map.cc).
+            if ("emb.table 1000 x 4 (rows fp32): " not in table_line
+                    or " rows held (" not in table_line):
                 failures.append("%s: `gradstream status` shows no table line:\n%s" % (name, status))
             if not torch.equal(runs[0]["rows_before"], runs[1]["rows_before"]):
                 failures.append("%s: the ranks read different first-touch rows" % name)
