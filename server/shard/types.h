@@ -13,11 +13,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "common/job/row_partition.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
 #include "common/job/precision.h"
+#include "common/job/row_partition.h"
 #include "common/job/table_rows.h"
 #include "common/optim/optimizer.h"
 

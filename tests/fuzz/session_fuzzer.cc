@@ -186,6 +186,11 @@ float Magnitude(const std::string& fp32) {
   return m;
 }
 
+// A push's rows: fp32 values, or at most half's largest (65504) x scale.
+float Magnitude(const pb::PushedRows& r) {
+  return r.fp16() ? 65504.0f * std::fabs(r.scale()) : Magnitude(r.values());
+}
+
 bool AllFinite(const std::string& fp32) {
   for (size_t i = 0; i + 4 <= fp32.size(); i += 4) {
     float v;
@@ -430,7 +435,7 @@ class Run {
     if (acks == 0 && piece) {  // held until its last piece
       const pb::PushedRows& r = msg.push().rows(0);
       held_[s].push_back(Held{current_, seq, msg.push().clock(), r.chunk_id(),
-                              Magnitude(r.values()) <= kModerate});
+                              Magnitude(r) <= kModerate});
       return;
     }
     Check(acks == 1, absl::StrCat(acks, " acks for one push/init"));
@@ -457,7 +462,7 @@ class Run {
           if (!(Magnitude(c.chunk()) <= kModerate)) moderate_ = false;
         }
         for (const pb::PushedRows& r : msg.push().rows()) {
-          if (!(Magnitude(r.values()) <= kModerate)) moderate_ = false;
+          if (!(Magnitude(r) <= kModerate)) moderate_ = false;
         }
       }
     } else if (!ok || ack->duplicate()) {
