@@ -461,6 +461,40 @@ TEST_F(ShardProtocolTest, RowsInPiecesAreOnePushAndBrokenPiecesChangeNothing) {
             std::string::npos)
       << bad->message();
 
+  // fp16 rows with a hostile scale or byte count: refused, nothing applied.
+  for (float scale : {-1.0f, 0.0f, NAN, INFINITY}) {
+    pb::Push p = rows_push(0, {1, 2}, {}, false);
+    p.mutable_rows(0)->set_fp16(true);
+    p.mutable_rows(0)->set_scale(scale);
+    p.mutable_rows(0)->set_values(std::string(8, '\0'));  // 2 rows x 2 halves
+    absl::StatusOr<pb::Ack> half = w.PushMessage(10, p);
+    ASSERT_TRUE(half.ok()) << half.status();
+    EXPECT_EQ(half->code(), kInvalidArgument) << scale;
+    EXPECT_NE(half->message().find("fp16 rows with scale"), std::string::npos)
+        << half->message();
+  }
+  pb::Push odd = rows_push(0, {1, 2}, {}, false);
+  odd.mutable_rows(0)->set_fp16(true);
+  odd.mutable_rows(0)->set_scale(1.0f);
+  odd.mutable_rows(0)->set_values(std::string(7, '\0'));
+  absl::StatusOr<pb::Ack> odd_ack = w.PushMessage(11, odd);
+  ASSERT_TRUE(odd_ack.ok()) << odd_ack.status();
+  EXPECT_EQ(odd_ack->code(), kInvalidArgument);
+  EXPECT_NE(odd_ack->message().find("7 bytes of fp16 values"), std::string::npos)
+      << odd_ack->message();
+  // A finite scale past half's range: rows past fp32's range are refused.
+  pb::Push huge = rows_push(0, {1, 2}, {}, false);
+  huge.mutable_rows(0)->set_fp16(true);
+  huge.mutable_rows(0)->set_scale(1e38f);
+  const uint16_t max_half = 0x7bff;  // 65504
+  std::string halves;
+  for (int i = 0; i < 4; ++i) halves.append(reinterpret_cast<const char*>(&max_half), 2);
+  huge.mutable_rows(0)->set_values(halves);
+  absl::StatusOr<pb::Ack> huge_ack = w.PushMessage(12, huge);
+  ASSERT_TRUE(huge_ack.ok()) << huge_ack.status();
+  EXPECT_EQ(huge_ack->code(), kInvalidArgument) << huge_ack->message();
+  EXPECT_EQ(applied(), 1u);
+
   // A stream that ends holding a piece: nothing applied.
   {
     SessionClient gone(shard_->Connect());
@@ -501,7 +535,7 @@ TEST_F(ShardProtocolTest, RowsInPiecesAreOnePushAndBrokenPiecesChangeNothing) {
   const pb::StatsResponse st = Stats("pieces");
   EXPECT_EQ(st.pushes_applied(), 2u);
   EXPECT_EQ(st.pushes_duplicate(), 1u);
-  EXPECT_EQ(st.pushes_rejected(), 2u);
+  EXPECT_EQ(st.pushes_rejected(), 8u);  // 2 above, and the 6 bad fp16 pushes
 }
 
 // A shard whose receive limit is under what rows travel in refuses a job

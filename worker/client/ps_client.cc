@@ -59,15 +59,6 @@ class PsClientImpl final : public PsClient {
     for (const ChunkInfo& c : map_.chunks) {
       if (c.table.has_value()) table_parts_[c.tensor].push_back(&c);
     }
-    // The map says how each table's rows travel ([fp16 rows] in
-    // common/job/shard_map.cc).
-    rows_fp16_push_.assign(map_.tensors.size(), false);
-    rows_fp16_pull_.assign(map_.tensors.size(), false);
-    for (const TensorInfo& t : map_.tensors) {
-      if (!t.is_table()) continue;
-      rows_fp16_push_[t.index] = t.codec == "fp16";
-      rows_fp16_pull_[t.index] = t.pull_codec == "fp16";
-    }
     for (const TensorInfo& t : map_.tensors) {
       if (t.is_table()) {  // pushed and pulled by row: no encoder
         encoders_.push_back(nullptr);
@@ -309,7 +300,7 @@ class PsClientImpl final : public PsClient {
     }
     const std::vector<const ChunkInfo*>& parts = table_parts_[tensor];
     const uint32_t dim = table->table_dim;
-    const bool fp16 = rows_fp16_push_[tensor];
+    const bool fp16 = table->codec == "fp16";  // the map says ([fp16 rows] in shard_map.cc)
     std::vector<v1::PushedRows> rows(parts.size());
     std::vector<std::vector<float>> fp32(fp16 ? parts.size() : 0);  // gathered, then encoded
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -565,7 +556,7 @@ class PsClientImpl final : public PsClient {
         t.dst = out.data();
         t.tensor = table.index;
         t.dim = table.table_dim;
-        t.fp16 = rows_fp16_pull_[table.index];
+        t.fp16 = table.pull_codec == "fp16";  // [fp16 rows]
         (*per_shard)[c.shard].push_back(c.chunk_id);
       }
       t.row_ids.push_back(ids[i]);
@@ -616,7 +607,6 @@ class PsClientImpl final : public PsClient {
   const ClientOptions options_;
   std::vector<std::unique_ptr<TensorEncoder>> encoders_;  // by tensor index; null: a table
   std::vector<std::vector<const ChunkInfo*>> table_parts_;  // by tensor: partitions in order
-  std::vector<bool> rows_fp16_push_, rows_fp16_pull_;        // by tensor: see [fp16 rows]
   std::vector<std::unique_ptr<absl::Mutex>> tensor_mu_;   // guards encoders_[t]
   std::vector<std::unique_ptr<ShardStream>> streams_;     // by shard index
   internal::StreamCounters counters_;
