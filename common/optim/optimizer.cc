@@ -284,8 +284,19 @@ absl::Status Optimizer::ApplyRows(absl::Span<float* const> params,
   float* const s0o = slots > 0 ? po + rows * dim : nullptr;
   float* const s1o = slots > 1 ? s0o + rows * dim : nullptr;
   bool finite = true;
+  // The rows are scattered over a table far larger than the caches: each
+  // row's memory is asked for a few rows before the kernel reads it.
+  constexpr size_t kAhead = 8;
+  auto prefetch = [dim](const float* row) {
+    for (uint32_t j = 0; j < dim; j += 64 / sizeof(float)) __builtin_prefetch(row + j, 1);
+  };
   for (size_t i = 0; i < rows; ++i) {
     const size_t at = i * dim;
+    if (i + kAhead < rows) {
+      prefetch(params[i + kAhead]);
+      if (slots > 0) prefetch(slot0[i + kAhead]);
+      if (slots > 1) prefetch(slot1[i + kAhead]);
+    }
     finite &= k.apply_checked(sp, params[i], slots > 0 ? slot0[i] : nullptr,
                               slots > 1 ? slot1[i] : nullptr, grad.data() + at, grad_scale,
                               po + at, s0o ? s0o + at : nullptr, s1o ? s1o + at : nullptr, dim);

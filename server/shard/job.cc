@@ -11,7 +11,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec/decoder.h"
-#include "common/codec/half_rows.h"
 #include "common/status.h"
 #include "glog/logging.h"
 
@@ -525,25 +524,10 @@ void Job::Serve(const PullArgs& pull, const PullCallback& done) {
     PulledRows& out = result.rows.emplace_back();
     out.chunk_id = r.chunk_id;
     absl::MutexLock l(&c->mu);
-    RowStore& store = *c->rows;
-    const size_t row_bytes = size_t{store.spec().dim} * sizeof(float);
-    out.values.resize(r.ids.size() * row_bytes);
-    for (size_t i = 0; i < r.ids.size(); ++i) {
-      std::memcpy(out.values.data() + i * row_bytes, store.params(store.Touch(r.ids[i])),
-                  row_bytes);
-    }
+    ReadRows(r.ids, r.fp16, c->rows.get(), &out);
     out.version = c->version.load();
     c->read_version[pull.worker] = out.version;
-    fp32_bytes += out.values.size();
-    if (r.fp16) {
-      const absl::Span<const float> fp32(reinterpret_cast<const float*>(out.values.data()),
-                                         out.values.size() / sizeof(float));
-      std::string half;
-      out.scale = HalfRowsScale(fp32);
-      EncodeHalfRows(fp32, out.scale, &half);
-      out.values = std::move(half);
-      out.fp16 = true;
-    }
+    fp32_bytes += r.ids.size() * c->rows->spec().dim * sizeof(float);
     bytes += out.values.size();
     c->rows_pulled.fetch_add(r.ids.size());
   }

@@ -1,11 +1,13 @@
 #include "server/shard/row_store.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/codec/half_rows.h"
 #include "common/philox.h"
 #include "common/status.h"
 #include "glog/logging.h"
@@ -68,6 +70,16 @@ uint32_t RowStore::Touch(uint64_t row) {
   ids_.push_back(row);
   if (held_bytes_ != nullptr) held_bytes_->fetch_add(row_bytes());
   return it->second;
+}
+
+void RowStore::TouchAll(absl::Span<const uint64_t> ids, uint32_t* out) {
+  constexpr size_t kAhead = 16;  // rows whose lookups are in flight
+  const size_t n = ids.size();
+  for (size_t i = 0; i < std::min(n, kAhead); ++i) index_.prefetch(ids[i]);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) index_.prefetch(ids[i + kAhead]);
+    out[i] = Touch(ids[i]);
+  }
 }
 
 absl::Status RowStore::Restore(std::vector<uint64_t> ids, std::vector<float> values,
@@ -182,10 +194,8 @@ absl::Status CheckRowGrads(const RowStore& store, const RowGrads& grads) {
 
 namespace {
 
-float ValueAt(absl::string_view values, size_t i) {
-  float v;
-  std::memcpy(&v, values.data() + i * sizeof(float), sizeof v);
-  return v;
+void PrefetchRow(const float* row, uint32_t dim) {
+  for (uint32_t j = 0; j < dim; j += 64 / sizeof(float)) __builtin_prefetch(row + j);
 }
 
 // One optimizer step over rows `ids` of `store` with gradient rows `g`,
@@ -196,8 +206,11 @@ absl::Status ApplyToRows(const Optimizer& optimizer, absl::Span<const uint64_t> 
                          OptimizerState* state) {
   const size_t held = store->size();
   std::vector<uint32_t> at(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) at[i] = store->Touch(ids[i]);
+  store->TouchAll(ids, at.data());
   std::vector<float*> params, s0, s1;
+  params.reserve(at.size());
+  s0.reserve(store->num_slots() > 0 ? at.size() : 0);
+  s1.reserve(store->num_slots() > 1 ? at.size() : 0);
   for (uint32_t a : at) {
     store->KeepForSnapshot(a);
     params.push_back(store->params(a));
@@ -212,30 +225,79 @@ absl::Status ApplyToRows(const Optimizer& optimizer, absl::Span<const uint64_t> 
 }  // namespace
 
 absl::Status AddRows(const RowGrads& grads, uint32_t dim, RowSum* sum) {
-  // Checked first, so that a refused push leaves the sum as it was.
-  for (size_t i = 0; i < grads.ids.size(); ++i) {
+  const size_t n = grads.ids.size();
+  // The values as floats (the wire's bytes need not be aligned).
+  std::vector<float> g(n * dim);
+  if (!g.empty()) std::memcpy(g.data(), grads.values.data(), g.size() * sizeof(float));
+  std::vector<int64_t> at(n);  // each row's place in the sum, -1 = not there yet
+  // One lookup per row, and checked before anything changes, so that a
+  // refused push leaves the sum as it was. |x| <= FLT_MAX is false for NaN.
+  bool finite = true;
+  for (size_t i = 0; i < n; ++i) {
     auto it = sum->index.find(grads.ids[i]);
-    if (it == sum->index.end()) continue;
-    const float* s = sum->sum.data() + size_t{it->second} * dim;
-    for (uint32_t j = 0; j < dim; ++j) {
-      if (!std::isfinite(s[j] + ValueAt(grads.values, i * dim + j))) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "adding row ", grads.ids[i],
-            " to its round would make the round's sum non-finite: refused, the round is"
-            " unchanged"));
+    at[i] = it == sum->index.end() ? -1 : int64_t{it->second};
+    if (at[i] < 0) continue;
+    const float* s = sum->sum.data() + size_t(at[i]) * dim;
+    const float* v = g.data() + i * dim;
+    for (uint32_t j = 0; j < dim; ++j) finite &= std::fabs(s[j] + v[j]) <= FLT_MAX;
+  }
+  if (!finite) {
+    for (size_t i = 0; i < n; ++i) {
+      if (at[i] < 0) continue;
+      const float* s = sum->sum.data() + size_t(at[i]) * dim;
+      for (uint32_t j = 0; j < dim; ++j) {
+        if (!(std::fabs(s[j] + g[i * dim + j]) <= FLT_MAX)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "adding row ", grads.ids[i],
+              " to its round would make the round's sum non-finite: refused, the round is"
+              " unchanged"));
+        }
       }
     }
   }
-  for (size_t i = 0; i < grads.ids.size(); ++i) {
-    auto [it, fresh] = sum->index.try_emplace(grads.ids[i], static_cast<uint32_t>(sum->ids.size()));
-    if (fresh) {
-      sum->ids.push_back(grads.ids[i]);
-      sum->sum.resize(sum->sum.size() + dim, 0.0f);
+  size_t fresh = 0;
+  for (int64_t a : at) fresh += a < 0;
+  sum->index.reserve(sum->index.size() + fresh);
+  sum->ids.reserve(sum->ids.size() + fresh);
+  sum->sum.reserve(sum->sum.size() + fresh * dim);
+  for (size_t i = 0; i < n; ++i) {
+    if (at[i] < 0) {
+      // try_emplace: a row twice in one push (CheckRowGrads refuses that
+      // first) would add to its own first copy.
+      auto [it, added] =
+          sum->index.try_emplace(grads.ids[i], static_cast<uint32_t>(sum->ids.size()));
+      if (added) {
+        sum->ids.push_back(grads.ids[i]);
+        sum->sum.insert(sum->sum.end(), g.begin() + i * dim, g.begin() + (i + 1) * dim);
+        continue;
+      }
+      at[i] = it->second;
     }
-    float* s = sum->sum.data() + size_t{it->second} * dim;
-    for (uint32_t j = 0; j < dim; ++j) s[j] += ValueAt(grads.values, i * dim + j);
+    float* s = sum->sum.data() + size_t(at[i]) * dim;
+    const float* v = g.data() + i * dim;
+    for (uint32_t j = 0; j < dim; ++j) s[j] += v[j];
   }
   return absl::OkStatus();
+}
+
+void ReadRows(absl::Span<const uint64_t> ids, bool fp16, RowStore* store, PulledRows* out) {
+  const uint32_t dim = store->spec().dim;
+  std::vector<uint32_t> at(ids.size());
+  store->TouchAll(ids, at.data());
+  // Gathered fp32 first: fp16 needs the max of all the rows for its scale.
+  std::vector<float> rows(ids.size() * dim);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + 4 < ids.size()) PrefetchRow(store->params(at[i + 4]), dim);
+    std::memcpy(rows.data() + i * dim, store->params(at[i]), dim * sizeof(float));
+  }
+  out->values.clear();
+  if (!fp16) {
+    out->values.append(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(float));
+    return;
+  }
+  out->scale = HalfRowsScale(rows);
+  EncodeHalfRows(rows, out->scale, &out->values);
+  out->fp16 = true;
 }
 
 absl::Status ApplyRowSum(const Optimizer& optimizer, const RowSum& sum, float scale,

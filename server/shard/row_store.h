@@ -38,6 +38,9 @@ class RowStore {
   [[nodiscard]] absl::Status CheckIds(absl::Span<const uint64_t> ids, bool unique) const;
   // The row's index, created with its initial values on first touch.
   uint32_t Touch(uint64_t row);
+  // out[i] = Touch(ids[i]), with the index's memory fetched a few rows ahead
+  // (a table's index is far larger than the caches).
+  void TouchAll(absl::Span<const uint64_t> ids, uint32_t* out);
   bool Has(uint64_t row) const { return index_.contains(row); }
   // Forgets the rows created after the store held `keep`: an update refused
   // after it touched its rows leaves none behind.
@@ -100,6 +103,9 @@ struct RowSum {
 // Adds checked `grads` to `sum`; InvalidArgument (and `sum` unchanged) when
 // a sum would not be finite.
 [[nodiscard]] absl::Status AddRows(const RowGrads& grads, uint32_t dim, RowSum* sum);
+// Rows `ids` of `store` (created on first read) into `out->values`: fp32,
+// or with `fp16` in half under one scale (common/codec/half_rows.h).
+void ReadRows(absl::Span<const uint64_t> ids, bool fp16, RowStore* store, PulledRows* out);
 // One optimizer step over the rows of `sum` (or of `grads`), scaled by
 // `scale`; untouched rows do not change. See Optimizer::ApplyRows.
 [[nodiscard]] absl::Status ApplyRowSum(const Optimizer& optimizer, const RowSum& sum, float scale,

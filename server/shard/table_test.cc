@@ -202,6 +202,22 @@ TEST(TableJob, SyncRoundAveragesRowsAndLeavesUntouchedRowsAlone) {
   EXPECT_EQ(s.min_version, 2u);
 }
 
+TEST(TableJob, ARowSumPastFloatRangeIsRefusedAndTheRoundKeepsItsSum) {
+  TableJob t(ConsistencyMode::kSync);
+  const float big = 3e38f;
+  ASSERT_FALSE(*t.Push(10, 0, {3, 7}, {1, 1, 1, 1, big, big, big, big}));
+  // Row 7 would sum past FLT_MAX; row 5, new to the round, is not added either.
+  absl::StatusOr<bool> r = t.Push(11, 0, {5, 7}, {1, 1, 1, 1, big, big, big, big});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(r.status().message(),
+                                "adding row 7 to its round would make the round's sum non-finite"))
+      << r.status();
+  EXPECT_FALSE(t.Pull(10, 1, {3, 5, 7}).has_value());  // the round is still open
+  ASSERT_FALSE(*t.Push(11, 0, {7}, {-big, -big, -big, -big}));
+  EXPECT_EQ(**t.Pull(10, 1, {3, 5, 7}),
+            Concat({Step(Initial(3), {1, 1, 1, 1}, 0.5f), Initial(5), Initial(7)}));
+}
+
 TEST(TableJob, AdaGradKeepsOneAccumulatorPerRow) {
   TableJob t(ConsistencyMode::kAsync, OptimizerType::kAdaGrad);
   ASSERT_FALSE(*t.Push(10, 0, {4}, {2, 2, 2, 2}, false));
