@@ -9,10 +9,11 @@
 Needs root (ip netns, tc). Every process runs in its own network namespace,
 joined to a bridge by a veth pair shaped with tbf at the rate in both
 directions (bench/tta/netns.py; "none" = unshaped). gradstream: ns a = shard
-0 + coordinator, b = shard 1, c and d = one gs_worker each, which runs the
-training script as its child, so the script is in the worker's namespace;
-the job is submitted with the CLI (`gradstream submit --entrypoint ...`).
-DDP: 2 gloo ranks, in c and d, rendezvous over the shaped network. Both run
+0 + coordinator, b = shard 1, c, d, ... = one gs_worker each (--workers, 2
+by default), which runs the training script as its child, so the script is
+in the worker's namespace; the job is submitted with the CLI (`gradstream
+submit --entrypoint ...`). DDP: one gloo rank in each of c, d, ...,
+rendezvous over the shaped network. Both run
 bench/tta/train.py: same model, seeds, samples per step and momentum SGD.
 
 Each round runs every (rate, model, system) once, the systems in an order
@@ -177,12 +178,13 @@ class Run:
         self.args, self.net, self.name, self.model, self.steps = args, net, name, model, steps
         (self.kind, self.variant), self.opts = parse_system(name)
         self.build = args.base_build if "base" in self.opts else args.build
-        self.workers = 1 if name.split("@")[0] in ONE_WORKER else 2
+        self.workers = 1 if name.split("@")[0] in ONE_WORKER else args.workers
+        self.nodes = worker_nodes(self.workers)
         self.dir = tempfile.mkdtemp(prefix="tta-%s-%s-" % (model, name))
         self.out = os.path.join(self.dir, "result.json")
         self.procs = {}   # label -> Popen
         self.rec = {"system": name, "model": model, "rate": net.rate, "round": rnd,
-                    "steps_wanted": steps, "status": "failed"}
+                    "steps_wanted": steps, "workers": self.workers, "status": "failed"}
         self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                         PYTHONDONTWRITEBYTECODE="1",
                         PYTHONPATH=os.path.join(self.build, "python"))
@@ -224,16 +226,16 @@ class Run:
 
     def start_ddp(self, port):
         master = "%s:%d" % (self.net.nodes["c"]["ip"], port)
-        for rank, node in enumerate(("c", "d")):
+        for rank, node in enumerate(self.nodes):
             hook = ["--ddp_hook", "fp32", "--ctr_sparse", "0"] if self.variant == "dense" else [
                 "--ddp_hook", self.variant]
             self.spawn("rank%d" % rank, node, self.script_argv(
                 ["--system", "ddp"] + hook + ["--rank", str(rank),
-                 "--world", "2", "--master", master]),
+                 "--world", str(self.workers), "--master", master]),
                 env={"GLOO_SOCKET_IFNAME": self.net.nodes[node]["dev"]})
 
     def start_local(self):
-        batch = self.args.global_batch // (1 if self.variant == "full" else 2)
+        batch = self.args.global_batch // (1 if self.variant == "full" else self.args.workers)
         self.spawn("rank0", "c", self.script_argv(
             ["--system", "local", "--global_batch", str(batch)]))
 
@@ -271,7 +273,7 @@ class Run:
             env["GRADSTREAM_BUCKET_BYTES"] = self.opts["buckets"].replace(":", ",")
         if "prefetch" in self.opts:
             env["GRADSTREAM_ROW_PREFETCH"] = self.opts["prefetch"]
-        for node in ("c", "d")[:self.workers]:
+        for node in self.nodes:
             self.spawn("worker_" + node, node, [os.path.join(b, "worker/trainer/gs_worker"),
                                                 "--device=cpu", "--name=tta-" + node],
                        env=env)
@@ -281,7 +283,8 @@ class Run:
                 raise TimeoutError("the %d workers did not register within 60 s" % self.workers)
             time.sleep(0.3)
         script = " ".join(self.script_argv(["--system", "gradstream"] + (
-            [] if self.workers == 2 else ["--global_batch", str(self.args.global_batch // 2)]) +
+            [] if self.workers == self.args.workers else
+            ["--global_batch", str(self.args.global_batch // self.args.workers)]) +
             SCRIPT_FLAGS.get(self.name.split("@")[0], [])))
         if self.variant is None or isinstance(self.variant, list):
             codec = self.variant or []
@@ -312,7 +315,7 @@ class Run:
             return self.procs["rank0"].poll() is not None
         if self.kind == "ddp":
             # A rank that failed leaves the other waiting in gloo: the run is over.
-            codes = [self.procs["rank%d" % r].poll() for r in (0, 1)]
+            codes = [self.procs["rank%d" % r].poll() for r in range(self.workers)]
             return all(c is not None for c in codes) or any(c not in (None, 0) for c in codes)
         st = self.job_status()
         state = st.get("state")
@@ -370,7 +373,7 @@ class Run:
     def collect(self, first, last):
         res = read_json(self.out) or {}
         ranks = [res] + [read_json("%s.rank%d" % (self.out, r)) or {}
-                         for r in ((1,) if self.kind != "local" and self.workers == 2 else ())]
+                         for r in (range(1, self.workers) if self.kind != "local" else ())]
         steps = res.get("steps") or len(res.get("step_s", []))
         self.rec.update(steps=steps, params=res.get("params"), evals=res.get("evals", []),
                         step_s=res.get("step_s", []), ps_stats=res.get("ps_stats"))
@@ -421,6 +424,12 @@ class Run:
         self.net.kill_all()   # the scripts gs_worker started, if any outlived it
 
 
+def worker_nodes(n):
+    """The namespaces of n training processes: c, d, e, ... (a and b hold
+    the shards and the coordinator)."""
+    return [chr(ord("c") + i) for i in range(n)]
+
+
 def rotated(names, k):
     k %= len(names)
     return names[k:] + names[:k]
@@ -438,6 +447,9 @@ def main():
     ap.add_argument("--eval_every", type=int, default=25)
     ap.add_argument("--test_limit", type=int, default=10000)
     ap.add_argument("--global_batch", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=2,
+                    help="training processes (DDP ranks, gradstream workers), each in its own "
+                         "namespace; the global batch is split among them")
     ap.add_argument("--ctr_rows", type=int, default=1 << 20, help="ctr: the table's rows")
     ap.add_argument("--script_data_limit_mb", type=int, default=0,
                     help="RLIMIT_DATA of every training script (prlimit --data), MiB; 0 = none")
@@ -512,7 +524,7 @@ def main():
     try:
         for rnd in range(1, args.rounds + 1):
             for rate in args.rates.split(","):
-                with Network(["a", "b", "c", "d"], rate) as net:
+                with Network(["a", "b"] + worker_nodes(args.workers), rate) as net:
                     for model in args.models.split(","):
                         steps = int(rate_steps.get(rate, args.steps))
                         for name in rotated(systems, rnd - 1):
