@@ -71,6 +71,12 @@ class Writer {
     U64(v.size());
     Raw(v.data(), v.size() * sizeof(float));
   }
+  void Rows(const RowArray& a) {  // as Floats of the rows in order
+    U64(uint64_t{a.rows()} * a.dim());
+    for (size_t b = 0; b < a.rows(); b += a.block_rows()) {
+      Raw(a.row(b), std::min(a.block_rows(), a.rows() - b) * a.dim() * sizeof(float));
+    }
+  }
   void U64s(absl::Span<const uint64_t> v) {  // little-endian, as U64
     U64(v.size());
     Raw(v.data(), v.size() * sizeof(uint64_t));
@@ -176,6 +182,22 @@ class Reader {
     std::vector<float> v(n);
     Raw(v.data(), n * sizeof(float));
     return v;
+  }
+  // A table's rows: `rows` rows of the width the count gives (a row the
+  // same for every array of the table, checked by RowStore::Restore).
+  RowArray Rows(size_t rows) {
+    const uint64_t n = Count(sizeof(float));
+    if (ok_ && rows == 0 && n == 0) return RowArray();
+    if (!ok_ || rows == 0 || n == 0 || n % rows != 0 || n / rows > UINT32_MAX) {
+      ok_ = false;
+      return RowArray();
+    }
+    RowArray a(static_cast<uint32_t>(n / rows));
+    a.Fill(rows, [this](float* out, size_t floats) {
+      Raw(out, floats * sizeof(float));
+      return ok_;
+    });
+    return a;
   }
   std::vector<uint64_t> U64s() {
     const uint64_t n = Count(sizeof(uint64_t));
@@ -318,9 +340,9 @@ void WriteBody(const JobSnapshot& s, Writer& w) {
         WriteRows(*c.rows, w);
       } else {
         w.U64s(c.row_ids);
-        w.Floats(c.row_values);
+        w.Rows(c.row_values);
         w.U64(c.row_slots.size());
-        for (const auto& slot : c.row_slots) w.Floats(slot);
+        for (const auto& slot : c.row_slots) w.Rows(slot);
       }
     }
   }
@@ -406,9 +428,9 @@ absl::StatusOr<JobSnapshot> ReadBody(Reader& r) {
         }
         c->table = true;
         c->row_ids = r.U64s();
-        c->row_values = r.Floats();
+        c->row_values = r.Rows(c->row_ids.size());
         c->row_slots.resize(r.Count(8));
-        for (auto& slot : c->row_slots) slot = r.Floats();
+        for (auto& slot : c->row_slots) slot = r.Rows(c->row_ids.size());
       }
     } else {
       return ParseError(r, "body does not parse");

@@ -28,6 +28,7 @@
 #include "common/env/env.h"
 #include "common/optim/optimizer.h"
 #include "server/shard/chunk_state.h"
+#include "server/shard/row_array.h"
 #include "server/shard/types.h"
 
 namespace gradstream::shard {
@@ -59,8 +60,8 @@ struct ChunkSnapshot {
   bool table = false;
   RowBlocks* rows = nullptr;
   std::vector<uint64_t> row_ids;
-  std::vector<float> row_values;
-  std::vector<std::vector<float>> row_slots;
+  RowArray row_values;
+  std::vector<RowArray> row_slots;
 };
 
 struct JobSnapshot {

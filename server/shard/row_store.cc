@@ -34,7 +34,8 @@ RowStore::RowStore(const TableSpec& spec, const Optimizer& optimizer,
     : spec_(spec), held_bytes_(held_bytes) {
   const OptimizerState fresh = optimizer.NewState(1);
   for (const auto& slot : fresh.slots) slot_init_.push_back(slot[0]);
-  slots_.resize(slot_init_.size());
+  values_ = RowArray(spec_.dim);
+  for (size_t k = 0; k < slot_init_.size(); ++k) slots_.emplace_back(spec_.dim);
 }
 
 absl::Status RowStore::CheckIds(absl::Span<const uint64_t> ids, bool unique) const {
@@ -63,10 +64,10 @@ absl::Status RowStore::CheckIds(absl::Span<const uint64_t> ids, bool unique) con
 uint32_t RowStore::Touch(uint64_t row) {
   auto [it, fresh] = index_.try_emplace(row, static_cast<uint32_t>(ids_.size()));
   if (!fresh) return it->second;
-  const size_t at = values_.size();
-  values_.resize(at + spec_.dim);
-  InitialRow(spec_, row, values_.data() + at);
-  for (size_t k = 0; k < slots_.size(); ++k) slots_[k].resize(at + spec_.dim, slot_init_[k]);
+  InitialRow(spec_, row, values_.Append());
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    std::fill_n(slots_[k].Append(), spec_.dim, slot_init_[k]);
+  }
   ids_.push_back(row);
   if (held_bytes_ != nullptr) held_bytes_->fetch_add(row_bytes());
   return it->second;
@@ -82,16 +83,19 @@ void RowStore::TouchAll(absl::Span<const uint64_t> ids, uint32_t* out) {
   }
 }
 
-absl::Status RowStore::Restore(std::vector<uint64_t> ids, std::vector<float> values,
-                               std::vector<std::vector<float>> slots) {
+absl::Status RowStore::Restore(std::vector<uint64_t> ids, RowArray values,
+                               std::vector<RowArray> slots) {
   CHECK(!snapshot_open_);
-  const size_t n = ids.size() * spec_.dim;
-  if (values.size() != n || slots.size() != slots_.size()) {
+  // No rows: a checkpoint cannot tell the width, any is the spec's.
+  auto fits = [&](const RowArray& a) {
+    return a.rows() == ids.size() && (ids.empty() || a.dim() == spec_.dim);
+  };
+  if (!fits(values) || slots.size() != slots_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("table ", spec_.table, " partition ",
                                                    spec_.partition, ": saved rows do not fit"));
   }
   for (const auto& s : slots) {
-    if (s.size() != n) return absl::InvalidArgumentError("saved row state does not fit");
+    if (!fits(s)) return absl::InvalidArgumentError("saved row state does not fit");
   }
   absl::flat_hash_map<uint64_t, uint32_t> index;
   for (uint32_t i = 0; i < ids.size(); ++i) {
@@ -106,8 +110,10 @@ absl::Status RowStore::Restore(std::vector<uint64_t> ids, std::vector<float> val
   }
   index_ = std::move(index);
   ids_ = std::move(ids);
-  values_ = std::move(values);
-  slots_ = std::move(slots);
+  values_ = ids_.empty() ? RowArray(spec_.dim) : std::move(values);
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    slots_[k] = ids_.empty() ? RowArray(spec_.dim) : std::move(slots[k]);
+  }
   return absl::OkStatus();
 }
 
@@ -145,8 +151,7 @@ void RowStore::SnapshotFloats(int array, uint64_t begin, uint64_t end, float* ou
   CHECK(snapshot_open_ && begin <= end && end <= snapshot_rows_ &&
         array < static_cast<int>(slots_.size()));
   const size_t dim = spec_.dim;
-  const std::vector<float>& live = array < 0 ? values_ : slots_[array];
-  std::memcpy(out, live.data() + begin * dim, (end - begin) * dim * sizeof(float));
+  (array < 0 ? values_ : slots_[array]).CopyOut(begin, end, out);
   auto put = [&](uint64_t i, const std::vector<float>& kept) {
     std::memcpy(out + (i - begin) * dim, kept.data() + (array + 1) * dim, dim * sizeof(float));
   };
@@ -168,8 +173,8 @@ void RowStore::DropNewest(size_t keep) {
   for (size_t i = keep; i < ids_.size(); ++i) index_.erase(ids_[i]);
   if (held_bytes_ != nullptr) held_bytes_->fetch_sub(row_bytes() * (ids_.size() - keep));
   ids_.resize(keep);
-  values_.resize(keep * spec_.dim);
-  for (auto& s : slots_) s.resize(keep * spec_.dim);
+  values_.Truncate(keep);
+  for (auto& s : slots_) s.Truncate(keep);
 }
 
 absl::Status CheckRowGrads(const RowStore& store, const RowGrads& grads) {

@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "common/job/row_partition.h"
 #include "common/optim/optimizer.h"
+#include "server/shard/row_array.h"
 #include "server/shard/types.h"
 
 namespace gradstream::shard {
@@ -24,7 +25,8 @@ namespace gradstream::shard {
 void InitialRow(const TableSpec& spec, uint64_t row, float* out);
 
 // Rows created on first touch. Not thread-safe: the partition's
-// ChunkState::mu guards it. Pointers stay valid until the next Touch.
+// ChunkState::mu guards it. A row's pointers stay valid until DropNewest
+// or Restore drops it.
 class RowStore {
  public:
   // `optimizer` gives the state slots a row starts with. `held_bytes` (may
@@ -47,8 +49,8 @@ class RowStore {
   void DropNewest(size_t keep);
   // Bytes one row takes: its values and state slots.
   uint64_t row_bytes() const { return uint64_t{spec_.dim} * sizeof(float) * (1 + slots_.size()); }
-  float* params(uint32_t index) { return values_.data() + size_t{index} * spec_.dim; }
-  float* slot(int k, uint32_t index) { return slots_[k].data() + size_t{index} * spec_.dim; }
+  float* params(uint32_t index) { return values_.row(index); }
+  float* slot(int k, uint32_t index) { return slots_[k].row(index); }
   size_t size() const { return ids_.size(); }
   int num_slots() const { return static_cast<int>(slots_.size()); }
 
@@ -69,11 +71,11 @@ class RowStore {
   // Called before row `index` changes.
   void KeepForSnapshot(uint32_t index);
 
-  // Replaces the store with checkpointed rows in creation order, values
-  // ids x dim and each state slot the same (InvalidArgument for sizes that
+  // Replaces the store with checkpointed rows in creation order, a row of
+  // `values` and of each state slot per id (InvalidArgument for sizes that
   // do not fit the spec, an id twice or an id not of this partition).
-  [[nodiscard]] absl::Status Restore(std::vector<uint64_t> ids, std::vector<float> values,
-                                     std::vector<std::vector<float>> slots);
+  [[nodiscard]] absl::Status Restore(std::vector<uint64_t> ids, RowArray values,
+                                     std::vector<RowArray> slots);
 
  private:
   const TableSpec spec_;
@@ -81,8 +83,8 @@ class RowStore {
   std::vector<float> slot_init_;  // per slot: the value a fresh row's state starts at
   absl::flat_hash_map<uint64_t, uint32_t> index_;
   std::vector<uint64_t> ids_;
-  std::vector<float> values_;
-  std::vector<std::vector<float>> slots_;
+  RowArray values_;
+  std::vector<RowArray> slots_;
   // [row snapshot]: rows of the image, and the old values and slots of
   // those changed since it began, by index.
   bool snapshot_open_ = false;

@@ -96,7 +96,7 @@ JobSnapshot SampleSnapshot() {
   a.Add(1);
   a.Add(4);
   c.applied = {{1, a}};
-  s.chunks.push_back(c);
+  s.chunks.push_back(std::move(c));
   return s;
 }
 
@@ -114,6 +114,40 @@ TEST(Checkpoint, RoundTrips) {
   EXPECT_EQ(back->chunks[0].applied[0].second.below, 2u);
   EXPECT_TRUE(back->chunks[0].applied[0].second.Contains(4));
   EXPECT_EQ(CheckpointPath("/d", "j/1", 2), "/d/j_1.shard2.ckpt");
+}
+
+// A table partition's rows (the ROWS section), read back into blocks of
+// rows (row_array.h) with the width the values' count gives.
+TEST(Checkpoint, RoundTripsATablesRows) {
+  JobSnapshot s = SampleSnapshot();
+  ChunkSnapshot& t = s.chunks.emplace_back();
+  t.chunk_id = 4;
+  t.table = true;
+  t.row_ids = {5, 9, 2};
+  t.row_values = RowArray(2);
+  t.row_slots.emplace_back(2);
+  for (uint64_t i = 0; i < t.row_ids.size(); ++i) {
+    float* v = t.row_values.Append();
+    float* a = t.row_slots[0].Append();
+    v[0] = i, v[1] = -1.5f * i, a[0] = 0.1f, a[1] = 10.0f + i;
+  }
+  absl::StatusOr<JobSnapshot> back = DecodeCheckpoint(EncodeCheckpoint(s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  const ChunkSnapshot& r = back->chunks.at(1);
+  EXPECT_TRUE(r.table);
+  EXPECT_EQ(r.row_ids, t.row_ids);
+  ASSERT_EQ(r.row_values.dim(), 2u);
+  ASSERT_EQ(r.row_values.rows(), 3u);
+  ASSERT_EQ(r.row_slots.size(), 1u);
+  std::vector<float> values(6), slot(6);
+  r.row_values.CopyOut(0, 3, values.data());
+  r.row_slots[0].CopyOut(0, 3, slot.data());
+  EXPECT_EQ(values, (std::vector<float>{0, 0, 1, -1.5f, 2, -3}));
+  EXPECT_EQ(slot, (std::vector<float>{0.1f, 10, 0.1f, 11, 0.1f, 12}));
+
+  // Values that are not a whole number of floats per row do not parse.
+  t.row_ids.push_back(7);
+  EXPECT_EQ(DecodeCheckpoint(EncodeCheckpoint(s)).status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(Checkpoint, DetectsCorruption) {

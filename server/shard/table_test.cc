@@ -375,6 +375,34 @@ TEST(TableJob, ACheckpointOfATableHoldsNoSecondCopy) {
   EXPECT_EQ(t.job->row_bytes(), table);
 }
 
+// Rows live in blocks (server/shard/row_array.h): a new row moves none, and
+// a growing store holds its rows once. Arrays that doubled held the first
+// 2^18 rows twice while the next row copied them into an array twice as big.
+TEST(RowStore, GrowsWithoutMovingOrCopyingItsRows) {
+  TableSpec spec = Spec();
+  spec.table_rows = 1 << 20;
+  spec.dim = 64;
+  OptimizerOptions o;
+  o.type = OptimizerType::kAdaGrad;
+  RowStore store(spec, *Optimizer::Create(o));
+  const float* first = store.params(store.Touch(0));
+  const std::vector<float> first_values(first, first + spec.dim);
+  constexpr uint64_t kRows = (uint64_t{1} << 18) + 1;
+  std::vector<uint64_t> ids(kRows - 1);
+  for (uint64_t i = 0; i < ids.size(); ++i) ids[i] = i + 1;
+  std::vector<uint32_t> at(ids.size());
+  PeakRssSinceLast();
+  const uint64_t rss = RssNow();
+  store.TouchAll(ids, at.data());
+  const uint64_t held = kRows * store.row_bytes();  // values and accumulators: 128 MiB
+  EXPECT_LT(PeakRssSinceLast() - rss, kRssPerByte * held * 5 / 4)
+      << "growing held the rows twice";
+  EXPECT_EQ(store.params(0), first);
+  EXPECT_EQ(std::vector<float>(first, first + spec.dim), first_values);
+  EXPECT_EQ(std::vector<float>(store.params(at.back()), store.params(at.back()) + spec.dim),
+            Initial(kRows - 1, spec));
+}
+
 // Files whose first Append waits until Release(): a checkpoint held
 // mid-write, after its first block of rows.
 class HeldWriteEnv : public testing::MemEnv {
