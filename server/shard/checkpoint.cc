@@ -183,8 +183,8 @@ class Reader {
     Raw(v.data(), n * sizeof(float));
     return v;
   }
-  // A table's rows: `rows` rows of the width the count gives (a row the
-  // same for every array of the table, checked by RowStore::Restore).
+  // A table's rows: `rows` rows of the width the count gives
+  // (RowStore::Restore checks it against the table's).
   RowArray Rows(size_t rows) {
     const uint64_t n = Count(sizeof(float));
     if (ok_ && rows == 0 && n == 0) return RowArray();

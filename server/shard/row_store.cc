@@ -237,27 +237,19 @@ absl::Status AddRows(const RowGrads& grads, uint32_t dim, RowSum* sum) {
   std::vector<int64_t> at(n);  // each row's place in the sum, -1 = not there yet
   // One lookup per row, and checked before anything changes, so that a
   // refused push leaves the sum as it was. |x| <= FLT_MAX is false for NaN.
-  bool finite = true;
   for (size_t i = 0; i < n; ++i) {
     auto it = sum->index.find(grads.ids[i]);
     at[i] = it == sum->index.end() ? -1 : int64_t{it->second};
     if (at[i] < 0) continue;
     const float* s = sum->sum.data() + size_t(at[i]) * dim;
     const float* v = g.data() + i * dim;
+    bool finite = true;
     for (uint32_t j = 0; j < dim; ++j) finite &= std::fabs(s[j] + v[j]) <= FLT_MAX;
-  }
-  if (!finite) {
-    for (size_t i = 0; i < n; ++i) {
-      if (at[i] < 0) continue;
-      const float* s = sum->sum.data() + size_t(at[i]) * dim;
-      for (uint32_t j = 0; j < dim; ++j) {
-        if (!(std::fabs(s[j] + g[i * dim + j]) <= FLT_MAX)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "adding row ", grads.ids[i],
-              " to its round would make the round's sum non-finite: refused, the round is"
-              " unchanged"));
-        }
-      }
+    if (!finite) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "adding row ", grads.ids[i],
+          " to its round would make the round's sum non-finite: refused, the round is"
+          " unchanged"));
     }
   }
   size_t fresh = 0;
@@ -287,19 +279,24 @@ absl::Status AddRows(const RowGrads& grads, uint32_t dim, RowSum* sum) {
 
 void ReadRows(absl::Span<const uint64_t> ids, bool fp16, RowStore* store, PulledRows* out) {
   const uint32_t dim = store->spec().dim;
+  const size_t row_bytes = size_t{dim} * sizeof(float);
   std::vector<uint32_t> at(ids.size());
   store->TouchAll(ids, at.data());
-  // Gathered fp32 first: fp16 needs the max of all the rows for its scale.
-  std::vector<float> rows(ids.size() * dim);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i + 4 < ids.size()) PrefetchRow(store->params(at[i + 4]), dim);
-    std::memcpy(rows.data() + i * dim, store->params(at[i]), dim * sizeof(float));
-  }
-  out->values.clear();
+  auto gather = [&](char* to) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i + 4 < ids.size()) PrefetchRow(store->params(at[i + 4]), dim);
+      std::memcpy(to + i * row_bytes, store->params(at[i]), row_bytes);
+    }
+  };
   if (!fp16) {
-    out->values.append(reinterpret_cast<const char*>(rows.data()), rows.size() * sizeof(float));
+    out->values.resize(ids.size() * row_bytes);
+    gather(out->values.data());
     return;
   }
+  // fp16 needs the max of all the rows for its scale: gathered fp32 first.
+  std::vector<float> rows(ids.size() * dim);
+  gather(reinterpret_cast<char*>(rows.data()));
+  out->values.clear();
   out->scale = HalfRowsScale(rows);
   EncodeHalfRows(rows, out->scale, &out->values);
   out->fp16 = true;
