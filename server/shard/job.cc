@@ -657,8 +657,8 @@ void Job::Wake() {
   }
 }
 
-void Job::ExpirePulls(absl::Time now) {
-  waiting_.Expire(now, [this](const PullArgs& a) {
+absl::Time Job::ExpirePulls(absl::Time now) {
+  return waiting_.Expire(now, [this](const PullArgs& a) {
     return absl::DeadlineExceededError(absl::StrCat(
         "pull ", a.request_id, " at clock ", a.clock,
         " not answerable before its deadline (slowest member clock ", membership_.MinClock(),

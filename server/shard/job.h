@@ -133,8 +133,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   JobStats Stats(bool include_rounds) const;
   // Bytes the rows of the job's tables take (values and optimizer state).
   uint64_t row_bytes() const { return row_bytes_.load(); }
-  // Fails parked pulls whose deadline is at or before `now`.
-  void ExpirePulls(absl::Time now);
+  // Fails parked pulls whose deadline is at or before `now`; returns the
+  // earliest deadline of those still parked (InfiniteFuture if none).
+  absl::Time ExpirePulls(absl::Time now);
   // Fails every parked pull, and every later one that would park, with `why`
   // (job dropped, server stopping).
   void CancelPulls(const absl::Status& why);

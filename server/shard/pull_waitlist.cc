@@ -1,5 +1,6 @@
 #include "server/shard/pull_waitlist.h"
 
+#include <algorithm>
 #include <iterator>
 #include <utility>
 
@@ -57,8 +58,12 @@ void PullWaitList::FailIf(absl::FunctionRef<bool(const PullArgs&)> which, Status
   for (PendingPull& p : failed) Fail(p.args, p.done, why(p.args));
 }
 
-void PullWaitList::Expire(absl::Time now, StatusFn why) {
+absl::Time PullWaitList::Expire(absl::Time now, StatusFn why) {
   FailIf([now](const PullArgs& a) { return a.deadline <= now; }, why);
+  absl::Time next = absl::InfiniteFuture();
+  absl::MutexLock l(&mu_);
+  for (const PendingPull& p : parked_) next = std::min(next, p.args.deadline);
+  return next;
 }
 
 void PullWaitList::Close(const absl::Status& why) {

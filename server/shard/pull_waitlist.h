@@ -65,8 +65,9 @@ class PullWaitList {
   [[nodiscard]] std::vector<PendingPull> TakeReady(ReadyFn ready);
 
   // Fails every parked pull whose deadline is at or before `now` with
-  // `why(args)` (DeadlineExceeded, as the job words it).
-  void Expire(absl::Time now, StatusFn why);
+  // `why(args)` (DeadlineExceeded, as the job words it). Returns the earliest
+  // deadline of the pulls still parked (InfiniteFuture if none).
+  absl::Time Expire(absl::Time now, StatusFn why);
 
   // Fails every parked pull, and every later one that would park, with `why`
   // (Cancelled when `why` is OK). Idempotent; the first status stays.

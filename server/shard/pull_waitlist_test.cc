@@ -53,22 +53,28 @@ TEST(PullWaitList, TakeReadyUnparksWhatBecameReadyInArrivalOrder) {
   EXPECT_TRUE(a.results.empty());  // the caller answers what it took
 }
 
-TEST(PullWaitList, ExpireFailsOnlyPullsPastTheirDeadline) {
+// Expire also says when the next parked pull is due: the shard's sweeper
+// sleeps until then.
+TEST(PullWaitList, ExpireFailsOnlyPullsPastTheirDeadlineAndNamesTheNextOne) {
   PullWaitList list;
   Answers a;
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   auto never = [](const PullArgs&) { return false; };
+  EXPECT_EQ(list.Expire(t0, [](const PullArgs&) { return absl::DeadlineExceededError(""); }),
+            absl::InfiniteFuture());
   EXPECT_FALSE(list.ParkUnlessReady(a.Pull(1, 7, t0), never).has_value());
-  EXPECT_FALSE(list.ParkUnlessReady(a.Pull(2, 7, t0 + absl::Seconds(1)), never).has_value());
-  list.Expire(t0, [](const PullArgs& p) {
+  EXPECT_FALSE(list.ParkUnlessReady(a.Pull(2, 7, t0 + absl::Seconds(3)), never).has_value());
+  EXPECT_FALSE(list.ParkUnlessReady(a.Pull(3, 7, t0 + absl::Seconds(1)), never).has_value());
+  const absl::Time next = list.Expire(t0, [](const PullArgs& p) {
     return absl::DeadlineExceededError(absl::StrCat("pull ", p.request_id));
   });
+  EXPECT_EQ(next, t0 + absl::Seconds(1));
   ASSERT_EQ(a.results.size(), 1u);
   EXPECT_EQ(a.results[0].request_id, 1u);
   EXPECT_EQ(a.results[0].status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(a.results[0].status.message(), "pull 1");
   EXPECT_TRUE(a.results[0].chunks.empty());
-  EXPECT_EQ(list.size(), 1u);
+  EXPECT_EQ(list.size(), 2u);
 }
 
 TEST(PullWaitList, CloseFailsEveryPullAndEveryLaterOneThatWouldPark) {

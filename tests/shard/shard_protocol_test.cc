@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/shard/shard_testing.h"
 
@@ -181,8 +182,10 @@ TEST_F(ShardProtocolTest, PullPastItsDeadlineFails) {
   SessionClient s(shard_->Connect());
   ASSERT_TRUE(s.Hello("deadline", 1).ok());
   ASSERT_EQ(s.Init(1, 0, {0, 0})->code(), 0);
+  const absl::Time asked = absl::Now();
   auto got = s.Pull(2, 5, {}, /*timeout_ms=*/200);
   ASSERT_TRUE(got.ok());
+  EXPECT_GE(absl::Now() - asked, absl::Milliseconds(200));  // not before its deadline
   EXPECT_EQ(got->back().code(), kDeadlineExceeded);
   EXPECT_FALSE(got->back().message().empty());
 }

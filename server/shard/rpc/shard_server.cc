@@ -44,6 +44,9 @@ using internal::SessionPhase;
 // Messages read ahead of the executor per stream (flow control).
 constexpr size_t kMaxInbox = 8;
 
+// The longest the deadline sweeper sleeps (see SweepLoop).
+constexpr absl::Duration kSweepPeriod = absl::Milliseconds(100);
+
 // Names each Session stream's pulls (PullArgs::stream).
 std::atomic<uint64_t> next_stream_id{1};
 
@@ -654,18 +657,21 @@ class ShardServerImpl final : public ShardServer {
   }
 
  private:
+  // Sleeps until the earliest deadline of the parked pulls, and at most
+  // kSweepPeriod: a pull parked meanwhile fails at most that late. A fixed
+  // short period woke every shard 100 times a second for pulls that are
+  // nearly always answered (bench/tta/README.md, "The deadline sweeper").
   void SweepLoop() {
+    absl::Time next = options_.env->Now();
     for (;;) {
       {
         absl::MutexLock l(&mu_);
         // On the Env's clock, as the pulls' deadlines are ([env time]).
-        if (options_.env->AwaitWithTimeout(&mu_, absl::Condition(&stopping_),
-                                           absl::Milliseconds(10))) {
-          return;
-        }
+        if (options_.env->AwaitWithDeadline(&mu_, absl::Condition(&stopping_), next)) return;
       }
       const absl::Time now = options_.env->Now();
-      for (auto& job : service_->AllJobs()) job->ExpirePulls(now);
+      next = now + kSweepPeriod;
+      for (auto& job : service_->AllJobs()) next = std::min(next, job->ExpirePulls(now));
     }
   }
 

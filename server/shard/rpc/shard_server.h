@@ -3,8 +3,9 @@
 //
 // Threads: gRPC's callback threads only move messages; every decode, apply,
 // pull snapshot and file write runs on the shard's Executor. Pulls that must
-// wait are parked in their Job (no thread blocks) and answered when ready or
-// by the deadline sweeper thread with DEADLINE_EXCEEDED.
+// wait are parked in their Job (no thread blocks) and answered when ready or,
+// at most 100 ms past their deadline, by the sweeper thread with
+// DEADLINE_EXCEEDED.
 #ifndef GRADSTREAM_SERVER_SHARD_RPC_SHARD_SERVER_H_
 #define GRADSTREAM_SERVER_SHARD_RPC_SHARD_SERVER_H_
 
