@@ -3,6 +3,7 @@
 // partition that already holds a million rows, with the click-through
 // bench's power-law ids. Counters are rows per second.
 //   build/server/shard/row_store_benchmark
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -34,7 +35,7 @@ TableSpec Spec() {
 }
 
 // Unique ids of one worker's batch: p(k) ~ (k+1)^-1.1, k scrambled over the
-// table as the bench's hashed fields are.
+// table as the bench's hashed fields are; sorted, as the client sends them.
 std::vector<uint64_t> Batch(std::mt19937_64& rng, size_t n) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   const double tail = 1.0 - std::pow(double(kTableRows) + 1.0, -0.1);
@@ -46,6 +47,7 @@ std::vector<uint64_t> Batch(std::mt19937_64& rng, size_t n) {
     const uint64_t id = (k * 0x9E3779B97F4A7C15ull) % kTableRows;
     if (seen.insert(id).second) ids.push_back(id);
   }
+  std::sort(ids.begin(), ids.end());
   return ids;
 }
 
@@ -81,7 +83,7 @@ Fixture& Shared() {
   return *f;
 }
 
-// kWorkers pushes summed into a round, then the round applied.
+// kWorkers pushes checked and summed into a round, then the round applied.
 void BM_SyncRound(benchmark::State& state) {
   Fixture& f = Shared();
   const std::string values(reinterpret_cast<const char*>(f.grads.data()),
@@ -95,6 +97,7 @@ void BM_SyncRound(benchmark::State& state) {
       RowGrads g;
       g.ids = ids;
       g.values = values;
+      CHECK(CheckRowGrads(f.store, g).ok());
       CHECK(AddRows(g, kDim, &sum).ok());
       rows += ids.size();
     }

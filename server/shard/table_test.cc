@@ -257,9 +257,13 @@ TEST(TableJob, BadRowsAreRefusedAndTheWholeBucketChangesNothing) {
   };
   refused({1000}, {1, 1, 1, 1}, "row 1000 is out of range: table 2 has 1000 rows");
   refused({3, 3}, std::vector<float>(8, 1), "row 3 of table 2 is in the push twice");
+  refused({5, 3, 5}, std::vector<float>(12, 1), "row 5 of table 2 is in the push twice");
   refused({3}, {1, 1, 1}, "1 rows of 4 floats need 16 bytes of values, not 12");
   refused({3}, {1, NAN, 1, 1}, "row 3: a gradient value is NaN or Inf");
+  refused({3, 5}, {1, 1, 1, 1, 1, 1, 1, -INFINITY}, "row 5: a gradient value is NaN or Inf");
+  refused({5, 3}, {1, 1, 1, 1, INFINITY, 1, 1, 1}, "row 3: a gradient value is NaN or Inf");
   EXPECT_EQ(t.Rows({3}), Initial(3));
+  EXPECT_EQ(t.Rows({5}), Initial(5));
   auto bad_pull = t.Pull(10, 0, {1u << 20});
   ASSERT_TRUE(bad_pull.has_value());
   EXPECT_EQ(bad_pull->status().code(), absl::StatusCode::kInvalidArgument);
