@@ -30,6 +30,11 @@
 namespace gradstream {
 namespace {
 
+// How often the agent looks at its script (exited? still this worker's
+// job?): what ending or stopping a job waits at most. Every wake-up costs
+// CPU beside the script's.
+constexpr absl::Duration kPollPeriod = absl::Milliseconds(100);
+
 // The agent the script's package calls; what it learns is read by RunScript.
 class Agent final : public v1::WorkerAgent::Service {
  public:
@@ -264,7 +269,7 @@ absl::StatusOr<TrainOutcome> RunScript(const v1::Assignment& start, uint64_t wor
       kill(-pid, SIGKILL);
       term_sent = absl::InfiniteFuture();
     }
-    absl::SleepFor(absl::Milliseconds(50));
+    absl::SleepFor(kPollPeriod);
   }
   kill(-pid, SIGKILL);  // whatever the script left behind in its group
   tail.Join();
