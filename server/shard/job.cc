@@ -605,7 +605,7 @@ absl::Status Job::CheckRowBudget(const ChunkState& chunk, absl::Span<const uint6
   if (held + more <= options_.max_row_bytes) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "job ", id(), ": ", fresh, " new rows of table ", store.spec().table, " (", more,
-      " bytes with their optimizer state) would take this shard's table rows from ", held,
+      " bytes with their optimizer state and index) would take this shard's table rows from ", held,
       " bytes past the ", options_.max_row_bytes,
       " it has for them (--max_param_bytes less the dense parameters): refused, nothing "
       "changed; run more shards, a smaller table or a larger --max_param_bytes"));

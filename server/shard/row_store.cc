@@ -70,7 +70,8 @@ absl::Status RowStore::CheckIds(absl::Span<const uint64_t> ids, bool unique) con
 }
 
 uint32_t RowStore::Touch(uint64_t row) {
-  auto [it, fresh] = index_.try_emplace(row, static_cast<uint32_t>(ids_.size()));
+  // The rows' count from the values (a deque's size() is not free).
+  auto [it, fresh] = index_.try_emplace(row, static_cast<uint32_t>(values_.rows()));
   if (!fresh) return it->second;
   InitialRow(spec_, row, values_.Append());
   for (size_t k = 0; k < slots_.size(); ++k) {
@@ -106,6 +107,7 @@ absl::Status RowStore::Restore(std::vector<uint64_t> ids, RowArray values,
     if (!fits(s)) return absl::InvalidArgumentError("saved row state does not fit");
   }
   absl::flat_hash_map<uint64_t, uint32_t> index;
+  index.reserve(ids.size());  // sized once: a restore never rehashes
   for (uint32_t i = 0; i < ids.size(); ++i) {
     if (!index.emplace(ids[i], i).second) {
       return absl::InvalidArgumentError(absl::StrCat("saved row ", ids[i], " twice"));
@@ -117,7 +119,7 @@ absl::Status RowStore::Restore(std::vector<uint64_t> ids, RowArray values,
     held_bytes_->fetch_sub(row_bytes() * ids_.size());
   }
   index_ = std::move(index);
-  ids_ = std::move(ids);
+  ids_.assign(ids.begin(), ids.end());
   values_ = ids_.empty() ? RowArray(spec_.dim) : std::move(values);
   for (size_t k = 0; k < slots_.size(); ++k) {
     slots_[k] = ids_.empty() ? RowArray(spec_.dim) : std::move(slots[k]);

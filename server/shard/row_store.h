@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -47,8 +48,14 @@ class RowStore {
   // Forgets the rows created after the store held `keep`: an update refused
   // after it touched its rows leaves none behind.
   void DropNewest(size_t keep);
-  // Bytes one row takes: its values and state slots.
-  uint64_t row_bytes() const { return uint64_t{spec_.dim} * sizeof(float) * (1 + slots_.size()); }
+  // What a row's id and index entry take at most: 8 bytes of id, and a
+  // 16-byte slot and a control byte of the index at its peak, while it
+  // doubles (the old array at 7/8 full and the new one, 17 * 3 / (7/8)).
+  static constexpr uint64_t kIdAndIndexBytes = 8 + 60;
+  // Bytes one row takes at most: its values, state slots, id and index entry.
+  uint64_t row_bytes() const {
+    return uint64_t{spec_.dim} * sizeof(float) * (1 + slots_.size()) + kIdAndIndexBytes;
+  }
   float* params(uint32_t index) { return values_.row(index); }
   float* slot(int k, uint32_t index) { return slots_[k].row(index); }
   size_t size() const { return ids_.size(); }
@@ -82,7 +89,9 @@ class RowStore {
   std::atomic<uint64_t>* const held_bytes_;
   std::vector<float> slot_init_;  // per slot: the value a fresh row's state starts at
   absl::flat_hash_map<uint64_t, uint32_t> index_;
-  std::vector<uint64_t> ids_;
+  // A deque, not a vector: it grows a node at a time, never holding the ids
+  // twice.
+  std::deque<uint64_t> ids_;
   RowArray values_;
   std::vector<RowArray> slots_;
   // [row snapshot]: rows of the image, and the old values and slots of

@@ -145,7 +145,7 @@ Input ParseInput(const uint8_t* data, size_t size) {
   o.chunks.push_back(TablePartition());
   // Room for 24 of the 40 rows with two state slots (Adam): the refusal of
   // rows past the budget is reachable.
-  o.max_row_bytes = 24 * kTableDim * 4 * 3;
+  o.max_row_bytes = 24 * (kTableDim * 4 * 3 + RowStore::kIdAndIndexBytes);
   o.membership.epoch = 1;
   o.membership.workers = (cfg[3] & 8) ? std::vector<uint64_t>{1} : std::vector<uint64_t>{1, 2};
   o.checkpoint_dir = kCheckpointDir;  // checkpoint_every = 0: only when asked
