@@ -398,7 +398,7 @@ TEST(RowStore, GrowsWithoutMovingOrCopyingItsRows) {
   PeakRssSinceLast();
   const uint64_t rss = RssNow();
   store.TouchAll(ids, at.data());
-  const uint64_t held = kRows * store.row_bytes();  // 128 MiB of values and accumulators, ids, index
+  const uint64_t held = kRows * store.row_bytes();  // 128 MiB of values and state, ids, index
   EXPECT_LT(PeakRssSinceLast() - rss, kRssPerByte * held * 5 / 4)
       << "growing held the rows twice";
   EXPECT_EQ(store.params(0), first);
