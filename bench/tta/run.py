@@ -377,6 +377,8 @@ class Run:
         steps = res.get("steps") or len(res.get("step_s", []))
         self.rec.update(steps=steps, params=res.get("params"), evals=res.get("evals", []),
                         step_s=res.get("step_s", []), ps_stats=res.get("ps_stats"))
+        if self.kind == "gradstream":  # each worker's own: their codecs' levels may differ
+            self.rec["ps_stats_per_rank"] = [r.get("ps_stats") for r in ranks]
         if self.rec["status"] != "timeout":
             ok = "steps" in res and res["steps"] == self.steps and all("steps" in r for r in ranks)
             if self.kind == "gradstream":
