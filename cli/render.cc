@@ -275,21 +275,21 @@ std::string TablesText(const v1::JobStatus& j) {
 }
 
 // One path's error control over the job's tensors in one line: the largest
-// error, the exact sends the bound asked for, the tensors raised to fp16 and
-// to fp32 (common/job/precision.h).
+// error, the exact sends the bound asked for, the tensors raised, by level
+// (common/job/precision.h).
 std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
   double worst = 0;
   uint64_t flushes = 0;
   int tensors = 0;
-  std::vector<std::string> half, raised;
+  // By level, fp32 last: {is fp32, level} -> tensors.
+  std::map<std::pair<bool, std::string>, std::vector<std::string>> raised;
   for (const auto& t : j.precision()) {
     if (pulls ? !t.has_pull() : !t.has_push()) continue;
     const v1::PathPrecision& p = pulls ? t.pull() : t.push();
     ++tensors;
     worst = std::max(worst, p.ratio());
     flushes += p.flushes();
-    if (p.raised() && p.codec() == "none") raised.push_back(t.tensor());
-    if (p.raised() && p.codec() == "fp16") half.push_back(t.tensor());
+    if (p.raised()) raised[{p.codec() == "none", p.codec()}].push_back(t.tensor());
   }
   if (tensors == 0) return "";
   std::string out = absl::StrFormat("%s error <= %.2g clocks of %s over %d tensor%s",
@@ -300,8 +300,10 @@ std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
   const double bound = pulls ? PullBound(job_bound) : job_bound;
   absl::StrAppend(&out, bound > 0 ? absl::StrFormat(" (bound %g)", bound) : " (measured only)");
   absl::StrAppend(&out, ", ", flushes, " exact send", flushes == 1 ? "" : "s");
-  if (!half.empty()) absl::StrAppend(&out, "; fp16: ", absl::StrJoin(half, ", "));
-  if (!raised.empty()) absl::StrAppend(&out, "; fp32: ", absl::StrJoin(raised, ", "));
+  for (const auto& [level, tensors] : raised) {
+    absl::StrAppend(&out, "; ", level.first ? "fp32" : level.second, ": ",
+                    absl::StrJoin(tensors, ", "));
+  }
   return out;
 }
 

@@ -1,4 +1,4 @@
-// The built-in codecs (none, twobit, ternary, onebit, fp16) and the codec table
+// The built-in codecs (none, twobit, ternary, onebit, fp16, int8) and the codec table
 // (see [codec table]): per codec its encoder, what counts as a malformed
 // chunk, and its decoders. The arithmetic lives in the kernel tables
 // (internal/kernels.h); this file owns the semantics: statistics ->
@@ -166,6 +166,22 @@ class HalfCodec final : public BuiltinCodec<CodecType::kHalf> {
   }
 };
 
+// x / 2^k rounded to a signed byte, 2^k fitted to the chunk (see [int8
+// scale]): a quarter of fp32's bytes at 1/254 to 1/127 of max |x| per
+// element; deterministic and contracting, so error feedback's residual stays
+// under half a step (QSGD's 8-bit level, without its random rounding).
+class Int8Codec final : public BuiltinCodec<CodecType::kInt8> {
+  absl::Status EncodeImpl(const float* grad, float* residual, uint32_t n, const EncodeKey&,
+                          ChunkHeader* header, uint8_t* out) override {
+    const auto& k = ActiveKernels();
+    const float max_abs = k.max_abs(grad, residual, n);
+    if (!(max_abs <= FLT_MAX)) return NonFinite(type());
+    header->scale = internal::Int8Scale(max_abs);
+    k.encode_i8(grad, residual, n, header->scale, out);
+    return absl::OkStatus();
+  }
+};
+
 // ---------------------------------------------------------------- decoding --
 // Each validate_* runs after ChunkDecoder checked the element count and the
 // payload length; see [chunk validation] in decoder.h.
@@ -226,6 +242,27 @@ absl::Status ValidateHalf(const ChunkHeader& h, const uint8_t* payload, float* m
   return absl::OkStatus();
 }
 
+// As fp16's scale (a power of two, so weight * scale * code rounds once), and
+// no code -128: the encoders never write it.
+absl::Status ValidateInt8(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
+  uint32_t bits;
+  std::memcpy(&bits, &h.scale, 4);
+  const uint32_t exponent = bits >> 23;  // the sign bit must be 0 too
+  if ((bits & 0x7fffffu) != 0 || exponent == 0 || exponent >= 255) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("int8 scale ", h.scale, " is not a positive power of two"));
+  }
+  if (std::memchr(payload, 0x80, h.num_elems) != nullptr) {
+    return absl::InvalidArgumentError("int8 payload holds the code -128");
+  }
+  *max_magnitude = h.scale * 127.0f;
+  if (!(*max_magnitude <= FLT_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("int8 codes times scale ", h.scale, " overflow fp32"));
+  }
+  return absl::OkStatus();
+}
+
 void DecodeAddNone(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
   ActiveKernels().decode_add_f32(payload, h.num_elems, weight, acc);
 }
@@ -238,6 +275,10 @@ void DecodeAddOneBit(const ChunkHeader& h, const uint8_t* payload, float weight,
 
 void DecodeAddHalf(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
   ActiveKernels().decode_add_f16(payload, h.num_elems, weight * h.scale, acc);
+}
+
+void DecodeAddInt8(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
+  ActiveKernels().decode_add_i8(payload, h.num_elems, weight * h.scale, acc);
 }
 
 // Raw fp32 needs no decoding: an aligned payload is read in place.
@@ -267,8 +308,15 @@ const float* DecodeBlockHalf(const ChunkHeader&, const uint8_t* payload, uint32_
   return scratch;
 }
 
+const float* DecodeBlockInt8(const ChunkHeader&, const uint8_t* payload, uint32_t begin,
+                            uint32_t n, float* scratch) {
+  ActiveKernels().decode_i8(payload + begin, n, scratch);
+  return scratch;
+}
+
 // The weight multiplies the stored values (none, onebit) or the sign
-// (twobit, ternary: value = sign * scale) or the half (fp16: x = half * scale).
+// (twobit, ternary: value = sign * scale) or the half or code (fp16, int8:
+// x = half * scale, code * scale).
 float WeightOnly(const ChunkHeader&, float weight) { return weight; }
 float WeightTimesScale(const ChunkHeader& h, float weight) { return weight * h.scale; }
 
@@ -296,6 +344,8 @@ constexpr internal::CodecRow kCodecs[] = {
      WeightOnly, New<OneBitCodec>},
     {CodecType::kHalf, "fp16", 16, ValidateHalf, DecodeAddHalf, DecodeBlockHalf,
      WeightTimesScale, New<HalfCodec>},
+    {CodecType::kInt8, "int8", 8, ValidateInt8, DecodeAddInt8, DecodeBlockInt8,
+     WeightTimesScale, New<Int8Codec>},
 };
 
 constexpr bool RowsInTypeOrder() {

@@ -19,6 +19,9 @@
 //   fp16    : x / 2^k rounded to the nearest IEEE half (ties to even), 2^k
 //             the chunk's scale, chosen so max |x| / 2^k < 2^15 (NOTE: [fp16
 //             scale] in internal/kernels.h).
+//   int8    : x / 2^k rounded to the nearest integer (ties to even), 2^k the
+//             chunk's scale, chosen so every code is within +-127 (NOTE:
+//             [int8 scale] in internal/kernels.h).
 //
 // Encoders are per-chunk objects (like BytePS compressors, one per tensor
 // partition): the error-feedback decorator owns residual state, so Encode is
@@ -41,8 +44,10 @@ namespace gradstream {
 
 // The values are the wire's v1::Codec values (a static_assert in wire.cc ties
 // the two enums) and run 0..kNumCodecTypes-1 without gaps.
-enum class CodecType : uint8_t { kNone = 0, kTwoBit = 1, kTernary = 2, kOneBit = 3, kHalf = 4 };
-inline constexpr int kNumCodecTypes = 5;
+enum class CodecType : uint8_t {
+  kNone = 0, kTwoBit = 1, kTernary = 2, kOneBit = 3, kHalf = 4, kInt8 = 5
+};
+inline constexpr int kNumCodecTypes = 6;
 
 // False for a byte that names no codec of this build (a header read off the
 // wire or fuzzed may hold any value).
@@ -50,7 +55,7 @@ constexpr bool IsKnownCodec(CodecType type) {
   return static_cast<int>(type) < kNumCodecTypes;
 }
 
-// "none", "twobit", "ternary", "onebit", "fp16"; "unknown" for an unknown value.
+// "none", "twobit", "ternary", "onebit", "fp16", "int8"; "unknown" for an unknown value.
 absl::string_view CodecTypeName(CodecType type);
 // Inverse of CodecTypeName; NotFound for an unknown name.
 absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name);

@@ -91,8 +91,8 @@ void BM_Memcpy(benchmark::State& state) {  // the pairing itself: x_memcpy ~ 1
   });
 }
 
-const char* const kCodecs[] = {"none", "twobit", "ternary", "onebit", "fp16"};
-constexpr int kNumHostCodecs = 5;
+const char* const kCodecs[] = {"none", "twobit", "ternary", "onebit", "fp16", "int8"};
+constexpr int kNumHostCodecs = std::size(kCodecs);
 
 // Encodes an n-element gradient as the worker does: in chunks of at most
 // `chunk` elements, one encoder (and residual) per chunk.

@@ -334,7 +334,9 @@ absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options, const f
       return CheckLaunch("EncodeOneBitKernel");
     }
     case CodecType::kHalf:  // host encoders only (common/codec/README.md)
-      return absl::UnimplementedError("fp16 has no CUDA encoder");
+    case CodecType::kInt8:
+      return absl::UnimplementedError(
+          absl::StrCat(CodecTypeName(type), " has no CUDA encoder"));
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown codec id ", static_cast<int>(type)));
 }

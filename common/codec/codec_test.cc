@@ -175,6 +175,43 @@ TEST(HalfCodec, GoldenBytesAreHalvesOfXOverAPowerOfTwo) {
   EXPECT_EQ(Decode(h, p), g);
 }
 
+TEST(Int8Codec, GoldenBytesAreCodesOfXOverAPowerOfTwo) {
+  auto c = Make("int8");
+  // max |g| = 3 < 2^2, so the scale is 2^(2-7): g / scale is 32, -64, 16,
+  // 96, and 0.1 / 2^-5 = 3.2 rounds to 3.
+  std::vector<float> g = {1.0f, -2.0f, 0.5f, 3.0f, 0.1f};
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(h.codec, CodecType::kInt8);
+  EXPECT_EQ(h.scale, std::ldexp(1.0f, -5));
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0x20, 0xC0, 0x10, 0x60, 0x03}));
+  EXPECT_EQ(Decode(h, p), (std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f, 3.0f / 32}));
+}
+
+// NOTE: [int8 scale]: max |x| just under 128 steps of 2^k would round to 128,
+// which a byte does not hold: the scale doubles. Ties go to even.
+TEST(Int8Codec, NoCodeIsPast127AndTiesRoundToEven) {
+  auto c = Make("int8");
+  std::vector<float> g = {127.75f, -1.0f, 2.5f, 3.5f};  // 127.75 would round to 128
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(h.scale, 2.0f);
+  // 127.75 / 2 = 63.875 -> 64; -0.5 -> -0 (even); 1.25 -> 1; 1.75 -> 2.
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0x40, 0x00, 0x01, 0x02}));
+  g = {127.25f, 0.5f, 1.5f};  // 127.25 rounds to 127 at scale 1
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(h.scale, 1.0f);
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0x7F, 0x00, 0x02}));
+  // Error feedback keeps exactly what the code left behind.
+  auto ef = MakeChunkEncoder("int8", {}, /*error_feedback=*/true, 3);
+  ASSERT_TRUE(ef.ok());
+  ASSERT_TRUE((*ef)->Encode(g, {}, &h, &p).ok());
+  auto* feedback = static_cast<ErrorFeedback*>(ef->get());
+  EXPECT_DOUBLE_EQ(feedback->ResidualNorm(), std::sqrt(0.25 * 0.25 + 0.5 * 0.5 + 0.5 * 0.5));
+}
+
 // NOTE: [fp16 scale]: a plain cast would send gradients under 6e-5 as half
 // subnormals (1e-7 with 17% error); scaled, every element within 2^-29 of
 // the chunk's largest keeps half's 11 bits, and a tie rounds to even.
@@ -365,7 +402,7 @@ TEST_P(EveryCodec, SameKeySameBytes) {
   EXPECT_EQ(ha.scale, hb.scale);
 }
 
-TEST_P(EveryCodec, PayloadSizeIsSixteenthOrLess) {
+TEST_P(EveryCodec, PayloadSizeIsSixteenthOrLessOrFixedWidth) {
   const auto g = RandomGrad(4096, 5);
   ChunkHeader h;
   std::string p;
@@ -373,6 +410,8 @@ TEST_P(EveryCodec, PayloadSizeIsSixteenthOrLess) {
   EXPECT_EQ(p.size(), PayloadBytes(h.codec, 4096));
   if (absl::string_view(GetParam()) == "fp16") {
     EXPECT_EQ(p.size() * 2, 4096u * 4);
+  } else if (absl::string_view(GetParam()) == "int8") {
+    EXPECT_EQ(p.size() * 4, 4096u * 4);
   } else if (absl::string_view(GetParam()) != "none") {
     EXPECT_LE(p.size() * 16, 4096u * 4);
   }
@@ -598,6 +637,18 @@ TEST_F(Malformed, EveryClassIsInvalidArgumentAndLeavesAccUntouched) {
   }
   half.scale = std::ldexp(1.0f, 127);  // 65504 * 2^127 overflows
   ExpectRejected(half, std::string("\xff\x7b\x00\x00", 4), 2, "fp16 overflow");
+  ChunkHeader i8{CodecType::kInt8, 2, 0.5f, 0};
+  const std::string ok_i8("\x7f\x81", 2);  // 127, -127
+  acc.assign(2, 0.0f);
+  ASSERT_TRUE(DecodeAdd(i8, ok_i8, absl::MakeSpan(acc), 1.0f).ok());
+  EXPECT_EQ(acc, (std::vector<float>{63.5f, -63.5f}));
+  ExpectRejected(i8, std::string("\x01\x80", 2), 2, "int8 code -128");
+  for (float scale : {0.75f, 0.0f, -1.0f, INFINITY, NAN, std::ldexp(1.0f, -140)}) {
+    i8.scale = scale;
+    ExpectRejected(i8, ok_i8, 2, "int8 scale not a positive normal power of two");
+  }
+  i8.scale = std::ldexp(1.0f, 127);  // 127 * 2^127 overflows
+  ExpectRejected(i8, ok_i8, 2, "int8 overflow");
 }
 
 TEST(Encode, OversizedChunkIsInvalidArgumentWithoutTouchingMemory) {
@@ -616,6 +667,7 @@ TEST(Registry, UnknownNameIsNotFoundAndNamesTheKnownOnes) {
   EXPECT_EQ(CodecTypeFromName("nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(*CodecTypeFromName("ternary"), CodecType::kTernary);
   EXPECT_EQ(*CodecTypeFromName("fp16"), CodecType::kHalf);
+  EXPECT_EQ(*CodecTypeFromName("int8"), CodecType::kInt8);
   EXPECT_EQ(CodecRegistry::Global().Names().size(), static_cast<size_t>(kNumCodecTypes));
   RegisterBuiltinCodecs(CodecRegistry::Global());  // idempotent
   EXPECT_EQ(CodecRegistry::Global().Names().size(), static_cast<size_t>(kNumCodecTypes));
@@ -755,6 +807,24 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * size_t{n}));  // NaN-safe
       ref.decode_f16(h16.data(), n, a.data());
       avx->decode_f16(h16.data(), n, b.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * size_t{n}));
+    }
+    // int8 at the chunk's scale, then its decoders
+    {
+      const float mx = ref.max_abs(g.data(), r0.data(), n);
+      const float scale = internal::Int8Scale(mx);
+      std::vector<uint8_t> ia(n), ib(n);
+      std::vector<float> ra = r0, rb = r0;
+      ref.encode_i8(g.data(), ra.data(), n, scale, ia.data());
+      avx->encode_i8(g.data(), rb.data(), n, scale, ib.data());
+      EXPECT_EQ(ia, ib) << "int8 n=" << n;
+      EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), 4 * size_t{n}));
+      std::vector<float> a = r0, b = r0;
+      ref.decode_add_i8(ia.data(), n, 0.375f, a.data());
+      avx->decode_add_i8(ia.data(), n, 0.375f, b.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * size_t{n}));
+      ref.decode_i8(ia.data(), n, a.data());
+      avx->decode_i8(ia.data(), n, b.data());
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * size_t{n}));
     }
     // decoders

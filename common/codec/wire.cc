@@ -18,6 +18,7 @@ constexpr std::pair<CodecType, v1::Codec> kWireCodecs[] = {
     {CodecType::kTernary, v1::CODEC_TERNARY},
     {CodecType::kOneBit, v1::CODEC_ONEBIT},
     {CodecType::kHalf, v1::CODEC_FP16},
+    {CodecType::kInt8, v1::CODEC_INT8},
 };
 
 constexpr bool EnumsAgree() {

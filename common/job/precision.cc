@@ -11,9 +11,11 @@
 namespace gradstream {
 
 std::vector<CodecType> LadderFrom(CodecType base) {
-  if (base == CodecType::kNone) return {CodecType::kNone};
-  if (base == CodecType::kHalf) return {CodecType::kHalf, CodecType::kNone};
-  return {base, CodecType::kHalf, CodecType::kNone};
+  std::vector<CodecType> ladder = {base};
+  for (CodecType level : {CodecType::kInt8, CodecType::kNone}) {
+    if (MorePrecise(level, base)) ladder.push_back(level);
+  }
+  return ladder;
 }
 
 std::vector<CodecType> DeviceLadderFrom(CodecType base) {

@@ -48,10 +48,11 @@ struct PrecisionPolicy {
   uint32_t warmup_clocks = 0;
 };
 
-// The ladder of a path whose configured codec is `base`: base, fp16, kNone
-// (a 2-bit or 1-bit path raised goes to half the bytes of fp32 first).
+// The ladder of a path whose configured codec is `base`: base, int8, kNone
+// (a 2-bit or 1-bit path raised goes to a quarter of fp32's bytes first; an
+// fp16 path straight to kNone).
 std::vector<CodecType> LadderFrom(CodecType base);
-// The same without fp16, which the CUDA encoders do not have (cuda_codec.h).
+// base, kNone: the CUDA encoders have no int8 (cuda_codec.h).
 std::vector<CodecType> DeviceLadderFrom(CodecType base);
 // Whether `a` carries more bits per element than `b` (kNone the most): the
 // order of a ladder's levels.

@@ -57,8 +57,8 @@ TEST(PrecisionController, FlushesTooCloseTogetherRaiseThePath) {
   c.Observe(10, 100.0, 1.0, 0.0);  // 10 clocks of signal: flush
   EXPECT_TRUE(c.Flush());
   c.Observe(11, 0.0, 1.0, 0.0);
-  c.Observe(12, 100.0, 1.0, 0.0);  // over again 2 clocks later: raise to fp16
-  EXPECT_EQ(c.level_codec(), CodecType::kHalf);
+  c.Observe(12, 100.0, 1.0, 0.0);  // over again 2 clocks later: raise to int8
+  EXPECT_EQ(c.level_codec(), CodecType::kInt8);
   EXPECT_TRUE(c.raised());
   EXPECT_EQ(c.Codec(), CodecType::kNone) << "the raise flushes what ternary owed";
   ASSERT_EQ(c.events().size(), 1u);
@@ -66,37 +66,40 @@ TEST(PrecisionController, FlushesTooCloseTogetherRaiseThePath) {
   EXPECT_EQ(e.kind, PrecisionEvent::Kind::kRaise);
   EXPECT_EQ(e.clock, 13u);
   EXPECT_EQ(e.from, CodecType::kTernary);
-  EXPECT_EQ(e.to, CodecType::kHalf);
+  EXPECT_EQ(e.to, CodecType::kInt8);
   EXPECT_DOUBLE_EQ(e.ratio, 10.0);
   EXPECT_EQ(DescribeEvent(e),
-            "ternary -> fp16 at clock 13 (error 10 clocks of signal again within the flush "
+            "ternary -> int8 at clock 13 (error 10 clocks of signal again within the flush "
             "interval)");
   c.Observe(13, 0.0, 1.0, 0.0);
-  EXPECT_EQ(c.Codec(), CodecType::kHalf);
-  c.Observe(14, 100.0, 1.0, 0.0);  // fp16 does not keep up either: fp32
+  EXPECT_EQ(c.Codec(), CodecType::kInt8);
+  c.Observe(14, 100.0, 1.0, 0.0);  // int8 does not keep up either: fp32
   EXPECT_EQ(c.level_codec(), CodecType::kNone);
-  EXPECT_EQ(c.events().back().from, CodecType::kHalf);
+  EXPECT_EQ(c.events().back().from, CodecType::kInt8);
   EXPECT_EQ(c.events().back().to, CodecType::kNone);
 }
 
-TEST(PrecisionController, TheLadderGoesThroughFp16WhereTheEncoderHasIt) {
+TEST(PrecisionController, TheLadderGoesThroughInt8WhereTheEncoderHasIt) {
   EXPECT_EQ(LadderFrom(CodecType::kTernary),
-            (std::vector<CodecType>{CodecType::kTernary, CodecType::kHalf, CodecType::kNone}));
+            (std::vector<CodecType>{CodecType::kTernary, CodecType::kInt8, CodecType::kNone}));
+  EXPECT_EQ(LadderFrom(CodecType::kInt8),
+            (std::vector<CodecType>{CodecType::kInt8, CodecType::kNone}));
   EXPECT_EQ(LadderFrom(CodecType::kHalf),
             (std::vector<CodecType>{CodecType::kHalf, CodecType::kNone}));
   EXPECT_EQ(LadderFrom(CodecType::kNone), (std::vector<CodecType>{CodecType::kNone}));
   EXPECT_EQ(DeviceLadderFrom(CodecType::kOneBit),
             (std::vector<CodecType>{CodecType::kOneBit, CodecType::kNone}));
   EXPECT_TRUE(MorePrecise(CodecType::kNone, CodecType::kHalf));
-  EXPECT_TRUE(MorePrecise(CodecType::kHalf, CodecType::kTernary));
+  EXPECT_TRUE(MorePrecise(CodecType::kHalf, CodecType::kInt8));
+  EXPECT_TRUE(MorePrecise(CodecType::kInt8, CodecType::kTernary));
   EXPECT_FALSE(MorePrecise(CodecType::kTwoBit, CodecType::kTernary));
   // A tensor's chunks merge to the highest level any of them is at.
   PathPrecision t{CodecType::kTernary, 1.0, 0.0, 0, {}};
-  MergePaths(PathPrecision{CodecType::kHalf, 2.0, 0.0, 1, {}, /*raised=*/true}, &t);
-  EXPECT_EQ(t.codec, CodecType::kHalf);
+  MergePaths(PathPrecision{CodecType::kInt8, 2.0, 0.0, 1, {}, /*raised=*/true}, &t);
+  EXPECT_EQ(t.codec, CodecType::kInt8);
   EXPECT_TRUE(t.raised);
   MergePaths(PathPrecision{CodecType::kTernary, 0.5, 0.0, 0, {}}, &t);
-  EXPECT_EQ(t.codec, CodecType::kHalf);
+  EXPECT_EQ(t.codec, CodecType::kInt8);
   EXPECT_EQ(t.ratio, 2.0);
 }
 
@@ -163,8 +166,8 @@ TEST(PrecisionController, AStalledCodecIsRaisedAtItsFirstCrossing) {
     error += 1.0;
     c.Observe(clock, error * error, 1.0, 0.0);
   }
-  ASSERT_EQ(c.level_codec(), CodecType::kHalf);
-  EXPECT_EQ(c.events().back().clock, 9u);  // over after clock 8: fp16 from clock 9
+  ASSERT_EQ(c.level_codec(), CodecType::kInt8);
+  EXPECT_EQ(c.events().back().clock, 9u);  // over after clock 8: int8 from clock 9
   EXPECT_EQ(c.flushes(), 0u);
 }
 
@@ -179,7 +182,7 @@ TEST(PrecisionController, TheFlushSpacingFollowsTheBound) {
     for (uint64_t clock = 0; clock < 40; ++clock) c.Observe(clock, 1.0, 1.0, 0.0);
     c.Observe(40, 4 * bound * bound, 1.0, 0.0);  // 2 x bound
     if (bound == 16.0) {
-      EXPECT_EQ(c.level_codec(), CodecType::kHalf) << bound;
+      EXPECT_EQ(c.level_codec(), CodecType::kInt8) << bound;
       EXPECT_EQ(c.flushes(), 0u) << bound;
     } else {
       EXPECT_EQ(c.level_codec(), CodecType::kTernary) << bound;

@@ -134,8 +134,11 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
   }
   DeltaPublisher* publisher = c.publisher.get();
   if (const CodecType level = c.precision->Codec(); level != codec_) {
-    if (c.half == nullptr) c.half = *DeltaPublisher::Create(level, c.num_elems);
-    publisher = c.half.get();
+    if (c.raised == nullptr || c.raised_codec != level) {
+      c.raised = *DeltaPublisher::Create(level, c.num_elems);
+      c.raised_codec = level;
+    }
+    publisher = c.raised.get();
   }
   Delta d;
   d.from_version = c.version;

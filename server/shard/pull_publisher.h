@@ -46,7 +46,7 @@ class PullPublisher {
   // satisfies every slower one) instead of at every version change (sync).
   // `precision` controls every compressed chunk's error (common/job/precision.h):
   // measured at each publication; a flush publishes a snapshot (the copy is
-  // then exact), a chunk raised to fp16 publishes fp16 deltas, one raised to
+  // then exact), a chunk raised to int8 publishes int8 deltas, one raised to
   // kNone is published whole. `link`: the
   // link choice ([link choice] in precision.h), by reader clock: a probe
   // times the publications of consecutive clocks with exact (whole) and
@@ -103,7 +103,9 @@ class PullPublisher {
     std::deque<Delta> history ABSL_GUARDED_BY(mu);   // oldest first
     size_t history_bytes ABSL_GUARDED_BY(mu) = 0;
     std::unique_ptr<DeltaPublisher> publisher ABSL_GUARDED_BY(mu);  // null for fp32 chunks
-    std::unique_ptr<DeltaPublisher> half ABSL_GUARDED_BY(mu);  // made when raised to fp16
+    // Made when raised to a level that still encodes (int8).
+    std::unique_ptr<DeltaPublisher> raised ABSL_GUARDED_BY(mu);
+    CodecType raised_codec ABSL_GUARDED_BY(mu) = CodecType::kNone;
     // Compressed chunks: the error control, and the parameters at the last
     // publication (what the update since is measured against).
     std::unique_ptr<PrecisionController> precision ABSL_GUARDED_BY(mu);

@@ -51,8 +51,6 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(PullPublisher, WorkersFollowByDeltasAndNeverDrift) {
-  // (fp16 deltas weigh half a snapshot, so no chain of 3 is kept: see
-  // FlushesTooCloseRaiseTheChunkToFp16ThenFp32.)
   for (CodecType codec : {CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit}) {
     SCOPED_TRACE(CodecTypeName(codec));
     PullPublisher pub(codec, /*once_per_clock=*/false, {{7, kElems}});
@@ -133,13 +131,13 @@ TEST(PullPublisher, ErrorIsHeldToTheBoundByFlushes) {
   EXPECT_GT(with.relative, 0.0);
 }
 
-// Raised, a chunk publishes fp16 deltas (half the bytes of a snapshot, an
-// error far under any bound); raised past fp16, whole.
-TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToFp16ThenFp32) {
+// Raised, a chunk publishes int8 deltas (a quarter of a snapshot's bytes, an
+// error far under any bound); raised past int8, whole.
+TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToInt8ThenFp32) {
   for (const double bound : {0.5, 0.0}) {
     SCOPED_TRACE(bound);
     PrecisionPolicy policy;
-    policy.bound = bound == 0.0 ? 1e-9 : bound;  // 1e-9: even fp16 leaves more
+    policy.bound = bound == 0.0 ? 1e-9 : bound;  // 1e-9: even int8 leaves more
     policy.min_flush_interval = 1000;
     PullPublisher pub(CodecType::kTernary, false, {{7, kElems}}, policy);
     std::mt19937 rng(4);
@@ -158,16 +156,16 @@ TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToFp16ThenFp32) {
     ASSERT_FALSE(p.events.empty());
     EXPECT_EQ(p.events.front().kind, PrecisionEvent::Kind::kRaise);
     EXPECT_EQ(p.events.front().from, CodecType::kTernary);
-    EXPECT_EQ(p.events.front().to, CodecType::kHalf);
+    EXPECT_EQ(p.events.front().to, CodecType::kInt8);
     params = Step(params, rng, 0.01f);
     const size_t bytes = pub.Serve(7, params, 11, 11, w.held_or_null(), &out);
     w.Take(out);
     if (bound == 0.5) {
-      EXPECT_EQ(p.codec, CodecType::kHalf);
+      EXPECT_EQ(p.codec, CodecType::kInt8);
       ASSERT_EQ(out.deltas.size(), 1u);
-      EXPECT_EQ(out.deltas[0].header.codec, CodecType::kHalf);
-      EXPECT_LT(bytes, kElems * sizeof(float) * 6 / 10);
-      EXPECT_LT(MaxAbsDiff(w.copy, params), 1e-4) << "fp16 of a 0.01 step";
+      EXPECT_EQ(out.deltas[0].header.codec, CodecType::kInt8);
+      EXPECT_LT(bytes, kElems * sizeof(float) * 3 / 10);
+      EXPECT_LT(MaxAbsDiff(w.copy, params), 4e-4) << "int8 of a 0.01 step: under max / 254";
     } else {  // every version published whole: the worker holds p exactly
       EXPECT_EQ(p.codec, CodecType::kNone);
       EXPECT_FALSE(out.values.empty());

@@ -89,6 +89,20 @@ inline float HalfScale(float max_abs) {
   return std::ldexp(1.0f, std::max(e - 15, -126));
 }
 
+// NOTE: [int8 scale] An int8 chunk is sent as round(x / 2^k), ties to even,
+// with 2^k = Int8Scale(max |x|): the smallest power of two that keeps every
+// code within +-127 (so -128 never occurs and the codes are symmetric). The
+// division is exact, so the only rounding is to the integer, the same on
+// every device; q * 2^k is exact too, so error feedback keeps x - decoded
+// with no further rounding. The step is 1/127 to 1/254 of max |x|.
+inline float Int8Scale(float max_abs) {
+  int e = 0;
+  std::frexp(max_abs, &e);  // max_abs < 2^e (e = 0 for 0)
+  float s = std::ldexp(1.0f, std::max(e - 7, -126));
+  if (max_abs / s >= 127.5f) s *= 2.0f;  // would round to 128
+  return s;
+}
+
 // float -> IEEE half bits, round to nearest even; +-inf past 65504 (F. Giesen,
 // "float_to_half_fast3_rtne"). NaN -> a quiet NaN.
 inline uint16_t FloatToHalfBits(float f) {
@@ -199,6 +213,15 @@ struct CodecKernels {
   void (*decode_1bit)(const uint8_t* payload, uint32_t n, float pos, float neg, float* out);
   // out[i] = half_i as a float.
   void (*decode_f16)(const uint8_t* payload, uint32_t n, float* out);
+
+  // int8 ([int8 scale]): the code of x / scale, rounded to nearest even, one
+  // signed byte each; residual = x - code * scale. `scale` is Int8Scale(max
+  // |x|) of finite x.
+  void (*encode_i8)(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out);
+  // acc[i] += ws * code_i (ws = weight * scale).
+  void (*decode_add_i8)(const uint8_t* payload, uint32_t n, float ws, float* acc);
+  // out[i] = code_i as a float.
+  void (*decode_i8)(const uint8_t* payload, uint32_t n, float* out);
 };
 
 const CodecKernels& PortableKernels();

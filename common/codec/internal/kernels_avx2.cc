@@ -622,6 +622,46 @@ void DecodeF16(const uint8_t* payload, uint32_t n, float* out) {
   if (n8 < n) PortableKernels().decode_f16(payload + 2 * size_t{n8}, n - n8, out + n8);
 }
 
+// cvtps_epi32 rounds in the default mode, to nearest even, as nearbyint does.
+void EncodeI8(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out) {
+  const __m256 vinv = _mm256_set1_ps(1.0f / scale), vs = _mm256_set1_ps(scale);
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    const __m256 x = LoadX(grad, residual, i);
+    const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(x, vinv));
+    const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packs_epi16(q16, q16));
+    if (residual) {
+      _mm256_storeu_ps(residual + i, _mm256_sub_ps(x, _mm256_mul_ps(_mm256_cvtepi32_ps(q), vs)));
+    }
+  }
+  if (n8 < n) {
+    PortableKernels().encode_i8(grad + n8, residual ? residual + n8 : nullptr, n - n8, scale,
+                                out + n8);
+  }
+}
+
+inline __m256 LoadI8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+void DecodeAddI8(const uint8_t* payload, uint32_t n, float ws, float* acc) {
+  const __m256 w = _mm256_set1_ps(ws);
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i),
+                                            _mm256_mul_ps(w, LoadI8(payload + i))));
+  }
+  if (n8 < n) PortableKernels().decode_add_i8(payload + n8, n - n8, ws, acc + n8);
+}
+
+void DecodeI8(const uint8_t* payload, uint32_t n, float* out) {
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) _mm256_storeu_ps(out + i, LoadI8(payload + i));
+  if (n8 < n) PortableKernels().decode_i8(payload + n8, n - n8, out + n8);
+}
+
 float MaxAbsF16(const uint8_t* payload, uint32_t n) {
   const __m256i abs_mask = _mm256_set1_epi16(0x7fff);
   __m256i m = _mm256_setzero_si256();
@@ -709,7 +749,7 @@ const CodecKernels* Avx2Kernels() {
       EncodeTwoBit,  EncodeTernary, EncodeTernaryChunk,       EncodeOneBit,
       EncodeF16,     Valid2Bit,     MaxAbsF32,    MaxAbsF16,  DecodeAdd2Bit,
       DecodeAdd1Bit, DecodeAddF32,  DecodeAddF16, Decode2Bit, Decode1Bit,
-      DecodeF16};
+      DecodeF16,     EncodeI8,      DecodeAddI8,  DecodeI8};
   return &k;
 }
 

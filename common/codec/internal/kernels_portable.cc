@@ -163,6 +163,26 @@ void EncodeF16(const float* grad, float* residual, uint32_t n, float scale, uint
   }
 }
 
+void EncodeI8(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out) {
+  const float inv = 1.0f / scale;  // a power of two: exact
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = X(grad, residual, i);
+    // The default mode rounds to nearest, ties to even; through an integer
+    // so that a code 0 decodes to +0, as the AVX2 twin's does.
+    const int32_t q = static_cast<int32_t>(std::nearbyint(x * inv));
+    out[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    if (residual) residual[i] = x - static_cast<float>(q) * scale;
+  }
+}
+
+void DecodeAddI8(const uint8_t* payload, uint32_t n, float ws, float* acc) {
+  for (uint32_t i = 0; i < n; ++i) acc[i] += ws * static_cast<float>(static_cast<int8_t>(payload[i]));
+}
+
+void DecodeI8(const uint8_t* payload, uint32_t n, float* out) {
+  for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int8_t>(payload[i]));
+}
+
 bool Valid2Bit(const uint8_t* payload, uint32_t n) {
   const size_t bytes = (static_cast<size_t>(n) + 3) / 4;
   for (size_t b = 0; b < bytes; ++b) {
@@ -274,7 +294,7 @@ const CodecKernels& PortableKernels() {
       EncodeTwoBit,  EncodeTernary, EncodeTernaryChunk,       EncodeOneBit,
       EncodeF16,     Valid2Bit,     MaxAbsF32,    MaxAbsF16,  DecodeAdd2Bit,
       DecodeAdd1Bit, DecodeAddF32,  DecodeAddF16, Decode2Bit, Decode1Bit,
-      DecodeF16};
+      DecodeF16,     EncodeI8,      DecodeAddI8,  DecodeI8};
   return k;
 }
 

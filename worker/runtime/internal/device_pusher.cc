@@ -144,9 +144,11 @@ class DevicePusherImpl final : public DevicePusher {
           t.codec.empty() ? ResolveCodec(options_.codec, t.name, t.num_elems) : t.codec;
       TensorPlan p;
       GS_ASSIGN_OR_RETURN(p.type, CodecTypeFromName(name));
-      if (p.type == CodecType::kHalf) {
-        return absl::UnimplementedError(absl::StrCat(
-            "tensor '", t.name, "': fp16 has no CUDA encoder; pick another codec for a GPU worker"));
+      if (p.type == CodecType::kHalf || p.type == CodecType::kInt8) {
+        return absl::UnimplementedError(absl::StrCat("tensor '", t.name, "': ",
+                                                     CodecTypeName(p.type),
+                                                     " has no CUDA encoder; pick another codec "
+                                                     "for a GPU worker"));
       }
       p.error_feedback = p.type != CodecType::kNone && options_.codec.error_feedback;
       p.num_elems = t.num_elems;
