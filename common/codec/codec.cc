@@ -152,35 +152,33 @@ class OneBitCodec final : public BuiltinCodec<CodecType::kOneBit> {
   }
 };
 
-// IEEE half of x / 2^k, 2^k fitted to the chunk (see [fp16 scale]): half the
-// bytes of fp32 at 2^-11 relative error, which error feedback carries on.
-class HalfCodec final : public BuiltinCodec<CodecType::kHalf> {
+// fp16 and int8: x / 2^k with 2^k = kScale(max |x|), a power of two fitted
+// to the chunk, then the kernel kEncode.
+using ScaledEncoder = void (*)(const float*, float*, uint32_t, float, uint8_t*);
+template <CodecType kType, float (*kScale)(float), ScaledEncoder internal::CodecKernels::*kEncode>
+class ScaledCodec final : public BuiltinCodec<kType> {
   absl::Status EncodeImpl(const float* grad, float* residual, uint32_t n, const EncodeKey&,
                           ChunkHeader* header, uint8_t* out) override {
     const auto& k = ActiveKernels();
     const float max_abs = k.max_abs(grad, residual, n);
-    if (!(max_abs <= FLT_MAX)) return NonFinite(type());
-    header->scale = internal::HalfScale(max_abs);
-    k.encode_f16(grad, residual, n, header->scale, out);
+    if (!(max_abs <= FLT_MAX)) return NonFinite(kType);
+    header->scale = kScale(max_abs);
+    (k.*kEncode)(grad, residual, n, header->scale, out);
     return absl::OkStatus();
   }
 };
 
-// x / 2^k rounded to a signed byte, 2^k fitted to the chunk (see [int8
-// scale]): a quarter of fp32's bytes at 1/254 to 1/127 of max |x| per
-// element; deterministic and contracting, so error feedback's residual stays
-// under half a step (QSGD's 8-bit level, without its random rounding).
-class Int8Codec final : public BuiltinCodec<CodecType::kInt8> {
-  absl::Status EncodeImpl(const float* grad, float* residual, uint32_t n, const EncodeKey&,
-                          ChunkHeader* header, uint8_t* out) override {
-    const auto& k = ActiveKernels();
-    const float max_abs = k.max_abs(grad, residual, n);
-    if (!(max_abs <= FLT_MAX)) return NonFinite(type());
-    header->scale = internal::Int8Scale(max_abs);
-    k.encode_i8(grad, residual, n, header->scale, out);
-    return absl::OkStatus();
-  }
-};
+// IEEE half of x / 2^k (see [fp16 scale]): half the bytes of fp32 at 2^-11
+// relative error, which error feedback carries on.
+using HalfCodec = ScaledCodec<CodecType::kHalf, internal::HalfScale,
+                              &internal::CodecKernels::encode_f16>;
+
+// x / 2^k rounded to a signed byte (see [int8 scale]): a quarter of fp32's
+// bytes at 1/254 to 1/127 of max |x| per element; deterministic and
+// contracting, so error feedback's residual stays under half a step (QSGD's
+// 8-bit level, without its random rounding).
+using Int8Codec = ScaledCodec<CodecType::kInt8, internal::Int8Scale,
+                              &internal::CodecKernels::encode_i8>;
 
 // ---------------------------------------------------------------- decoding --
 // Each validate_* runs after ChunkDecoder checked the element count and the
@@ -219,48 +217,42 @@ absl::Status ValidateOneBit(const ChunkHeader& h, const uint8_t* payload, float*
   return absl::OkStatus();
 }
 
-// The scale must be a power of two (a normal float with no mantissa bits),
-// so that weight * scale * half rounds once whatever the grouping; a zero
-// payload still counts as magnitude `scale`, so weight * scale is finite.
-absl::Status ValidateHalf(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
+// fp16's and int8's scale must be a power of two (a normal float with no
+// mantissa bits), so that weight * scale * value rounds once whatever the
+// grouping; times the largest value (at least 1, so that weight * scale is
+// finite too) it must not overflow fp32.
+absl::Status ValidatePowerOfTwoScale(const ChunkHeader& h, float max_value,
+                                     float* max_magnitude) {
   uint32_t bits;
   std::memcpy(&bits, &h.scale, 4);
   const uint32_t exponent = bits >> 23;  // the sign bit must be 0 too
   if ((bits & 0x7fffffu) != 0 || exponent == 0 || exponent >= 255) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fp16 scale ", h.scale, " is not a positive power of two"));
+    return absl::InvalidArgumentError(absl::StrCat(CodecTypeName(h.codec), " scale ", h.scale,
+                                                   " is not a positive power of two"));
   }
-  const float max_half = ActiveKernels().max_abs_f16(payload, h.num_elems);
-  if (!(max_half <= 65504.0f)) {
-    return absl::InvalidArgumentError("fp16 payload holds NaN or Inf");
-  }
-  *max_magnitude = h.scale * std::max(max_half, 1.0f);
+  *max_magnitude = h.scale * std::max(max_value, 1.0f);
   if (!(*max_magnitude <= FLT_MAX)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fp16 values times scale ", h.scale, " overflow fp32"));
+    return absl::InvalidArgumentError(absl::StrCat(CodecTypeName(h.codec),
+                                                   " values times scale ", h.scale,
+                                                   " overflow fp32"));
   }
   return absl::OkStatus();
 }
 
-// As fp16's scale (a power of two, so weight * scale * code rounds once), and
-// no code -128: the encoders never write it.
-absl::Status ValidateInt8(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
-  uint32_t bits;
-  std::memcpy(&bits, &h.scale, 4);
-  const uint32_t exponent = bits >> 23;  // the sign bit must be 0 too
-  if ((bits & 0x7fffffu) != 0 || exponent == 0 || exponent >= 255) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("int8 scale ", h.scale, " is not a positive power of two"));
+absl::Status ValidateHalf(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
+  const float max_half = ActiveKernels().max_abs_f16(payload, h.num_elems);
+  if (!(max_half <= 65504.0f)) {
+    return absl::InvalidArgumentError("fp16 payload holds NaN or Inf");
   }
+  return ValidatePowerOfTwoScale(h, max_half, max_magnitude);
+}
+
+// No code -128: the encoders never write it.
+absl::Status ValidateInt8(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
   if (std::memchr(payload, 0x80, h.num_elems) != nullptr) {
     return absl::InvalidArgumentError("int8 payload holds the code -128");
   }
-  *max_magnitude = h.scale * 127.0f;
-  if (!(*max_magnitude <= FLT_MAX)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("int8 codes times scale ", h.scale, " overflow fp32"));
-  }
-  return absl::OkStatus();
+  return ValidatePowerOfTwoScale(h, 127.0f, max_magnitude);
 }
 
 void DecodeAddNone(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
