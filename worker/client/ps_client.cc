@@ -321,8 +321,8 @@ class PsClientImpl final : public PsClient {
     }
     const size_t value_bytes = fp16 ? 2 : sizeof(float);
     for (size_t p = 0; p < parts.size(); ++p) {
-      const uint64_t bytes =
-          uint64_t{rows[p].ids_size()} * dim * sizeof(float) + uint64_t{8} * rows[p].ids_size();
+      const uint64_t ids = static_cast<uint64_t>(rows[p].ids_size());
+      const uint64_t bytes = ids * dim * sizeof(float) + uint64_t{8} * ids;
       if (bytes > kMaxPushedRowsBytes) {
         return MakePush(Completion::Failed(absl::InvalidArgumentError(absl::StrCat(
             "PushRows: ", rows[p].ids_size(), " rows of table '", table->name,
@@ -340,8 +340,9 @@ class PsClientImpl final : public PsClient {
       const uint64_t bytes = rows[p].values().size();
       chunks_pushed_.fetch_add(1, std::memory_order_relaxed);
       bytes_pushed_.fetch_add(bytes, std::memory_order_relaxed);
-      fp32_bytes_pushed_.fetch_add(uint64_t{rows[p].ids_size()} * dim * sizeof(float),
-                                   std::memory_order_relaxed);
+      fp32_bytes_pushed_.fetch_add(
+          static_cast<uint64_t>(rows[p].ids_size()) * dim * sizeof(float),
+          std::memory_order_relaxed);
       if (static_cast<size_t>(rows[p].ids_size()) > rows_per_piece) {
         SendPieces(c.shard, clock, rows_per_piece, dim * value_bytes, std::move(rows[p]), done);
         continue;

@@ -176,7 +176,9 @@ void EncodeI8(const float* grad, float* residual, uint32_t n, float scale, uint8
 }
 
 void DecodeAddI8(const uint8_t* payload, uint32_t n, float ws, float* acc) {
-  for (uint32_t i = 0; i < n; ++i) acc[i] += ws * static_cast<float>(static_cast<int8_t>(payload[i]));
+  for (uint32_t i = 0; i < n; ++i) {
+    acc[i] += ws * static_cast<float>(static_cast<int8_t>(payload[i]));
+  }
 }
 
 void DecodeI8(const uint8_t* payload, uint32_t n, float* out) {
