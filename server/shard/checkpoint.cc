@@ -94,6 +94,10 @@ class Writer {
       status_ = out_->Append(std::string_view(static_cast<const char*>(p), n));
     }
   }
+  void Fail(absl::Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+  bool ok() const { return status_.ok(); }
   absl::Status Finish() {
     Flush();
     if (status_.ok()) status_ = out_->Finish();
@@ -262,7 +266,7 @@ void WriteRows(RowBlocks& rows, Writer& w) {
   w.U64(n);
   for (uint64_t b = 0; b < n; b += ids.size()) {
     const uint64_t e = std::min<uint64_t>(n, b + ids.size());
-    rows.Ids(b, e, ids.data());
+    if (absl::Status s = rows.Ids(b, e, ids.data()); !s.ok()) return w.Fail(s);
     w.Raw(ids.data(), (e - b) * sizeof(uint64_t));
   }
   std::vector<float> values(std::min(n, block) * dim);
@@ -271,7 +275,7 @@ void WriteRows(RowBlocks& rows, Writer& w) {
     w.U64(n * dim);
     for (uint64_t b = 0; b < n; b += block) {
       const uint64_t e = std::min<uint64_t>(n, b + block);
-      rows.Floats(array, b, e, values.data());
+      if (absl::Status s = rows.Floats(array, b, e, values.data()); !s.ok()) return w.Fail(s);
       w.Raw(values.data(), (e - b) * dim * sizeof(float));
     }
   }

@@ -42,9 +42,10 @@ class RowBlocks {
   virtual uint64_t rows() = 0;
   virtual uint32_t dim() = 0;
   virtual int num_slots() = 0;
-  virtual void Ids(uint64_t begin, uint64_t end, uint64_t* out) = 0;
+  // An error fails the checkpoint.
+  virtual absl::Status Ids(uint64_t begin, uint64_t end, uint64_t* out) = 0;
   // `array` -1: values; k: state slot k.
-  virtual void Floats(int array, uint64_t begin, uint64_t end, float* out) = 0;
+  virtual absl::Status Floats(int array, uint64_t begin, uint64_t end, float* out) = 0;
 };
 
 struct ChunkSnapshot {

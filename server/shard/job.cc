@@ -44,13 +44,13 @@ class SnapshotBlocks final : public RowBlocks {
   // Fixed when the store is made: no lock.
   uint32_t dim() override { return chunk_->rows->spec().dim; }
   int num_slots() override { return chunk_->rows->num_slots(); }
-  void Ids(uint64_t begin, uint64_t end, uint64_t* out) override {
+  absl::Status Ids(uint64_t begin, uint64_t end, uint64_t* out) override {
     absl::MutexLock l(&chunk_->mu);
-    chunk_->rows->SnapshotIds(begin, end, out);
+    return chunk_->rows->SnapshotIds(begin, end, out);
   }
-  void Floats(int array, uint64_t begin, uint64_t end, float* out) override {
+  absl::Status Floats(int array, uint64_t begin, uint64_t end, float* out) override {
     absl::MutexLock l(&chunk_->mu);
-    chunk_->rows->SnapshotFloats(array, begin, end, out);
+    return chunk_->rows->SnapshotFloats(array, begin, end, out);
   }
 
  private:
@@ -78,7 +78,8 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
                            /*once_per_clock=*/!controller_->rules().rounds,
                            options_.chunks, options_.pull_precision,
                            options_.pull_link, env_)),
-      staleness_hist_(kStalenessBuckets, 0) {
+      staleness_hist_(kStalenessBuckets, 0),
+      row_budget_(options_.max_row_bytes) {
   for (const ChunkSpec& spec : options_.chunks) {
     auto chunk = std::make_unique<ChunkState>(spec.chunk_id, spec.num_elems);
     {
@@ -89,7 +90,7 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
         // A partition's rows start from the table's initializer, so it has
         // its parameters from the start (no InitChunk).
         // Its optimizer state lives per row; `opt` keeps the step count.
-        chunk->rows = std::make_unique<RowStore>(*spec.table, optimizer_, &row_bytes_);
+        chunk->rows = std::make_unique<RowStore>(*spec.table, optimizer_, &row_budget_);
         chunk->opt = OptimizerState{};
         chunk->initialized.store(true);
       }
@@ -278,7 +279,7 @@ absl::StatusOr<bool> Job::Push(const PushArgs& push) {
 }
 
 absl::Status Job::CheckBucket(const PushBucket& bucket,
-                              std::vector<ChunkState*>* states) const {
+                              std::vector<ChunkState*>* states) {
   if (bucket.chunks.empty() && bucket.rows.empty()) {
     return absl::InvalidArgumentError("a Push with no chunks");
   }
@@ -592,26 +593,34 @@ void Job::Pull(PullArgs pull, PullCallback done) {
   if (now.has_value()) ServeSoon(*std::move(now));
 }
 
-absl::Status Job::CheckRowBudget(const ChunkState& chunk, absl::Span<const uint64_t> ids) const {
-  if (options_.max_row_bytes == 0) return absl::OkStatus();
+absl::Status Job::CheckRowBudget(const ChunkState& chunk, absl::Span<const uint64_t> ids) {
+  const uint64_t max = row_budget_.max_bytes;
+  if (max == 0) return absl::OkStatus();
   const RowStore& store = *chunk.rows;
-  const uint64_t held = row_bytes_.load();
+  const uint64_t held = row_budget_.held();
   // Fits even if every id were new: no lookups (a lookup per id was 7% of a
   // shard's CPU on bench/tta's click-through family).
-  if (held + ids.size() * store.row_bytes() <= options_.max_row_bytes) return absl::OkStatus();
+  if (held + ids.size() * store.row_bytes() <= max) return absl::OkStatus();
   uint64_t fresh = 0;
   for (uint64_t id : ids) fresh += store.Has(id) ? 0 : 1;
   const uint64_t more = fresh * store.row_bytes();
-  if (held + more <= options_.max_row_bytes) return absl::OkStatus();
+  if (held + more <= max) return absl::OkStatus();
+  if (row_budget_.rows.load() + more <= max) {
+    // The rows fit without what a checkpoint keeps: training goes first, the
+    // checkpoint fails and is tried again (see [row snapshot]).
+    row_budget_.rows_first.store(true);
+    return absl::OkStatus();
+  }
   return absl::ResourceExhaustedError(absl::StrCat(
       "job ", id(), ": ", fresh, " new rows of table ", store.spec().table, " (", more,
-      " bytes with their optimizer state and index) would take this shard's table rows from ", held,
+      " bytes with their optimizer state and index) would take this shard's table rows from ",
+      row_budget_.rows.load(),
       " bytes past the ", options_.max_row_bytes,
       " it has for them (--max_param_bytes less the dense parameters): refused, nothing "
       "changed; run more shards, a smaller table or a larger --max_param_bytes"));
 }
 
-absl::Status Job::CheckPullRows(const PullArgs& pull) const {
+absl::Status Job::CheckPullRows(const PullArgs& pull) {
   uint64_t bytes = 0;
   for (const PullArgs::Rows& r : pull.rows) {
     ChunkState* c = FindChunk(r.chunk_id);
@@ -742,7 +751,7 @@ JobStats Job::Stats(bool include_rounds) const {
     if (!c->is_table()) continue;
     absl::MutexLock l(&c->mu);
     s.tables.push_back(JobStats::TableStats{
-        c->chunk_id, TableRowStats{c->rows->size(), c->rows->size() * c->rows->row_bytes(),
+        c->chunk_id, TableRowStats{c->rows->size(), c->rows->bytes(),
                                    c->rows_pushed.load(), c->rows_pulled.load(),
                                    c->rows_lost.load() ? uint64_t{1} : 0}});
   }
@@ -828,6 +837,7 @@ absl::StatusOr<Job::CheckpointInfo> Job::Checkpoint() {
   // then read a block at a time, the lock held per block, while pushes and
   // pulls go on (docs/design/sparse-tables.md).
   std::vector<std::unique_ptr<SnapshotBlocks>> tables;
+  row_budget_.rows_first.store(false);
   auto save = [&](ChunkState& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
     ChunkSnapshot cs;
     cs.chunk_id = c.chunk_id;

@@ -131,8 +131,9 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   [[nodiscard]] absl::StatusOr<CheckpointInfo> Checkpoint();
 
   JobStats Stats(bool include_rounds) const;
-  // Bytes the rows of the job's tables take (values and optimizer state).
-  uint64_t row_bytes() const { return row_bytes_.load(); }
+  // Bytes the rows of the job's tables take (values, optimizer state, ids,
+  // index, and what an open checkpoint keeps).
+  uint64_t row_bytes() const { return row_budget_.held(); }
   // Fails parked pulls whose deadline is at or before `now`; returns the
   // earliest deadline of those still parked (InfiniteFuture if none).
   absl::Time ExpirePulls(absl::Time now);
@@ -184,16 +185,17 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   void PublishSoon(std::vector<ChunkState*> chunks);
   // The whole-bucket checks of Push(PushBucket); the bucket's chunks in `states`.
   [[nodiscard]] absl::Status CheckBucket(const PushBucket& bucket,
-                                         std::vector<ChunkState*>* states) const;
+                                         std::vector<ChunkState*>* states);
   bool Ready(const PullArgs& pull) const;
   // A pull's rows: table partitions of this job, ids of theirs, at most
   // kMaxPulledRowBytes in all (InvalidArgument, NotFound).
-  [[nodiscard]] absl::Status CheckPullRows(const PullArgs& pull) const;
+  [[nodiscard]] absl::Status CheckPullRows(const PullArgs& pull);
   // ResourceExhausted when creating the rows of `ids` that `chunk` (a
   // table partition, its lock held) lacks would take the job's rows past
-  // options_.max_row_bytes.
+  // options_.max_row_bytes, even once an open checkpoint gave back what it
+  // keeps.
   [[nodiscard]] absl::Status CheckRowBudget(const ChunkState& chunk,
-                                            absl::Span<const uint64_t> ids) const;
+                                            absl::Span<const uint64_t> ids);
   void Serve(const PullArgs& pull, const PullCallback& done);
   // Serves a ready pull: at once when it is small, else on an executor
   // thread (see [eager publish]).
@@ -228,7 +230,7 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};
   std::atomic<uint64_t> bytes_out_{0}, fp32_bytes_out_{0};
   std::atomic<uint64_t> push_messages_{0};
-  std::atomic<uint64_t> row_bytes_{0};  // held by the tables' rows (RowStore)
+  RowBudget row_budget_;  // of the tables' rows (RowStore), options_.max_row_bytes
   absl::Mutex pieces_mu_;
   absl::flat_hash_map<uint64_t, uint64_t> held_pieces_ ABSL_GUARDED_BY(pieces_mu_);  // by worker
 

@@ -29,9 +29,8 @@ void InitialRow(const TableSpec& spec, uint64_t row, float* out) {
   }
 }
 
-RowStore::RowStore(const TableSpec& spec, const Optimizer& optimizer,
-                   std::atomic<uint64_t>* held_bytes)
-    : spec_(spec), held_bytes_(held_bytes) {
+RowStore::RowStore(const TableSpec& spec, const Optimizer& optimizer, RowBudget* budget)
+    : spec_(spec), budget_(budget) {
   const OptimizerState fresh = optimizer.NewState(1);
   for (const auto& slot : fresh.slots) slot_init_.push_back(slot[0]);
   values_ = RowArray(spec_.dim);
@@ -78,7 +77,7 @@ uint32_t RowStore::Touch(uint64_t row) {
     std::fill_n(slots_[k].Append(), spec_.dim, slot_init_[k]);
   }
   ids_.push_back(row);
-  if (held_bytes_ != nullptr) held_bytes_->fetch_add(row_bytes());
+  if (budget_ != nullptr) budget_->rows.fetch_add(row_bytes());
   return it->second;
 }
 
@@ -114,9 +113,9 @@ absl::Status RowStore::Restore(std::vector<uint64_t> ids, RowArray values,
     }
   }
   GS_RETURN_IF_ERROR(CheckIds(ids, /*unique=*/false));
-  if (held_bytes_ != nullptr) {
-    held_bytes_->fetch_add(row_bytes() * ids.size());
-    held_bytes_->fetch_sub(row_bytes() * ids_.size());
+  if (budget_ != nullptr) {
+    budget_->rows.fetch_add(row_bytes() * ids.size());
+    budget_->rows.fetch_sub(row_bytes() * ids_.size());
   }
   index_ = std::move(index);
   ids_.assign(ids.begin(), ids.end());
@@ -131,49 +130,118 @@ void RowStore::BeginSnapshot() {
   CHECK(!snapshot_open_) << "one row snapshot at a time";
   snapshot_open_ = true;
   snapshot_rows_ = ids_.size();
+  released_ = 0;
+  snapshot_status_ = absl::OkStatus();
 }
 
 void RowStore::EndSnapshot() {
+  DropKept();
   snapshot_open_ = false;
   snapshot_rows_ = 0;
+  snapshot_status_ = absl::OkStatus();
+}
+
+void RowStore::DropKept() {
+  if (budget_ != nullptr) budget_->kept.fetch_sub(kept_.size() * kept_row_bytes());
   kept_.clear();
+  kept_.rehash(0);  // give back the map's slots too
+}
+
+void RowStore::FailSnapshot(std::string why) {
+  DropKept();
+  if (snapshot_status_.ok()) snapshot_status_ = absl::ResourceExhaustedError(std::move(why));
+}
+
+void RowStore::YieldToRows() {
+  if (budget_ == nullptr || !budget_->rows_first.load() || !snapshot_status_.ok()) return;
+  FailSnapshot(absl::StrCat("table ", spec_.table, " partition ", spec_.partition,
+                            ": new rows needed the memory that the checkpoint kept of the rows "
+                            "changed while it was written: checkpoint abandoned, the last one "
+                            "stands"));
 }
 
 void RowStore::KeepForSnapshot(uint32_t index) {
-  if (!snapshot_open_ || index >= snapshot_rows_) return;
-  auto [it, fresh] = kept_.try_emplace(index);
-  if (!fresh) return;
+  if (!snapshot_open_ || !snapshot_status_.ok() || index < released_ ||
+      index >= snapshot_rows_ || kept_.contains(index)) {
+    return;
+  }
+  YieldToRows();
+  if (!snapshot_status_.ok()) return;
+  if (budget_ != nullptr) {
+    const uint64_t bytes = kept_row_bytes();
+    if (budget_->max_bytes != 0 && budget_->held() + bytes > budget_->max_bytes) {
+      FailSnapshot(absl::StrCat("table ", spec_.table, " partition ", spec_.partition,
+                                ": keeping the old values of the rows changed while the "
+                                "checkpoint was written would take this shard's table rows past "
+                                "the ",
+                                budget_->max_bytes,
+                                " bytes it has for them: checkpoint abandoned, the last one "
+                                "stands; run more shards or a larger --max_param_bytes"));
+      return;
+    }
+    budget_->kept.fetch_add(bytes);
+  }
+  std::vector<float>& kept = kept_[index];
   const uint32_t dim = spec_.dim;
-  it->second.resize(size_t{dim} * (1 + slots_.size()));
-  std::memcpy(it->second.data(), params(index), dim * sizeof(float));
+  kept.resize(size_t{dim} * (1 + slots_.size()));
+  std::memcpy(kept.data(), params(index), dim * sizeof(float));
   for (size_t k = 0; k < slots_.size(); ++k) {
-    std::memcpy(it->second.data() + (k + 1) * dim, slot(static_cast<int>(k), index),
+    std::memcpy(kept.data() + (k + 1) * dim, slot(static_cast<int>(k), index),
                 dim * sizeof(float));
   }
 }
 
-void RowStore::SnapshotIds(uint64_t begin, uint64_t end, uint64_t* out) const {
+absl::Status RowStore::SnapshotIds(uint64_t begin, uint64_t end, uint64_t* out) {
   CHECK(snapshot_open_ && begin <= end && end <= snapshot_rows_);
+  YieldToRows();
+  GS_RETURN_IF_ERROR(snapshot_status_);
   std::copy(ids_.begin() + begin, ids_.begin() + end, out);  // an id never changes
+  return absl::OkStatus();
 }
 
-void RowStore::SnapshotFloats(int array, uint64_t begin, uint64_t end, float* out) const {
+absl::Status RowStore::SnapshotFloats(int array, uint64_t begin, uint64_t end, float* out) {
   CHECK(snapshot_open_ && begin <= end && end <= snapshot_rows_ &&
         array < static_cast<int>(slots_.size()));
+  YieldToRows();
+  GS_RETURN_IF_ERROR(snapshot_status_);
   const size_t dim = spec_.dim;
   (array < 0 ? values_ : slots_[array]).CopyOut(begin, end, out);
+  // The last array's pass, in order: rows before `end` need nothing kept.
+  const bool last = array == static_cast<int>(slots_.size()) - 1 && begin <= released_;
   auto put = [&](uint64_t i, const std::vector<float>& kept) {
     std::memcpy(out + (i - begin) * dim, kept.data() + (array + 1) * dim, dim * sizeof(float));
   };
+  size_t freed = 0;
   if (kept_.size() < end - begin) {
-    for (const auto& [i, kept] : kept_) {
-      if (i >= begin && i < end) put(i, kept);
+    for (auto it = kept_.begin(); it != kept_.end();) {
+      if (it->first < begin || it->first >= end) {
+        ++it;
+        continue;
+      }
+      put(it->first, it->second);
+      if (last) {
+        kept_.erase(it++);
+        ++freed;
+      } else {
+        ++it;
+      }
     }
-    return;
+  } else {
+    for (uint64_t i = begin; i < end; ++i) {
+      auto it = kept_.find(static_cast<uint32_t>(i));
+      if (it == kept_.end()) continue;
+      put(i, it->second);
+      if (last) {
+        kept_.erase(it);
+        ++freed;
+      }
+    }
   }
-  for (uint64_t i = begin; i < end; ++i) {
-    if (auto it = kept_.find(static_cast<uint32_t>(i)); it != kept_.end()) put(i, it->second);
+  if (last) {
+    released_ = end;
+    if (budget_ != nullptr) budget_->kept.fetch_sub(freed * kept_row_bytes());
   }
+  return absl::OkStatus();
 }
 
 void RowStore::DropNewest(size_t keep) {
@@ -181,7 +249,7 @@ void RowStore::DropNewest(size_t keep) {
   // Only rows a refused update created go, never rows of an open image.
   CHECK(!snapshot_open_ || keep >= snapshot_rows_);
   for (size_t i = keep; i < ids_.size(); ++i) index_.erase(ids_[i]);
-  if (held_bytes_ != nullptr) held_bytes_->fetch_sub(row_bytes() * (ids_.size() - keep));
+  if (budget_ != nullptr) budget_->rows.fetch_sub(row_bytes() * (ids_.size() - keep));
   ids_.resize(keep);
   values_.Truncate(keep);
   for (auto& s : slots_) s.Truncate(keep);

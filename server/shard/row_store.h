@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -25,15 +26,28 @@ namespace gradstream::shard {
 // of (seed, table, row) only, whichever worker or partition touches it first.
 void InitialRow(const TableSpec& spec, uint64_t row, float* out);
 
+// What one job's table rows take on a shard, shared by its partitions.
+struct RowBudget {
+  explicit RowBudget(uint64_t max = 0) : max_bytes(max) {}
+  uint64_t held() const { return rows.load() + kept.load(); }
+
+  const uint64_t max_bytes;  // 0: no limit
+  std::atomic<uint64_t> rows{0};  // rows with their state, ids and index entries
+  std::atomic<uint64_t> kept{0};  // old rows an open [row snapshot] keeps
+  // Set when new rows needed the bytes kept for a checkpoint: the open
+  // images give them back, and that checkpoint fails.
+  std::atomic<bool> rows_first{false};
+};
+
 // Rows created on first touch. Not thread-safe: the partition's
 // ChunkState::mu guards it. A row's pointers stay valid until DropNewest
 // or Restore drops it.
 class RowStore {
  public:
-  // `optimizer` gives the state slots a row starts with. `held_bytes` (may
-  // be null, must outlive the store) counts the bytes of every row created.
-  RowStore(const TableSpec& spec, const Optimizer& optimizer,
-           std::atomic<uint64_t>* held_bytes = nullptr);
+  // `optimizer` gives the state slots a row starts with. `budget` (may be
+  // null, must outlive the store) counts the bytes of every row created and
+  // kept, and bounds what an open image keeps.
+  RowStore(const TableSpec& spec, const Optimizer& optimizer, RowBudget* budget = nullptr);
 
   const TableSpec& spec() const { return spec_; }
   // InvalidArgument naming the first id that is not a row of the table, not
@@ -56,6 +70,8 @@ class RowStore {
   uint64_t row_bytes() const {
     return uint64_t{spec_.dim} * sizeof(float) * (1 + slots_.size()) + kIdAndIndexBytes;
   }
+  // Bytes the store takes: its rows, and what an open image keeps.
+  uint64_t bytes() const { return size() * row_bytes() + kept_.size() * kept_row_bytes(); }
   float* params(uint32_t index) { return values_.row(index); }
   float* slot(int k, uint32_t index) { return slots_[k].row(index); }
   size_t size() const { return ids_.size(); }
@@ -66,17 +82,29 @@ class RowStore {
   // BeginSnapshot(), read in blocks while pushes and pulls go on: the first
   // change of a row of the image keeps its old values (KeepForSnapshot),
   // rows created since are not in it. Memory: the rows changed while the
-  // image is open. One image at a time; EndSnapshot() drops it.
+  // image is open and not yet read by the last array's pass, counted in the
+  // budget; a keep past the budget, or new rows that need the bytes
+  // (RowBudget::rows_first), fail the image instead. One image at a time;
+  // EndSnapshot() drops it.
   void BeginSnapshot();
   void EndSnapshot();
   // Rows in the image (creation order).
   uint64_t snapshot_rows() const { return snapshot_rows_; }
   // Rows [begin, end) of the image: their ids, or (`array` -1) their values
-  // or (`array` k) state slot k, end - begin rows x dim floats.
-  void SnapshotIds(uint64_t begin, uint64_t end, uint64_t* out) const;
-  void SnapshotFloats(int array, uint64_t begin, uint64_t end, float* out) const;
+  // or (`array` k) state slot k, end - begin rows x dim floats. Reading the
+  // last array (the last slot, or the values without slots) in order frees
+  // what was kept of those rows. ResourceExhausted once the image failed.
+  [[nodiscard]] absl::Status SnapshotIds(uint64_t begin, uint64_t end, uint64_t* out);
+  [[nodiscard]] absl::Status SnapshotFloats(int array, uint64_t begin, uint64_t end, float* out);
   // Called before row `index` changes.
   void KeepForSnapshot(uint32_t index);
+  // What keeping one row takes at most: its values and state slots, a
+  // heap block's header, and the map's 32-byte slot and control byte at
+  // its peak while it doubles (33 * 3 / (7/8)).
+  static constexpr uint64_t kKeptEntryBytes = 16 + 114;
+  uint64_t kept_row_bytes() const {
+    return uint64_t{spec_.dim} * sizeof(float) * (1 + slots_.size()) + kKeptEntryBytes;
+  }
 
   // Replaces the store with checkpointed rows in creation order, a row of
   // `values` and of each state slot per id (InvalidArgument for sizes that
@@ -85,8 +113,14 @@ class RowStore {
                                      std::vector<RowArray> slots);
 
  private:
+  void DropKept();
+  // Frees what the image kept; its reads fail with `why` from now on.
+  void FailSnapshot(std::string why);
+  // Fails the image when new rows asked for the bytes it keeps.
+  void YieldToRows();
+
   const TableSpec spec_;
-  std::atomic<uint64_t>* const held_bytes_;
+  RowBudget* const budget_;
   std::vector<float> slot_init_;  // per slot: the value a fresh row's state starts at
   absl::flat_hash_map<uint64_t, uint32_t> index_;
   // A deque, not a vector: it grows a node at a time, never holding the ids
@@ -94,10 +128,13 @@ class RowStore {
   std::deque<uint64_t> ids_;
   RowArray values_;
   std::vector<RowArray> slots_;
-  // [row snapshot]: rows of the image, and the old values and slots of
-  // those changed since it began, by index.
+  // [row snapshot]: rows of the image, the first `released_` of which the
+  // last pass has read, and the old values and slots of those changed since
+  // it began, by index.
   bool snapshot_open_ = false;
   uint64_t snapshot_rows_ = 0;
+  uint64_t released_ = 0;
+  absl::Status snapshot_status_;
   absl::flat_hash_map<uint32_t, std::vector<float>> kept_;
 };
 
