@@ -27,9 +27,10 @@ std::string Title(const v1::JobStatus& job) {
     absl::StrAppend(&codec, " adaptive t");
   }
   // The default layer-wise rule goes unsaid; its absence or another size not.
-  if (policy.default_codec() == "twobit" && policy.twobit_min_elems() == 1) {
+  const bool layer_wise = LayerWiseCodec(policy.default_codec());
+  if (layer_wise && policy.twobit_min_elems() == 1) {
     absl::StrAppend(&codec, " on every tensor");
-  } else if (policy.default_codec() == "twobit" && policy.twobit_min_elems() > 1 &&
+  } else if (layer_wise && policy.twobit_min_elems() > 1 &&
              policy.twobit_min_elems() != kDefaultTwobitMinElems) {
     absl::StrAppend(&codec, ", ternary below ", policy.twobit_min_elems());
   }

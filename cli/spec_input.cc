@@ -59,7 +59,7 @@ constexpr FlagHelp kSpecFlags[] = {
     {"codec", "push codec: none|twobit|ternary|onebit|fp16|int8"},
     {"codec_override", "per-tensor codecs, e.g. fc1.bias=none,fc2.weight=ternary"},
     {"min_compress_elems", "tensors smaller than this travel as fp32"},
-    {"twobit_min_elems", "twobit tensors smaller than this travel as ternary (1 = twobit for all)"},
+    {"twobit_min_elems", "twobit and onebit tensors smaller than this travel as ternary (1: none do)"},
     {"twobit_threshold", "2-bit threshold (negative = adaptive: mean |g| of each chunk)"},
     {"ternary_clip", "TernGrad clip in sigmas (negative = none)"},
     {"no_error_feedback", "disable error feedback (an ablation: twobit/onebit lose accuracy)"},

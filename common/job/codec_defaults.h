@@ -35,8 +35,8 @@ inline constexpr char kHandPickedPullCodec[] = "none";
 // (TernGrad's size_to_binarize); 0: none is exempt.
 inline constexpr uint64_t kDefaultMinCompressElems = 0;
 
-// NOTE: [layer-wise codec] A twobit tensor under this many elements travels
-// as ternary (docs/design/codec-defaults.md).
+// NOTE: [layer-wise codec] A twobit or onebit tensor under this many
+// elements travels as ternary (docs/design/codec-defaults.md).
 inline constexpr uint32_t kDefaultTwobitMinElems = 16384;
 
 // NOTE: [layer-wise pull] A tensor under this many elements is pulled fp32

@@ -3,12 +3,16 @@
 
 namespace gradstream {
 
+bool LayerWiseCodec(std::string_view codec) { return codec == "twobit" || codec == "onebit"; }
+
 std::string ResolveCodec(const CodecPolicy& policy, std::string_view tensor_name,
                          uint64_t num_elems) {
   auto it = policy.overrides.find(std::string(tensor_name));
   if (it != policy.overrides.end()) return it->second;
   if (num_elems < policy.min_compress_elems) return "none";
-  if (policy.default_codec == "twobit" && num_elems < policy.twobit_min_elems) return "ternary";
+  if (LayerWiseCodec(policy.default_codec) && num_elems < policy.twobit_min_elems) {
+    return "ternary";
+  }
   return policy.default_codec;
 }
 

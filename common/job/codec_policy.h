@@ -30,8 +30,8 @@ struct CodecPolicy {
   float twobit_threshold = kDefaultTwobitThreshold;  // <= 0: adaptive per chunk
   float ternary_clip = kDefaultTernaryClip;          // <= 0: no clipping
   bool error_feedback = true;  // residual per chunk for every compressing codec
-  uint64_t twobit_min_elems = kDefaultTwobitMinElems;  // smaller twobit tensors go ternary; see
-                                                       // [layer-wise codec]
+  // Smaller twobit and onebit tensors go ternary; see [layer-wise codec].
+  uint64_t twobit_min_elems = kDefaultTwobitMinElems;
   std::string pull_codec = kHandPickedPullCodec;  // codec of pulled parameter changes; see
                                                   // [pull codec]
   float precision_bound = kDefaultPrecisionBound;      // see common/job/precision.h
@@ -41,10 +41,14 @@ struct CodecPolicy {
                                                    // [layer-wise pull]
 };
 
+// Whether twobit_min_elems applies to a default `codec`: the 1- and 2-bit
+// codecs, whose scale does not fit a small tensor (see [layer-wise codec]).
+bool LayerWiseCodec(std::string_view codec);
+
 // The codec `policy` selects for a tensor: an override by name wins, then
 // tensors below min_compress_elems get "none", then the default -- except
-// that a twobit default becomes "ternary" below twobit_min_elems (see
-// [layer-wise codec]). Names are not checked here (the codec registry answers
+// that a twobit or onebit default becomes "ternary" below twobit_min_elems
+// (see [layer-wise codec]). Names are not checked here (the codec registry answers
 // unknown ones with NotFound).
 std::string ResolveCodec(const CodecPolicy& policy, std::string_view tensor_name,
                          uint64_t num_elems);

@@ -100,7 +100,7 @@ TEST(SplitModel, CodecPolicyPerTensor) {
   EXPECT_EQ(map->tensors[2].codec, "onebit");
 }
 
-TEST(SplitModel, LayerWiseTwobitSendsSmallTensorsAsTernary) {
+TEST(SplitModel, LayerWiseTwobitAndOnebitSendSmallTensorsAsTernary) {
   // See [layer-wise codec]: twobit only where a tensor is large enough; an
   // override and min_compress_elems still win.
   CodecPolicy policy;
@@ -115,12 +115,18 @@ TEST(SplitModel, LayerWiseTwobitSendsSmallTensorsAsTernary) {
   EXPECT_EQ(map->tensors[1].codec, "ternary");
   EXPECT_EQ(map->tensors[2].codec, "twobit");
   EXPECT_EQ(map->tensors[3].codec, "none");
-  // The rule only rewrites twobit, and 1 turns it off.
+  // onebit too; the rule rewrites only the 1- and 2-bit codecs, and 1
+  // turns it off.
   policy.default_codec = "onebit";
-  EXPECT_EQ(ResolveCodec(policy, "conv1.weight", 999), "onebit");
+  EXPECT_EQ(ResolveCodec(policy, "conv1.weight", 999), "ternary");
+  EXPECT_EQ(ResolveCodec(policy, "fc1.weight", 1000), "onebit");
+  policy.default_codec = "fp16";
+  EXPECT_EQ(ResolveCodec(policy, "conv1.weight", 999), "fp16");
   policy.default_codec = "twobit";
   policy.twobit_min_elems = 1;
   EXPECT_EQ(ResolveCodec(policy, "conv1.weight", 999), "twobit");
+  policy.default_codec = "onebit";
+  EXPECT_EQ(ResolveCodec(policy, "conv1.weight", 999), "onebit");
 }
 
 TEST(SplitModel, LayerWisePullKeepsSmallTensorsFp32) {
