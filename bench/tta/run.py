@@ -59,6 +59,14 @@ SYSTEMS = {
     "gs-twobit": ("gradstream", "twobit"),
     "gs-ternary": ("gradstream", "ternary"),
     "gs-onebit": ("gradstream", "onebit"),
+    # A hand-chosen codec on the pushes only, the pulls the defaults'.
+    "gs-onebit-push": ("gradstream", ["--codec", "onebit"]),
+    "gs-twobit-push": ("gradstream", ["--codec", "twobit"]),
+    "gs-onebit-push-bound2": ("gradstream", ["--codec", "onebit", "--precision_bound=2"]),
+    # onebit on every tensor, small ones too (before the layer-wise rule
+    # covered onebit; docs/design/codec-defaults.md, [layer-wise codec]).
+    "gs-onebit-all": ("gradstream", ["--codec", "onebit", "--pull_codec", "onebit",
+                                     "--twobit_min_elems=1"]),
     # Candidates for the defaults (README, "Choosing the defaults"): twobit
     # with the adaptive threshold t = mean |g + r| per chunk, and ternary
     # pushes with an adaptive-twobit or an fp32 pull; tensors under
