@@ -94,10 +94,10 @@ class Writer {
       status_ = out_->Append(std::string_view(static_cast<const char*>(p), n));
     }
   }
+  // Ends the record with `s` (nothing more is appended).
   void Fail(absl::Status s) {
     if (status_.ok()) status_ = std::move(s);
   }
-  bool ok() const { return status_.ok(); }
   absl::Status Finish() {
     Flush();
     if (status_.ok()) status_ = out_->Finish();
