@@ -59,7 +59,8 @@ SYSTEMS = {
     "gs-twobit": ("gradstream", "twobit"),
     "gs-ternary": ("gradstream", "ternary"),
     "gs-onebit": ("gradstream", "onebit"),
-    # A hand-chosen codec on the pushes only, the pulls the defaults'.
+    # A hand-chosen codec on the pushes only; the pulls fp32, as a policy
+    # that names only its push codec gets (kHandPickedPullCodec).
     "gs-onebit-push": ("gradstream", ["--codec", "onebit"]),
     "gs-twobit-push": ("gradstream", ["--codec", "twobit"]),
     "gs-onebit-push-bound2": ("gradstream", ["--codec", "onebit", "--precision_bound=2"]),
