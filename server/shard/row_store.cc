@@ -162,14 +162,17 @@ void RowStore::YieldToRows() {
 
 void RowStore::KeepForSnapshot(uint32_t index) {
   if (!snapshot_open_ || !snapshot_status_.ok() || index < released_ ||
-      index >= snapshot_rows_ || kept_.contains(index)) {
+      index >= snapshot_rows_) {
     return;
   }
   YieldToRows();
   if (!snapshot_status_.ok()) return;
+  auto [it, inserted] = kept_.try_emplace(index);
+  if (!inserted) return;  // kept at its first change
   if (budget_ != nullptr) {
     const uint64_t bytes = kept_row_bytes();
     if (budget_->max_bytes != 0 && budget_->held() + bytes > budget_->max_bytes) {
+      kept_.erase(it);  // not counted yet
       FailSnapshot(absl::StrCat("table ", spec_.table, " partition ", spec_.partition,
                                 ": keeping the old values of the rows changed while the "
                                 "checkpoint was written would take this shard's table rows past "
@@ -181,7 +184,7 @@ void RowStore::KeepForSnapshot(uint32_t index) {
     }
     budget_->kept.fetch_add(bytes);
   }
-  std::vector<float>& kept = kept_[index];
+  std::vector<float>& kept = it->second;
   const uint32_t dim = spec_.dim;
   kept.resize(size_t{dim} * (1 + slots_.size()));
   std::memcpy(kept.data(), params(index), dim * sizeof(float));
