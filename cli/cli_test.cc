@@ -324,6 +324,36 @@ TEST(Render, ThePushErrorLineNamesRaisedTensorsByLevel) {
       << out;
 }
 
+// Each decision says why: an error past the bound too often, or owed descent
+// ([owed descent] in common/job/precision.h).
+TEST(Render, DecisionsSayWhyTheyRaised) {
+  gradstream::v1::JobStatus j = RunningJob();
+  auto* t = j.add_precision();
+  t->set_tensor("fc1.weight");
+  t->mutable_push()->set_codec("int8");
+  t->mutable_push()->set_raised(true);
+  auto* e = t->mutable_push()->add_events();
+  e->set_raise(true);
+  e->set_clock(24);
+  e->set_from("onebit");
+  e->set_to("int8");
+  e->set_ratio(0.62);
+  e->set_owed(true);
+  auto* p = j.add_precision();
+  p->set_tensor("fc2.weight");
+  auto* f = p->mutable_pull()->add_events();
+  f->set_raise(true);
+  f->set_clock(30);
+  f->set_from("ternary");
+  f->set_to("int8");
+  f->set_ratio(4.5);
+  const std::string out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "onebit -> int8 at clock 24   owed 0.62 clocks of descent"))
+      << out;
+  EXPECT_TRUE(absl::StrContains(out, "ternary -> int8 at clock 30  error 4.5 clocks, exact sends"))
+      << out;
+}
+
 TEST(Render, ProgressLineShowsPullsOnceReported) {
   gradstream::v1::JobStatus j;
   j.mutable_spec()->set_steps(100);

@@ -410,8 +410,9 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
             {e.clock(),
              {t.tensor(), pulls ? "pull" : "push",
               absl::StrCat(e.from(), " -> ", e.to(), " at clock ", e.clock()),
-              e.raise() ? absl::StrFormat("error %.3g clocks, exact sends too close", e.ratio())
-                        : "error stayed under half the bound"}});
+              !e.raise()  ? "error stayed under half the bound"
+              : e.owed() ? absl::StrFormat("owed %.2g clocks of descent on average", e.ratio())
+                         : absl::StrFormat("error %.3g clocks, exact sends too close", e.ratio())}});
       }
     }
   }

@@ -69,6 +69,9 @@ constexpr FlagHelp kSpecFlags[] = {
      "error bound of compressed pushes, in clocks of signal (pulls: half of it): past it the "
      "next send is exact (negative = measure only)"},
     {"precision_warmup", "clocks every compressed path sends at full precision first"},
+    {"precision_max_owed",
+     "clocks of descent a compressed path may owe on average before it is raised (negative = "
+     "never)"},
     {"link_choice", "on|off: each worker probes exact pushes against its codecs, keeps the faster"},
     {"consistency", "sync|bounded|async"},
     {"staleness", "staleness bound for bounded"},
@@ -118,6 +121,7 @@ std::string CodecFlagDefault(std::string_view flag) {
   if (flag == "pull_min_elems") return absl::StrCat(kDefaultPullMinElems);
   if (flag == "precision_bound") return absl::StrCat(kDefaultPrecisionBound);
   if (flag == "precision_warmup") return absl::StrCat(kDefaultPrecisionWarmup);
+  if (flag == "precision_max_owed") return absl::StrCat(kDefaultPrecisionMaxOwed);
   if (flag == "link_choice") return kDefaultLinkChoice ? "on" : "off";
   return "";
 }
@@ -273,6 +277,8 @@ absl::Status ApplySpecFlags(const Args& args, v1::JobSpec* spec) {
             [](v1::JobSpec*s, float v) { s->mutable_codec()->set_ternary_clip(v); }},
            {"precision_bound",
             [](v1::JobSpec*s, float v) { s->mutable_codec()->set_precision_bound(v); }},
+           {"precision_max_owed",
+            [](v1::JobSpec*s, float v) { s->mutable_codec()->set_precision_max_owed(v); }},
        }) {
     absl::Status s = WithFloat(args, flag, [&](float v) { setter(spec, v); });
     if (!s.ok()) return s;

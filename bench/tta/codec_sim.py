@@ -7,7 +7,10 @@ pulled through a codec with the shard-side residual p - q. The codecs are
 re-implemented in torch (ternary with the kernels' 8-bit draws under --u8,
 MXNet's 2-bit with t = mean |x|, int8, fp16); per tensor and direction a
 controller (the rule of common/job/precision.h under --flush) may send
-exact or raise the codec along --ladder. Models and data are bench/tta's.
+exact or raise the codec along --ladder; each push tensor's owed descent
+<e, g> / |g|^2 ([owed descent] in common/job/precision.h) is printed at the
+end, and --proj makes the push controller read it instead of |e| / |g|.
+Models and data are bench/tta's.
 
     bench/tta/codec_sim.py --model vit --steps 300 --u8 --bound 0        # no control
     bench/tta/codec_sim.py --model vit --steps 300 --u8 --bound 8 --flush --ladder ternary,none
@@ -43,11 +46,23 @@ def int8(x, gen):  # 255 levels, scale max|x|/127, round to nearest
     s = m / 127
     return torch.round(x / s).clamp(-127, 127) * s
 
+def onebit(x, gen):  # per 262144-element chunk: 1 -> mean of the x > 0, 0 -> mean of the x < 0
+    out = torch.empty_like(x).view(-1); flat = x.reshape(-1)
+    for c in range(0, flat.numel(), 262144):
+        v = flat[c:c + 262144]; pos = v > 0; neg = v < 0
+        hi = float(v[pos].mean()) if pos.any() else 0.0
+        lo = float(v[neg].mean()) if neg.any() else 0.0
+        bit = torch.where(v == 0, torch.tensor(abs(hi) <= abs(lo)), pos)  # [onebit zeros]
+        out[c:c + 262144] = torch.where(bit, torch.tensor(hi), torch.tensor(lo))
+    return out.view_as(x)
+
 def fp16(x, gen): return x.half().float()
 def none(x, gen): return x.clone()
-CODECS = {"ternary": ternary, "twobit": twobit, "int8": int8, "fp16": fp16, "none": none}
+CODECS = {"ternary": ternary, "twobit": twobit, "onebit": onebit, "int8": int8, "fp16": fp16, "none": none}
 
-BITS = {"ternary": 2, "twobit": 2, "int8": 8, "fp16": 16, "none": 32}
+BITS = {"ternary": 2, "twobit": 2, "onebit": 1, "int8": 8, "fp16": 16, "none": 32}
+PROJ = "--proj" in sys.argv  # the push controller reads the owed descent <e, g> / |g|^2, not |e| / |g|
+if PROJ: sys.argv.remove("--proj")
 FLUSH = "--flush" in sys.argv
 if FLUSH: sys.argv.remove("--flush")
 
@@ -138,7 +153,12 @@ def main():
                         x = g + res[w][i]
                         dec = CODECS[c.codec](x, gen); c.sent()
                         res[w][i] = x - dec
-                        c.observe(float(res[w][i].norm()), float(g.norm()), step, log)
+                        gn = float(g.norm()); e = res[w][i]
+                        owed = float((e * g).sum()) / max(gn * gn, 1e-30)  # clocks of descent owed along g
+                        if step >= 20:  # mean and max from step 20 on
+                            c.owedmax = max(getattr(c, "owedmax", 0.0), owed)
+                            c.owedsum = getattr(c, "owedsum", 0.0) + owed; c.owedn = getattr(c, "owedn", 0) + 1
+                        c.observe(max(owed, 0.0) * gn if PROJ else float(e.norm()), gn, step, log)
                         agg[i] += dec / args.workers
                     else:
                         agg[i] += g / args.workers
@@ -170,8 +190,10 @@ def main():
     for l in log: print(l)
     for i in range(n):
         pu = max((c.ratio for c in push.get(i, [])), default=0); pl = max((c.level for c in push.get(i, [])), default=0)
-        print("%-40s %7d push %-8s %6.2f | pull %-8s %6.2f" % (names[i], p[i].numel(),
-              push[i][0].codec if i in push else "-", pu, pull[i].codec if i in pull else "-", pull[i].ratio if i in pull else 0))
+        owed = max((getattr(c, "owedsum", 0) / max(1, getattr(c, "owedn", 0)) for c in push.get(i, [])), default=0)
+        owedmax = max((getattr(c, "owedmax", 0) for c in push.get(i, [])), default=0)
+        print("%-40s %7d push %-8s %6.2f owed mean %6.2f (max %6.2f) | pull %-8s %6.2f" % (names[i], p[i].numel(),
+              push[i][0].codec if i in push else "-", pu, owed, owedmax, pull[i].codec if i in pull else "-", pull[i].ratio if i in pull else 0))
     print("FINAL", json.dumps({"args": vars(args), "evals": evals}))
 
 main()

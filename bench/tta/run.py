@@ -64,6 +64,10 @@ SYSTEMS = {
     "gs-onebit-push": ("gradstream", ["--codec", "onebit"]),
     "gs-twobit-push": ("gradstream", ["--codec", "twobit"]),
     "gs-onebit-push-bound2": ("gradstream", ["--codec", "onebit", "--precision_bound=2"]),
+    # Without the owed-descent rule (docs/design/precision-control.md, "Owed descent").
+    "gs-defaults-noowed": ("gradstream", ["--precision_max_owed=-1"]),
+    "gs-onebit-push-noowed": ("gradstream", ["--codec", "onebit", "--precision_max_owed=-1"]),
+    "gs-twobit-push-noowed": ("gradstream", ["--codec", "twobit", "--precision_max_owed=-1"]),
     # onebit on every tensor, small ones too (before the layer-wise rule
     # covered onebit; docs/design/codec-defaults.md, [layer-wise codec]).
     "gs-onebit-all": ("gradstream", ["--codec", "onebit", "--pull_codec", "onebit",

@@ -40,6 +40,7 @@ class ErrorFeedback final : public Codec {
 
   // L2 norm of the residual (exported as a metric by workers).
   double ResidualNorm() const;
+  const std::vector<float>& residual() const { return residual_; }
 
  private:
   const std::unique_ptr<Codec> inner_;

@@ -48,6 +48,9 @@ inline constexpr uint32_t kDefaultPullMinElems = 16384;
 inline constexpr float kDefaultPrecisionBound = 8.0f;
 // Clocks sent at full precision before a path's codec (0: no warm-up).
 inline constexpr uint32_t kDefaultPrecisionWarmup = 0;
+// Clocks of descent a lossy path may owe on average before it is raised
+// ([owed descent] in common/job/precision.h).
+inline constexpr float kDefaultPrecisionMaxOwed = 0.5f;
 // Whether workers probe exact pushes against their codecs and keep the
 // faster (docs/design/link-choice.md).
 inline constexpr bool kDefaultLinkChoice = false;

@@ -36,6 +36,7 @@ struct CodecPolicy {
                                                   // [pull codec]
   float precision_bound = kDefaultPrecisionBound;      // see common/job/precision.h
   uint32_t precision_warmup = kDefaultPrecisionWarmup;  // clocks at full precision first
+  float precision_max_owed = kDefaultPrecisionMaxOwed;  // see [owed descent]; < 0: off
   bool link_choice = kDefaultLinkChoice;  // probe exact pushes, keep the faster (LinkChoice)
   uint64_t pull_min_elems = kDefaultPullMinElems;  // smaller tensors are pulled fp32; see
                                                    // [layer-wise pull]

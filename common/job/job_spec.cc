@@ -93,6 +93,7 @@ void ApplyJobDefaults(JobSpec* spec) {
   if (codec->twobit_min_elems() == 0) codec->set_twobit_min_elems(kDefaultTwobitMinElems);
   if (codec->pull_min_elems() == 0) codec->set_pull_min_elems(kDefaultPullMinElems);
   if (codec->precision_bound() == 0) codec->set_precision_bound(kDefaultPrecisionBound);
+  if (codec->precision_max_owed() == 0) codec->set_precision_max_owed(kDefaultPrecisionMaxOwed);
   if (codec->link_choice().empty()) codec->set_link_choice(kDefaultLinkChoice ? "on" : "off");
 
   if (spec->workers() == 0) spec->set_workers(std::max(2u, spec->workers_min()));
@@ -193,6 +194,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (!Finite(codec.twobit_threshold())) bad("codec.twobit_threshold: must be finite");
   if (!Finite(codec.ternary_clip())) bad("codec.ternary_clip: must be finite");
   if (!Finite(codec.precision_bound())) bad("codec.precision_bound: must be finite");
+  if (!Finite(codec.precision_max_owed())) bad("codec.precision_max_owed: must be finite");
   if (!codec.link_choice().empty() && codec.link_choice() != "on" &&
       codec.link_choice() != "off") {
     bad("codec.link_choice: want on|off, got '", codec.link_choice(), "'");
@@ -403,6 +405,7 @@ CodecPolicy CodecPolicyFromProto(const v1::CodecPolicy& proto) {
   // A spec stored before the bound existed has 0: the default applies.
   if (proto.precision_bound() != 0) policy.precision_bound = proto.precision_bound();
   policy.precision_warmup = proto.precision_warmup();
+  if (proto.precision_max_owed() != 0) policy.precision_max_owed = proto.precision_max_owed();
   if (!proto.link_choice().empty()) policy.link_choice = proto.link_choice() == "on";
   return policy;
 }

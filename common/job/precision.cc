@@ -25,22 +25,27 @@ std::vector<CodecType> DeviceLadderFrom(CodecType base) {
 
 bool MorePrecise(CodecType a, CodecType b) { return PayloadBytes(a, 8) > PayloadBytes(b, 8); }
 
-PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks) {
+PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks,
+                                    double max_owed) {
   PrecisionPolicy p;
   p.ladder = LadderFrom(base);
   p.bound = bound;
   p.warmup_clocks = warmup_clocks;
+  p.max_owed = max_owed;
   return p;
 }
 
-PrecisionPolicy PullPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks) {
-  return PushPrecisionPolicy(base, PullBound(bound), warmup_clocks);
+PrecisionPolicy PullPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks,
+                                    double max_owed) {
+  return PushPrecisionPolicy(base, PullBound(bound), warmup_clocks, max_owed);
 }
 
 std::string DescribeEvent(const PrecisionEvent& e) {
   std::string out = absl::StrCat(CodecTypeName(e.from), " -> ", CodecTypeName(e.to),
                                  " at clock ", e.clock);
-  if (e.kind == PrecisionEvent::Kind::kRaise) {
+  if (e.kind == PrecisionEvent::Kind::kRaise && e.owed) {
+    absl::StrAppend(&out, absl::StrFormat(" (owes %.2g clocks of descent on average)", e.ratio));
+  } else if (e.kind == PrecisionEvent::Kind::kRaise) {
     absl::StrAppend(&out, absl::StrFormat(
                               " (error %.3g clocks of signal again within the flush interval)",
                               e.ratio));
@@ -83,13 +88,22 @@ PathPrecision PrecisionController::Report() const {
 }
 
 void PrecisionController::Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from,
-                                 CodecType to) {
-  events_.push_back(PrecisionEvent{kind, clock, from, to, ratio_});
+                                 CodecType to, bool owed) {
+  events_.push_back(PrecisionEvent{kind, clock, from, to, owed ? owed_ : ratio_, owed});
   while (events_.size() > kMaxEvents) events_.pop_front();
 }
 
+void PrecisionController::Raise(uint64_t clock, bool owed) {
+  const CodecType from = policy_.ladder[level_];
+  ++level_;
+  Record(PrecisionEvent::Kind::kRaise, clock + 1, from, policy_.ladder[level_], owed);
+  flush_next_ = policy_.ladder[level_] != CodecType::kNone;
+  last_flush_ = clock;
+  owed_ = 0.0;  // the new level's own
+}
+
 void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
-                                  double value2) {
+                                  double value2, double dot) {
   flush_next_ = false;  // what was asked has been sent
   if (error2 <= 0.0) {
     ratio_ = 0.0;
@@ -115,18 +129,23 @@ void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
   // No signal this clock (a tensor backward did not reach): nothing to judge
   // the residual against; it goes out with the next gradients.
   if (signal2 <= 0.0) return;
+  // An average over about 8 measurements: one noisy one (a tiny tensor's
+  // clipped outlier) cannot pass the bound alone.
+  owed_ += (dot / signal2 - owed_) / 8;
+  const bool top = level_ + 1 >= policy_.ladder.size();
+  if (policy_.max_owed > 0 && owed_ > policy_.max_owed && !top) {
+    calm_since_ = clock + 1;
+    Raise(clock, /*owed=*/true);
+    return;
+  }
   if (ratio_ > policy_.bound) {
     calm_since_ = clock + 1;
     if (clock >= last_flush_ + policy_.min_flush_interval) {
       flush_next_ = true;
       last_flush_ = clock;
       ++flushes_;
-    } else if (level_ + 1 < policy_.ladder.size()) {
-      const CodecType from = policy_.ladder[level_];
-      ++level_;
-      Record(PrecisionEvent::Kind::kRaise, clock + 1, from, policy_.ladder[level_]);
-      flush_next_ = policy_.ladder[level_] != CodecType::kNone;
-      last_flush_ = clock;
+    } else if (!top) {
+      Raise(clock, /*owed=*/false);
     }
     return;
   }
@@ -141,6 +160,7 @@ void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
     relax_wait_ *= 2;  // raised again, it waits twice as long next time
     calm_since_ = clock + 1;
     last_flush_ = clock + 1;
+    owed_ = 0.0;
   }
 }
 

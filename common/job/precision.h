@@ -24,8 +24,19 @@
 
 #include "absl/time/time.h"
 #include "common/codec/codec.h"
+#include "common/job/codec_defaults.h"
 
 namespace gradstream {
+
+// NOTE: [owed descent] The error ratio above is blind to which way the
+// residual points. An unbiased codec (ternary) leaves noise, orthogonal to
+// the gradient on average; a biased one (onebit, twobit) keeps back part of
+// every large element, so the residual points along the gradient: the path
+// owes descent, owed = <e, s> / |s|^2 clocks of it, and the model trains
+// that far behind on the coordinates that matter most. A path whose average
+// (over the last ~8 measurements) passes `max_owed` is raised at once: a
+// flush would not help, the codec keeps back the same part again.
+// (docs/design/precision-control.md, "Owed descent")
 
 struct PrecisionPolicy {
   // Precision levels, lowest first; ends with kNone. One level: no control.
@@ -46,6 +57,9 @@ struct PrecisionPolicy {
   // Clocks sent at the top of the ladder before the first step down
   // (a full-precision warm-up); 0: start at the bottom.
   uint32_t warmup_clocks = 0;
+  // Past this many clocks of descent owed, on average, the path is raised
+  // (see [owed descent]); <= 0: never.
+  double max_owed = kDefaultPrecisionMaxOwed;
 };
 
 // The ladder of a path whose configured codec is `base`: base, int8, kNone
@@ -59,15 +73,17 @@ std::vector<CodecType> DeviceLadderFrom(CodecType base);
 bool MorePrecise(CodecType a, CodecType b);
 
 // The policy of a worker's pushes of a chunk encoded with `base`:
-// LadderFrom(base), the job's bound and warm-up (a device encoder swaps in
-// DeviceLadderFrom).
-PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks);
+// LadderFrom(base), the job's bound, warm-up and owed bound (a device
+// encoder swaps in DeviceLadderFrom).
+PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks,
+                                    double max_owed = kDefaultPrecisionMaxOwed);
 
 // The policy of a shard's pulls of a chunk encoded with `base`: the ladder
 // from base, half the job's bound (a pull's error is one copy every worker
 // computes at, not averaged over workers as their push residuals are; see
 // docs/design/precision-control.md, "Pulls at half the bound").
-PrecisionPolicy PullPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks);
+PrecisionPolicy PullPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks,
+                                    double max_owed = kDefaultPrecisionMaxOwed);
 inline double PullBound(double bound) { return bound / 2; }
 
 // A worker measures a push's error every this many clocks (and after each
@@ -81,7 +97,8 @@ struct PrecisionEvent {
   uint64_t clock = 0;
   CodecType from = CodecType::kNone;
   CodecType to = CodecType::kNone;
-  double ratio = 0.0;  // what decided it
+  double ratio = 0.0;  // what decided it: the error ratio, or the owed descent
+  bool owed = false;   // a raise for owed descent ([owed descent])
 };
 
 // "ternary -> none at clock 112 (error 9.3 clocks of signal, flushes 4 clocks
@@ -117,13 +134,15 @@ class PrecisionController {
   void Skip() { flush_next_ = false; }
 
   // After the send of `clock`: the residual's energy |e|^2 and the signal's
-  // |s|^2 (both >= 0), and |value|^2 of what the path carries (the
-  // parameters; 0 when unknown). Decides the next send.
-  void Observe(uint64_t clock, double error2, double signal2, double value2);
+  // |s|^2 (both >= 0), |value|^2 of what the path carries (the parameters;
+  // 0 when unknown), and <e, s> (0 when not measured). Decides the next send.
+  void Observe(uint64_t clock, double error2, double signal2, double value2, double dot = 0.0);
 
   // The last observation: |e| / |s| (0 when e is 0, +inf when s is 0 and e
   // is not) and |e| / |value| (0 when unknown).
   double ratio() const { return ratio_; }
+  // Clocks of descent owed, averaged over the last measurements ([owed descent]).
+  double owed() const { return owed_; }
   double relative() const { return relative_; }
   CodecType level_codec() const { return policy_.ladder[level_]; }
   // Above the ladder's first level (raised, or warming up).
@@ -135,7 +154,10 @@ class PrecisionController {
   PathPrecision Report() const;
 
  private:
-  void Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from, CodecType to);
+  void Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from, CodecType to,
+              bool owed = false);
+  // One level up at `clock`, the residual sent whole with the first send there.
+  void Raise(uint64_t clock, bool owed);
 
   PrecisionPolicy policy_;
   size_t level_ = 0;
@@ -146,6 +168,7 @@ class PrecisionController {
   bool warming_ = false;
   double ratio_ = 0.0;
   double relative_ = 0.0;
+  double owed_ = 0.0;
   uint64_t flushes_ = 0;
   std::deque<PrecisionEvent> events_;
 };

@@ -26,6 +26,7 @@ void PathPrecisionToProto(const PathPrecision& p, v1::PathPrecision* out) {
     pe->set_from(std::string(CodecTypeName(e.from)));
     pe->set_to(std::string(CodecTypeName(e.to)));
     pe->set_ratio(e.ratio);
+    pe->set_owed(e.owed);
   }
 }
 
@@ -39,7 +40,7 @@ PathPrecision PathPrecisionFromProto(const v1::PathPrecision& proto) {
   for (const v1::PrecisionEvent& e : proto.events()) {
     p.events.push_back(PrecisionEvent{
         e.raise() ? PrecisionEvent::Kind::kRaise : PrecisionEvent::Kind::kRelax, e.clock(),
-        CodecOrNone(e.from()), CodecOrNone(e.to()), e.ratio()});
+        CodecOrNone(e.from()), CodecOrNone(e.to()), e.ratio(), e.owed()});
   }
   return p;
 }

@@ -52,6 +52,44 @@ TEST(PrecisionController, AGrowingResidualIsFlushedAtTheBound) {
   EXPECT_TRUE(c.events().empty());
 }
 
+// See [owed descent]: a residual along the signal is raised however small
+// its norm; one as large that points every way (noise) is not.
+TEST(PrecisionController, APathThatOwesDescentIsRaised) {
+  PrecisionPolicy onebit = Ternary();
+  onebit.ladder = LadderFrom(CodecType::kOneBit);
+  PrecisionController c(onebit);
+  uint64_t clock = 0;
+  for (; c.level_codec() == CodecType::kOneBit && clock < 100; clock += kPushMeasureEvery) {
+    // |e| = |s|: one clock of descent owed, the error ratio 1, far under 8.
+    c.Observe(clock, /*error2=*/1.0, /*signal2=*/1.0, 0.0, /*dot=*/1.0);
+  }
+  // The average passes 0.5 at its 6th measurement: 1 - (7/8)^6 = 0.55.
+  EXPECT_EQ(clock, 6 * kPushMeasureEvery);
+  EXPECT_EQ(c.level_codec(), CodecType::kInt8);
+  EXPECT_EQ(c.Codec(), CodecType::kNone) << "the raise sends what onebit owed";
+  EXPECT_EQ(c.flushes(), 0u);
+  ASSERT_EQ(c.events().size(), 1u);
+  EXPECT_TRUE(c.events().back().owed);
+  EXPECT_EQ(DescribeEvent(c.events().back()),
+            "onebit -> int8 at clock 21 (owes 0.55 clocks of descent on average)");
+
+  PrecisionController noise(onebit);
+  for (uint64_t t = 0; t < 4000; t += kPushMeasureEvery) {
+    // As large, but along the signal one measurement in two and against it
+    // the next; a spike of 3 clocks now and then.
+    const double dot = t % 400 == 0 ? 3.0 : (t / kPushMeasureEvery) % 2 == 0 ? 1.0 : -1.0;
+    noise.Observe(t, 1.0, 1.0, 0.0, dot);
+  }
+  EXPECT_EQ(noise.level_codec(), CodecType::kOneBit);
+  EXPECT_TRUE(noise.events().empty());
+  EXPECT_LT(noise.owed(), kDefaultPrecisionMaxOwed);
+
+  onebit.max_owed = 0;  // off
+  PrecisionController off(onebit);
+  for (uint64_t t = 0; t < 400; t += kPushMeasureEvery) off.Observe(t, 1.0, 1.0, 0.0, 1.0);
+  EXPECT_EQ(off.level_codec(), CodecType::kOneBit);
+}
+
 TEST(PrecisionController, FlushesTooCloseTogetherRaiseThePath) {
   PrecisionController c(Ternary());
   c.Observe(10, 100.0, 1.0, 0.0);  // 10 clocks of signal: flush

@@ -390,7 +390,7 @@ absl::StatusOr<bool> Job::Push(const PushBucket& bucket) {
     } else {
       const PushBucket::Chunk& c = bucket.chunks[i];
       push_precision_.Record(c.chunk_id, bucket.worker, bucket.clock, c.header.codec,
-                             c.error_clocks, c.raised, c.level);
+                             c.error_clocks, c.raised, c.level, c.owed_raise);
       bytes_in_.fetch_add(c.payload.size());
       fp32_bytes_in_.fetch_add(uint64_t{c.header.num_elems} * sizeof(float));
     }

@@ -21,9 +21,10 @@ using D4 = double __attribute__((vector_size(32)));
 inline void Load4(const float* x, D4* out) { *out = D4{x[0], x[1], x[2], x[3]}; }
 
 // Sums over a chunk: (params - copy)^2, (params - last)^2 (0 when `last`
-// is empty: nothing published before) and params^2; then last = params.
+// is empty: nothing published before), params^2 and (params - copy) .
+// (params - last); then last = params.
 struct ErrorSums {
-  double error2 = 0, signal2 = 0, value2 = 0;
+  double error2 = 0, signal2 = 0, value2 = 0, dot = 0;
 };
 ErrorSums MeasureAndKeep(absl::Span<const float> params, absl::Span<const float> copy,
                          std::vector<float>* last) {
@@ -32,7 +33,7 @@ ErrorSums MeasureAndKeep(absl::Span<const float> params, absl::Span<const float>
   // Eight lanes, summed at the end: one running sum per figure waits on
   // each add's latency. The order is fixed, so a run's sums, and the
   // controller's decisions, repeat.
-  D4 e0{}, e1{}, s0{}, s1{}, v0{}, v1{};
+  D4 e0{}, e1{}, s0{}, s1{}, v0{}, v1{}, t0{}, t1{};
   const float* p = params.data();
   const float* c = copy.data();
   float* prev = last->data();
@@ -52,6 +53,8 @@ ErrorSums MeasureAndKeep(absl::Span<const float> params, absl::Span<const float>
     s1 += u1 * u1;
     v0 += p0 * p0;
     v1 += p1 * p1;
+    t0 += d0 * u0;
+    t1 += d1 * u1;
     std::memcpy(prev + i, p + i, 8 * sizeof(float));
   }
   ErrorSums out;
@@ -59,12 +62,14 @@ ErrorSums MeasureAndKeep(absl::Span<const float> params, absl::Span<const float>
     out.error2 += e0[k] + e1[k];
     out.signal2 += s0[k] + s1[k];
     out.value2 += v0[k] + v1[k];
+    out.dot += t0[k] + t1[k];
   }
   for (; i < n; ++i) {
     const double x = p[i];
     out.error2 += (x - c[i]) * (x - c[i]);
     out.signal2 += (x - prev[i]) * (x - prev[i]);
     out.value2 += x * x;
+    out.dot += (x - c[i]) * (x - prev[i]);
     prev[i] = p[i];
   }
   return out;
@@ -108,7 +113,10 @@ void PullPublisher::Control(Chunk& c, absl::Span<const float> params, uint64_t v
   const bool first = c.published_params.empty();
   const ErrorSums sums = MeasureAndKeep(params, c.copy, &c.published_params);
   if (first) return;  // no update to measure against yet
-  c.precision->Observe(version, sums.error2, sums.signal2, sums.value2);
+  // Measured before this publication's send, the error holds this update
+  // whole: what the copy owed along it is dot - |update|^2 ([owed descent]).
+  c.precision->Observe(version, sums.error2, sums.signal2, sums.value2,
+                       sums.dot - sums.signal2);
   if (c.precision->Flush()) {
     Reset(c, params, version);  // the copy is exact from this version on
     c.precision->Observe(version, 0.0, sums.signal2, sums.value2);

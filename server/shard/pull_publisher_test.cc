@@ -174,6 +174,41 @@ TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToInt8ThenFp32) {
   }
 }
 
+// [owed descent] on the pull side: updates that keep a direction (heavy-
+// tailed, as a layer's are). A onebit copy lags along them and the chunk is
+// raised for it; a ternary copy's error is noise and owes nothing.
+TEST(PullPublisher, ACopyThatOwesDescentIsRaised) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> m(kElems);
+  for (float& x : m) x = d(rng) * std::fabs(d(rng));
+  for (CodecType codec : {CodecType::kOneBit, CodecType::kTernary}) {
+    SCOPED_TRACE(CodecTypeName(codec));
+    PullPublisher pub(codec, false, {{7, kElems}});
+    std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+    Worker w;
+    PulledChunk out;
+    pub.Serve(7, params, 0, 0, nullptr, &out);
+    w.Take(out);
+    for (uint64_t v = 1; v <= 100; ++v) {
+      for (size_t j = 0; j < kElems; ++j) params[j] -= 0.01f * (m[j] + 0.5f * d(rng));
+      pub.Serve(7, params, v, v, w.held_or_null(), &out);
+      w.Take(out);
+    }
+    const PathPrecision p = *pub.Precision(7);
+    bool owed = false;
+    for (const PrecisionEvent& e : p.events) owed |= e.owed;
+    if (codec == CodecType::kOneBit) {
+      ASSERT_FALSE(p.events.empty());
+      EXPECT_TRUE(p.events.front().owed) << DescribeEvent(p.events.front());
+      EXPECT_EQ(p.events.front().to, CodecType::kInt8);
+      EXPECT_LE(p.events.front().clock, 20u);
+    } else {
+      EXPECT_FALSE(owed);
+    }
+  }
+}
+
 TEST(PullPublisher, SnapshotForUnknownCopiesAndTooLongChains) {
   PullPublisher pub(CodecType::kTwoBit, false, {{0, kElems}});
   std::mt19937 rng(2);

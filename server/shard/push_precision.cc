@@ -7,7 +7,7 @@ namespace gradstream::shard {
 
 void PushPrecisionBook::Record(uint64_t chunk_id, uint64_t worker, uint64_t clock,
                                CodecType codec, float error_clocks, bool raised,
-                               CodecType level) {
+                               CodecType level, float owed_raise) {
   absl::MutexLock l(&mu_);
   if (codec == CodecType::kNone && !raised && !chunks_.contains(chunk_id)) {
     return;  // an uncompressed tensor: nothing to control
@@ -28,7 +28,8 @@ void PushPrecisionBook::Record(uint64_t chunk_id, uint64_t worker, uint64_t cloc
     e.clock = clock;
     e.from = w.level;
     e.to = at;
-    e.ratio = error_clocks;
+    e.owed = e.kind == PrecisionEvent::Kind::kRaise && owed_raise > 0;
+    e.ratio = e.owed ? owed_raise : error_clocks;
     c.events.push_back(e);
     while (c.events.size() > PrecisionController::kMaxEvents) c.events.pop_front();
   }

@@ -21,9 +21,9 @@ namespace gradstream::shard {
 class PushPrecisionBook {
  public:
   // One pushed chunk: its codec (header), the worker's report (`level`
-  // counts only when `raised`).
+  // counts only when `raised`; `owed_raise` > 0: raised for owed descent).
   void Record(uint64_t chunk_id, uint64_t worker, uint64_t clock, CodecType codec,
-              float error_clocks, bool raised, CodecType level);
+              float error_clocks, bool raised, CodecType level, float owed_raise = 0);
   // Over the workers: the highest level any is at, the largest error, the
   // flushes summed, the events by clock; nullopt before a compressed push.
   std::optional<PathPrecision> Report(uint64_t chunk_id) const;

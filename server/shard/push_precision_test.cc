@@ -55,6 +55,22 @@ TEST(PushPrecisionBook, LevelsAreEachWorkersAndTheChunkShowsTheHighest) {
   EXPECT_EQ(p->events.back().to, kTernary);
 }
 
+// A raise for owed descent ([owed descent] in common/job/precision.h) is
+// recorded with what the path owed, not its error ratio.
+TEST(PushPrecisionBook, ARaiseForOwedDescentSaysSo) {
+  PushPrecisionBook book;
+  constexpr CodecType kOneBit = CodecType::kOneBit, kInt8 = CodecType::kInt8;
+  book.Record(7, 1, 0, kOneBit, 1.5f, false, kNone);
+  book.Record(7, 1, 24, kOneBit, 1.4f, true, kInt8, /*owed_raise=*/0.62f);
+  std::optional<PathPrecision> p = book.Report(7);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->codec, kInt8);
+  ASSERT_EQ(p->events.size(), 1u);
+  EXPECT_TRUE(p->events[0].owed);
+  EXPECT_FLOAT_EQ(p->events[0].ratio, 0.62f);
+  EXPECT_EQ(p->flushes, 0u) << "the raise's push went at onebit";
+}
+
 // A worker that warms up (raised to fp32 from its first push, before any
 // ternary push named the chunk's codec) adds no event until the codec is
 // known; stepping down to it is the first.

@@ -133,6 +133,7 @@ struct PushBucket {
     float error_clocks = 0;  // the worker's report (PushedChunk)
     bool raised = false;
     CodecType level = CodecType::kNone;  // when raised
+    float owed_raise = 0;  // PushedChunk.owed_raise, >= 0 and finite
   };
   struct Rows {
     uint64_t chunk_id = 0;

@@ -441,6 +441,7 @@ class PsClientImpl final : public PsClient {
       pc->set_error_clocks(report.error_clocks);
       pc->set_raised(report.raised);
       if (report.raised) pc->set_level(CodecToWire(report.level));
+      if (report.owed_raise > 0) pc->set_owed_raise(report.owed_raise);
     });
   }
 

@@ -141,6 +141,50 @@ TEST(TensorEncoder, DefaultPolicySendsSmallGradientsFromTheFirstClock) {
   EXPECT_EQ(nonzero, 0u) << "t = 0.5 is far above every element of this gradient";
 }
 
+// [owed descent] in common/job/precision.h, with the real codecs: gradients
+// that keep a direction (m + noise, m heavy-tailed as a layer's are). onebit
+// sends every element the mean of its sign, keeps back part of each large
+// one, and owes descent along m: its chunks are raised to int8. Ternary is
+// unbiased and stays ternary.
+TEST(TensorEncoder, OnebitThatOwesDescentIsRaisedTernaryIsNot) {
+  auto map = SplitModel({{"fc.weight", 1 << 16}}, {"s0:1"}, 1 << 14);
+  ASSERT_TRUE(map.ok()) << map.status();
+  const size_t n = 1 << 16;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> m(n);
+  for (float& x : m) x = d(rng) * std::fabs(d(rng));  // heavy-tailed
+  CodecPolicy policy;  // error feedback and the guard at their defaults
+  for (const char* codec : {"onebit", "ternary"}) {
+    SCOPED_TRACE(codec);
+    auto enc = TensorEncoder::Create(*map, 0, codec, policy);
+    ASSERT_TRUE(enc.ok()) << enc.status();
+    uint64_t raised_at = 0;
+    CodecType level = CodecType::kNone;
+    std::vector<float> g(n);
+    for (uint64_t clock = 0; clock < 200 && raised_at == 0; ++clock) {
+      for (size_t j = 0; j < n; ++j) g[j] = 1e-3f * (m[j] + 0.5f * d(rng));
+      for (size_t i = 0; i < (*enc)->num_chunks(); ++i) {
+        ChunkHeader h;
+        std::string payload;
+        PushPrecisionReport report;
+        ASSERT_TRUE((*enc)->EncodeChunk(i, g, 1, 3, clock, &h, &payload, &report).ok());
+        if (report.raised && raised_at == 0) {
+          raised_at = clock;
+          level = report.level;
+        }
+      }
+    }
+    if (std::string(codec) == "onebit") {
+      EXPECT_GT(raised_at, 0u) << "onebit was never raised";
+      EXPECT_LE(raised_at, 40u);
+      EXPECT_EQ(level, CodecType::kInt8);
+    } else {
+      EXPECT_EQ(raised_at, 0u) << "ternary raised at clock " << raised_at;
+    }
+  }
+}
+
 TEST(TensorEncoder, TernaryIsReproducibleAndBounded) {
   ShardMap map = TwoTensorMap();
   CodecPolicy policy;

@@ -101,7 +101,13 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   const double bound =
       req.precision_bound() == 0 ? kDefaultPrecisionBound : req.precision_bound();
   if (!std::isfinite(bound)) return absl::InvalidArgumentError("precision_bound is not finite");
-  o.pull_precision = PullPrecisionPolicy(o.pull_codec, bound, req.precision_warmup());
+  const double max_owed =
+      req.precision_max_owed() == 0 ? kDefaultPrecisionMaxOwed : req.precision_max_owed();
+  if (!std::isfinite(max_owed)) {
+    return absl::InvalidArgumentError("precision_max_owed is not finite");
+  }
+  o.pull_precision =
+      PullPrecisionPolicy(o.pull_codec, bound, req.precision_warmup(), max_owed);
   o.pull_link.enabled = req.link_choice();
   return o;
 }

@@ -1,5 +1,6 @@
 #include "server/shard/rpc/session_handler.h"
 
+#include <cfloat>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -160,8 +161,10 @@ void SessionHandler::HandlePush(const pb::Push& push) {
     const CodecType level = c.level() >= 0 && c.level() < kNumCodecTypes
                                 ? static_cast<CodecType>(c.level())
                                 : CodecType::kNone;
+    // Reports decide nothing; one that is not a figure is dropped.
+    const float owed = c.owed_raise() > 0 && c.owed_raise() <= FLT_MAX ? c.owed_raise() : 0.0f;
     bucket.chunks.push_back(PushBucket::Chunk{c.chunk_id(), *header, c.chunk().payload(),
-                                              c.error_clocks(), c.raised(), level});
+                                              c.error_clocks(), c.raised(), level, owed});
   }
   std::vector<std::string> decoded(push.rows_size());
   for (int i = 0; i < push.rows_size(); ++i) {

@@ -25,7 +25,8 @@ absl::StatusOr<std::unique_ptr<TensorEncoder>> TensorEncoder::Create(
   std::unique_ptr<TensorEncoder> enc(new TensorEncoder());
   enc->codec_ = type;
   const PrecisionPolicy precision =
-      PushPrecisionPolicy(type, policy.precision_bound, policy.precision_warmup);
+      PushPrecisionPolicy(type, policy.precision_bound, policy.precision_warmup,
+                          policy.precision_max_owed);
   for (const ChunkInfo& c : map.chunks) {
     if (c.tensor != tensor) continue;
     GS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec,
@@ -62,10 +63,15 @@ absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, 
   if (exact && ctl.Codec() != CodecType::kNone) {
     ctl.Skip();  // the link's choice: nothing to measure, a flush asked for went out
   } else if (clock % kPushMeasureEvery == 0 || ctl.Flush()) {
-    double signal2 = 0;
-    for (float x : g) signal2 += double{x} * x;
-    const double r = ef->ResidualNorm();
-    ctl.Observe(clock, r * r, signal2, 0.0);
+    // |s|^2, |e|^2 and <e, s> in one pass ([owed descent] in precision.h).
+    const std::vector<float>& e = ef->residual();
+    double signal2 = 0, error2 = 0, dot = 0;
+    for (size_t j = 0; j < g.size(); ++j) {
+      signal2 += double{g[j]} * g[j];
+      error2 += double{e[j]} * e[j];
+      dot += double{e[j]} * g[j];
+    }
+    ctl.Observe(clock, error2, signal2, 0.0, dot);
   } else {
     ctl.Skip();
   }
@@ -74,6 +80,10 @@ absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, 
         std::min(ctl.ratio(), static_cast<double>(std::numeric_limits<float>::max())));
     report->raised = ctl.raised();
     report->level = ctl.level_codec();
+    const auto& events = ctl.events();
+    report->owed_raise = !events.empty() && events.back().owed && events.back().clock == clock + 1
+                             ? static_cast<float>(events.back().ratio)
+                             : 0.0f;
   }
   return absl::OkStatus();
 }

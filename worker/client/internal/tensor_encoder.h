@@ -22,6 +22,7 @@ struct PushPrecisionReport {
   float error_clocks = 0;  // |residual| / |gradient| at the last measurement
   bool raised = false;     // the chunk's pushes are above its codec's level
   CodecType level = CodecType::kNone;  // the level they are at, when raised
+  float owed_raise = 0;  // raised by this encode for owed descent: what it owed
 };
 
 // Not thread-safe: the client holds a per-tensor lock while encoding.

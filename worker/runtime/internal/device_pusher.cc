@@ -153,7 +153,8 @@ class DevicePusherImpl final : public DevicePusher {
       p.error_feedback = p.type != CodecType::kNone && options_.codec.error_feedback;
       p.num_elems = t.num_elems;
       PrecisionPolicy precision = PushPrecisionPolicy(
-          p.type, options_.codec.precision_bound, options_.codec.precision_warmup);
+          p.type, options_.codec.precision_bound, options_.codec.precision_warmup,
+          options_.codec.precision_max_owed);
       precision.ladder = DeviceLadderFrom(p.type);
       for (const ChunkInfo& c : map.chunks) {
         if (c.tensor != t.index) continue;
