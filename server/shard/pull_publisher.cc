@@ -21,8 +21,8 @@ using D4 = double __attribute__((vector_size(32)));
 inline void Load4(const float* x, D4* out) { *out = D4{x[0], x[1], x[2], x[3]}; }
 
 // Sums over a chunk: (params - copy)^2, (params - last)^2 (0 when `last`
-// is empty: nothing published before), params^2 and (params - copy) .
-// (params - last); then last = params.
+// is empty: nothing published before), params^2, and the dot product of
+// params - copy with params - last; then last = params.
 struct ErrorSums {
   double error2 = 0, signal2 = 0, value2 = 0, dot = 0;
 };
