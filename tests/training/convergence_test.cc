@@ -114,7 +114,11 @@ TEST_F(Convergence, CompressedCodecsMatchFp32AndErrorFeedbackIsWhatMakesTwoBitWo
   ternary.mutable_codec()->set_ternary_clip(2.5f);
   ternary.mutable_codec()->set_disable_error_feedback(true);  // TernGrad: unbiased, no residual
   const Result tern = Run(ternary);
-  EXPECT_GE(tern.accuracy, fp32.accuracy - 0.01);
+  // 1.5 points: TernGrad without a residual ends about a point under fp32
+  // here, and unlike fp32's and twobit's its figure moves from run to run:
+  // 0.9126-0.9168 in five runs against fp32's 0.9236 every time (29 Nov
+  // 2026; one CI run failed the earlier 1 point).
+  EXPECT_GE(tern.accuracy, fp32.accuracy - 0.015);
 
   v1::JobSpec twobit = Reference("twobit-ef");
   twobit.mutable_codec()->set_default_codec("twobit");
