@@ -336,6 +336,17 @@ class Run:
         self.rec.update(job_state=state, job_message=st.get("message"),
                         job_codec=st.get("spec", {}).get("codec"),
                         job_progress=st.get("progress"))
+        # The precision controller's decisions ([owed descent], the error bound).
+        decided = []
+        for t in st.get("precision", []):
+            for path in ("push", "pull"):
+                for e in t.get(path, {}).get("events", []):
+                    decided.append("%s %s %s -> %s at clock %s (%s%.3g)" % (
+                        t.get("tensor"), path, e.get("from"), e.get("to"), e.get("clock", 0),
+                        "owed " if e.get("owed") else "error " if e.get("raise") else "calm ",
+                        e.get("ratio", 0)))
+        if decided:
+            self.rec["precision_decisions"] = decided
         return state in ("COMPLETED", "FAILED", "CANCELLED")
 
     def execute(self, port):

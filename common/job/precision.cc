@@ -89,7 +89,7 @@ PathPrecision PrecisionController::Report() const {
 
 void PrecisionController::Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from,
                                  CodecType to, bool owed) {
-  events_.push_back(PrecisionEvent{kind, clock, from, to, owed ? owed_ : ratio_, owed});
+  events_.push_back(PrecisionEvent{kind, clock, from, to, owed ? this->owed() : ratio_, owed});
   while (events_.size() > kMaxEvents) events_.pop_front();
 }
 
@@ -99,7 +99,21 @@ void PrecisionController::Raise(uint64_t clock, bool owed) {
   Record(PrecisionEvent::Kind::kRaise, clock + 1, from, policy_.ladder[level_], owed);
   flush_next_ = policy_.ladder[level_] != CodecType::kNone;
   last_flush_ = clock;
-  owed_ = 0.0;  // the new level's own
+  ResetOwed();  // the new level's own
+}
+
+void PrecisionController::ResetOwed() {
+  owed_ = owed_sq_ = owed_weight_ = owed_weight2_ = 0.0;
+  owed_measured_ = 0;
+}
+
+double PrecisionController::OwedError() const {
+  if (owed_weight_ <= 0.0) return 0.0;
+  const double mean = owed_ / owed_weight_;
+  const double var = std::max(0.0, owed_sq_ / owed_weight_ - mean * mean);
+  // The weights' effective count: (sum w)^2 / sum w^2.
+  const double n = owed_weight_ * owed_weight_ / owed_weight2_;
+  return std::sqrt(var / n);
 }
 
 void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
@@ -129,11 +143,22 @@ void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
   // No signal this clock (a tensor backward did not reach): nothing to judge
   // the residual against; it goes out with the next gradients.
   if (signal2 <= 0.0) return;
-  // An average over about 8 measurements: one noisy one (a tiny tensor's
-  // clipped outlier) cannot pass the bound alone.
-  owed_ += (dot / signal2 - owed_) / 8;
+  // The average over about 8 measurements, weighted as an EMA and corrected
+  // for its start from 0 (as Adam's moments), so that a path owing from the
+  // start is raised within kMinOwedMeasurements, not the ~18 an uncorrected
+  // one takes at 0.55. Raised only when the average passes the bound by more
+  // than twice its own standard error: a path whose measurements scatter (a
+  // tiny tensor's clipped outliers, ternary's noise) must owe clearly more.
+  const double measured = dot / signal2;
+  constexpr double kAlpha = 1.0 / 8;
+  owed_ += kAlpha * (measured - owed_);
+  owed_sq_ += kAlpha * (measured * measured - owed_sq_);
+  owed_weight_ += kAlpha * (1.0 - owed_weight_);
+  owed_weight2_ = (1 - kAlpha) * (1 - kAlpha) * owed_weight2_ + kAlpha * kAlpha;
+  ++owed_measured_;
   const bool top = level_ + 1 >= policy_.ladder.size();
-  if (policy_.max_owed > 0 && owed_ > policy_.max_owed && !top) {
+  if (policy_.max_owed > 0 && owed_measured_ >= kMinOwedMeasurements && !top &&
+      owed() - 2 * OwedError() > policy_.max_owed) {
     calm_since_ = clock + 1;
     Raise(clock, /*owed=*/true);
     return;
@@ -160,7 +185,7 @@ void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
     relax_wait_ *= 2;  // raised again, it waits twice as long next time
     calm_since_ = clock + 1;
     last_flush_ = clock + 1;
-    owed_ = 0.0;
+    ResetOwed();
   }
 }
 

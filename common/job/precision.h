@@ -34,7 +34,8 @@ namespace gradstream {
 // every large element, so the residual points along the gradient: the path
 // owes descent, owed = <e, s> / |s|^2 clocks of it, and the model trains
 // that far behind on the coordinates that matter most. A path whose average
-// (over the last ~8 measurements) passes `max_owed` is raised at once: a
+// (over the last ~8 measurements, at least kMinOwedMeasurements) passes
+// `max_owed` by more than twice its standard error is raised at once: a
 // flush would not help, the codec keeps back the same part again.
 // (docs/design/precision-control.md, "Owed descent")
 
@@ -91,6 +92,10 @@ inline double PullBound(double bound) { return bound / 2; }
 // and the error moves slowly (like the square root of the clocks unflushed).
 inline constexpr uint64_t kPushMeasureEvery = 4;
 
+// A path is raised for owed descent at this many measurements at the
+// earliest (a push's 4th is at clock 12, a pull's at its 4th publication).
+inline constexpr uint32_t kMinOwedMeasurements = 4;
+
 struct PrecisionEvent {
   enum class Kind : uint8_t { kRaise, kRelax };
   Kind kind = Kind::kRaise;
@@ -142,7 +147,7 @@ class PrecisionController {
   // is not) and |e| / |value| (0 when unknown).
   double ratio() const { return ratio_; }
   // Clocks of descent owed, averaged over the last measurements ([owed descent]).
-  double owed() const { return owed_; }
+  double owed() const { return owed_weight_ > 0.0 ? owed_ / owed_weight_ : 0.0; }
   double relative() const { return relative_; }
   CodecType level_codec() const { return policy_.ladder[level_]; }
   // Above the ladder's first level (raised, or warming up).
@@ -158,6 +163,10 @@ class PrecisionController {
               bool owed = false);
   // One level up at `clock`, the residual sent whole with the first send there.
   void Raise(uint64_t clock, bool owed);
+  void ResetOwed();
+  // The standard error of owed(): its measurements' spread over the square
+  // root of their effective count.
+  double OwedError() const;
 
   PrecisionPolicy policy_;
   size_t level_ = 0;
@@ -168,7 +177,14 @@ class PrecisionController {
   bool warming_ = false;
   double ratio_ = 0.0;
   double relative_ = 0.0;
+  // The owed descent's weighted sums since the level's start: of the
+  // measurements, their squares, the weights (1 - (7/8)^n after n) and the
+  // weights' squares.
   double owed_ = 0.0;
+  double owed_sq_ = 0.0;
+  double owed_weight_ = 0.0;
+  double owed_weight2_ = 0.0;
+  uint32_t owed_measured_ = 0;
   uint64_t flushes_ = 0;
   std::deque<PrecisionEvent> events_;
 };

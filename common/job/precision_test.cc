@@ -60,29 +60,43 @@ TEST(PrecisionController, APathThatOwesDescentIsRaised) {
   PrecisionController c(onebit);
   uint64_t clock = 0;
   for (; c.level_codec() == CodecType::kOneBit && clock < 100; clock += kPushMeasureEvery) {
-    // |e| = |s|: one clock of descent owed, the error ratio 1, far under 8.
-    c.Observe(clock, /*error2=*/1.0, /*signal2=*/1.0, 0.0, /*dot=*/1.0);
+    // |e| = |s| at 37 degrees to it: 0.8 clocks of descent owed, the error
+    // ratio 1, far under 8.
+    c.Observe(clock, /*error2=*/1.0, /*signal2=*/1.0, 0.0, /*dot=*/0.8);
   }
-  // The average passes 0.5 at its 6th measurement: 1 - (7/8)^6 = 0.55.
-  EXPECT_EQ(clock, 6 * kPushMeasureEvery);
+  // Raised as soon as the average counts: at its kMinOwedMeasurements-th
+  // measurement (an average from 0 would have taken 8).
+  EXPECT_EQ(clock, kMinOwedMeasurements * kPushMeasureEvery);
   EXPECT_EQ(c.level_codec(), CodecType::kInt8);
   EXPECT_EQ(c.Codec(), CodecType::kNone) << "the raise sends what onebit owed";
   EXPECT_EQ(c.flushes(), 0u);
   ASSERT_EQ(c.events().size(), 1u);
   EXPECT_TRUE(c.events().back().owed);
   EXPECT_EQ(DescribeEvent(c.events().back()),
-            "onebit -> int8 at clock 21 (owes 0.55 clocks of descent on average)");
+            "onebit -> int8 at clock 13 (owes 0.8 clocks of descent on average)");
 
-  PrecisionController noise(onebit);
-  for (uint64_t t = 0; t < 4000; t += kPushMeasureEvery) {
-    // As large, but along the signal one measurement in two and against it
-    // the next; a spike of 3 clocks now and then.
-    const double dot = t % 400 == 0 ? 3.0 : (t / kPushMeasureEvery) % 2 == 0 ? 1.0 : -1.0;
-    noise.Observe(t, 1.0, 1.0, 0.0, dot);
+  // Owing just past the bound, with some scatter (onebit on the ViT's large
+  // tensors): raised within 8 measurements.
+  PrecisionController near(onebit);
+  uint64_t t = 0;
+  for (; near.level_codec() == CodecType::kOneBit && t < 400; t += kPushMeasureEvery) {
+    const double dot = (t / kPushMeasureEvery) % 2 == 0 ? 0.60 : 0.52;
+    near.Observe(t, 1.0, 1.0, 0.0, dot);
   }
-  EXPECT_EQ(noise.level_codec(), CodecType::kOneBit);
-  EXPECT_TRUE(noise.events().empty());
-  EXPECT_LT(noise.owed(), kDefaultPrecisionMaxOwed);
+  EXPECT_LE(t, 8 * kPushMeasureEvery);
+  EXPECT_EQ(near.level_codec(), CodecType::kInt8);
+
+  // As large, but along the signal one measurement in two and against it
+  // the next; a spike of 3 clocks every 100 measurements, wherever they fall.
+  for (uint64_t first = 0; first < 8; ++first) {
+    PrecisionController noise(onebit);
+    for (uint64_t i = 0; i < 1000; ++i) {
+      const double dot = i >= first && (i - first) % 100 == 0 ? 3.0 : i % 2 == 0 ? 1.0 : -1.0;
+      noise.Observe(i * kPushMeasureEvery, 1.0, 1.0, 0.0, dot);
+    }
+    EXPECT_EQ(noise.level_codec(), CodecType::kOneBit) << "first spike at " << first;
+    EXPECT_TRUE(noise.events().empty());
+  }
 
   onebit.max_owed = 0;  // off
   PrecisionController off(onebit);
