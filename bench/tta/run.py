@@ -64,6 +64,8 @@ SYSTEMS = {
     "gs-onebit-push": ("gradstream", ["--codec", "onebit"]),
     "gs-twobit-push": ("gradstream", ["--codec", "twobit"]),
     "gs-onebit-push-bound2": ("gradstream", ["--codec", "onebit", "--precision_bound=2"]),
+    "gs-onebit-push-bound4": ("gradstream", ["--codec", "onebit", "--precision_bound=4"]),
+    "gs-twobit-push-bound4": ("gradstream", ["--codec", "twobit", "--precision_bound=4"]),
     # Without the owed-descent rule (docs/design/precision-control.md, "Owed descent").
     "gs-defaults-noowed": ("gradstream", ["--precision_max_owed=-1"]),
     "gs-onebit-push-noowed": ("gradstream", ["--codec", "onebit", "--precision_max_owed=-1"]),
