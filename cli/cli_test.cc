@@ -479,9 +479,12 @@ TEST(Render, StatusShowsTheDefaultPolicyAndItsRules) {
   codec->set_twobit_min_elems(gradstream::kDefaultTwobitMinElems);
   codec->set_pull_codec(gradstream::kDefaultPullCodec);
   codec->set_pull_min_elems(gradstream::kDefaultPullMinElems);
+  codec->set_min_compress_elems(gradstream::kDefaultMinCompressElems);
   const std::string out = RenderJob(j, 0);
   EXPECT_TRUE(absl::StrContains(
-      out, absl::StrCat(gradstream::kDefaultPushCodec, ", ternary scale per chunk (clip ",
+      out, absl::StrCat(gradstream::kDefaultPushCodec, " (fp32 below ",
+                        gradstream::kDefaultMinCompressElems,
+                        " elements), ternary scale per chunk (clip ",
                         gradstream::kDefaultTernaryClip, " sigma), pulls ",
                         gradstream::kDefaultPullCodec, " (fp32 below ",
                         gradstream::kDefaultPullMinElems, " elements)")))

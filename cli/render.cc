@@ -218,6 +218,9 @@ std::string CodecText(const v1::CodecPolicy& c) {
     return any;
   };
   std::string out = c.default_codec();
+  if (c.min_compress_elems() > 1 && c.default_codec() != "none") {
+    absl::StrAppend(&out, " (fp32 below ", c.min_compress_elems(), " elements)");
+  }
   if (layer_wise) absl::StrAppend(&out, " (ternary below ", c.twobit_min_elems(), " elements)");
   if (!c.overrides().empty()) absl::StrAppend(&out, " (+", c.overrides_size(), " overrides)");
   if (used("twobit")) {

@@ -119,6 +119,9 @@ std::string CodecFlagDefault(std::string_view flag) {
     return absl::StrCat(kDefaultPullCodec, " when --codec is not given, else none");
   }
   if (flag == "pull_min_elems") return absl::StrCat(kDefaultPullMinElems);
+  if (flag == "min_compress_elems") {
+    return absl::StrCat(kDefaultMinCompressElems, " when --codec is not given, else 0; 1: none");
+  }
   if (flag == "precision_bound") return absl::StrCat(kDefaultPrecisionBound);
   if (flag == "precision_warmup") return absl::StrCat(kDefaultPrecisionWarmup);
   if (flag == "precision_max_owed") return absl::StrCat(kDefaultPrecisionMaxOwed);

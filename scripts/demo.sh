@@ -4,8 +4,10 @@
 # Builds the four binaries, starts a coordinator, 2 parameter-server shards and
 # 2 workers (CPU, or GPU when one is present), submits an MLP job on the
 # synthetic Gaussian-clusters task with the default codec policy (ternary
-# gradients), shows live progress with `gradstream watch`, and ends with the
-# final test accuracy and the bytes pushed versus what fp32 would have sent.
+# gradients; tensors under 16384 elements travel fp32, so the MLP is wide
+# enough to have one that does not), shows live progress with `gradstream
+# watch`, and ends with the final test accuracy and the bytes pushed versus
+# what fp32 would have sent.
 #
 # Environment: BUILD_DIR (default build), CODEC (default: none given, the job's default policy), STEPS
 # (default 1500), WORKERS (default 2), KEEP=1 to leave the cluster running.
@@ -72,8 +74,8 @@ until [ "$("$CLI" cluster --json | python3 -c 'import json,sys; print(len(json.l
 done
 "$CLI" cluster
 echo
-echo "== submitting: MLP 20-64-10, synthetic 10 classes x 3 clusters, $WORKERS workers, $STEPS clocks, codec ${CODEC:-default}, sync, server momentum"
-JOB=$("$CLI" submit --name=demo --model=mlp --hidden=64 --dataset=synthetic --steps="$STEPS" \
+echo "== submitting: MLP 20-256-256-10, synthetic 10 classes x 3 clusters, $WORKERS workers, $STEPS clocks, codec ${CODEC:-default}, sync, server momentum"
+JOB=$("$CLI" submit --name=demo --model=mlp --hidden=256,256 --dataset=synthetic --steps="$STEPS" \
   --batch_size=32 --optimizer=momentum --lr=0.05 --momentum=0.9 "${CODEC_FLAGS[@]}" \
   --consistency=sync --workers="$WORKERS" --checkpoint_every=500 --eval_every=250 --json |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["job_id"])')

@@ -126,7 +126,16 @@ SYSTEMS = {
     "gs-rows32": ("gradstream", ["--codec_override=table.table=none"]),
     # The defaults under bounded staleness (2 clocks) instead of sync.
     "gs-bounded2": ("gradstream", ["--consistency=bounded", "--staleness=2"]),
+    # TernGrad's exemptions (docs/design/precision-control.md, "Small tensors
+    # exact"): the pushes of tensors under 16384 elements fp32 (the defaults
+    # since then, named so that a run says which), every tensor compressed
+    # (the defaults before), or the output layer's pushes fp32 (OUTPUT_LAYER,
+    # per model; wordlm's is tied to its embedding).
+    "gs-small32": ("gradstream", ["--min_compress_elems=16384"]),
+    "gs-compress-all": ("gradstream", ["--min_compress_elems=1"]),
+    "gs-out32": ("gradstream", []),
 }
+OUTPUT_LAYER = {"widecnn": "fc3", "resnet": "fc", "vit": "head", "lstm": "head"}
 SCRIPT_FLAGS = {"gs-rows-local": ["--ctr_table", "local"]}
 ONE_WORKER = {"gs-defaults-1worker"}
 
@@ -302,7 +311,10 @@ class Run:
             ["--global_batch", str(self.args.global_batch // self.args.workers)]) +
             SCRIPT_FLAGS.get(self.name.split("@")[0], [])))
         if self.variant is None or isinstance(self.variant, list):
-            codec = self.variant or []
+            codec = list(self.variant or [])
+            if self.name.split("@")[0] == "gs-out32":
+                out = OUTPUT_LAYER[self.model]
+                codec.append("--codec_override=%s.weight=none,%s.bias=none" % (out, out))
         else:
             codec = ["--codec", self.variant, "--pull_codec", self.variant]
         self.job = json.loads(self.cli(

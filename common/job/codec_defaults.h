@@ -13,9 +13,9 @@
 
 namespace gradstream {
 
-// NOTE: [default policy] Ternary both ways, pulls of tensors under
-// kDefaultPullMinElems fp32, every lossy path held to kDefaultPrecisionBound
-// (docs/design/codec-defaults.md).
+// NOTE: [default policy] Ternary both ways, tensors under
+// kDefaultMinCompressElems pushed and under kDefaultPullMinElems pulled fp32,
+// every lossy path held to kDefaultPrecisionBound (docs/design/codec-defaults.md).
 
 // The push codec of a job that names none.
 inline constexpr char kDefaultPushCodec[] = "ternary";
@@ -31,9 +31,13 @@ inline constexpr float kDefaultTernaryClip = 2.5f;
 // A policy that names its push codec by hand pulls this unless it names a
 // pull codec too ([pull codec default] in common/codec/published.h).
 inline constexpr char kHandPickedPullCodec[] = "none";
-// Tensors under this many elements travel as "none" whatever the codec
-// (TernGrad's size_to_binarize); 0: none is exempt.
-inline constexpr uint64_t kDefaultMinCompressElems = 0;
+// NOTE: [small tensors exact] A job that names no push codec pushes tensors
+// under this many elements as "none", as it pulls them (TernGrad's
+// size_to_binarize; docs/design/precision-control.md, "Small tensors exact").
+inline constexpr uint64_t kDefaultMinCompressElems = 16384;
+// A job that names its push codec by hand compresses every tensor unless it
+// names a size too.
+inline constexpr uint64_t kHandPickedMinCompressElems = 0;
 
 // NOTE: [layer-wise codec] A twobit or onebit tensor under this many
 // elements travels as ternary (docs/design/codec-defaults.md).

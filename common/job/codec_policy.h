@@ -25,8 +25,8 @@ struct CodecPolicy {
   // "none" | "twobit" | "ternary" | "onebit" | "fp16" | "int8"
   std::string default_codec = kDefaultPushCodec;
   std::map<std::string, std::string> overrides;    // tensor name -> codec name
-  uint64_t min_compress_elems = kDefaultMinCompressElems;  // smaller tensors travel as "none"
-                                                           // (TernGrad's size_to_binarize)
+  uint64_t min_compress_elems = kHandPickedMinCompressElems;  // smaller tensors travel as
+                                                             // "none" ([small tensors exact])
   float twobit_threshold = kDefaultTwobitThreshold;  // <= 0: adaptive per chunk
   float ternary_clip = kDefaultTernaryClip;          // <= 0: no clipping
   bool error_feedback = true;  // residual per chunk for every compressing codec

@@ -86,6 +86,7 @@ void ApplyJobDefaults(JobSpec* spec) {
   if (codec->default_codec().empty()) {
     codec->set_default_codec(kDefaultPushCodec);
     if (codec->pull_codec().empty()) codec->set_pull_codec(kDefaultPullCodec);
+    if (codec->min_compress_elems() == 0) codec->set_min_compress_elems(kDefaultMinCompressElems);
   }
   if (codec->pull_codec().empty()) codec->set_pull_codec(kHandPickedPullCodec);
   if (codec->twobit_threshold() == 0) codec->set_twobit_threshold(kDefaultTwobitThreshold);

@@ -31,6 +31,7 @@ TEST(JobSpec, DefaultsFillEveryZeroField) {
   EXPECT_EQ(spec.codec().twobit_min_elems(), kDefaultTwobitMinElems);
   EXPECT_EQ(spec.codec().pull_codec(), kDefaultPullCodec);
   EXPECT_EQ(spec.codec().pull_min_elems(), kDefaultPullMinElems);
+  EXPECT_EQ(spec.codec().min_compress_elems(), kDefaultMinCompressElems);
   EXPECT_FLOAT_EQ(spec.codec().precision_bound(), kDefaultPrecisionBound);
   EXPECT_EQ(spec.codec().precision_warmup(), kDefaultPrecisionWarmup);
   EXPECT_EQ(spec.workers(), 2u);

@@ -123,8 +123,8 @@ TEST_F(CoordinatorControlTest, JobIsInstalledOnShardsAndDroppedOnCancel) {
   EXPECT_EQ(job.shard_map().tensors_size(), 6);  // fc1..fc3, weight and bias
   EXPECT_EQ(job.shard_map().tensors(0).name(), "fc1.weight");
   EXPECT_EQ(job.shard_map().tensors(0).num_elems(), 20u * 64);
-  // Below the layer-wise rule's size twobit travels as ternary ([layer-wise codec]).
-  EXPECT_EQ(job.shard_map().tensors(0).codec(), "ternary");
+  // A job that names no codec pushes tensors this small fp32 ([small tensors exact]).
+  EXPECT_EQ(job.shard_map().tensors(0).codec(), "none");
   uint64_t bytes[2] = {0, 0};
   for (const auto& c : job.shard_map().chunks()) bytes[c.shard()] += 4 * c.num_elems();
   EXPECT_GT(bytes[0], 0u);

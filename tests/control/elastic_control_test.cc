@@ -390,7 +390,8 @@ TEST_F(ElasticTest, BoundedJobScaledTwoFourOneFinishesEveryStep) {
 TEST_F(ElasticTest, KilledWorkerIsRemovedAndTheJobFinishes) {
   StartWorkers(2);
   const std::string id =
-      Submit({"--name=kill9", "--workers=2", absl::StrCat("--steps=", kSteps / 2)});
+      Submit({"--name=kill9", "--workers=2", "--codec=ternary",
+              absl::StrCat("--steps=", kSteps / 2)});
   RoundCollector rounds(ShardAddresses(), id);
   v1::JobStatus running = WaitJob(id, [](const v1::JobStatus& j) {
     return j.progress().clock() >= 200 && j.members_size() == 2;
@@ -428,7 +429,7 @@ TEST_F(ElasticTest, KilledWorkerIsRemovedAndTheJobFinishes) {
     const double bytes = SampleValue(text, "gs_worker_push_bytes_total" + job);
     const double fp32 = SampleValue(text, "gs_worker_push_fp32_bytes_total" + job);
     EXPECT_GT(bytes, 0) << text;
-    EXPECT_GT(fp32, bytes) << text;  // twobit by default (small tensors travel as fp32)
+    EXPECT_GT(fp32, bytes) << text;  // ternary by hand: every tensor, small ones too
     EXPECT_NEAR(SampleValue(text, "gs_worker_compression_ratio" + job), fp32 / bytes, 1e-6)
         << text;
     EXPECT_GT(SampleValue(text, "gs_worker_loss" + job), 0) << text;
