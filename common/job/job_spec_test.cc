@@ -39,6 +39,20 @@ TEST(JobSpec, DefaultsFillEveryZeroField) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
 }
 
+// [small tensors exact] is the default policy's: a codec picked by hand
+// compresses every tensor, and 1 keeps a default job compressing every one.
+TEST(JobSpec, SmallTensorsAreExactOnlyUnderTheDefaultPolicy) {
+  JobSpec hand;
+  hand.mutable_codec()->set_default_codec("twobit");
+  ApplyJobDefaults(&hand);
+  EXPECT_EQ(hand.codec().min_compress_elems(), 0u);
+  JobSpec all;
+  all.mutable_codec()->set_min_compress_elems(1);
+  ApplyJobDefaults(&all);
+  EXPECT_EQ(all.codec().default_codec(), kDefaultPushCodec);
+  EXPECT_EQ(all.codec().min_compress_elems(), 1u);
+}
+
 TEST(JobSpec, ElasticRangeDefaultsAndLimits) {
   JobSpec spec;
   spec.set_workers_min(1);
