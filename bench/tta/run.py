@@ -361,6 +361,17 @@ class Run:
                         e.get("ratio", 0)))
         if decided:
             self.rec["precision_decisions"] = decided
+        # Exact sends per tensor and path, and the level each path ended at.
+        paths = {}
+        for t in st.get("precision", []):
+            for path in ("push", "pull"):
+                p = t.get(path)
+                if p:
+                    paths["%s %s" % (t.get("tensor"), path)] = "%s, %s flushes, error %.3g clocks, %.3g of the tensor" % (
+                        p.get("codec"), p.get("flushes", 0), p.get("ratio", 0),
+                        p.get("relative", 0))
+        if paths:
+            self.rec["precision_paths"] = paths
         return state in ("COMPLETED", "FAILED", "CANCELLED")
 
     def execute(self, port):
