@@ -99,7 +99,8 @@ TEST(SpecInput, MalformedFilesSayWhere) {
 TEST(SpecInput, FlagsOverride) {
   auto a = Args::Parse(
       {"submit", "--workers=4", "--hidden=128,64", "--consistency=bounded", "--staleness=2",
-       "--dataset=mnist:/data", "--lr=0.5", "--codec_override=fc1.b=none"},
+       "--dataset=mnist:/data", "--lr=0.5", "--codec_override=fc1.b=none",
+       "--pull_precision_bound=2"},
       {});
   ASSERT_TRUE(a.ok());
   gradstream::v1::JobSpec spec;
@@ -112,6 +113,7 @@ TEST(SpecInput, FlagsOverride) {
   EXPECT_EQ(spec.dataset().mnist_dir(), "/data");
   EXPECT_FLOAT_EQ(spec.optimizer().learning_rate(), 0.5f);
   EXPECT_EQ(spec.codec().overrides().at("fc1.b"), "none");
+  EXPECT_FLOAT_EQ(spec.codec().pull_precision_bound(), 2.0f);
   auto bad = Args::Parse({"submit", "--consistency=eventual"}, {});
   EXPECT_EQ(ApplySpecFlags(*bad, &spec).message(),
             "--consistency: unknown 'eventual' (want sync|bounded|async)");
@@ -322,6 +324,20 @@ TEST(Render, ThePushErrorLineNamesRaisedTensorsByLevel) {
   const std::string out = RenderJob(j, 0);
   EXPECT_TRUE(absl::StrContains(out, "over 4 tensors (bound 8), 0 exact sends; fp16: a; fp32: b\n"))
       << out;
+}
+
+// The pull error line states the pulls' own bound when the job sets one, else
+// half the job's.
+TEST(Render, ThePullErrorLineStatesThePullBound) {
+  gradstream::v1::JobStatus j = RunningJob();
+  j.mutable_spec()->mutable_codec()->set_precision_bound(8);
+  auto* t = j.add_precision();
+  t->set_tensor("blocks.0.attn.in_proj_weight");
+  t->mutable_pull()->set_codec("ternary");
+  t->mutable_pull()->set_ratio(1.5);
+  EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), "over 1 tensor (bound 4)")) << RenderJob(j, 0);
+  j.mutable_spec()->mutable_codec()->set_pull_precision_bound(2);
+  EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), "over 1 tensor (bound 2)")) << RenderJob(j, 0);
 }
 
 // Each decision says why: an error past the bound too often, or owed descent

@@ -300,7 +300,8 @@ std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
                                     pulls ? "update" : "gradient", tensors,
                                     tensors == 1 ? "" : "s");
   const float job_bound = j.spec().codec().precision_bound();
-  const double bound = pulls ? PullBound(job_bound) : job_bound;
+  const double bound =
+      pulls ? PullBound(job_bound, j.spec().codec().pull_precision_bound()) : job_bound;
   absl::StrAppend(&out, bound > 0 ? absl::StrFormat(" (bound %g)", bound) : " (measured only)");
   absl::StrAppend(&out, ", ", flushes, " exact send", flushes == 1 ? "" : "s");
   for (const auto& [level, tensors] : raised) {

@@ -68,6 +68,9 @@ constexpr FlagHelp kSpecFlags[] = {
     {"precision_bound",
      "error bound of compressed pushes, in clocks of signal (pulls: half of it): past it the "
      "next send is exact (negative = measure only)"},
+    {"pull_precision_bound",
+     "error bound of compressed pulls, in clocks of update (negative = measure only); 2 suits "
+     "transformers and LSTMs"},
     {"precision_warmup", "clocks every compressed path sends at full precision first"},
     {"precision_max_owed",
      "clocks of descent a compressed path may owe on average before it is raised (negative = "
@@ -123,6 +126,7 @@ std::string CodecFlagDefault(std::string_view flag) {
     return absl::StrCat(kDefaultMinCompressElems, " when --codec is not given, else 0; 1: none");
   }
   if (flag == "precision_bound") return absl::StrCat(kDefaultPrecisionBound);
+  if (flag == "pull_precision_bound") return "half of --precision_bound";
   if (flag == "precision_warmup") return absl::StrCat(kDefaultPrecisionWarmup);
   if (flag == "precision_max_owed") return absl::StrCat(kDefaultPrecisionMaxOwed);
   if (flag == "link_choice") return kDefaultLinkChoice ? "on" : "off";
@@ -280,6 +284,8 @@ absl::Status ApplySpecFlags(const Args& args, v1::JobSpec* spec) {
             [](v1::JobSpec*s, float v) { s->mutable_codec()->set_ternary_clip(v); }},
            {"precision_bound",
             [](v1::JobSpec*s, float v) { s->mutable_codec()->set_precision_bound(v); }},
+           {"pull_precision_bound",
+            [](v1::JobSpec*s, float v) { s->mutable_codec()->set_pull_precision_bound(v); }},
            {"precision_max_owed",
             [](v1::JobSpec*s, float v) { s->mutable_codec()->set_precision_max_owed(v); }},
        }) {

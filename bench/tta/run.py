@@ -93,6 +93,7 @@ SYSTEMS = {
     # of signal (the default is kDefaultPrecisionBound, 8).
     "gs-bound4": ("gradstream", ["--precision_bound=4"]),
     "gs-bound2": ("gradstream", ["--precision_bound=2"]),
+    "gs-pullbound2": ("gradstream", ["--pull_precision_bound=2"]),
     # The link-aware choice (docs/design/link-choice.md): probe exact pushes.
     "gs-link": ("gradstream", ["--link_choice=on"]),
     # Ternary with a tighter clip (in sigmas of the chunk): error feedback

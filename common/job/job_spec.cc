@@ -11,6 +11,7 @@
 #include "common/codec/codec.h"
 #include "common/job/codec_defaults.h"
 #include "common/job/codec_policy.h"
+#include "common/job/precision.h"
 #include "common/optim/optimizer_options.h"
 #include "common/job/shard_map.h"
 
@@ -94,6 +95,9 @@ void ApplyJobDefaults(JobSpec* spec) {
   if (codec->twobit_min_elems() == 0) codec->set_twobit_min_elems(kDefaultTwobitMinElems);
   if (codec->pull_min_elems() == 0) codec->set_pull_min_elems(kDefaultPullMinElems);
   if (codec->precision_bound() == 0) codec->set_precision_bound(kDefaultPrecisionBound);
+  if (codec->pull_precision_bound() == 0) {
+    codec->set_pull_precision_bound(PullBound(codec->precision_bound()));
+  }
   if (codec->precision_max_owed() == 0) codec->set_precision_max_owed(kDefaultPrecisionMaxOwed);
   if (codec->link_choice().empty()) codec->set_link_choice(kDefaultLinkChoice ? "on" : "off");
 
@@ -195,6 +199,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (!Finite(codec.twobit_threshold())) bad("codec.twobit_threshold: must be finite");
   if (!Finite(codec.ternary_clip())) bad("codec.ternary_clip: must be finite");
   if (!Finite(codec.precision_bound())) bad("codec.precision_bound: must be finite");
+  if (!Finite(codec.pull_precision_bound())) bad("codec.pull_precision_bound: must be finite");
   if (!Finite(codec.precision_max_owed())) bad("codec.precision_max_owed: must be finite");
   if (!codec.link_choice().empty() && codec.link_choice() != "on" &&
       codec.link_choice() != "off") {

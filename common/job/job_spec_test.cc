@@ -33,6 +33,7 @@ TEST(JobSpec, DefaultsFillEveryZeroField) {
   EXPECT_EQ(spec.codec().pull_min_elems(), kDefaultPullMinElems);
   EXPECT_EQ(spec.codec().min_compress_elems(), kDefaultMinCompressElems);
   EXPECT_FLOAT_EQ(spec.codec().precision_bound(), kDefaultPrecisionBound);
+  EXPECT_FLOAT_EQ(spec.codec().pull_precision_bound(), kDefaultPrecisionBound / 2);
   EXPECT_EQ(spec.codec().precision_warmup(), kDefaultPrecisionWarmup);
   EXPECT_EQ(spec.workers(), 2u);
   EXPECT_EQ(spec.chunk_elems(), 262144u);
@@ -245,6 +246,26 @@ TEST(JobSpec, PrecisionBoundMustBeFiniteAndReachesThePolicy) {
   const absl::Status s = ValidateJobSpec(spec);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("precision_bound"), std::string::npos) << s;
+}
+
+// A pull bound of its own survives the defaults; without one, pulls get half
+// the job's bound, whatever that bound is.
+TEST(JobSpec, PullPrecisionBoundIsItsOwnOrHalfTheBound) {
+  v1::JobSpec own;
+  own.mutable_codec()->set_pull_precision_bound(2.0f);
+  ApplyJobDefaults(&own);
+  EXPECT_FLOAT_EQ(own.codec().pull_precision_bound(), 2.0f);
+  EXPECT_FLOAT_EQ(own.codec().precision_bound(), kDefaultPrecisionBound);
+
+  v1::JobSpec half;
+  half.mutable_codec()->set_precision_bound(6.0f);
+  ApplyJobDefaults(&half);
+  EXPECT_FLOAT_EQ(half.codec().pull_precision_bound(), 3.0f);
+
+  own.mutable_codec()->set_pull_precision_bound(std::numeric_limits<float>::quiet_NaN());
+  const absl::Status s = ValidateJobSpec(own);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("pull_precision_bound"), std::string::npos) << s;
 }
 
 TEST(JobSpec, LinkChoiceIsOnOrOffAndReachesThePolicy) {

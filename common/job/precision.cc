@@ -36,8 +36,8 @@ PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmu
 }
 
 PrecisionPolicy PullPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks,
-                                    double max_owed) {
-  return PushPrecisionPolicy(base, PullBound(bound), warmup_clocks, max_owed);
+                                    double max_owed, double pull_bound) {
+  return PushPrecisionPolicy(base, PullBound(bound, pull_bound), warmup_clocks, max_owed);
 }
 
 std::string DescribeEvent(const PrecisionEvent& e) {

@@ -80,12 +80,17 @@ PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmu
                                     double max_owed = kDefaultPrecisionMaxOwed);
 
 // The policy of a shard's pulls of a chunk encoded with `base`: the ladder
-// from base, half the job's bound (a pull's error is one copy every worker
-// computes at, not averaged over workers as their push residuals are; see
-// docs/design/precision-control.md, "Pulls at half the bound").
+// from base, PullBound(bound, pull_bound).
 PrecisionPolicy PullPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks,
-                                    double max_owed = kDefaultPrecisionMaxOwed);
-inline double PullBound(double bound) { return bound / 2; }
+                                    double max_owed = kDefaultPrecisionMaxOwed,
+                                    double pull_bound = 0);
+// A pull's bound: `pull_bound` when set (non-zero), else half the job's bound
+// (a pull's error is one copy every worker computes at, not averaged over
+// workers as their push residuals are; docs/design/precision-control.md,
+// "Pulls at half the bound").
+inline double PullBound(double bound, double pull_bound = 0) {
+  return pull_bound != 0 ? pull_bound : bound / 2;
+}
 
 // A worker measures a push's error every this many clocks (and after each
 // flush): a measurement reads the chunk's gradient and residual once more,

@@ -267,6 +267,22 @@ TEST(PrecisionController, PullsAreHeldToHalfTheBound) {
   EXPECT_FALSE(off.Flush());
 }
 
+// A pull bound of its own replaces half the job's: 3 clocks of error pass 2,
+// not 4; and a negative one measures only, whatever the job's bound.
+TEST(PrecisionController, APullBoundOfItsOwnReplacesHalfTheBound) {
+  PrecisionController half(PullPrecisionPolicy(CodecType::kTernary, 8.0, 0));
+  PrecisionController own(
+      PullPrecisionPolicy(CodecType::kTernary, 8.0, 0, kDefaultPrecisionMaxOwed, 2.0));
+  half.Observe(50, 9.0, 1.0, 0.0);
+  own.Observe(50, 9.0, 1.0, 0.0);
+  EXPECT_FALSE(half.Flush());
+  EXPECT_TRUE(own.Flush());
+  PrecisionController off(
+      PullPrecisionPolicy(CodecType::kTernary, 8.0, 0, kDefaultPrecisionMaxOwed, -1.0));
+  off.Observe(50, 1e6, 1.0, 0.0);
+  EXPECT_FALSE(off.Flush());
+}
+
 // [link choice]: a probe of codec and exact windows decides by the median
 // step time, holds, and probes again; the hold doubles while probes agree.
 TEST(LinkChoice, ProbesThenKeepsTheFasterAndProbesAgain) {

@@ -39,6 +39,7 @@ v1::CreateJobRequest CreateJobToProto(const ShardJob& job) {
   req.set_job_token(job.job_token);
   req.set_pull_codec(PullCodecForJob(spec));
   req.set_precision_bound(spec.codec().precision_bound());
+  req.set_pull_precision_bound(spec.codec().pull_precision_bound());
   req.set_precision_warmup(spec.codec().precision_warmup());
   req.set_precision_max_owed(spec.codec().precision_max_owed());
   req.set_link_choice(CodecPolicyFromProto(spec.codec()).link_choice);

@@ -106,8 +106,11 @@ absl::StatusOr<JobOptions> JobOptionsFromProto(const pb::CreateJobRequest& req,
   if (!std::isfinite(max_owed)) {
     return absl::InvalidArgumentError("precision_max_owed is not finite");
   }
-  o.pull_precision =
-      PullPrecisionPolicy(o.pull_codec, bound, req.precision_warmup(), max_owed);
+  if (!std::isfinite(req.pull_precision_bound())) {
+    return absl::InvalidArgumentError("pull_precision_bound is not finite");
+  }
+  o.pull_precision = PullPrecisionPolicy(o.pull_codec, bound, req.precision_warmup(), max_owed,
+                                         req.pull_precision_bound());
   o.pull_link.enabled = req.link_choice();
   return o;
 }
