@@ -66,7 +66,8 @@ constexpr FlagHelp kSpecFlags[] = {
     {"pull_codec", "codec of pulled parameter changes: none|twobit|ternary|onebit|fp16|int8"},
     {"pull_min_elems", "tensors smaller than this are pulled fp32 under a pull codec (1 = none)"},
     {"precision_bound",
-     "error bound of compressed pushes, in clocks of signal (pulls: half of it): past it the "
+     "error bound of compressed pushes, in clocks of signal (pulls: half of it, or "
+     "--pull_precision_bound): past it the "
      "next send is exact (negative = measure only)"},
     {"pull_precision_bound",
      "error bound of compressed pulls, in clocks of update (negative = measure only); 2 suits "

@@ -368,9 +368,10 @@ class Run:
             for path in ("push", "pull"):
                 p = t.get(path)
                 if p:
-                    paths["%s %s" % (t.get("tensor"), path)] = "%s, %s flushes, error %.3g clocks, %.3g of the tensor" % (
-                        p.get("codec"), p.get("flushes", 0), p.get("ratio", 0),
-                        p.get("relative", 0))
+                    paths["%s %s" % (t.get("tensor"), path)] = (
+                        "%s, %s flushes, error %.3g clocks, %.3g of the tensor" % (
+                            p.get("codec"), p.get("flushes", 0), p.get("ratio", 0),
+                            p.get("relative", 0)))
         if paths:
             self.rec["precision_paths"] = paths
         return state in ("COMPLETED", "FAILED", "CANCELLED")
