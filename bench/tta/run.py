@@ -314,6 +314,9 @@ class Run:
         if self.variant is None or isinstance(self.variant, list):
             codec = list(self.variant or [])
             if self.name.split("@")[0] == "gs-out32":
+                if self.model not in OUTPUT_LAYER:
+                    raise SystemExit("gs-out32: no output layer named for %s (OUTPUT_LAYER; "
+                                     "wordlm's is tied to its embedding)" % self.model)
                 out = OUTPUT_LAYER[self.model]
                 codec.append("--codec_override=%s.weight=none,%s.bias=none" % (out, out))
         else:
