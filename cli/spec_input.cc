@@ -70,8 +70,8 @@ constexpr FlagHelp kSpecFlags[] = {
      "--pull_precision_bound): past it the "
      "next send is exact (negative = measure only)"},
     {"pull_precision_bound",
-     "error bound of compressed pulls, in clocks of update (negative = measure only); 2 held "
-     "the bench's ViT and LSTM to DDP's accuracy (docs/design/precision-control.md)"},
+     "error bound of compressed pulls, in clocks of update (negative = measure only); 2 took "
+     "the bench's LSTM within half a point of DDP (docs/design/precision-control.md)"},
     {"precision_warmup", "clocks every compressed path sends at full precision first"},
     {"precision_max_owed",
      "clocks of descent a compressed path may owe on average before it is raised (negative = "
