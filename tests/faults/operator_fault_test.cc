@@ -174,9 +174,10 @@ TEST(Operator, BoundedScaleUpDownUpWithARejoiningWorker) {
   ASSERT_TRUE(started.ok()) << started.status();
   LocalCluster& cluster = **started;
   SCOPED_TRACE("cluster logs in " + cluster.dir());
-  // Each change is planned about two heartbeats ahead (~2 s here, over a
-  // thousand clocks at full speed), and the last must land before the end.
-  constexpr uint32_t kSteps = 8000;
+  // Each change is planned about two heartbeats ahead (~2 s), and the last
+  // must land before the end. 2 s is 2000-5000 clocks on the hosts seen (8000
+  // steps ended before the third change on one); 30000 is 12-60 s of job.
+  constexpr uint32_t kSteps = 30000;
   constexpr uint32_t kStaleness = 3;
   v1::JobSpec spec = SmallSyncJob("bounded-scale", 1, kSteps);
   spec.mutable_consistency()->set_mode(v1::BOUNDED);
