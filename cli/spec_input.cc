@@ -56,22 +56,23 @@ constexpr FlagHelp kSpecFlags[] = {
     {"lr", "learning rate"},
     {"momentum", "momentum (momentum/nesterov)"},
     {"weight_decay", "L2 weight decay"},
-    {"codec", "push codec: none|twobit|ternary|onebit|fp16|int8"},
+    {"codec", "push codec: none|twobit|ternary|onebit|fp16|int8|int4"},
     {"codec_override", "per-tensor codecs, e.g. fc1.bias=none,fc2.weight=ternary"},
     {"min_compress_elems", "tensors smaller than this travel as fp32"},
     {"twobit_min_elems", "twobit and onebit tensors smaller than this travel as ternary (1: none do)"},
     {"twobit_threshold", "2-bit threshold (negative = adaptive: mean |g| of each chunk)"},
     {"ternary_clip", "TernGrad clip in sigmas (negative = none)"},
     {"no_error_feedback", "disable error feedback (an ablation: twobit/onebit lose accuracy)"},
-    {"pull_codec", "codec of pulled parameter changes: none|twobit|ternary|onebit|fp16|int8"},
+    {"pull_codec", "codec of pulled parameter changes: none|twobit|ternary|onebit|fp16|int8|int4"},
     {"pull_min_elems", "tensors smaller than this are pulled fp32 under a pull codec (1 = none)"},
     {"precision_bound",
      "error bound of compressed pushes, in clocks of signal (pulls: half of it, or "
      "--pull_precision_bound): past it the "
      "next send is exact (negative = measure only)"},
     {"pull_precision_bound",
-     "error bound of compressed pulls, in clocks of update (negative = measure only); 2 took "
-     "the bench's LSTM within half a point of DDP (docs/design/precision-control.md)"},
+     "error bound of compressed pulls, in clocks of update (negative = measure only); 2 "
+     "raises pulls sooner, which moved the bench's LSTM early in a run, not at its end "
+     "(docs/design/precision-control.md)"},
     {"precision_warmup", "clocks every compressed path sends at full precision first"},
     {"precision_max_owed",
      "clocks of descent a compressed path may owe on average before it is raised (negative = "

@@ -1,4 +1,4 @@
-// The built-in codecs (none, twobit, ternary, onebit, fp16, int8) and the codec table
+// The built-in codecs (none, twobit, ternary, onebit, fp16, int8, int4) and the codec table
 // (see [codec table]): per codec its encoder, what counts as a malformed
 // chunk, and its decoders. The arithmetic lives in the kernel tables
 // (internal/kernels.h); this file owns the semantics: statistics ->
@@ -180,6 +180,12 @@ using HalfCodec = ScaledCodec<CodecType::kHalf, internal::HalfScale,
 using Int8Codec = ScaledCodec<CodecType::kInt8, internal::Int8Scale,
                               &internal::CodecKernels::encode_i8>;
 
+// The same within +-7 (see [int4 scale]): an eighth of fp32's bytes at 1/14 to
+// 1/30 of max |x| per element, still contracting; the rung between 2-bit
+// codes, whose error random-walks, and int8 (common/job/precision.h).
+using Int4Codec = ScaledCodec<CodecType::kInt4, internal::Int4Scale,
+                              &internal::CodecKernels::encode_i4>;
+
 // ---------------------------------------------------------------- decoding --
 // Each validate_* runs after ChunkDecoder checked the element count and the
 // payload length; see [chunk validation] in decoder.h.
@@ -255,6 +261,13 @@ absl::Status ValidateInt8(const ChunkHeader& h, const uint8_t* payload, float* m
   return ValidatePowerOfTwoScale(h, 127.0f, max_magnitude);
 }
 
+absl::Status ValidateInt4(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
+  if (!ActiveKernels().valid_i4(payload, h.num_elems)) {
+    return absl::InvalidArgumentError("int4 payload holds the code -8 or nonzero padding");
+  }
+  return ValidatePowerOfTwoScale(h, 7.0f, max_magnitude);
+}
+
 void DecodeAddNone(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
   ActiveKernels().decode_add_f32(payload, h.num_elems, weight, acc);
 }
@@ -271,6 +284,10 @@ void DecodeAddHalf(const ChunkHeader& h, const uint8_t* payload, float weight, f
 
 void DecodeAddInt8(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
   ActiveKernels().decode_add_i8(payload, h.num_elems, weight * h.scale, acc);
+}
+
+void DecodeAddInt4(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
+  ActiveKernels().decode_add_i4(payload, h.num_elems, weight * h.scale, acc);
 }
 
 // Raw fp32 needs no decoding: an aligned payload is read in place.
@@ -306,8 +323,14 @@ const float* DecodeBlockInt8(const ChunkHeader&, const uint8_t* payload, uint32_
   return scratch;
 }
 
+const float* DecodeBlockInt4(const ChunkHeader&, const uint8_t* payload, uint32_t begin,
+                            uint32_t n, float* scratch) {
+  ActiveKernels().decode_i4(payload + begin / 2, n, scratch);
+  return scratch;
+}
+
 // The weight multiplies the stored values (none, onebit) or the sign
-// (twobit, ternary: value = sign * scale) or the half or code (fp16, int8:
+// (twobit, ternary: value = sign * scale) or the half or code (fp16, int8, int4:
 // x = half * scale, code * scale).
 float WeightOnly(const ChunkHeader&, float weight) { return weight; }
 float WeightTimesScale(const ChunkHeader& h, float weight) { return weight * h.scale; }
@@ -338,6 +361,8 @@ constexpr internal::CodecRow kCodecs[] = {
      WeightTimesScale, New<HalfCodec>},
     {CodecType::kInt8, "int8", 8, ValidateInt8, DecodeAddInt8, DecodeBlockInt8,
      WeightTimesScale, New<Int8Codec>},
+    {CodecType::kInt4, "int4", 4, ValidateInt4, DecodeAddInt4, DecodeBlockInt4,
+     WeightTimesScale, New<Int4Codec>},
 };
 
 constexpr bool RowsInTypeOrder() {

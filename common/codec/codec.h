@@ -22,6 +22,8 @@
 //   int8    : x / 2^k rounded to the nearest integer (ties to even), 2^k the
 //             chunk's scale, chosen so every code is within +-127 (NOTE:
 //             [int8 scale] in internal/kernels.h).
+//   int4    : the same rule within +-7, two codes a byte (NOTE: [int4
+//             scale] in internal/kernels.h).
 //
 // Encoders are per-chunk objects (like BytePS compressors, one per tensor
 // partition): the error-feedback decorator owns residual state, so Encode is
@@ -45,9 +47,9 @@ namespace gradstream {
 // The values are the wire's v1::Codec values (a static_assert in wire.cc ties
 // the two enums) and run 0..kNumCodecTypes-1 without gaps.
 enum class CodecType : uint8_t {
-  kNone = 0, kTwoBit = 1, kTernary = 2, kOneBit = 3, kHalf = 4, kInt8 = 5
+  kNone = 0, kTwoBit = 1, kTernary = 2, kOneBit = 3, kHalf = 4, kInt8 = 5, kInt4 = 6
 };
-inline constexpr int kNumCodecTypes = 6;
+inline constexpr int kNumCodecTypes = 7;
 
 // False for a byte that names no codec of this build (a header read off the
 // wire or fuzzed may hold any value).
@@ -55,7 +57,7 @@ constexpr bool IsKnownCodec(CodecType type) {
   return static_cast<int>(type) < kNumCodecTypes;
 }
 
-// "none", "twobit", "ternary", "onebit", "fp16", "int8"; "unknown" for an unknown value.
+// "none", "twobit", "ternary", "onebit", "fp16", "int8", "int4"; "unknown" for an unknown value.
 absl::string_view CodecTypeName(CodecType type);
 // Inverse of CodecTypeName; NotFound for an unknown name.
 absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name);
@@ -64,7 +66,7 @@ absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name);
 struct ChunkHeader {
   CodecType codec = CodecType::kNone;
   uint32_t num_elems = 0;
-  float scale = 0.0f;   // twobit: t; ternary: s; onebit: value of a 1 bit; fp16: 2^k
+  float scale = 0.0f;   // twobit: t; ternary: s; onebit: value of a 1 bit; fp16, int8, int4: 2^k
   float scale2 = 0.0f;  // onebit: value of a 0 bit; unused otherwise
 };
 

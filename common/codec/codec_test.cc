@@ -212,6 +212,42 @@ TEST(Int8Codec, NoCodeIsPast127AndTiesRoundToEven) {
   EXPECT_DOUBLE_EQ(feedback->ResidualNorm(), std::sqrt(0.25 * 0.25 + 0.5 * 0.5 + 0.5 * 0.5));
 }
 
+TEST(Int4Codec, GoldenBytesAreTwoCodesAByte) {
+  auto c = Make("int4");
+  // max |g| = 3 < 2^2, so the scale is 2^(2-3): g / scale is 2, -4, 1, 6,
+  // and 0.1 / 0.5 = 0.2 rounds to 0. Low nibble first; the odd chunk's last
+  // high nibble is padding.
+  std::vector<float> g = {1.0f, -2.0f, 0.5f, 3.0f, 0.1f};
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(h.codec, CodecType::kInt4);
+  EXPECT_EQ(h.scale, 0.5f);
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0xC2, 0x61, 0x00}));
+  EXPECT_EQ(Decode(h, p), (std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f, 0.0f}));
+}
+
+// NOTE: [int4 scale]: as int8's, within +-7.
+TEST(Int4Codec, NoCodeIsPast7AndTiesRoundToEven) {
+  auto c = Make("int4");
+  std::vector<float> g = {7.75f, -1.0f, 2.5f, 3.5f};  // 7.75 would round to 8
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(h.scale, 2.0f);
+  // 7.75 / 2 = 3.875 -> 4; -0.5 -> -0 (even); 1.25 -> 1; 1.75 -> 2.
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0x04, 0x21}));
+  g = {7.25f, 0.5f, 1.5f};  // 7.25 rounds to 7 at scale 1
+  ASSERT_TRUE(c->Encode(g, {}, &h, &p).ok());
+  EXPECT_EQ(h.scale, 1.0f);
+  EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0x07, 0x02}));
+  auto ef = MakeChunkEncoder("int4", {}, /*error_feedback=*/true, 3);
+  ASSERT_TRUE(ef.ok());
+  ASSERT_TRUE((*ef)->Encode(g, {}, &h, &p).ok());
+  auto* feedback = static_cast<ErrorFeedback*>(ef->get());
+  EXPECT_DOUBLE_EQ(feedback->ResidualNorm(), std::sqrt(0.25 * 0.25 + 0.5 * 0.5 + 0.5 * 0.5));
+}
+
 // NOTE: [fp16 scale]: a plain cast would send gradients under 6e-5 as half
 // subnormals (1e-7 with 17% error); scaled, every element within 2^-29 of
 // the chunk's largest keeps half's 11 bits, and a tie rounds to even.
@@ -412,6 +448,8 @@ TEST_P(EveryCodec, PayloadSizeIsSixteenthOrLessOrFixedWidth) {
     EXPECT_EQ(p.size() * 2, 4096u * 4);
   } else if (absl::string_view(GetParam()) == "int8") {
     EXPECT_EQ(p.size() * 4, 4096u * 4);
+  } else if (absl::string_view(GetParam()) == "int4") {
+    EXPECT_EQ(p.size() * 8, 4096u * 4);
   } else if (absl::string_view(GetParam()) != "none") {
     EXPECT_LE(p.size() * 16, 4096u * 4);
   }
@@ -649,6 +687,20 @@ TEST_F(Malformed, EveryClassIsInvalidArgumentAndLeavesAccUntouched) {
   }
   i8.scale = std::ldexp(1.0f, 127);  // 127 * 2^127 overflows
   ExpectRejected(i8, ok_i8, 2, "int8 overflow");
+  ChunkHeader i4{CodecType::kInt4, 3, 0.5f, 0};
+  const std::string ok_i4("\x97\x09", 2);  // 7, -7, -7 and a zero padding nibble
+  acc.assign(3, 0.0f);
+  ASSERT_TRUE(DecodeAdd(i4, ok_i4, absl::MakeSpan(acc), 1.0f).ok());
+  EXPECT_EQ(acc, (std::vector<float>{3.5f, -3.5f, -3.5f}));
+  ExpectRejected(i4, std::string("\x87\x09", 2), 3, "int4 code -8");
+  ExpectRejected(i4, std::string("\x97\x08", 2), 3, "int4 code -8 in the last byte");
+  ExpectRejected(i4, std::string("\x97\x19", 2), 3, "int4 nonzero padding");
+  for (float scale : {0.75f, 0.0f, -1.0f, INFINITY, NAN, std::ldexp(1.0f, -140)}) {
+    i4.scale = scale;
+    ExpectRejected(i4, ok_i4, 3, "int4 scale not a positive normal power of two");
+  }
+  i4.scale = std::ldexp(1.0f, 127);  // 7 * 2^127 overflows
+  ExpectRejected(i4, ok_i4, 3, "int4 overflow");
 }
 
 TEST(Encode, OversizedChunkIsInvalidArgumentWithoutTouchingMemory) {
@@ -668,6 +720,7 @@ TEST(Registry, UnknownNameIsNotFoundAndNamesTheKnownOnes) {
   EXPECT_EQ(*CodecTypeFromName("ternary"), CodecType::kTernary);
   EXPECT_EQ(*CodecTypeFromName("fp16"), CodecType::kHalf);
   EXPECT_EQ(*CodecTypeFromName("int8"), CodecType::kInt8);
+  EXPECT_EQ(*CodecTypeFromName("int4"), CodecType::kInt4);
   EXPECT_EQ(CodecRegistry::Global().Names().size(), static_cast<size_t>(kNumCodecTypes));
   RegisterBuiltinCodecs(CodecRegistry::Global());  // idempotent
   EXPECT_EQ(CodecRegistry::Global().Names().size(), static_cast<size_t>(kNumCodecTypes));
@@ -826,6 +879,36 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
       ref.decode_i8(ia.data(), n, a.data());
       avx->decode_i8(ia.data(), n, b.data());
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * size_t{n}));
+    }
+    // int4 likewise, and its validation of a payload with a -8 planted
+    {
+      const float mx = ref.max_abs(g.data(), r0.data(), n);
+      const float scale = internal::Int4Scale(mx);
+      std::vector<uint8_t> ia((n + 1) / 2), ib((n + 1) / 2);
+      std::vector<float> ra = r0, rb = r0;
+      ref.encode_i4(g.data(), ra.data(), n, scale, ia.data());
+      avx->encode_i4(g.data(), rb.data(), n, scale, ib.data());
+      EXPECT_EQ(ia, ib) << "int4 n=" << n;
+      EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), 4 * size_t{n}));
+      EXPECT_TRUE(ref.valid_i4(ia.data(), n));
+      EXPECT_TRUE(avx->valid_i4(ia.data(), n));
+      std::vector<float> a = r0, b = r0;
+      ref.decode_add_i4(ia.data(), n, 0.375f, a.data());
+      avx->decode_add_i4(ia.data(), n, 0.375f, b.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * size_t{n}));
+      ref.decode_i4(ia.data(), n, a.data());
+      avx->decode_i4(ia.data(), n, b.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * size_t{n}));
+      if (n > 0) {
+        std::vector<uint8_t> bad = ia;
+        bad[(n - 1) / 2] = static_cast<uint8_t>((n - 1) % 2 ? 0x80 : 0x08);
+        EXPECT_FALSE(ref.valid_i4(bad.data(), n)) << "n=" << n;
+        EXPECT_FALSE(avx->valid_i4(bad.data(), n)) << "n=" << n;
+        bad = ia;
+        bad[0] = 0x08;
+        EXPECT_FALSE(ref.valid_i4(bad.data(), n)) << "n=" << n;
+        EXPECT_FALSE(avx->valid_i4(bad.data(), n)) << "n=" << n;
+      }
     }
     // decoders
     std::vector<uint8_t> codes((n + 3) / 4);

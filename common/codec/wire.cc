@@ -19,6 +19,7 @@ constexpr std::pair<CodecType, v1::Codec> kWireCodecs[] = {
     {CodecType::kOneBit, v1::CODEC_ONEBIT},
     {CodecType::kHalf, v1::CODEC_FP16},
     {CodecType::kInt8, v1::CODEC_INT8},
+    {CodecType::kInt4, v1::CODEC_INT4},
 };
 
 constexpr bool EnumsAgree() {

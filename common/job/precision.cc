@@ -12,7 +12,7 @@ namespace gradstream {
 
 std::vector<CodecType> LadderFrom(CodecType base) {
   std::vector<CodecType> ladder = {base};
-  for (CodecType level : {CodecType::kInt8, CodecType::kNone}) {
+  for (CodecType level : {CodecType::kInt4, CodecType::kInt8, CodecType::kNone}) {
     if (MorePrecise(level, base)) ladder.push_back(level);
   }
   return ladder;

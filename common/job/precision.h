@@ -63,11 +63,11 @@ struct PrecisionPolicy {
   double max_owed = kDefaultPrecisionMaxOwed;
 };
 
-// The ladder of a path whose configured codec is `base`: base, int8, kNone
-// (a 2-bit or 1-bit path raised goes to a quarter of fp32's bytes first; an
-// fp16 path straight to kNone).
+// The ladder of a path whose configured codec is `base`: base, int4, int8,
+// kNone, each level above base (a 2-bit or 1-bit path raised goes to an
+// eighth of fp32's bytes first; an fp16 path straight to kNone).
 std::vector<CodecType> LadderFrom(CodecType base);
-// base, kNone: the CUDA encoders have no int8 (cuda_codec.h).
+// base, kNone: the CUDA encoders have no int4 or int8 (cuda_codec.h).
 std::vector<CodecType> DeviceLadderFrom(CodecType base);
 // Whether `a` carries more bits per element than `b` (kNone the most): the
 // order of a ladder's levels.

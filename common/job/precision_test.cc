@@ -67,13 +67,13 @@ TEST(PrecisionController, APathThatOwesDescentIsRaised) {
   // Raised as soon as the average counts: at its kMinOwedMeasurements-th
   // measurement (an average from 0 would have taken 8).
   EXPECT_EQ(clock, kMinOwedMeasurements * kPushMeasureEvery);
-  EXPECT_EQ(c.level_codec(), CodecType::kInt8);
+  EXPECT_EQ(c.level_codec(), CodecType::kInt4);
   EXPECT_EQ(c.Codec(), CodecType::kNone) << "the raise sends what onebit owed";
   EXPECT_EQ(c.flushes(), 0u);
   ASSERT_EQ(c.events().size(), 1u);
   EXPECT_TRUE(c.events().back().owed);
   EXPECT_EQ(DescribeEvent(c.events().back()),
-            "onebit -> int8 at clock 13 (owes 0.8 clocks of descent on average)");
+            "onebit -> int4 at clock 13 (owes 0.8 clocks of descent on average)");
 
   // Owing just past the bound, with some scatter (onebit on the ViT's large
   // tensors): raised within 8 measurements.
@@ -84,7 +84,7 @@ TEST(PrecisionController, APathThatOwesDescentIsRaised) {
     near.Observe(t, 1.0, 1.0, 0.0, dot);
   }
   EXPECT_LE(t, 8 * kPushMeasureEvery);
-  EXPECT_EQ(near.level_codec(), CodecType::kInt8);
+  EXPECT_EQ(near.level_codec(), CodecType::kInt4);
 
   // As large, but along the signal one measurement in two and against it
   // the next; a spike of 3 clocks every 100 measurements, wherever they fall.
@@ -109,8 +109,8 @@ TEST(PrecisionController, FlushesTooCloseTogetherRaiseThePath) {
   c.Observe(10, 100.0, 1.0, 0.0);  // 10 clocks of signal: flush
   EXPECT_TRUE(c.Flush());
   c.Observe(11, 0.0, 1.0, 0.0);
-  c.Observe(12, 100.0, 1.0, 0.0);  // over again 2 clocks later: raise to int8
-  EXPECT_EQ(c.level_codec(), CodecType::kInt8);
+  c.Observe(12, 100.0, 1.0, 0.0);  // over again 2 clocks later: raise to int4
+  EXPECT_EQ(c.level_codec(), CodecType::kInt4);
   EXPECT_TRUE(c.raised());
   EXPECT_EQ(c.Codec(), CodecType::kNone) << "the raise flushes what ternary owed";
   ASSERT_EQ(c.events().size(), 1u);
@@ -118,22 +118,30 @@ TEST(PrecisionController, FlushesTooCloseTogetherRaiseThePath) {
   EXPECT_EQ(e.kind, PrecisionEvent::Kind::kRaise);
   EXPECT_EQ(e.clock, 13u);
   EXPECT_EQ(e.from, CodecType::kTernary);
-  EXPECT_EQ(e.to, CodecType::kInt8);
+  EXPECT_EQ(e.to, CodecType::kInt4);
   EXPECT_DOUBLE_EQ(e.ratio, 10.0);
   EXPECT_EQ(DescribeEvent(e),
-            "ternary -> int8 at clock 13 (error 10 clocks of signal again within the flush "
+            "ternary -> int4 at clock 13 (error 10 clocks of signal again within the flush "
             "interval)");
   c.Observe(13, 0.0, 1.0, 0.0);
-  EXPECT_EQ(c.Codec(), CodecType::kInt8);
-  c.Observe(14, 100.0, 1.0, 0.0);  // int8 does not keep up either: fp32
+  EXPECT_EQ(c.Codec(), CodecType::kInt4);
+  c.Observe(14, 100.0, 1.0, 0.0);  // int4 does not keep up either: int8
+  EXPECT_EQ(c.level_codec(), CodecType::kInt8);
+  EXPECT_EQ(c.events().back().from, CodecType::kInt4);
+  EXPECT_EQ(c.events().back().to, CodecType::kInt8);
+  c.Observe(15, 0.0, 1.0, 0.0);
+  c.Observe(16, 100.0, 1.0, 0.0);  // nor int8: fp32
   EXPECT_EQ(c.level_codec(), CodecType::kNone);
   EXPECT_EQ(c.events().back().from, CodecType::kInt8);
   EXPECT_EQ(c.events().back().to, CodecType::kNone);
 }
 
-TEST(PrecisionController, TheLadderGoesThroughInt8WhereTheEncoderHasIt) {
+TEST(PrecisionController, TheLadderGoesThroughInt4AndInt8WhereTheEncoderHasThem) {
   EXPECT_EQ(LadderFrom(CodecType::kTernary),
-            (std::vector<CodecType>{CodecType::kTernary, CodecType::kInt8, CodecType::kNone}));
+            (std::vector<CodecType>{CodecType::kTernary, CodecType::kInt4, CodecType::kInt8,
+                                    CodecType::kNone}));
+  EXPECT_EQ(LadderFrom(CodecType::kInt4),
+            (std::vector<CodecType>{CodecType::kInt4, CodecType::kInt8, CodecType::kNone}));
   EXPECT_EQ(LadderFrom(CodecType::kInt8),
             (std::vector<CodecType>{CodecType::kInt8, CodecType::kNone}));
   EXPECT_EQ(LadderFrom(CodecType::kHalf),
@@ -143,7 +151,8 @@ TEST(PrecisionController, TheLadderGoesThroughInt8WhereTheEncoderHasIt) {
             (std::vector<CodecType>{CodecType::kOneBit, CodecType::kNone}));
   EXPECT_TRUE(MorePrecise(CodecType::kNone, CodecType::kHalf));
   EXPECT_TRUE(MorePrecise(CodecType::kHalf, CodecType::kInt8));
-  EXPECT_TRUE(MorePrecise(CodecType::kInt8, CodecType::kTernary));
+  EXPECT_TRUE(MorePrecise(CodecType::kInt8, CodecType::kInt4));
+  EXPECT_TRUE(MorePrecise(CodecType::kInt4, CodecType::kTernary));
   EXPECT_FALSE(MorePrecise(CodecType::kTwoBit, CodecType::kTernary));
   // A tensor's chunks merge to the highest level any of them is at.
   PathPrecision t{CodecType::kTernary, 1.0, 0.0, 0, {}};
@@ -157,12 +166,13 @@ TEST(PrecisionController, TheLadderGoesThroughInt8WhereTheEncoderHasIt) {
 
 TEST(PrecisionController, ARaisedPathStepsDownAfterCalmAndWaitsLongerEachTime) {
   PrecisionController c(Ternary());
-  c.Observe(0, 100.0, 1.0, 0.0);
-  c.Observe(1, 100.0, 1.0, 0.0);
+  c.Observe(0, 100.0, 1.0, 0.0);  // ternary -> int4
+  c.Observe(1, 100.0, 1.0, 0.0);  // -> int8
+  c.Observe(2, 100.0, 1.0, 0.0);  // -> fp32
   ASSERT_EQ(c.level_codec(), CodecType::kNone);
-  uint64_t clock = 2;
+  uint64_t clock = 3;
   while (c.level_codec() == CodecType::kNone) c.Observe(clock++, 0.0, 1.0, 0.0);
-  EXPECT_EQ(clock, 52u);  // relax_after = 50 calm clocks since the raise
+  EXPECT_EQ(clock, 53u);  // relax_after = 50 calm clocks since the raise
   EXPECT_EQ(c.events().back().kind, PrecisionEvent::Kind::kRelax);
   // Raised again, the next step down waits 100 clocks.
   c.Observe(clock++, 100.0, 1.0, 0.0);
@@ -218,8 +228,8 @@ TEST(PrecisionController, AStalledCodecIsRaisedAtItsFirstCrossing) {
     error += 1.0;
     c.Observe(clock, error * error, 1.0, 0.0);
   }
-  ASSERT_EQ(c.level_codec(), CodecType::kInt8);
-  EXPECT_EQ(c.events().back().clock, 9u);  // over after clock 8: int8 from clock 9
+  ASSERT_EQ(c.level_codec(), CodecType::kInt4);
+  EXPECT_EQ(c.events().back().clock, 9u);  // over after clock 8: int4 from clock 9
   EXPECT_EQ(c.flushes(), 0u);
 }
 
@@ -234,7 +244,7 @@ TEST(PrecisionController, TheFlushSpacingFollowsTheBound) {
     for (uint64_t clock = 0; clock < 40; ++clock) c.Observe(clock, 1.0, 1.0, 0.0);
     c.Observe(40, 4 * bound * bound, 1.0, 0.0);  // 2 x bound
     if (bound == 16.0) {
-      EXPECT_EQ(c.level_codec(), CodecType::kInt8) << bound;
+      EXPECT_EQ(c.level_codec(), CodecType::kInt4) << bound;
       EXPECT_EQ(c.flushes(), 0u) << bound;
     } else {
       EXPECT_EQ(c.level_codec(), CodecType::kTernary) << bound;

@@ -46,7 +46,7 @@ class PullPublisher {
   // satisfies every slower one) instead of at every version change (sync).
   // `precision` controls every compressed chunk's error (common/job/precision.h):
   // measured at each publication; a flush publishes a snapshot (the copy is
-  // then exact), a chunk raised to int8 publishes int8 deltas, one raised to
+  // then exact), a chunk raised to int4 or int8 publishes such deltas, one raised to
   // kNone is published whole. `link`: the
   // link choice ([link choice] in precision.h), by reader clock: a probe
   // times the publications of consecutive clocks with exact (whole) and

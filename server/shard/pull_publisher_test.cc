@@ -131,9 +131,9 @@ TEST(PullPublisher, ErrorIsHeldToTheBoundByFlushes) {
   EXPECT_GT(with.relative, 0.0);
 }
 
-// Raised, a chunk publishes int8 deltas (a quarter of a snapshot's bytes, an
-// error far under any bound); raised past int8, whole.
-TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToInt8ThenFp32) {
+// Raised, a chunk publishes int4 deltas (an eighth of a snapshot's bytes, an
+// error of half a step at most); raised past int4 and int8, whole.
+TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToInt4ThenFp32) {
   for (const double bound : {0.5, 0.0}) {
     SCOPED_TRACE(bound);
     PrecisionPolicy policy;
@@ -156,16 +156,17 @@ TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToInt8ThenFp32) {
     ASSERT_FALSE(p.events.empty());
     EXPECT_EQ(p.events.front().kind, PrecisionEvent::Kind::kRaise);
     EXPECT_EQ(p.events.front().from, CodecType::kTernary);
-    EXPECT_EQ(p.events.front().to, CodecType::kInt8);
+    EXPECT_EQ(p.events.front().to, CodecType::kInt4);
     params = Step(params, rng, 0.01f);
     const size_t bytes = pub.Serve(7, params, 11, 11, w.held_or_null(), &out);
     w.Take(out);
     if (bound == 0.5) {
-      EXPECT_EQ(p.codec, CodecType::kInt8);
+      EXPECT_EQ(p.codec, CodecType::kInt4);
       ASSERT_EQ(out.deltas.size(), 1u);
-      EXPECT_EQ(out.deltas[0].header.codec, CodecType::kInt8);
-      EXPECT_LT(bytes, kElems * sizeof(float) * 3 / 10);
-      EXPECT_LT(MaxAbsDiff(w.copy, params), 4e-4) << "int8 of a 0.01 step: under max / 254";
+      EXPECT_EQ(out.deltas[0].header.codec, CodecType::kInt4);
+      EXPECT_LT(bytes, kElems * sizeof(float) * 15 / 100);
+      EXPECT_LE(MaxAbsDiff(w.copy, params), out.deltas[0].header.scale / 2)
+          << "error feedback leaves at most half an int4 step";
     } else {  // every version published whole: the worker holds p exactly
       EXPECT_EQ(p.codec, CodecType::kNone);
       EXPECT_FALSE(out.values.empty());
@@ -201,7 +202,7 @@ TEST(PullPublisher, ACopyThatOwesDescentIsRaised) {
     if (codec == CodecType::kOneBit) {
       ASSERT_FALSE(p.events.empty());
       EXPECT_TRUE(p.events.front().owed) << DescribeEvent(p.events.front());
-      EXPECT_EQ(p.events.front().to, CodecType::kInt8);
+      EXPECT_EQ(p.events.front().to, CodecType::kInt4);
       EXPECT_LE(p.events.front().clock, 20u);
     } else {
       EXPECT_FALSE(owed);

@@ -62,11 +62,11 @@ def main():
     m = re.search(r"push error:\s+push error <= ([0-9.e+]+) clocks of gradient over \d+ "
                   r"tensors \(bound [0-9.]+\), (\d+) exact sends", results["on"][1])
     cluster.check(m and int(m.group(2)) > 0, "status shows no exact pushes for the guarded job")
-    # Raised, a path goes to int8 first (a quarter of fp32's bytes), which
+    # Raised, a path goes to int4 first (an eighth of fp32's bytes), which
     # passes what twobit could not, so no tensor needs fp32.
-    cluster.check(re.search(r"push error:.*; int8: \S", results["on"][1]) and
+    cluster.check(re.search(r"push error:.*; int4: \S", results["on"][1]) and
                   "; fp32:" not in results["on"][1].split("push error:")[1].split("\n")[0],
-                  "status does not show the guarded job's tensors raised to int8")
+                  "status does not show the guarded job's tensors raised to int4")
     m = re.search(r"push error <= ([0-9.e+]+) clocks .*\(measured only\), 0 exact sends",
                   results["off"][1])
     cluster.check(m and float(m.group(1)) > 8, "the unguarded job's error is not past the bound")

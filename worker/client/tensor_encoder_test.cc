@@ -144,7 +144,7 @@ TEST(TensorEncoder, DefaultPolicySendsSmallGradientsFromTheFirstClock) {
 // [owed descent] in common/job/precision.h, with the real codecs: gradients
 // that keep a direction (m + noise, m heavy-tailed as a layer's are). onebit
 // sends every element the mean of its sign, keeps back part of each large
-// one, and owes descent along m: its chunks are raised to int8. Ternary is
+// one, and owes descent along m: its chunks are raised to int4. Ternary is
 // unbiased and stays ternary.
 TEST(TensorEncoder, OnebitThatOwesDescentIsRaisedTernaryIsNot) {
   auto map = SplitModel({{"fc.weight", 1 << 16}}, {"s0:1"}, 1 << 14);
@@ -178,7 +178,7 @@ TEST(TensorEncoder, OnebitThatOwesDescentIsRaisedTernaryIsNot) {
     if (std::string(codec) == "onebit") {
       EXPECT_GT(raised_at, 0u) << "onebit was never raised";
       EXPECT_LE(raised_at, 40u);
-      EXPECT_EQ(level, CodecType::kInt8);
+      EXPECT_EQ(level, CodecType::kInt4);
     } else {
       EXPECT_EQ(raised_at, 0u) << "ternary raised at clock " << raised_at;
     }

@@ -103,6 +103,18 @@ inline float Int8Scale(float max_abs) {
   return s;
 }
 
+// NOTE: [int4 scale] int4 is int8's rule within +-7 (no code -8): 2^k =
+// Int4Scale(max |x|), the step 1/7 to 1/15 of max |x|. Two codes a byte,
+// element 2i in the low nibble, 2i+1 in the high one (two's complement); an
+// odd chunk's last high nibble is 0.
+inline float Int4Scale(float max_abs) {
+  int e = 0;
+  std::frexp(max_abs, &e);  // max_abs < 2^e (e = 0 for 0)
+  float s = std::ldexp(1.0f, std::max(e - 3, -126));
+  if (max_abs / s >= 7.5f) s *= 2.0f;  // would round to 8
+  return s;
+}
+
 // float -> IEEE half bits, round to nearest even; +-inf past 65504 (F. Giesen,
 // "float_to_half_fast3_rtne"). NaN -> a quiet NaN.
 inline uint16_t FloatToHalfBits(float f) {
@@ -222,6 +234,14 @@ struct CodecKernels {
   void (*decode_add_i8)(const uint8_t* payload, uint32_t n, float ws, float* acc);
   // out[i] = code_i as a float.
   void (*decode_i8)(const uint8_t* payload, uint32_t n, float* out);
+
+  // int4 ([int4 scale]): as int8, two codes a byte.
+  void (*encode_i4)(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out);
+  // True when no code is -8 and an odd chunk's padding nibble is 0.
+  bool (*valid_i4)(const uint8_t* payload, uint32_t n);
+  void (*decode_add_i4)(const uint8_t* payload, uint32_t n, float ws, float* acc);
+  // `payload` at the block's first byte (blocks start at even elements).
+  void (*decode_i4)(const uint8_t* payload, uint32_t n, float* out);
 };
 
 const CodecKernels& PortableKernels();

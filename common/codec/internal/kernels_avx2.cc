@@ -662,6 +662,81 @@ void DecodeI8(const uint8_t* payload, uint32_t n, float* out) {
   if (n8 < n) PortableKernels().decode_i8(payload + n8, n - n8, out + n8);
 }
 
+// The codes of 8 elements at `i` as int32, and their residuals.
+inline __m256i Int4Codes(const float* grad, float* residual, uint32_t i, __m256 vinv, __m256 vs) {
+  const __m256 x = LoadX(grad, residual, i);
+  const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(x, vinv));
+  if (residual) {
+    _mm256_storeu_ps(residual + i, _mm256_sub_ps(x, _mm256_mul_ps(_mm256_cvtepi32_ps(q), vs)));
+  }
+  return q;
+}
+
+void EncodeI4(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out) {
+  const __m256 vinv = _mm256_set1_ps(1.0f / scale), vs = _mm256_set1_ps(scale);
+  const __m128i nibble = _mm_set1_epi8(0x0f), low_byte = _mm_set1_epi16(0x00ff);
+  const uint32_t n16 = n & ~15u;
+  for (uint32_t i = 0; i < n16; i += 16) {
+    const __m256i a = Int4Codes(grad, residual, i, vinv, vs);
+    const __m256i b = Int4Codes(grad, residual, i + 8, vinv, vs);
+    const __m128i codes = _mm_packs_epi16(
+        _mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)),
+        _mm_packs_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+    // Each 16-bit lane holds an even element's nibble (low byte) and an odd
+    // one's (high byte); v | v >> 4 puts both in the low byte.
+    const __m128i v = _mm_and_si128(codes, nibble);
+    const __m128i packed = _mm_and_si128(_mm_or_si128(v, _mm_srli_epi16(v, 4)), low_byte);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i / 2), _mm_packus_epi16(packed, packed));
+  }
+  if (n16 < n) {
+    PortableKernels().encode_i4(grad + n16, residual ? residual + n16 : nullptr, n - n16, scale,
+                                out + n16 / 2);
+  }
+}
+
+// Elements i..i+7 of an int4 payload as floats (4 bytes at p).
+inline __m256 LoadI4(const uint8_t* p) {
+  int32_t word;
+  std::memcpy(&word, p, 4);
+  const __m128i b = _mm_cvtsi32_si128(word), nibble = _mm_set1_epi8(0x0f);
+  const __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(b, nibble),
+                                          _mm_and_si128(_mm_srli_epi16(b, 4), nibble));
+  const __m128i eight = _mm_set1_epi8(8);
+  const __m128i signed_codes = _mm_sub_epi8(_mm_xor_si128(codes, eight), eight);
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(signed_codes));
+}
+
+void DecodeAddI4(const uint8_t* payload, uint32_t n, float ws, float* acc) {
+  const __m256 w = _mm256_set1_ps(ws);
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) {
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i),
+                                            _mm256_mul_ps(w, LoadI4(payload + i / 2))));
+  }
+  if (n8 < n) PortableKernels().decode_add_i4(payload + n8 / 2, n - n8, ws, acc + n8);
+}
+
+void DecodeI4(const uint8_t* payload, uint32_t n, float* out) {
+  const uint32_t n8 = n & ~7u;
+  for (uint32_t i = 0; i < n8; i += 8) _mm256_storeu_ps(out + i, LoadI4(payload + i / 2));
+  if (n8 < n) PortableKernels().decode_i4(payload + n8 / 2, n - n8, out + n8);
+}
+
+// No nibble 8 (code -8): a byte has one when (b ^ 0x88) has a zero nibble.
+bool ValidI4(const uint8_t* payload, uint32_t n) {
+  const size_t b16 = (static_cast<size_t>(n) / 2) & ~size_t{15};  // whole bytes only
+  const __m128i nibble = _mm_set1_epi8(0x0f), eights = _mm_set1_epi8(0x08);
+  __m128i bad = _mm_setzero_si128();
+  for (size_t b = 0; b < b16; b += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(payload + b));
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi8(_mm_and_si128(v, nibble), eights));
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), nibble), eights));
+  }
+  if (_mm_movemask_epi8(bad) != 0) return false;
+  // The rest, including the padding check, is the reference's.
+  return PortableKernels().valid_i4(payload + b16, n - static_cast<uint32_t>(2 * b16));
+}
+
 float MaxAbsF16(const uint8_t* payload, uint32_t n) {
   const __m256i abs_mask = _mm256_set1_epi16(0x7fff);
   __m256i m = _mm256_setzero_si256();
@@ -749,7 +824,8 @@ const CodecKernels* Avx2Kernels() {
       EncodeTwoBit,  EncodeTernary, EncodeTernaryChunk,       EncodeOneBit,
       EncodeF16,     Valid2Bit,     MaxAbsF32,    MaxAbsF16,  DecodeAdd2Bit,
       DecodeAdd1Bit, DecodeAddF32,  DecodeAddF16, Decode2Bit, Decode1Bit,
-      DecodeF16,     EncodeI8,      DecodeAddI8,  DecodeI8};
+      DecodeF16,     EncodeI8,      DecodeAddI8,  DecodeI8,   EncodeI4,
+      ValidI4,       DecodeAddI4,   DecodeI4};
   return &k;
 }
 

@@ -185,6 +185,60 @@ void DecodeI8(const uint8_t* payload, uint32_t n, float* out) {
   for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int8_t>(payload[i]));
 }
 
+// The nearest code of x / scale (ties to even) and x's residual.
+inline int32_t Int4Code(float x, float inv, float scale, float* r) {
+  const int32_t q = static_cast<int32_t>(std::nearbyint(x * inv));
+  *r = x - static_cast<float>(q) * scale;
+  return q;
+}
+
+void EncodeI4(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out) {
+  const float inv = 1.0f / scale;  // a power of two: exact
+  float r0, r1;
+  uint32_t i = 0;
+  for (; i + 1 < n; i += 2) {
+    const int32_t q0 = Int4Code(X(grad, residual, i), inv, scale, &r0);
+    const int32_t q1 = Int4Code(X(grad, residual, i + 1), inv, scale, &r1);
+    out[i / 2] = static_cast<uint8_t>((q0 & 0xf) | ((q1 & 0xf) << 4));
+    if (residual) {
+      residual[i] = r0;
+      residual[i + 1] = r1;
+    }
+  }
+  if (i < n) {
+    out[i / 2] = static_cast<uint8_t>(Int4Code(X(grad, residual, i), inv, scale, &r0) & 0xf);
+    if (residual) residual[i] = r0;
+  }
+}
+
+// The two codes of each byte as floats, low nibble first.
+struct Int4PairTable {
+  float v[256][2];
+  constexpr Int4PairTable() : v() {
+    for (int b = 0; b < 256; ++b) {
+      v[b][0] = static_cast<float>(((b & 0xf) ^ 8) - 8);
+      v[b][1] = static_cast<float>(((b >> 4) ^ 8) - 8);
+    }
+  }
+};
+constexpr Int4PairTable kInt4Pairs;
+
+bool ValidI4(const uint8_t* payload, uint32_t n) {
+  const size_t bytes = (static_cast<size_t>(n) + 1) / 2;
+  for (size_t b = 0; b < bytes; ++b) {
+    if ((payload[b] & 0xf) == 8 || (payload[b] >> 4) == 8) return false;
+  }
+  return n % 2 == 0 || (payload[bytes - 1] >> 4) == 0;
+}
+
+void DecodeAddI4(const uint8_t* payload, uint32_t n, float ws, float* acc) {
+  for (uint32_t i = 0; i < n; ++i) acc[i] += ws * kInt4Pairs.v[payload[i / 2]][i % 2];
+}
+
+void DecodeI4(const uint8_t* payload, uint32_t n, float* out) {
+  for (uint32_t i = 0; i < n; ++i) out[i] = kInt4Pairs.v[payload[i / 2]][i % 2];
+}
+
 bool Valid2Bit(const uint8_t* payload, uint32_t n) {
   const size_t bytes = (static_cast<size_t>(n) + 3) / 4;
   for (size_t b = 0; b < bytes; ++b) {
@@ -296,7 +350,8 @@ const CodecKernels& PortableKernels() {
       EncodeTwoBit,  EncodeTernary, EncodeTernaryChunk,       EncodeOneBit,
       EncodeF16,     Valid2Bit,     MaxAbsF32,    MaxAbsF16,  DecodeAdd2Bit,
       DecodeAdd1Bit, DecodeAddF32,  DecodeAddF16, Decode2Bit, Decode1Bit,
-      DecodeF16,     EncodeI8,      DecodeAddI8,  DecodeI8};
+      DecodeF16,     EncodeI8,      DecodeAddI8,  DecodeI8,   EncodeI4,
+      ValidI4,       DecodeAddI4,   DecodeI4};
   return k;
 }
 

@@ -144,7 +144,8 @@ class DevicePusherImpl final : public DevicePusher {
           t.codec.empty() ? ResolveCodec(options_.codec, t.name, t.num_elems) : t.codec;
       TensorPlan p;
       GS_ASSIGN_OR_RETURN(p.type, CodecTypeFromName(name));
-      if (p.type == CodecType::kHalf || p.type == CodecType::kInt8) {
+      if (p.type == CodecType::kHalf || p.type == CodecType::kInt8 ||
+          p.type == CodecType::kInt4) {
         return absl::UnimplementedError(absl::StrCat("tensor '", t.name, "': ",
                                                      CodecTypeName(p.type),
                                                      " has no CUDA encoder; pick another codec "
