@@ -94,6 +94,7 @@ SYSTEMS = {
     "gs-bound4": ("gradstream", ["--precision_bound=4"]),
     "gs-bound2": ("gradstream", ["--precision_bound=2"]),
     "gs-pullbound2": ("gradstream", ["--pull_precision_bound=2"]),
+    "gs-pullbound4": ("gradstream", ["--pull_precision_bound=4"]),
     # The link-aware choice (docs/design/link-choice.md): probe exact pushes.
     "gs-link": ("gradstream", ["--link_choice=on"]),
     # Ternary with a tighter clip (in sigmas of the chunk): error feedback
