@@ -180,8 +180,8 @@ using HalfCodec = ScaledCodec<CodecType::kHalf, internal::HalfScale,
 using Int8Codec = ScaledCodec<CodecType::kInt8, internal::Int8Scale,
                               &internal::CodecKernels::encode_i8>;
 
-// The same within +-7 (see [int4 scale]): an eighth of fp32's bytes at 1/14 to
-// 1/30 of max |x| per element, still contracting; the rung between 2-bit
+// The same within +-7 (see [int4 scale]): an eighth of fp32's bytes at 1/8 to
+// 1/16 of max |x| per element, still contracting; the rung between 2-bit
 // codes, whose error random-walks, and int8 (common/job/precision.h).
 using Int4Codec = ScaledCodec<CodecType::kInt4, internal::Int4Scale,
                               &internal::CodecKernels::encode_i4>;

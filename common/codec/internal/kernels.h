@@ -95,25 +95,22 @@ inline float HalfScale(float max_abs) {
 // division is exact, so the only rounding is to the integer, the same on
 // every device; q * 2^k is exact too, so error feedback keeps x - decoded
 // with no further rounding. The step is 1/127 to 1/254 of max |x|.
-inline float Int8Scale(float max_abs) {
+//
+// The smallest power of two 2^k with round(max_abs / 2^k) <= 2^bits - 1.
+inline float CodeScale(float max_abs, int bits) {
   int e = 0;
   std::frexp(max_abs, &e);  // max_abs < 2^e (e = 0 for 0)
-  float s = std::ldexp(1.0f, std::max(e - 7, -126));
-  if (max_abs / s >= 127.5f) s *= 2.0f;  // would round to 128
+  float s = std::ldexp(1.0f, std::max(e - bits, -126));
+  if (max_abs / s >= std::ldexp(1.0f, bits) - 0.5f) s *= 2.0f;  // would round to 2^bits
   return s;
 }
+inline float Int8Scale(float max_abs) { return CodeScale(max_abs, 7); }
 
 // NOTE: [int4 scale] int4 is int8's rule within +-7 (no code -8): 2^k =
-// Int4Scale(max |x|), the step 1/7 to 1/15 of max |x|. Two codes a byte,
+// Int4Scale(max |x|), the step 1/4 to 1/8 of max |x|. Two codes a byte,
 // element 2i in the low nibble, 2i+1 in the high one (two's complement); an
 // odd chunk's last high nibble is 0.
-inline float Int4Scale(float max_abs) {
-  int e = 0;
-  std::frexp(max_abs, &e);  // max_abs < 2^e (e = 0 for 0)
-  float s = std::ldexp(1.0f, std::max(e - 3, -126));
-  if (max_abs / s >= 7.5f) s *= 2.0f;  // would round to 8
-  return s;
-}
+inline float Int4Scale(float max_abs) { return CodeScale(max_abs, 3); }
 
 // float -> IEEE half bits, round to nearest even; +-inf past 65504 (F. Giesen,
 // "float_to_half_fast3_rtne"). NaN -> a quiet NaN.
