@@ -722,7 +722,7 @@ void DecodeI4(const uint8_t* payload, uint32_t n, float* out) {
   if (n8 < n) PortableKernels().decode_i4(payload + n8 / 2, n - n8, out + n8);
 }
 
-// No nibble 8 (code -8): a byte has one when (b ^ 0x88) has a zero nibble.
+// No nibble 8 (code -8): both nibbles of 16 bytes at a time compared with 8.
 bool ValidI4(const uint8_t* payload, uint32_t n) {
   const size_t b16 = (static_cast<size_t>(n) / 2) & ~size_t{15};  // whole bytes only
   const __m128i nibble = _mm_set1_epi8(0x0f), eights = _mm_set1_epi8(0x08);
