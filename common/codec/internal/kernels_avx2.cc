@@ -622,18 +622,26 @@ void DecodeF16(const uint8_t* payload, uint32_t n, float* out) {
   if (n8 < n) PortableKernels().decode_f16(payload + 2 * size_t{n8}, n - n8, out + n8);
 }
 
-// cvtps_epi32 rounds in the default mode, to nearest even, as nearbyint does.
+// The codes of the 8 elements at `i` (int8, int4) as int32, and their
+// residuals; cvtps_epi32 rounds in the default mode, to nearest even, as
+// nearbyint does.
+inline __m256i ScaledCodes(const float* grad, float* residual, uint32_t i, __m256 vinv,
+                           __m256 vs) {
+  const __m256 x = LoadX(grad, residual, i);
+  const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(x, vinv));
+  if (residual) {
+    _mm256_storeu_ps(residual + i, _mm256_sub_ps(x, _mm256_mul_ps(_mm256_cvtepi32_ps(q), vs)));
+  }
+  return q;
+}
+
 void EncodeI8(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out) {
   const __m256 vinv = _mm256_set1_ps(1.0f / scale), vs = _mm256_set1_ps(scale);
   const uint32_t n8 = n & ~7u;
   for (uint32_t i = 0; i < n8; i += 8) {
-    const __m256 x = LoadX(grad, residual, i);
-    const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(x, vinv));
+    const __m256i q = ScaledCodes(grad, residual, i, vinv, vs);
     const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm_packs_epi16(q16, q16));
-    if (residual) {
-      _mm256_storeu_ps(residual + i, _mm256_sub_ps(x, _mm256_mul_ps(_mm256_cvtepi32_ps(q), vs)));
-    }
   }
   if (n8 < n) {
     PortableKernels().encode_i8(grad + n8, residual ? residual + n8 : nullptr, n - n8, scale,
@@ -662,23 +670,13 @@ void DecodeI8(const uint8_t* payload, uint32_t n, float* out) {
   if (n8 < n) PortableKernels().decode_i8(payload + n8, n - n8, out + n8);
 }
 
-// The codes of 8 elements at `i` as int32, and their residuals.
-inline __m256i Int4Codes(const float* grad, float* residual, uint32_t i, __m256 vinv, __m256 vs) {
-  const __m256 x = LoadX(grad, residual, i);
-  const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(x, vinv));
-  if (residual) {
-    _mm256_storeu_ps(residual + i, _mm256_sub_ps(x, _mm256_mul_ps(_mm256_cvtepi32_ps(q), vs)));
-  }
-  return q;
-}
-
 void EncodeI4(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out) {
   const __m256 vinv = _mm256_set1_ps(1.0f / scale), vs = _mm256_set1_ps(scale);
   const __m128i nibble = _mm_set1_epi8(0x0f), low_byte = _mm_set1_epi16(0x00ff);
   const uint32_t n16 = n & ~15u;
   for (uint32_t i = 0; i < n16; i += 16) {
-    const __m256i a = Int4Codes(grad, residual, i, vinv, vs);
-    const __m256i b = Int4Codes(grad, residual, i + 8, vinv, vs);
+    const __m256i a = ScaledCodes(grad, residual, i, vinv, vs);
+    const __m256i b = ScaledCodes(grad, residual, i + 8, vinv, vs);
     const __m128i codes = _mm_packs_epi16(
         _mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)),
         _mm_packs_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));

@@ -163,15 +163,22 @@ void EncodeF16(const float* grad, float* residual, uint32_t n, float scale, uint
   }
 }
 
+// The code of x / scale (int8, int4), rounded in the default mode, to nearest
+// even; through an integer so that a code 0 decodes to +0, as the AVX2 twins'
+// do. *r = x - code * scale, exact for a power-of-two scale.
+inline int32_t ScaledCode(float x, float inv, float scale, float* r) {
+  const int32_t q = static_cast<int32_t>(std::nearbyint(x * inv));
+  *r = x - static_cast<float>(q) * scale;
+  return q;
+}
+
 void EncodeI8(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out) {
   const float inv = 1.0f / scale;  // a power of two: exact
+  float r;
   for (uint32_t i = 0; i < n; ++i) {
-    const float x = X(grad, residual, i);
-    // The default mode rounds to nearest, ties to even; through an integer
-    // so that a code 0 decodes to +0, as the AVX2 twin's does.
-    const int32_t q = static_cast<int32_t>(std::nearbyint(x * inv));
+    const int32_t q = ScaledCode(X(grad, residual, i), inv, scale, &r);
     out[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
-    if (residual) residual[i] = x - static_cast<float>(q) * scale;
+    if (residual) residual[i] = r;
   }
 }
 
@@ -185,20 +192,13 @@ void DecodeI8(const uint8_t* payload, uint32_t n, float* out) {
   for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int8_t>(payload[i]));
 }
 
-// The nearest code of x / scale (ties to even) and x's residual.
-inline int32_t Int4Code(float x, float inv, float scale, float* r) {
-  const int32_t q = static_cast<int32_t>(std::nearbyint(x * inv));
-  *r = x - static_cast<float>(q) * scale;
-  return q;
-}
-
 void EncodeI4(const float* grad, float* residual, uint32_t n, float scale, uint8_t* out) {
   const float inv = 1.0f / scale;  // a power of two: exact
   float r0, r1;
   uint32_t i = 0;
   for (; i + 1 < n; i += 2) {
-    const int32_t q0 = Int4Code(X(grad, residual, i), inv, scale, &r0);
-    const int32_t q1 = Int4Code(X(grad, residual, i + 1), inv, scale, &r1);
+    const int32_t q0 = ScaledCode(X(grad, residual, i), inv, scale, &r0);
+    const int32_t q1 = ScaledCode(X(grad, residual, i + 1), inv, scale, &r1);
     out[i / 2] = static_cast<uint8_t>((q0 & 0xf) | ((q1 & 0xf) << 4));
     if (residual) {
       residual[i] = r0;
@@ -206,7 +206,7 @@ void EncodeI4(const float* grad, float* residual, uint32_t n, float scale, uint8
     }
   }
   if (i < n) {
-    out[i / 2] = static_cast<uint8_t>(Int4Code(X(grad, residual, i), inv, scale, &r0) & 0xf);
+    out[i / 2] = static_cast<uint8_t>(ScaledCode(X(grad, residual, i), inv, scale, &r0) & 0xf);
     if (residual) residual[i] = r0;
   }
 }
