@@ -80,6 +80,14 @@ GS_HOST_DEVICE PhiloxKey ChunkPhiloxKey(uint64_t seed, uint32_t tensor, uint32_t
   return PhiloxKey{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32)};
 }
 
+// The key of block `block` of a chunk whose key is `chunk` (ternary512 draws
+// each block's elements with its own key, counters from 0).
+GS_HOST_DEVICE PhiloxKey BlockPhiloxKey(PhiloxKey chunk, uint32_t block) {
+  const uint64_t k = SplitMix64(((static_cast<uint64_t>(chunk.k1) << 32) | chunk.k0) ^
+                                SplitMix64(block));
+  return PhiloxKey{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32)};
+}
+
 // Uniform in (0, 1) from 8 random bits: the midpoint (2b + 1) / 512 of bin
 // b, exact in fp32 on every device (see [reproducible rounding]).
 GS_HOST_DEVICE float Uniform8(uint32_t bits8) {

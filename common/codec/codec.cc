@@ -1,4 +1,5 @@
-// The built-in codecs (none, twobit, ternary, onebit, fp16, int8, int4) and the codec table
+// The built-in codecs (none, twobit, ternary, onebit, fp16, int8, int4, ternary512) and the
+// codec table
 // (see [codec table]): per codec its encoder, what counts as a malformed
 // chunk, and its decoders. The arithmetic lives in the kernel tables
 // (internal/kernels.h); this file owns the semantics: statistics ->
@@ -132,6 +133,45 @@ class TernaryCodec final : public BuiltinCodec<CodecType::kTernary> {
   const float clip_factor_;
 };
 
+// Scales of a ternary512 chunk of n elements.
+uint32_t ScaleBlocks(uint32_t n) { return (n + kTernaryScaleBlock - 1) / kTernaryScaleBlock; }
+
+// Ternary with a scale per block of kTernaryScaleBlock elements (QSGD's
+// buckets, Alistarh et al. 2017): one scale for a whole chunk is set by its
+// largest elements, so the elements of a block of small gradients (rare
+// classes' output rows, a layer's quiet units) go out as +-s or 0 with noise
+// far above their own size; per block, the noise follows the block's
+// magnitude, for 4 bytes per 512 elements (docs/design/precision-control.md,
+// "Ternary scales per block"). Each block is a ternary chunk of its own, with
+// its own key.
+class Ternary512Codec final : public BuiltinCodec<CodecType::kTernary512> {
+ public:
+  explicit Ternary512Codec(float clip_factor) : clip_factor_(clip_factor) {}
+
+ private:
+  absl::Status EncodeImpl(const float* grad, float* residual, uint32_t n, const EncodeKey& key,
+                          ChunkHeader*, uint8_t* out) override {
+    const auto& k = ActiveKernels();
+    const PhiloxKey chunk_key = ChunkPhiloxKey(key.seed, key.tensor, key.chunk);
+    const uint32_t blocks = ScaleBlocks(n);
+    uint8_t* codes = out + 4 * size_t{blocks};
+    for (uint32_t b = 0; b < blocks; ++b) {
+      const uint32_t begin = b * kTernaryScaleBlock;
+      const uint32_t len = std::min(kTernaryScaleBlock, n - begin);
+      float scale = 0.0f;
+      if (!k.encode_ternary_chunk(grad + begin, residual != nullptr ? residual + begin : nullptr,
+                                  len, clip_factor_, BlockPhiloxKey(chunk_key, b), key.worker,
+                                  key.clock, codes + begin / 4, &scale)) {
+        return NonFinite(type());
+      }
+      std::memcpy(out + 4 * size_t{b}, &scale, 4);
+    }
+    return absl::OkStatus();
+  }
+
+  const float clip_factor_;
+};
+
 // 1-bit SGD (Seide et al. 2014): bit = (x > 0); a 1 decodes to the mean of
 // the positive entries, a 0 to the mean of the negative ones; exact zeros
 // are in neither mean (see [onebit zeros] in internal/kernels.h).
@@ -212,6 +252,34 @@ absl::Status Validate2Bit(const ChunkHeader& h, const uint8_t* payload, float* m
   return absl::OkStatus();
 }
 
+// A ternary512 chunk: every block's scale finite and >= 0, the codes as
+// ternary's.
+float BlockScale(const uint8_t* payload, uint32_t block) {
+  float s;
+  std::memcpy(&s, payload + 4 * size_t{block}, 4);
+  return s;
+}
+
+absl::Status ValidateTernary512(const ChunkHeader& h, const uint8_t* payload,
+                                float* max_magnitude) {
+  const uint32_t blocks = ScaleBlocks(h.num_elems);
+  float max_scale = 0.0f;
+  for (uint32_t b = 0; b < blocks; ++b) {
+    const float s = BlockScale(payload, b);
+    if (!std::isfinite(s) || s < 0.0f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ternary512 scale ", s, " of block ", b, " is not finite and >= 0"));
+    }
+    max_scale = std::max(max_scale, s);
+  }
+  if (!ActiveKernels().valid_2bit(payload + 4 * size_t{blocks}, h.num_elems)) {
+    return absl::InvalidArgumentError(
+        "ternary512 payload has an invalid code 11 or nonzero padding");
+  }
+  *max_magnitude = max_scale;
+  return absl::OkStatus();
+}
+
 absl::Status ValidateOneBit(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude) {
   if (!std::isfinite(h.scale) || !std::isfinite(h.scale2)) {
     return absl::InvalidArgumentError("onebit reconstruction values are not finite");
@@ -266,6 +334,32 @@ absl::Status ValidateInt4(const ChunkHeader& h, const uint8_t* payload, float* m
     return absl::InvalidArgumentError("int4 payload holds the code -8 or nonzero padding");
   }
   return ValidatePowerOfTwoScale(h, 7.0f, max_magnitude);
+}
+
+// The decode-add of a codec whose payload has no scales: elements [begin,
+// begin + n) start on a payload byte (begin % 8 == 0 for every layout of 32,
+// 16, 8, 4, 2 or 1 bits) and the kernels keep no state across elements, so
+// the range decodes as a chunk of its own.
+using WholeDecodeAdd = void (*)(const ChunkHeader&, const uint8_t*, float, float*);
+template <WholeDecodeAdd kWhole, uint32_t kBits>
+void Ranged(const ChunkHeader& h, const uint8_t* payload, uint32_t begin, uint32_t n,
+            float weight, float* acc) {
+  ChunkHeader range = h;
+  range.num_elems = n;
+  kWhole(range, payload + size_t{begin} * kBits / 8, weight, acc);
+}
+
+// Block by block, each with its own scale.
+void DecodeAddTernary512(const ChunkHeader& h, const uint8_t* payload, uint32_t begin,
+                         uint32_t n, float weight, float* acc) {
+  const uint8_t* codes = payload + 4 * size_t{ScaleBlocks(h.num_elems)};
+  for (uint32_t i = begin, end = begin + n; i < end;) {
+    const uint32_t block = i / kTernaryScaleBlock;
+    const uint32_t stop = std::min(end, (block + 1) * kTernaryScaleBlock);
+    ActiveKernels().decode_add_2bit(codes + i / 4, stop - i,
+                                    weight * BlockScale(payload, block), acc + (i - begin));
+    i = stop;
+  }
 }
 
 void DecodeAddNone(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc) {
@@ -329,6 +423,21 @@ const float* DecodeBlockInt4(const ChunkHeader&, const uint8_t* payload, uint32_
   return scratch;
 }
 
+// Signs times each block's scale: the weight alone multiplies them.
+const float* DecodeBlockTernary512(const ChunkHeader& h, const uint8_t* payload, uint32_t begin,
+                                   uint32_t n, float* scratch) {
+  ActiveKernels().decode_2bit(payload + 4 * size_t{ScaleBlocks(h.num_elems)} + begin / 4, n,
+                              scratch);
+  for (uint32_t i = begin, end = begin + n; i < end;) {
+    const uint32_t block = i / kTernaryScaleBlock;
+    const uint32_t stop = std::min(end, (block + 1) * kTernaryScaleBlock);
+    const float s = BlockScale(payload, block);
+    for (uint32_t j = i; j < stop; ++j) scratch[j - begin] *= s;
+    i = stop;
+  }
+  return scratch;
+}
+
 // The weight multiplies the stored values (none, onebit) or the sign
 // (twobit, ternary: value = sign * scale) or the half or code (fp16, int8, int4:
 // x = half * scale, code * scale).
@@ -345,24 +454,29 @@ std::unique_ptr<Codec> NewTwoBit(const CodecOptions& o) {
 std::unique_ptr<Codec> NewTernary(const CodecOptions& o) {
   return std::make_unique<TernaryCodec>(o.ternary_clip);
 }
+std::unique_ptr<Codec> NewTernary512(const CodecOptions& o) {
+  return std::make_unique<Ternary512Codec>(o.ternary_clip);
+}
 
 // ------------------------------------------------------------ codec table --
 
 constexpr internal::CodecRow kCodecs[] = {
-    {CodecType::kNone, "none", 32, ValidateNone, DecodeAddNone, DecodeBlockNone, WeightOnly,
-     New<NoneCodec>},
-    {CodecType::kTwoBit, "twobit", 2, Validate2Bit, DecodeAdd2Bit, DecodeBlock2Bit,
+    {CodecType::kNone, "none", 32, 0, ValidateNone, Ranged<DecodeAddNone, 32>, DecodeBlockNone,
+     WeightOnly, New<NoneCodec>},
+    {CodecType::kTwoBit, "twobit", 2, 0, Validate2Bit, Ranged<DecodeAdd2Bit, 2>, DecodeBlock2Bit,
      WeightTimesScale, NewTwoBit},
-    {CodecType::kTernary, "ternary", 2, Validate2Bit, DecodeAdd2Bit, DecodeBlock2Bit,
-     WeightTimesScale, NewTernary},
-    {CodecType::kOneBit, "onebit", 1, ValidateOneBit, DecodeAddOneBit, DecodeBlockOneBit,
-     WeightOnly, New<OneBitCodec>},
-    {CodecType::kHalf, "fp16", 16, ValidateHalf, DecodeAddHalf, DecodeBlockHalf,
+    {CodecType::kTernary, "ternary", 2, 0, Validate2Bit, Ranged<DecodeAdd2Bit, 2>,
+     DecodeBlock2Bit, WeightTimesScale, NewTernary},
+    {CodecType::kOneBit, "onebit", 1, 0, ValidateOneBit, Ranged<DecodeAddOneBit, 1>,
+     DecodeBlockOneBit, WeightOnly, New<OneBitCodec>},
+    {CodecType::kHalf, "fp16", 16, 0, ValidateHalf, Ranged<DecodeAddHalf, 16>, DecodeBlockHalf,
      WeightTimesScale, New<HalfCodec>},
-    {CodecType::kInt8, "int8", 8, ValidateInt8, DecodeAddInt8, DecodeBlockInt8,
+    {CodecType::kInt8, "int8", 8, 0, ValidateInt8, Ranged<DecodeAddInt8, 8>, DecodeBlockInt8,
      WeightTimesScale, New<Int8Codec>},
-    {CodecType::kInt4, "int4", 4, ValidateInt4, DecodeAddInt4, DecodeBlockInt4,
+    {CodecType::kInt4, "int4", 4, 0, ValidateInt4, Ranged<DecodeAddInt4, 4>, DecodeBlockInt4,
      WeightTimesScale, New<Int4Codec>},
+    {CodecType::kTernary512, "ternary512", 2, kTernaryScaleBlock, ValidateTernary512,
+     DecodeAddTernary512, DecodeBlockTernary512, WeightOnly, NewTernary512},
 };
 
 constexpr bool RowsInTypeOrder() {
@@ -404,7 +518,9 @@ absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name) {
 size_t PayloadBytes(CodecType type, uint32_t num_elems) {
   const internal::CodecRow* row = internal::FindCodec(type);
   if (row == nullptr) return 0;
-  return (size_t{num_elems} * row->bits_per_elem + 7) / 8;
+  const size_t scales =
+      row->scale_block == 0 ? 0 : (size_t{num_elems} + row->scale_block - 1) / row->scale_block;
+  return 4 * scales + (size_t{num_elems} * row->bits_per_elem + 7) / 8;
 }
 
 }  // namespace gradstream

@@ -11,6 +11,10 @@
 //   ternary : stochastic, one 8-bit Philox4x32-7 draw per element, so
 //             E[decoded] is within s/512 of the clipped g (NOTE:
 //             [reproducible rounding] in common/philox.h: the bound, why).
+//   ternary512: ternary with one scale (and clip) per block of
+//             kTernaryScaleBlock elements, the scales at the payload's start;
+//             block b draws with BlockPhiloxKey(chunk key, b) (QSGD's
+//             buckets: the noise of a block follows its own magnitude).
 //   onebit  : 1 -> scale (the mean of the positive entries), 0 -> scale2
 //             (the mean of the negative ones). An exact zero is in neither
 //             mean and gets the bit whose value is nearer to 0 (1 on a tie);
@@ -47,9 +51,10 @@ namespace gradstream {
 // The values are the wire's v1::Codec values (a static_assert in wire.cc ties
 // the two enums) and run 0..kNumCodecTypes-1 without gaps.
 enum class CodecType : uint8_t {
-  kNone = 0, kTwoBit = 1, kTernary = 2, kOneBit = 3, kHalf = 4, kInt8 = 5, kInt4 = 6
+  kNone = 0, kTwoBit = 1, kTernary = 2, kOneBit = 3, kHalf = 4, kInt8 = 5, kInt4 = 6,
+  kTernary512 = 7
 };
-inline constexpr int kNumCodecTypes = 7;
+inline constexpr int kNumCodecTypes = 8;
 
 // False for a byte that names no codec of this build (a header read off the
 // wire or fuzzed may hold any value).
@@ -57,7 +62,8 @@ constexpr bool IsKnownCodec(CodecType type) {
   return static_cast<int>(type) < kNumCodecTypes;
 }
 
-// "none", "twobit", "ternary", "onebit", "fp16", "int8", "int4"; "unknown" for an unknown value.
+// "none", "twobit", "ternary", "onebit", "fp16", "int8", "int4", "ternary512"; "unknown" for an
+// unknown value.
 absl::string_view CodecTypeName(CodecType type);
 // Inverse of CodecTypeName; NotFound for an unknown name.
 absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name);
@@ -66,9 +72,13 @@ absl::StatusOr<CodecType> CodecTypeFromName(absl::string_view name);
 struct ChunkHeader {
   CodecType codec = CodecType::kNone;
   uint32_t num_elems = 0;
-  float scale = 0.0f;   // twobit: t; ternary: s; onebit: value of a 1 bit; fp16, int8, int4: 2^k
+  float scale = 0.0f;   // twobit: t; ternary: s; onebit: value of a 1 bit; fp16, int8, int4: 2^k;
+                        // ternary512: unused (its scales are in the payload)
   float scale2 = 0.0f;  // onebit: value of a 0 bit; unused otherwise
 };
+
+// Elements per scale of a ternary512 chunk (the last block may be shorter).
+inline constexpr uint32_t kTernaryScaleBlock = 512;
 
 // Exact payload size in bytes for `num_elems` elements of `type` (0 for an
 // unknown type).

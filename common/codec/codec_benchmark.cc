@@ -91,7 +91,8 @@ void BM_Memcpy(benchmark::State& state) {  // the pairing itself: x_memcpy ~ 1
   });
 }
 
-const char* const kCodecs[] = {"none", "twobit", "ternary", "onebit", "fp16", "int8", "int4"};
+const char* const kCodecs[] = {"none", "twobit", "ternary", "onebit", "fp16", "int8", "int4",
+                              "ternary512"};
 constexpr int kNumHostCodecs = std::size(kCodecs);
 
 // Encodes an n-element gradient as the worker does: in chunks of at most

@@ -149,6 +149,25 @@ TEST(TernaryCodec, GoldenBytesWhenEveryProbabilityIsZeroOrOne) {
   EXPECT_EQ(Bytes(p), (std::vector<uint8_t>{0x49, 0x02}));
 }
 
+TEST(Ternary512Codec, GoldenBytesScalesFirstThenTernaryCodes) {
+  auto c = Make("ternary512", {.ternary_clip = 0.0f});  // no clipping: s = max|g| per block
+  std::vector<float> g(514, 0.0f);
+  g[0] = 2.0f, g[1] = -2.0f;        // block 0: scale 2
+  g[512] = -0.5f, g[513] = 0.5f;    // block 1 (2 elements): scale 0.5, not 2
+  ChunkHeader h;
+  std::string p;
+  ASSERT_TRUE(c->Encode(g, {.seed = 7}, &h, &p).ok());
+  EXPECT_EQ(h.codec, CodecType::kTernary512);
+  EXPECT_EQ(h.scale, 0.0f);
+  std::vector<uint8_t> want(4 * 2 + 129, 0);
+  const uint8_t scales[8] = {0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x3f};  // 2.0f, 0.5f
+  std::copy(scales, scales + 8, want.begin());
+  want[8] = 0x09;        // +1 -1
+  want[8 + 128] = 0x06;  // -1 +1
+  EXPECT_EQ(Bytes(p), want);
+  EXPECT_EQ(Decode(h, p), g);
+}
+
 TEST(OneBitCodec, GoldenBytesAndReconstructionValues) {
   auto c = Make("onebit");
   std::vector<float> g = {1, -2, 3, -4, 0, 5, -6, 7, 8};
@@ -450,6 +469,8 @@ TEST_P(EveryCodec, PayloadSizeIsSixteenthOrLessOrFixedWidth) {
     EXPECT_EQ(p.size() * 4, 4096u * 4);
   } else if (absl::string_view(GetParam()) == "int4") {
     EXPECT_EQ(p.size() * 8, 4096u * 4);
+  } else if (absl::string_view(GetParam()) == "ternary512") {
+    EXPECT_EQ(p.size(), 4u * 4096 / 512 + 4096 / 4);  // a scale per 512 elements, then 2 bits each
   } else if (absl::string_view(GetParam()) != "none") {
     EXPECT_LE(p.size() * 16, 4096u * 4);
   }
@@ -494,6 +515,12 @@ TEST_P(EveryCodec, BlockDecodeMatchesDecodeAddBitForBit) {
       for (uint32_t i = 0; i < m; ++i) blocks[base + i] += chunk->block_scale() * u[i];
     }
     EXPECT_EQ(fused, blocks) << GetParam() << (misaligned ? " misaligned" : "");
+    // Ranges that start and end inside ternary512's scale blocks.
+    std::vector<float> ranged = acc0;
+    for (uint32_t begin = 0; begin < n; begin += 200) {
+      chunk->AddRangeTo(begin, std::min<uint32_t>(200, n - begin), ranged.data() + begin);
+    }
+    EXPECT_EQ(fused, ranged) << GetParam() << (misaligned ? " misaligned" : "");
   }
 }
 
@@ -522,6 +549,8 @@ TEST(CodecTable, PayloadBytesFollowBitsPerElement) {
   EXPECT_EQ(PayloadBytes(CodecType::kTernary, 8), 2u);
   EXPECT_EQ(PayloadBytes(CodecType::kOneBit, 9), 2u);
   EXPECT_EQ(PayloadBytes(CodecType::kOneBit, 0), 0u);
+  EXPECT_EQ(PayloadBytes(CodecType::kTernary512, 512), 4u + 128);
+  EXPECT_EQ(PayloadBytes(CodecType::kTernary512, 513), 8u + 129);
   EXPECT_EQ(PayloadBytes(CodecType::kNone, 0xFFFFFFFFu), 4 * size_t{0xFFFFFFFFu});
   EXPECT_EQ(PayloadBytes(static_cast<CodecType>(9), 10), 0u);
 }
@@ -701,6 +730,37 @@ TEST_F(Malformed, EveryClassIsInvalidArgumentAndLeavesAccUntouched) {
   }
   i4.scale = std::ldexp(1.0f, 127);  // 7 * 2^127 overflows
   ExpectRejected(i4, ok_i4, 3, "int4 overflow");
+  // ternary512 with 513 elements: two scales, then 129 bytes of codes.
+  ChunkHeader t5{CodecType::kTernary512, 513, 0, 0};
+  std::string ok_t5(8 + 129, '\0');
+  const float t5_scales[2] = {1.0f, 0.25f};
+  std::memcpy(ok_t5.data(), t5_scales, 8);
+  ok_t5[8] = '\x09';    // +1 -1
+  ok_t5[136] = '\x02';  // element 512: -1
+  acc.assign(513, 0.0f);
+  ASSERT_TRUE(DecodeAdd(t5, ok_t5, absl::MakeSpan(acc), 1.0f).ok());
+  EXPECT_EQ(acc[0], 1.0f);
+  EXPECT_EQ(acc[1], -1.0f);
+  EXPECT_EQ(acc[512], -0.25f);
+  for (float scale : {-1.0f, INFINITY, NAN}) {
+    std::string bad_scale = ok_t5;
+    std::memcpy(bad_scale.data() + 4, &scale, 4);
+    ExpectRejected(t5, bad_scale, 513, "ternary512 block scale not finite and >= 0");
+  }
+  std::string bad_code = ok_t5;
+  bad_code[9] = '\x03';
+  ExpectRejected(t5, bad_code, 513, "ternary512 code 11");
+  bad_code = ok_t5;
+  bad_code[136] = '\x06';
+  ExpectRejected(t5, bad_code, 513, "ternary512 nonzero padding");
+  ExpectRejected(t5, ok_t5.substr(0, 136), 513, "ternary512 payload without its last byte");
+  float huge = 1e38f;
+  std::string big = ok_t5;
+  std::memcpy(big.data(), &huge, 4);
+  std::vector<float> big_acc(513, 1.5f);
+  EXPECT_EQ(DecodeAdd(t5, big, absl::MakeSpan(big_acc), 1e10f).code(),
+            absl::StatusCode::kInvalidArgument)
+      << "weight times the largest block scale overflows";
 }
 
 TEST(Encode, OversizedChunkIsInvalidArgumentWithoutTouchingMemory) {

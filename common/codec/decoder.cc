@@ -39,15 +39,12 @@ absl::StatusOr<ChunkDecoder> ChunkDecoder::Create(const ChunkHeader& h, absl::st
                       std::fabs(weight) * max_magnitude);
 }
 
-void ChunkDecoder::AddTo(float* acc) const { row_->decode_add(header_, payload_, weight_, acc); }
+void ChunkDecoder::AddTo(float* acc) const {
+  row_->decode_add(header_, payload_, 0, header_.num_elems, weight_, acc);
+}
 
 void ChunkDecoder::AddRangeTo(uint32_t begin, uint32_t n, float* acc) const {
-  // A range starting on a multiple of 8 starts on a payload byte for every
-  // layout (32, 2 and 1 bits per element), and the decode kernels keep no
-  // state across elements, so the range is a chunk of its own.
-  ChunkHeader range = header_;
-  range.num_elems = n;
-  row_->decode_add(range, payload_ + size_t{begin} * row_->bits_per_elem / 8, weight_, acc);
+  row_->decode_add(header_, payload_, begin, n, weight_, acc);
 }
 
 const float* ChunkDecoder::Block(uint32_t begin, uint32_t n, float* scratch) const {

@@ -29,7 +29,7 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(FusedApply, SameBitsAsDecodeAddThenChecksumThenCopy) {
-  for (const char* codec : {"none", "twobit", "ternary", "onebit"}) {
+  for (const char* codec : {"none", "twobit", "ternary", "onebit", "ternary512"}) {
     for (size_t n : {1u, 7u, 9u, kPublishBlock - 1, kPublishBlock, kPublishBlock + 1,
                      3 * kPublishBlock + 8, 3 * kPublishBlock + 13, 262144u}) {
       SCOPED_TRACE(testing::Message() << codec << " n=" << n);

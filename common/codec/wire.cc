@@ -20,6 +20,7 @@ constexpr std::pair<CodecType, v1::Codec> kWireCodecs[] = {
     {CodecType::kHalf, v1::CODEC_FP16},
     {CodecType::kInt8, v1::CODEC_INT8},
     {CodecType::kInt4, v1::CODEC_INT4},
+    {CodecType::kTernary512, v1::CODEC_TERNARY512},
 };
 
 constexpr bool EnumsAgree() {

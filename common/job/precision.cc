@@ -20,10 +20,15 @@ std::vector<CodecType> LadderFrom(CodecType base) {
 
 std::vector<CodecType> DeviceLadderFrom(CodecType base) {
   if (base == CodecType::kNone) return {CodecType::kNone};
+  if (base == CodecType::kTernary512) base = CodecType::kTernary;
   return {base, CodecType::kNone};
 }
 
-bool MorePrecise(CodecType a, CodecType b) { return PayloadBytes(a, 8) > PayloadBytes(b, 8); }
+// By bytes per element of a large chunk: a scale per block costs a few bytes
+// in a small one.
+bool MorePrecise(CodecType a, CodecType b) {
+  return PayloadBytes(a, 1u << 20) > PayloadBytes(b, 1u << 20);
+}
 
 PrecisionPolicy PushPrecisionPolicy(CodecType base, double bound, uint32_t warmup_clocks,
                                     double max_owed) {

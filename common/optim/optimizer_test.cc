@@ -165,7 +165,7 @@ TEST(OptimizerFused, EveryCodecMatchesDecodeThenApply) {
   std::vector<float> g(n), init(n);
   for (auto& v : g) v = dist(rng);
   for (auto& v : init) v = dist(rng);
-  for (const char* name : {"none", "twobit", "ternary", "onebit"}) {
+  for (const char* name : {"none", "twobit", "ternary", "onebit", "ternary512"}) {
     auto enc = MakeChunkEncoder(name, {}, /*error_feedback=*/false, n);
     ASSERT_TRUE(enc.ok());
     ChunkHeader h;

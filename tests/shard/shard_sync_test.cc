@@ -277,7 +277,8 @@ INSTANTIATE_TEST_SUITE_P(
     Codecs, ShardSyncTest,
     ::testing::Values(Config{"none", "sgd", 0.1f}, Config{"none", "adagrad", 0.05f},
                       Config{"twobit", "sgd", 0.1f}, Config{"twobit", "adagrad", 0.05f},
-                      Config{"ternary", "sgd", 0.1f}, Config{"ternary", "adagrad", 0.05f}),
+                      Config{"ternary", "sgd", 0.1f}, Config{"ternary", "adagrad", 0.05f},
+                      Config{"ternary512", "sgd", 0.1f}),
     Name);
 
 }  // namespace

@@ -200,6 +200,10 @@ class PsClientTest : public ::testing::Test {
     if (codec == "twobit" || codec == "ternary") {
       EXPECT_EQ(st.bytes_pushed, (100000 / 16384) * 4096 + (100000 % 16384 + 3) / 4 + 3u);
     }
+    if (codec == "ternary512") {  // + a 4-byte scale per 512 elements of each chunk
+      EXPECT_EQ(st.bytes_pushed, (100000 / 16384) * (4096 + 4 * 32) + (100000 % 16384 + 3) / 4 +
+                                     4 * ((100000 % 16384 + 511) / 512) + 4 + 3u);
+    }
     EXPECT_EQ(st.chunks_acked, st.chunks_pushed + map.chunks.size());  // + the inits
     EXPECT_EQ(st.bytes_pulled, 100010u * 4);
     if (codec == "twobit") {
@@ -216,6 +220,7 @@ class PsClientTest : public ::testing::Test {
 TEST_F(PsClientTest, RoundTripNoneTwoShards) { RoundTrip("none", 2); }
 TEST_F(PsClientTest, RoundTripTwoBitTwoShards) { RoundTrip("twobit", 2); }
 TEST_F(PsClientTest, RoundTripTernaryOneShard) { RoundTrip("ternary", 1); }
+TEST_F(PsClientTest, RoundTripTernary512TwoShards) { RoundTrip("ternary512", 2); }
 TEST_F(PsClientTest, RoundTripTwoBitWithEncodePool) { RoundTrip("twobit", 2, /*encode_threads=*/3); }
 
 // A caller that encodes itself (the GPU worker) with the tensor's codec, key

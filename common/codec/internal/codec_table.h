@@ -24,16 +24,20 @@ struct CodecRow {
   CodecType type;
   // CodecTypeName(type): the name job specs and the registry use.
   const char* name;
-  // The payload is ceil(num_elems * bits_per_elem / 8) bytes.
+  // The payload is 4 * ceil(num_elems / scale_block) bytes of fp32 scales
+  // (none when scale_block is 0), then ceil(num_elems * bits_per_elem / 8).
   uint32_t bits_per_elem;
+  uint32_t scale_block;
   // Checks the header's scales and the payload's content of a chunk whose
   // element count and payload length are already right. InvalidArgument
   // naming what is wrong; on OK *max_magnitude is the largest |value| any
   // element decodes to (before the weight), so ChunkDecoder can prove that
   // weight * value stays finite. See [chunk validation] in decoder.h.
   absl::Status (*validate)(const ChunkHeader& h, const uint8_t* payload, float* max_magnitude);
-  // acc[i] += weight * value_i over a validated chunk.
-  void (*decode_add)(const ChunkHeader& h, const uint8_t* payload, float weight, float* acc);
+  // acc[i - begin] += weight * value_i for i in [begin, begin + n) of a
+  // validated chunk (begin % 8 == 0).
+  void (*decode_add)(const ChunkHeader& h, const uint8_t* payload, uint32_t begin, uint32_t n,
+                     float weight, float* acc);
   // Elements [begin, begin + n) of a validated chunk (begin % 8 == 0) as u_i
   // with weight * value_i == block_scale(h, weight) * u_i. Writes `scratch`
   // (n floats) and returns it, or returns a pointer into the payload when

@@ -151,6 +151,9 @@ class DevicePusherImpl final : public DevicePusher {
                                                      " has no CUDA encoder; pick another codec "
                                                      "for a GPU worker"));
       }
+      // The CUDA ternary encoder has one scale per chunk; a ternary512 tensor
+      // goes out as ternary (PushEncoded accepts it).
+      if (p.type == CodecType::kTernary512) p.type = CodecType::kTernary;
       p.error_feedback = p.type != CodecType::kNone && options_.codec.error_feedback;
       p.num_elems = t.num_elems;
       PrecisionPolicy precision = PushPrecisionPolicy(
