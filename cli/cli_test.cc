@@ -500,7 +500,7 @@ TEST(Render, StatusShowsTheDefaultPolicyAndItsRules) {
   EXPECT_TRUE(absl::StrContains(
       out, absl::StrCat(gradstream::kDefaultPushCodec, " (fp32 below ",
                         gradstream::kDefaultMinCompressElems,
-                        " elements), ternary scale per chunk (clip ",
+                        " elements), ternary scale per 512 elements (clip ",
                         gradstream::kDefaultTernaryClip, " sigma), pulls ",
                         gradstream::kDefaultPullCodec, " (fp32 below ",
                         gradstream::kDefaultPullMinElems, " elements)")))

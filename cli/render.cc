@@ -228,8 +228,13 @@ std::string CodecText(const v1::CodecPolicy& c) {
                               ? absl::StrCat(", twobit t = ", c.twobit_threshold())
                               : std::string(", twobit t = mean |g| per chunk"));
   }
-  if (used("ternary")) {
-    absl::StrAppend(&out, ", ternary scale per chunk",
+  const bool per_chunk = used("ternary");
+  const bool per_block = used("ternary512") || c.pull_codec() == "ternary512";
+  if (per_chunk || per_block) {
+    absl::StrAppend(&out, ", ternary scale per ",
+                    per_chunk && per_block ? "chunk (ternary512: per 512 elements)"
+                    : per_chunk            ? "chunk"
+                                           : "512 elements",
                     c.ternary_clip() > 0 ? absl::StrCat(" (clip ", c.ternary_clip(), " sigma)")
                                          : "");
   }

@@ -4,7 +4,8 @@ their error control fast (docs/design/precision-control.md): W workers'
 gradients at the worker copy q, each pushed through a codec with error
 feedback, averaged and applied with momentum SGD to p (the shards), and q
 pulled through a codec with the shard-side residual p - q. The codecs are
-re-implemented in torch (ternary with the kernels' 8-bit draws under --u8,
+re-implemented in torch (ternary, and ternary512 with a scale per 512
+elements, with the kernels' 8-bit draws under --u8,
 MXNet's 2-bit with t = mean |x|, int8, fp16); per tensor and direction a
 controller (the rule of common/job/precision.h under --flush) may send
 exact or raise the codec along --ladder; each push tensor's owed descent
@@ -32,6 +33,21 @@ def ternary(x, gen):
     if U8: u = torch.floor(u * 256) / 256   # the kernels' 8-bit uniform
     return torch.where(u < prob, torch.sign(x) * s, torch.zeros_like(x))
 
+def ternary_blocks(x, gen, block=512):  # one scale per `block` elements (QSGD's buckets)
+    flat = x.reshape(-1); n = flat.numel(); pad = (-n) % block
+    b = torch.cat([flat, flat.new_zeros(pad)]).view(-1, block)
+    cnt = torch.full((b.shape[0], 1), float(block)); cnt[-1] = block - pad
+    mean = b.sum(1, keepdim=True) / cnt
+    var = ((b - mean) ** 2).sum(1, keepdim=True) / cnt - (pad * mean ** 2 if pad else 0) * 0
+    m = b.abs().max(1, keepdim=True).values
+    s = torch.minimum(m, 2.5 * var.clamp(min=0).sqrt())
+    prob = torch.where(s > 0, b.abs().clamp(max=s) / s.clamp(min=1e-30), torch.zeros_like(b))
+    prob = torch.minimum(prob, torch.ones_like(prob))
+    u = torch.rand(b.shape, generator=gen)
+    if U8: u = torch.floor(u * 256) / 256
+    out = torch.where(u < prob, torch.sign(b) * s, torch.zeros_like(b))
+    return out.view(-1)[:n].view_as(x)
+
 U8 = "--u8" in sys.argv
 if U8: sys.argv.remove("--u8")
 
@@ -58,9 +74,9 @@ def onebit(x, gen):  # per 262144-element chunk: 1 -> mean of the x > 0, 0 -> me
 
 def fp16(x, gen): return x.half().float()
 def none(x, gen): return x.clone()
-CODECS = {"ternary": ternary, "twobit": twobit, "onebit": onebit, "int8": int8, "fp16": fp16, "none": none}
+CODECS = {"ternary": ternary, "twobit": twobit, "onebit": onebit, "int8": int8, "fp16": fp16, "none": none, "ternary512": ternary_blocks}
 
-BITS = {"ternary": 2, "twobit": 2, "onebit": 1, "int8": 8, "fp16": 16, "none": 32}
+BITS = {"ternary512": 2.0625, "ternary": 2, "twobit": 2, "onebit": 1, "int8": 8, "fp16": 16, "none": 32}
 PROJ = "--proj" in sys.argv  # the push controller reads the owed descent <e, g> / |g|^2, not |e| / |g|
 if PROJ: sys.argv.remove("--proj")
 FLUSH = "--flush" in sys.argv

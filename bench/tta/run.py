@@ -86,6 +86,11 @@ SYSTEMS = {
                                                    "--pull_codec", "none"]),
     "gs-ternary-twobitpull": ("gradstream", ["--codec", "ternary", "--pull_codec", "twobit"]),
     "gs-ternary-fp32pull": ("gradstream", ["--codec", "ternary", "--pull_codec", "none"]),
+    # The defaults before ternary512 (2 Dec 2026): one ternary scale per chunk.
+    "gs-ternary-chunk": ("gradstream", ["--codec", "ternary", "--pull_codec", "ternary",
+                                        "--min_compress_elems=16384"]),
+    "gs-ternary-chunk-push": ("gradstream", ["--codec", "ternary", "--pull_codec", "ternary512",
+                                             "--min_compress_elems=16384"]),
     # The defaults with a full-precision warm-up of N clocks
     # (docs/design/precision-control.md).
     "gs-warmup20": ("gradstream", ["--precision_warmup=20"]),

@@ -13,15 +13,15 @@
 
 namespace gradstream {
 
-// NOTE: [default policy] Ternary both ways, tensors under
+// NOTE: [default policy] Ternary (a scale per 512 elements) both ways, tensors under
 // kDefaultMinCompressElems pushed and under kDefaultPullMinElems pulled fp32,
 // every lossy path held to kDefaultPrecisionBound (docs/design/codec-defaults.md).
 
 // The push codec of a job that names none.
-inline constexpr char kDefaultPushCodec[] = "ternary";
+inline constexpr char kDefaultPushCodec[] = "ternary512";
 // The pull codec of such a job; a job that names its push codec by hand
 // pulls fp32 unless it names a pull codec too.
-inline constexpr char kDefaultPullCodec[] = "ternary";
+inline constexpr char kDefaultPullCodec[] = "ternary512";
 // twobit's threshold t (<= 0: adaptive, t = mean |g + r| of each chunk; see
 // CodecOptions in common/codec/codec.h).
 inline constexpr float kDefaultTwobitThreshold = 0.5f;

@@ -22,7 +22,7 @@ namespace gradstream {
 // whole default policy, pulls included, is what ApplyJobDefaults (job_spec.h)
 // fills into a spec that names no codec.
 struct CodecPolicy {
-  // "none" | "twobit" | "ternary" | "onebit" | "fp16" | "int8" | "int4"
+  // "none" | "twobit" | "ternary" | "onebit" | "fp16" | "int8" | "int4" | "ternary512"
   std::string default_codec = kDefaultPushCodec;
   std::map<std::string, std::string> overrides;    // tensor name -> codec name
   uint64_t min_compress_elems = kHandPickedMinCompressElems;  // smaller tensors travel as
