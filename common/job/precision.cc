@@ -20,7 +20,6 @@ std::vector<CodecType> LadderFrom(CodecType base) {
 
 std::vector<CodecType> DeviceLadderFrom(CodecType base) {
   if (base == CodecType::kNone) return {CodecType::kNone};
-  if (base == CodecType::kTernary512) base = CodecType::kTernary;
   return {base, CodecType::kNone};
 }
 

@@ -67,8 +67,7 @@ struct PrecisionPolicy {
 // kNone, each level above base (a 2-bit or 1-bit path raised goes to an
 // eighth of fp32's bytes first; an fp16 path straight to kNone).
 std::vector<CodecType> LadderFrom(CodecType base);
-// base, kNone: the CUDA encoders have no int4 or int8 (cuda_codec.h), and
-// encode ternary512 as ternary (one scale per chunk).
+// base, kNone: the CUDA encoders have no int4 or int8 (cuda_codec.h).
 std::vector<CodecType> DeviceLadderFrom(CodecType base);
 // Whether `a` carries more bits per element than `b` (kNone the most): the
 // order of a ladder's levels.

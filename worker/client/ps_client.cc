@@ -154,7 +154,7 @@ class PsClientImpl final : public PsClient {
       const ChunkHeader& h = chunks[i].header;
       const uint32_t n = enc.chunk(i).num_elems;
       const bool exact = h.codec == CodecType::kNone && enc.guarded();
-      // A device encoder's ternary512 (DeviceLadderFrom in common/job/precision.h).
+      // A GPU worker sends ternary512 as ternary (device_pusher.cc).
       const bool device_form = h.codec == CodecType::kTernary && codec == CodecType::kTernary512;
       if ((h.codec != codec && !exact && !device_form) || h.num_elems != n ||
           chunks[i].payload.size() != PayloadBytes(h.codec, n)) {

@@ -271,6 +271,45 @@ TEST_F(PsClientTest, PushEncodedAppliesWhatPushWould) {
   EXPECT_TRUE((*client)->Leave(kWait).ok());
 }
 
+// A GPU worker's ternary encoder has one scale per chunk: where the map says
+// ternary512 it pushes ternary, which PushEncoded takes, and nothing else.
+TEST_F(PsClientTest, PushEncodedTakesTernaryWhereTheMapSaysTernary512) {
+  StartShards(1);
+  ShardMap map = Map("ternary512");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.5f), kWait).ok());
+  const ClientOptions o = Options();
+  auto client = PsClient::Connect(map, o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto init = InitValues(map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  auto encoded = [&](const TensorInfo& t, const std::string& codec,
+                     std::vector<ChunkHeader>* headers, std::vector<std::string>* payloads) {
+    auto enc = internal::TensorEncoder::Create(map, t.index, codec, o.codec);
+    EXPECT_TRUE(enc.ok()) << enc.status();
+    const std::vector<float> g = Random(t.num_elems, 7 + t.index, 0.7f);
+    headers->resize((*enc)->num_chunks());
+    payloads->resize((*enc)->num_chunks());
+    std::vector<EncodedChunkView> views;
+    for (size_t i = 0; i < (*enc)->num_chunks(); ++i) {
+      EXPECT_TRUE(
+          (*enc)->EncodeChunk(i, g, o.seed, o.worker_id, 0, &(*headers)[i], &(*payloads)[i]).ok());
+      views.push_back({(*headers)[i], (*payloads)[i]});
+    }
+    return views;
+  };
+  std::vector<ChunkHeader> h0, h1;
+  std::vector<std::string> p0, p1;
+  const auto twobit = encoded(map.tensors[0], "twobit", &h0, &p0);
+  EXPECT_EQ(PsClient::Wait((*client)->PushEncoded(0, twobit, 0), kWait).code(),
+            absl::StatusCode::kInvalidArgument);
+  for (const TensorInfo& t : map.tensors) {
+    const auto ternary = encoded(t, "ternary", &h1, &p1);
+    EXPECT_EQ(ternary[0].header.codec, CodecType::kTernary);
+    EXPECT_TRUE(PsClient::Wait((*client)->PushEncoded(t.index, ternary, 0), kWait).ok());
+  }
+  EXPECT_TRUE((*client)->Leave(kWait).ok());
+}
+
 // [link choice]: with link_choice on, the probe (default LinkChoicePolicy:
 // from clock 20, windows of 6 clocks, codecs first) pushes compressed until
 // clock 25 and exact at 26 and 27 (the exact window's switch and first
