@@ -352,8 +352,24 @@ void Reconciler::CheckCompletion(const JobRecord& job) {
     if (w->status.state != WorkerState::kDone) return;
     ++active;
   }
-  if (active == 0) return;
-  (void)Finish(id, JobState::kCompleted, "");
+  if (active > 0) {
+    (void)Finish(id, JobState::kCompleted, "");
+    return;
+  }
+  // NOTE: [gone at the end] Every member left after the last step (the last
+  // one removed for missed heartbeats while it evaluated, say): no worker can
+  // join past the end (the planner's EndsBefore), so the job would wait
+  // forever. Its shards applied every step, so it is complete, with the last
+  // accuracy a member reported (docs/design/coordinator-gone-at-the-end.md).
+  const JobShards* js = fleet_->Find(id);
+  const uint64_t steps = job.status.spec.steps;
+  if (js == nullptr || !js->progress_known || steps == 0 || js->progress_clock < steps) return;
+  const JobProgress progress = views_->Progress(job);
+  (void)Finish(id, JobState::kCompleted,
+               absl::StrCat("every member left after the last step; ",
+                            progress.accuracy_clock > 0
+                                ? absl::StrCat("accuracy from clock ", progress.accuracy_clock)
+                                : std::string("no accuracy reported")));
 }
 
 void Reconciler::CommitEpochs() {

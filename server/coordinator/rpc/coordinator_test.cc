@@ -575,6 +575,31 @@ TEST_F(CoordinatorTest, CompletesWhenEveryMemberReachesSteps) {
   EXPECT_EQ(Beat(w1, 50, v1::DONE).job_state(), v1::COMPLETED);
 }
 
+// [gone at the end]: the last member, removed for missed heartbeats after
+// the last step (evaluating on a starved host), leaves a job that no worker
+// can join; its shards applied every step, so it completes. Short of the
+// last step the same loss leaves it waiting for a worker.
+TEST_F(CoordinatorTest, CompletesWhenTheLastMemberIsLostAfterTheLastStep) {
+  AddShards(1);
+  job_ = Submit(1, 50);
+  auto w1 = AddWorker();
+  c_->Tick();
+  shards_.min_clock = shards_.rounds = 49;
+  Beat(w1, 50, v1::TRAINING);  // at its last clock, evaluating
+  c_->Tick();
+  clock_.Advance(absl::Seconds(12));  // silent for 12s > 10s
+  c_->Tick();
+  c_->Tick();
+  EXPECT_EQ(Job().members_size(), 0) << Job().DebugString();
+  EXPECT_EQ(Job().state(), v1::RUNNING) << "the shards are a step short";
+  shards_.min_clock = shards_.rounds = 50;
+  c_->Tick();
+  const v1::JobStatus done = Job();
+  ASSERT_EQ(done.state(), v1::COMPLETED) << done.DebugString();
+  EXPECT_NE(done.message().find("every member left after the last step"), std::string::npos)
+      << done.message();
+}
+
 // Regression: a worker that finished job A keeps heartbeating "DONE, job A"
 // until it hears of job B; that must not complete job B at once.
 TEST_F(CoordinatorTest, DoneOfThePreviousJobDoesNotCompleteTheNextOne) {
