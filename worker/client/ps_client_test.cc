@@ -74,11 +74,12 @@ class PsClientTest : public ::testing::Test {
     *init = InitValues(map);
     ASSERT_TRUE(c1_->InitParams(Spans(*init), kWait).ok());
   }
-  // One shard and one worker in a sync SGD job on Map("none"), the
+  // `shards` shards and one worker in a sync SGD job on Map(codec), the
   // parameters initialized to *init.
-  std::unique_ptr<PsClient> OneWorker(float lr, std::vector<std::vector<float>>* init) {
-    StartShards(1);
-    const ShardMap map = Map("none");
+  std::unique_ptr<PsClient> OneWorker(float lr, std::vector<std::vector<float>>* init,
+                                      const std::string& codec = "none", int shards = 1) {
+    StartShards(shards);
+    const ShardMap map = Map(codec);
     EXPECT_TRUE(testing::CreateJob(map, Sgd(lr), kWait).ok());
     auto client = PsClient::Connect(map, Options());
     EXPECT_TRUE(client.ok()) << client.status();
@@ -226,14 +227,11 @@ TEST_F(PsClientTest, RoundTripTwoBitWithEncodePool) { RoundTrip("twobit", 2, /*e
 // A caller that encodes itself (the GPU worker) with the tensor's codec, key
 // and residuals gets exactly what Push would have applied.
 TEST_F(PsClientTest, PushEncodedAppliesWhatPushWould) {
-  StartShards(2);
-  ShardMap map = Map("twobit");
-  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.5f), kWait).ok());
+  std::vector<std::vector<float>> init;
+  auto client = OneWorker(0.5f, &init, "twobit", /*shards=*/2);
+  ASSERT_NE(client, nullptr);
+  const ShardMap& map = client->shard_map();
   const ClientOptions o = Options();
-  auto client = PsClient::Connect(map, o);
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto init = InitValues(map);
-  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
   std::vector<std::vector<float>> grads;
   std::vector<PushHandle> pushes;
   for (const TensorInfo& t : map.tensors) {
@@ -248,40 +246,37 @@ TEST_F(PsClientTest, PushEncodedAppliesWhatPushWould) {
                                       &payloads[i]).ok());
       views.push_back({headers[i], payloads[i]});
     }
-    pushes.push_back((*client)->PushEncoded(t.index, views, 0));
+    pushes.push_back(client->PushEncoded(t.index, views, 0));
   }
   for (auto& h : pushes) ASSERT_TRUE(PsClient::Wait(h, kWait).ok());
-  ASSERT_TRUE((*client)->AdvanceClock(1).ok());
+  ASSERT_TRUE(client->AdvanceClock(1).ok());
   std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
-  ASSERT_TRUE(PsClient::Wait((*client)->Pull(1, MutableSpans(got)), kWait).ok());
+  ASSERT_TRUE(PsClient::Wait(client->Pull(1, MutableSpans(got)), kWait).ok());
   ExpectNear(got, Expected(map, o, init, grads, 0, 0.5f));
-  EXPECT_EQ((*client)->stats().fp32_bytes_pushed, 100010u * 4);
+  EXPECT_EQ(client->stats().fp32_bytes_pushed, 100010u * 4);
 
   // Malformed calls fail in the handle and send nothing.
   const std::string short_payload(2, '\0');  // 10 twobit elements need 3
   const EncodedChunkView bad{{CodecType::kTwoBit, 10, 0.5f, 0.0f}, short_payload};
-  const uint64_t before = (*client)->stats().chunks_pushed;
-  EXPECT_EQ(PsClient::Wait((*client)->PushEncoded(1, {bad}, 1), kWait).code(),
+  const uint64_t before = client->stats().chunks_pushed;
+  EXPECT_EQ(PsClient::Wait(client->PushEncoded(1, {bad}, 1), kWait).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PsClient::Wait((*client)->PushEncoded(0, {bad}, 1), kWait).code(),
+  EXPECT_EQ(PsClient::Wait(client->PushEncoded(0, {bad}, 1), kWait).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PsClient::Wait((*client)->PushEncoded(9, {}, 1), kWait).code(),
+  EXPECT_EQ(PsClient::Wait(client->PushEncoded(9, {}, 1), kWait).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*client)->stats().chunks_pushed, before);
-  EXPECT_TRUE((*client)->Leave(kWait).ok());
+  EXPECT_EQ(client->stats().chunks_pushed, before);
+  EXPECT_TRUE(client->Leave(kWait).ok());
 }
 
 // A GPU worker's ternary encoder has one scale per chunk: where the map says
 // ternary512 it pushes ternary, which PushEncoded takes, and nothing else.
 TEST_F(PsClientTest, PushEncodedTakesTernaryWhereTheMapSaysTernary512) {
-  StartShards(1);
-  ShardMap map = Map("ternary512");
-  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.5f), kWait).ok());
+  std::vector<std::vector<float>> init;
+  auto client = OneWorker(0.5f, &init, "ternary512");
+  ASSERT_NE(client, nullptr);
+  const ShardMap& map = client->shard_map();
   const ClientOptions o = Options();
-  auto client = PsClient::Connect(map, o);
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto init = InitValues(map);
-  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
   auto encoded = [&](const TensorInfo& t, const std::string& codec,
                      std::vector<ChunkHeader>* headers, std::vector<std::string>* payloads) {
     auto enc = internal::TensorEncoder::Create(map, t.index, codec, o.codec);
@@ -300,14 +295,14 @@ TEST_F(PsClientTest, PushEncodedTakesTernaryWhereTheMapSaysTernary512) {
   std::vector<ChunkHeader> h0, h1;
   std::vector<std::string> p0, p1;
   const auto twobit = encoded(map.tensors[0], "twobit", &h0, &p0);
-  EXPECT_EQ(PsClient::Wait((*client)->PushEncoded(0, twobit, 0), kWait).code(),
+  EXPECT_EQ(PsClient::Wait(client->PushEncoded(0, twobit, 0), kWait).code(),
             absl::StatusCode::kInvalidArgument);
   for (const TensorInfo& t : map.tensors) {
     const auto ternary = encoded(t, "ternary", &h1, &p1);
     EXPECT_EQ(ternary[0].header.codec, CodecType::kTernary);
-    EXPECT_TRUE(PsClient::Wait((*client)->PushEncoded(t.index, ternary, 0), kWait).ok());
+    EXPECT_TRUE(PsClient::Wait(client->PushEncoded(t.index, ternary, 0), kWait).ok());
   }
-  EXPECT_TRUE((*client)->Leave(kWait).ok());
+  EXPECT_TRUE(client->Leave(kWait).ok());
 }
 
 // [link choice]: with link_choice on, the probe (default LinkChoicePolicy:
