@@ -38,7 +38,9 @@ def ternary_blocks(x, gen, block=512):  # one scale per `block` elements (QSGD's
     b = torch.cat([flat, flat.new_zeros(pad)]).view(-1, block)
     cnt = torch.full((b.shape[0], 1), float(block)); cnt[-1] = block - pad
     mean = b.sum(1, keepdim=True) / cnt
-    var = ((b - mean) ** 2).sum(1, keepdim=True) / cnt - (pad * mean ** 2 if pad else 0) * 0
+    # The last block's padding zeros stay in its sum of squares (a slightly larger
+    # sigma there than the kernels' own): the runs in precision-control.md used this.
+    var = ((b - mean) ** 2).sum(1, keepdim=True) / cnt
     m = b.abs().max(1, keepdim=True).values
     s = torch.minimum(m, 2.5 * var.clamp(min=0).sqrt())
     prob = torch.where(s > 0, b.abs().clamp(max=s) / s.clamp(min=1e-30), torch.zeros_like(b))
