@@ -340,8 +340,8 @@ TEST(Render, ThePullErrorLineStatesThePullBound) {
   EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), "over 1 tensor (bound 2)")) << RenderJob(j, 0);
 }
 
-// Each decision says why: an error past the bound too often, or owed descent
-// ([owed descent] in common/job/precision.h).
+// Each decision says why: an error past the bound too often, owed descent
+// ([owed descent] in common/job/precision.h), or the warm-up's end.
 TEST(Render, DecisionsSayWhyTheyRaised) {
   gradstream::v1::JobStatus j = RunningJob();
   auto* t = j.add_precision();
@@ -363,11 +363,17 @@ TEST(Render, DecisionsSayWhyTheyRaised) {
   f->set_from("ternary");
   f->set_to("int8");
   f->set_ratio(4.5);
+  auto* w = p->mutable_pull()->add_events();
+  w->set_clock(20);
+  w->set_from("none");
+  w->set_to("ternary");
+  w->set_warmup(true);
   const std::string out = RenderJob(j, 0);
   EXPECT_TRUE(absl::StrContains(out, "onebit -> int8 at clock 24   owed 0.62 clocks of descent"))
       << out;
   EXPECT_TRUE(absl::StrContains(out, "ternary -> int8 at clock 30  error 4.5 clocks, exact sends"))
       << out;
+  EXPECT_TRUE(absl::StrContains(out, "none -> ternary at clock 20  warm-up over")) << out;
 }
 
 TEST(Render, ProgressLineShowsPullsOnceReported) {
@@ -509,6 +515,13 @@ TEST(Render, StatusShowsTheDefaultPolicyAndItsRules) {
   EXPECT_TRUE(absl::StrContains(RenderJob(j, 0),
                                 absl::StrCat("twobit t = ", gradstream::kDefaultTwobitThreshold)))
       << RenderJob(j, 0);
+  // The push's threshold and clip are not the pulls' (PullCodecOptions).
+  codec->set_default_codec("none");
+  for (const char* pull : {"ternary", "ternary512", "twobit"}) {
+    codec->set_pull_codec(pull);
+    EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), absl::StrCat("codec:        none, pulls ", pull)))
+        << RenderJob(j, 0);
+  }
 }
 
 TEST(Render, StatusShowsTheCodecOfEveryTensor) {

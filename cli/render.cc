@@ -212,6 +212,8 @@ namespace {
 // [default policy] in common/job/codec_defaults.h).
 std::string CodecText(const v1::CodecPolicy& c) {
   const bool layer_wise = c.default_codec() == "twobit" && c.twobit_min_elems() > 1;
+  // Pushes only: pulls take fixed options (PullCodecOptions in
+  // common/codec/published.h), and the pull codec's name says the rest.
   auto used = [&](const char* codec) {
     bool any = c.default_codec() == codec || (layer_wise && std::string(codec) == "ternary");
     for (const auto& [name, o] : c.overrides()) any = any || o == codec;
@@ -229,7 +231,7 @@ std::string CodecText(const v1::CodecPolicy& c) {
                               : std::string(", twobit t = mean |g| per chunk"));
   }
   const bool per_chunk = used("ternary");
-  const bool per_block = used("ternary512") || c.pull_codec() == "ternary512";
+  const bool per_block = used("ternary512");
   if (per_chunk || per_block) {
     absl::StrAppend(&out, ", ternary scale per ",
                     per_chunk && per_block ? "chunk (ternary512: per 512 elements)"
@@ -419,7 +421,8 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
             {e.clock(),
              {t.tensor(), pulls ? "pull" : "push",
               absl::StrCat(e.from(), " -> ", e.to(), " at clock ", e.clock()),
-              !e.raise()  ? "error stayed under half the bound"
+              e.warmup()  ? "warm-up over"
+              : !e.raise() ? "error stayed under half the bound"
               : e.owed() ? absl::StrFormat("owed %.2g clocks of descent on average", e.ratio())
                          : absl::StrFormat("error %.3g clocks, exact sends too close", e.ratio())}});
       }

@@ -365,10 +365,11 @@ class Run:
         for t in st.get("precision", []):
             for path in ("push", "pull"):
                 for e in t.get(path, {}).get("events", []):
-                    decided.append("%s %s %s -> %s at clock %s (%s%.3g)" % (
-                        t.get("tensor"), path, e.get("from"), e.get("to"), e.get("clock", 0),
+                    why = "warm-up over" if e.get("warmup") else "%s%.3g" % (
                         "owed " if e.get("owed") else "error " if e.get("raise") else "calm ",
-                        e.get("ratio", 0)))
+                        e.get("ratio", 0))
+                    decided.append("%s %s %s -> %s at clock %s (%s)" % (
+                        t.get("tensor"), path, e.get("from"), e.get("to"), e.get("clock", 0), why))
         if decided:
             self.rec["precision_decisions"] = decided
         # Exact sends per tensor and path, and the level each path ended at.

@@ -53,6 +53,8 @@ std::string DescribeEvent(const PrecisionEvent& e) {
     absl::StrAppend(&out, absl::StrFormat(
                               " (error %.3g clocks of signal again within the flush interval)",
                               e.ratio));
+  } else if (e.warmup) {
+    absl::StrAppend(&out, " (warm-up over)");
   } else {
     absl::StrAppend(&out, " (error under half the bound since)");
   }
@@ -92,8 +94,9 @@ PathPrecision PrecisionController::Report() const {
 }
 
 void PrecisionController::Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from,
-                                 CodecType to, bool owed) {
-  events_.push_back(PrecisionEvent{kind, clock, from, to, owed ? this->owed() : ratio_, owed});
+                                 CodecType to, bool owed, bool warmup) {
+  events_.push_back(
+      PrecisionEvent{kind, clock, from, to, owed ? this->owed() : ratio_, owed, warmup});
   while (events_.size() > kMaxEvents) events_.pop_front();
 }
 
@@ -137,7 +140,8 @@ void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
       const CodecType from = policy_.ladder[level_];
       level_ = 0;
       ratio_ = 0.0;
-      Record(PrecisionEvent::Kind::kRelax, clock + 1, from, policy_.ladder[level_]);
+      Record(PrecisionEvent::Kind::kRelax, clock + 1, from, policy_.ladder[level_],
+             /*owed=*/false, /*warmup=*/true);
       calm_since_ = clock + 1;
       last_flush_ = clock + 1;
     }

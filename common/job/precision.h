@@ -109,10 +109,11 @@ struct PrecisionEvent {
   CodecType to = CodecType::kNone;
   double ratio = 0.0;  // what decided it: the error ratio, or the owed descent
   bool owed = false;   // a raise for owed descent ([owed descent])
+  bool warmup = false; // the step down that ends the warm-up
 };
 
-// "ternary -> none at clock 112 (error 9.3 clocks of signal, flushes 4 clocks
-// apart)" or "none -> ternary at clock 400 (warm-up over)".
+// "ternary -> int4 at clock 112 (error 9.3 clocks of signal again within the
+// flush interval)" or "none -> ternary at clock 20 (warm-up over)".
 std::string DescribeEvent(const PrecisionEvent& e);
 
 // What a path reports: its level, its last error and its decisions.
@@ -165,7 +166,7 @@ class PrecisionController {
 
  private:
   void Record(PrecisionEvent::Kind kind, uint64_t clock, CodecType from, CodecType to,
-              bool owed = false);
+              bool owed = false, bool warmup = false);
   // One level up at `clock`, the residual sent whole with the first send there.
   void Raise(uint64_t clock, bool owed);
   void ResetOwed();

@@ -27,6 +27,7 @@ void PathPrecisionToProto(const PathPrecision& p, v1::PathPrecision* out) {
     pe->set_to(std::string(CodecTypeName(e.to)));
     pe->set_ratio(e.ratio);
     pe->set_owed(e.owed);
+    pe->set_warmup(e.warmup);
   }
 }
 
@@ -40,7 +41,7 @@ PathPrecision PathPrecisionFromProto(const v1::PathPrecision& proto) {
   for (const v1::PrecisionEvent& e : proto.events()) {
     p.events.push_back(PrecisionEvent{
         e.raise() ? PrecisionEvent::Kind::kRaise : PrecisionEvent::Kind::kRelax, e.clock(),
-        CodecOrNone(e.from()), CodecOrNone(e.to()), e.ratio(), e.owed()});
+        CodecOrNone(e.from()), CodecOrNone(e.to()), e.ratio(), e.owed(), e.warmup()});
   }
   return p;
 }

@@ -189,12 +189,13 @@ TEST(PrecisionController, WarmUpSendsFullPrecisionFirst) {
   PrecisionController c(p);
   for (uint64_t clock = 0; clock < 10; ++clock) {
     EXPECT_EQ(c.Codec(), CodecType::kNone) << clock;
-    c.Observe(clock, 0.0, 1.0, 0.0);
+    c.Observe(clock, 1e6, 1.0, 0.0);  // no raise or flush while it warms up
   }
   EXPECT_EQ(c.Codec(), CodecType::kTernary);
+  EXPECT_EQ(c.flushes(), 0u);
   ASSERT_EQ(c.events().size(), 1u);
-  EXPECT_EQ(DescribeEvent(c.events().back()),
-            "none -> ternary at clock 10 (error under half the bound since)");
+  EXPECT_TRUE(c.events().back().warmup);
+  EXPECT_EQ(DescribeEvent(c.events().back()), "none -> ternary at clock 10 (warm-up over)");
 }
 
 TEST(PrecisionController, BoundZeroMeasuresOnly) {

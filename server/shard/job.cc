@@ -78,6 +78,8 @@ Job::Job(JobOptions options, Optimizer optimizer, Env* env, Executor* executor)
                            /*once_per_clock=*/!controller_->rules().rounds,
                            options_.chunks, options_.pull_precision,
                            options_.pull_link, env_)),
+      // Pushes and pulls share the job's warm-up.
+      push_precision_(options_.pull_precision.warmup_clocks),
       staleness_hist_(kStalenessBuckets, 0),
       row_budget_(options_.max_row_bytes) {
   for (const ChunkSpec& spec : options_.chunks) {

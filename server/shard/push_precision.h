@@ -20,6 +20,10 @@ namespace gradstream::shard {
 // Thread-safe.
 class PushPrecisionBook {
  public:
+  // `warmup_clocks`: the job's warm-up (PrecisionPolicy::warmup_clocks), 0
+  // if none.
+  explicit PushPrecisionBook(uint32_t warmup_clocks = 0) : warmup_clocks_(warmup_clocks) {}
+
   // One pushed chunk: its codec (header), the worker's report (`level`
   // counts only when `raised`; `owed_raise` > 0: raised for owed descent).
   void Record(uint64_t chunk_id, uint64_t worker, uint64_t clock, CodecType codec,
@@ -33,6 +37,9 @@ class PushPrecisionBook {
     bool seen = false;
     CodecType level = CodecType::kNone;  // its pushes' level (the base unless raised)
     double ratio = 0;
+    // Raised at its first push in a job with a warm-up: a controller starts
+    // raised only to warm up, so its first step down ends the warm-up.
+    bool warming = false;
   };
   struct Chunk {
     CodecType base = CodecType::kNone;  // the codec of its unraised pushes
@@ -40,6 +47,7 @@ class PushPrecisionBook {
     uint64_t flushes = 0;
     std::deque<PrecisionEvent> events;
   };
+  const uint32_t warmup_clocks_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Chunk> chunks_ ABSL_GUARDED_BY(mu_);
 };

@@ -73,13 +73,14 @@ TEST(PushPrecisionBook, ARaiseForOwedDescentSaysSo) {
 
 // A worker that warms up (raised to fp32 from its first push, before any
 // ternary push named the chunk's codec) adds no event until the codec is
-// known; stepping down to it is the first.
+// known; stepping down to it is the first, and ends the warm-up; a later
+// step down does not.
 TEST(PushPrecisionBook, WarmUpBeforeTheCodecIsKnown) {
-  PushPrecisionBook book;
+  PushPrecisionBook book(/*warmup_clocks=*/20);
   book.Record(1, 1, 0, kNone, 0.0f, true, kNone);
   std::optional<PathPrecision> p = book.Report(1);
   EXPECT_FALSE(p.has_value()) << "no compressed push yet";
-  book.Record(1, 1, 10, kTernary, 0.0f, false, kNone);
+  book.Record(1, 1, 20, kTernary, 0.0f, false, kNone);
   p = book.Report(1);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->codec, kTernary);
@@ -88,6 +89,26 @@ TEST(PushPrecisionBook, WarmUpBeforeTheCodecIsKnown) {
   EXPECT_EQ(p->events[0].kind, PrecisionEvent::Kind::kRelax);
   EXPECT_EQ(p->events[0].from, kNone);
   EXPECT_EQ(p->events[0].to, kTernary);
+  EXPECT_TRUE(p->events[0].warmup);
+  EXPECT_EQ(DescribeEvent(p->events[0]), "none -> ternary at clock 20 (warm-up over)");
+
+  constexpr CodecType kInt4 = CodecType::kInt4;
+  book.Record(1, 1, 40, kInt4, 9.0f, true, kInt4);     // raised
+  book.Record(1, 1, 1100, kTernary, 1.0f, false, kNone);  // and down again
+  p = book.Report(1);
+  ASSERT_EQ(p->events.size(), 3u);
+  EXPECT_FALSE(p->events[2].warmup);
+
+  // Without a warm-up a worker first seen raised (by a shard restored
+  // mid-job) was raised for its error: its step down says so.
+  PushPrecisionBook none;
+  none.Record(1, 1, 0, kTernary, 1.0f, false, kNone);
+  none.Record(1, 2, 500, kInt4, 9.0f, true, kInt4);
+  none.Record(1, 2, 1600, kTernary, 1.0f, false, kNone);
+  p = none.Report(1);
+  ASSERT_EQ(p->events.size(), 2u);  // seen raised, then stepped down
+  EXPECT_EQ(p->events[1].from, kInt4);
+  EXPECT_FALSE(p->events[1].warmup);
 }
 
 }  // namespace
