@@ -519,8 +519,8 @@ TEST(Render, StatusShowsTheDefaultPolicyAndItsRules) {
   codec->set_default_codec("none");
   for (const char* pull : {"ternary", "ternary512", "twobit"}) {
     codec->set_pull_codec(pull);
-    EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), absl::StrCat("codec:        none, pulls ", pull)))
-        << RenderJob(j, 0);
+    const std::string out = RenderJob(j, 0);
+    EXPECT_TRUE(absl::StrContains(out, absl::StrCat("codec:        none, pulls ", pull))) << out;
   }
 }
 
