@@ -18,7 +18,9 @@ void PushPrecisionBook::Record(uint64_t chunk_id, uint64_t worker, uint64_t cloc
   if (!w.seen) {
     w.seen = true;
     w.level = c.base;
-    w.warming = raised && warmup_clocks_ > 0;
+    if (raised && warmup_clocks_ > 0) {
+      w.warmup_ends_by = std::max<uint64_t>(warmup_clocks_, clock + 1);
+    }
   }
   // A none send below the top level is a flush.
   if (codec == CodecType::kNone && (!raised || level != CodecType::kNone)) ++c.flushes;
@@ -31,8 +33,8 @@ void PushPrecisionBook::Record(uint64_t chunk_id, uint64_t worker, uint64_t cloc
     e.to = at;
     e.owed = e.kind == PrecisionEvent::Kind::kRaise && owed_raise > 0;
     e.ratio = e.owed ? owed_raise : error_clocks;
-    e.warmup = w.warming && e.kind == PrecisionEvent::Kind::kRelax;
-    if (e.warmup) w.warming = false;
+    e.warmup = e.kind == PrecisionEvent::Kind::kRelax && clock <= w.warmup_ends_by;
+    if (e.warmup) w.warmup_ends_by = 0;
     c.events.push_back(e);
     while (c.events.size() > PrecisionController::kMaxEvents) c.events.pop_front();
   }

@@ -38,8 +38,11 @@ class PushPrecisionBook {
     CodecType level = CodecType::kNone;  // its pushes' level (the base unless raised)
     double ratio = 0;
     // Raised at its first push in a job with a warm-up: a controller starts
-    // raised only to warm up, so its first step down ends the warm-up.
-    bool warming = false;
+    // raised to warm up, until the job's warm-up ends or, joining after it,
+    // for its first push; a step down by this clock ends the warm-up. One
+    // first seen raised later (by a shard restored mid-job) was raised for
+    // its error, and steps down 1000 clocks or more after.
+    uint64_t warmup_ends_by = 0;
   };
   struct Chunk {
     CodecType base = CodecType::kNone;  // the codec of its unraised pushes

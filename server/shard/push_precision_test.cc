@@ -109,6 +109,21 @@ TEST(PushPrecisionBook, WarmUpBeforeTheCodecIsKnown) {
   ASSERT_EQ(p->events.size(), 2u);  // seen raised, then stepped down
   EXPECT_EQ(p->events[1].from, kInt4);
   EXPECT_FALSE(p->events[1].warmup);
+
+  // With a warm-up: a worker that joins after it starts raised for its
+  // first push only; one first seen raised by a shard restored mid-job was
+  // raised for its error, and its step down is not the warm-up's end.
+  PushPrecisionBook warm(/*warmup_clocks=*/20);
+  warm.Record(1, 1, 0, kTernary, 1.0f, false, kNone);
+  warm.Record(1, 2, 300, kNone, 0.0f, true, kNone);      // joined at 300
+  warm.Record(1, 2, 301, kTernary, 1.0f, false, kNone);
+  warm.Record(1, 3, 500, kInt4, 9.0f, true, kInt4);      // seen raised at 500
+  warm.Record(1, 3, 1600, kTernary, 1.0f, false, kNone);
+  p = warm.Report(1);
+  ASSERT_EQ(p->events.size(), 4u);  // each seen raised, then stepped down
+  EXPECT_EQ(DescribeEvent(p->events[1]), "none -> ternary at clock 301 (warm-up over)");
+  EXPECT_EQ(p->events[3].from, kInt4);
+  EXPECT_FALSE(p->events[3].warmup) << DescribeEvent(p->events[3]);
 }
 
 }  // namespace
