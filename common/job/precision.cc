@@ -71,6 +71,7 @@ PrecisionController::PrecisionController(const PrecisionPolicy& policy)
     level_ = policy_.ladder.size() - 1;
     warming_ = true;
   }
+  StartLevel();
 }
 
 void MergePaths(const PathPrecision& p, PathPrecision* into) {
@@ -106,12 +107,18 @@ void PrecisionController::Raise(uint64_t clock, bool owed) {
   Record(PrecisionEvent::Kind::kRaise, clock + 1, from, policy_.ladder[level_], owed);
   flush_next_ = policy_.ladder[level_] != CodecType::kNone;
   last_flush_ = clock;
-  ResetOwed();  // the new level's own
+  StartLevel();
 }
 
-void PrecisionController::ResetOwed() {
+void PrecisionController::StartLevel() {
   owed_ = owed_sq_ = owed_weight_ = owed_weight2_ = 0.0;
   owed_measured_ = 0;
+  // A level that can be raised for owed descent is measured at each of its
+  // first clocks, so that the owed average counts from its 4th clock.
+  const bool top = level_ + 1 >= policy_.ladder.size();
+  dense_left_ = !warming_ && !top && policy_.bound > 0 && policy_.max_owed > 0
+                    ? kMinOwedMeasurements
+                    : 0;
 }
 
 double PrecisionController::OwedError() const {
@@ -126,6 +133,7 @@ double PrecisionController::OwedError() const {
 void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
                                   double value2, double dot) {
   flush_next_ = false;  // what was asked has been sent
+  if (dense_left_ > 0) --dense_left_;
   if (error2 <= 0.0) {
     ratio_ = 0.0;
   } else if (signal2 <= 0.0) {
@@ -144,6 +152,7 @@ void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
              /*owed=*/false, /*warmup=*/true);
       calm_since_ = clock + 1;
       last_flush_ = clock + 1;
+      StartLevel();
     }
     return;
   }
@@ -193,7 +202,7 @@ void PrecisionController::Observe(uint64_t clock, double error2, double signal2,
     relax_wait_ *= 2;  // raised again, it waits twice as long next time
     calm_since_ = clock + 1;
     last_flush_ = clock + 1;
-    ResetOwed();
+    StartLevel();
   }
 }
 

@@ -93,12 +93,14 @@ inline double PullBound(double bound, double pull_bound = 0) {
 }
 
 // A worker measures a push's error every this many clocks (and after each
-// flush): a measurement reads the chunk's gradient and residual once more,
-// and the error moves slowly (like the square root of the clocks unflushed).
+// flush, and at a level's first clocks: MeasureDue): a measurement reads the
+// chunk's gradient and residual once more, and the error moves slowly (like
+// the square root of the clocks unflushed).
 inline constexpr uint64_t kPushMeasureEvery = 4;
 
 // A path is raised for owed descent at this many measurements at the
-// earliest (a push's 4th is at clock 12, a pull's at its 4th publication).
+// earliest (a push's 4th is at its level's 4th clock, a pull's at its 4th
+// publication).
 inline constexpr uint32_t kMinOwedMeasurements = 4;
 
 struct PrecisionEvent {
@@ -140,6 +142,12 @@ class PrecisionController {
   // whole), else the current level's codec.
   CodecType Codec() const { return flush_next_ ? CodecType::kNone : policy_.ladder[level_]; }
   bool Flush() const { return flush_next_; }
+  // Whether a push of `clock` is measured: every kPushMeasureEvery clocks,
+  // after a flush, and at each of a level's first kMinOwedMeasurements clocks
+  // (a codec unfit for the tensor is raised within them, not 12 clocks in).
+  bool MeasureDue(uint64_t clock) const {
+    return flush_next_ || dense_left_ > 0 || clock % kPushMeasureEvery == 0;
+  }
 
   // A send without a measurement: a flush asked for has gone out.
   void Skip() { flush_next_ = false; }
@@ -169,7 +177,8 @@ class PrecisionController {
               bool owed = false, bool warmup = false);
   // One level up at `clock`, the residual sent whole with the first send there.
   void Raise(uint64_t clock, bool owed);
-  void ResetOwed();
+  // A level's start: its own owed average, measured at each of its first clocks.
+  void StartLevel();
   // The standard error of owed(): its measurements' spread over the square
   // root of their effective count.
   double OwedError() const;
@@ -181,6 +190,7 @@ class PrecisionController {
   uint64_t calm_since_ = 0;    // first clock of the current run under bound / 2
   uint32_t relax_wait_ = 0;    // clocks under bound / 2 before stepping down
   bool warming_ = false;
+  uint32_t dense_left_ = 0;  // clocks of this level still all measured
   double ratio_ = 0.0;
   double relative_ = 0.0;
   // The owed descent's weighted sums since the level's start: of the

@@ -198,6 +198,47 @@ TEST(PrecisionController, WarmUpSendsFullPrecisionFirst) {
   EXPECT_EQ(DescribeEvent(c.events().back()), "none -> ternary at clock 10 (warm-up over)");
 }
 
+// A codec unfit for the tensor (twobit's fixed t far above the gradients:
+// nothing passes, the residual is the sum of the gradients) is raised at its
+// level's 4th clock, not at the 4th measurement of every kPushMeasureEvery:
+// each level is measured at each of its first clocks, then every 4th.
+TEST(PrecisionController, ALevelIsMeasuredAtEachOfItsFirstClocks) {
+  PrecisionPolicy twobit = Ternary();
+  twobit.ladder = LadderFrom(CodecType::kTwoBit);
+  PrecisionController c(twobit);
+  std::vector<uint64_t> measured;
+  for (uint64_t clock = 0; clock < 40; ++clock) {
+    if (!c.MeasureDue(clock)) {
+      c.Skip();
+      continue;
+    }
+    measured.push_back(clock);
+    // Sent as twobit: nothing passes, clock + 1 gradients owed along s.
+    // Sent exact (the raise's flush) or at int4: nothing owed.
+    const double owed = c.Codec() == CodecType::kTwoBit ? clock + 1.0 : 0.0;
+    c.Observe(clock, owed * owed, 1.0, 0.0, owed);
+  }
+  ASSERT_EQ(c.events().size(), 1u);
+  EXPECT_EQ(DescribeEvent(c.events().back()),
+            "twobit -> int4 at clock 4 (owes 2.7 clocks of descent on average)");
+  // twobit's clocks 0-3, the raise's flush at 4, int4's first clocks 5-8,
+  // then every 4th.
+  EXPECT_EQ(measured, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28,
+                                             32, 36}));
+
+  // The top of the ladder owes nothing to measure early; a warm-up neither.
+  PrecisionController top(PrecisionPolicy{});
+  EXPECT_TRUE(top.MeasureDue(0));
+  EXPECT_FALSE(top.MeasureDue(1));
+  twobit.warmup_clocks = 2;
+  PrecisionController warm(twobit);
+  EXPECT_FALSE(warm.MeasureDue(1));
+  warm.Observe(1, 0.0, 1.0, 0.0);  // the warm-up's last clock: twobit from 2
+  EXPECT_EQ(warm.Codec(), CodecType::kTwoBit);
+  EXPECT_TRUE(warm.MeasureDue(2));
+  EXPECT_TRUE(warm.MeasureDue(5));
+}
+
 TEST(PrecisionController, BoundZeroMeasuresOnly) {
   PrecisionController c(Ternary(/*bound=*/0.0));
   for (uint64_t clock = 0; clock < 100; ++clock) c.Observe(clock, 1e6, 1.0, 0.0);

@@ -65,6 +65,9 @@ TEST(TensorEncoder, TwoBitResidualKeepsWhatWasNotSent) {
   ShardMap map = TwoTensorMap();
   CodecPolicy policy;
   policy.twobit_threshold = 0.5f;
+  // t = 0.5 keeps back every element under it: the guard would raise the
+  // path at its 4th clock (OnebitThatOwesDescentIsRaisedTernaryIsNot below).
+  policy.precision_max_owed = -1;
   auto enc = TensorEncoder::Create(map, 0, "twobit", policy);
   ASSERT_TRUE(enc.ok()) << enc.status();
   // Sum over steps of decoded == sum of gradients - final residual.
@@ -144,7 +147,9 @@ TEST(TensorEncoder, DefaultPolicySendsSmallGradientsFromTheFirstClock) {
 // [owed descent] in common/job/precision.h, with the real codecs: gradients
 // that keep a direction (m + noise, m heavy-tailed as a layer's are). onebit
 // sends every element the mean of its sign, keeps back part of each large
-// one, and owes descent along m: its chunks are raised to int4. Ternary is
+// one, and owes descent along m: its chunks are raised to int4. twobit with
+// the hand-chosen t = 0.5 sends nothing of them and owes it all: raised at
+// the 4th clock (a level is measured at each of its first clocks). Ternary is
 // unbiased and stays ternary.
 TEST(TensorEncoder, OnebitThatOwesDescentIsRaisedTernaryIsNot) {
   auto map = SplitModel({{"fc.weight", 1 << 16}}, {"s0:1"}, 1 << 14);
@@ -155,7 +160,8 @@ TEST(TensorEncoder, OnebitThatOwesDescentIsRaisedTernaryIsNot) {
   std::vector<float> m(n);
   for (float& x : m) x = d(rng) * std::fabs(d(rng));  // heavy-tailed
   CodecPolicy policy;  // error feedback and the guard at their defaults
-  for (const char* codec : {"onebit", "ternary"}) {
+  policy.twobit_threshold = 0.5f;
+  for (const char* codec : {"onebit", "twobit", "ternary"}) {
     SCOPED_TRACE(codec);
     auto enc = TensorEncoder::Create(*map, 0, codec, policy);
     ASSERT_TRUE(enc.ok()) << enc.status();
@@ -178,6 +184,9 @@ TEST(TensorEncoder, OnebitThatOwesDescentIsRaisedTernaryIsNot) {
     if (std::string(codec) == "onebit") {
       EXPECT_GT(raised_at, 0u) << "onebit was never raised";
       EXPECT_LE(raised_at, 40u);
+      EXPECT_EQ(level, CodecType::kInt4);
+    } else if (std::string(codec) == "twobit") {
+      EXPECT_EQ(raised_at, kMinOwedMeasurements - 1);
       EXPECT_EQ(level, CodecType::kInt4);
     } else {
       EXPECT_EQ(raised_at, 0u) << "ternary raised at clock " << raised_at;

@@ -62,7 +62,7 @@ absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, 
   GS_RETURN_IF_ERROR(ef->EncodeAs(exact ? CodecType::kNone : ctl.Codec(), g, key, header, payload));
   if (exact && ctl.Codec() != CodecType::kNone) {
     ctl.Skip();  // the link's choice: nothing to measure, a flush asked for went out
-  } else if (clock % kPushMeasureEvery == 0 || ctl.Flush()) {
+  } else if (ctl.MeasureDue(clock)) {
     // |s|^2, |e|^2 and <e, s> in one pass ([owed descent] in precision.h).
     const std::vector<float>& e = ef->residual();
     double signal2 = 0, error2 = 0, dot = 0;

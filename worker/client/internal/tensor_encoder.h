@@ -48,8 +48,8 @@ class TensorEncoder {
   // Encodes chunk `i` of `grad` (the whole tensor). The stochastic-rounding key
   // is (seed, worker, clock, tensor index, global chunk id). Under error
   // feedback the chunk's PrecisionController decides: its codec, or the
-  // residual sent whole (a flush, or a chunk raised to fp32); every
-  // kPushMeasureEvery clocks it measures the residual against the gradient.
+  // residual sent whole (a flush, or a chunk raised to fp32); when it says
+  // (MeasureDue) the residual is measured against the gradient.
   // `exact` (the link choice's) sends the residual whole too, unmeasured.
   [[nodiscard]] absl::Status EncodeChunk(size_t i, absl::Span<const float> grad, uint64_t seed,
                                          uint64_t worker, uint64_t clock, ChunkHeader* header,
