@@ -70,6 +70,9 @@ SYSTEMS = {
     "gs-defaults-noowed": ("gradstream", ["--precision_max_owed=-1"]),
     "gs-onebit-push-noowed": ("gradstream", ["--codec", "onebit", "--precision_max_owed=-1"]),
     "gs-twobit-push-noowed": ("gradstream", ["--codec", "twobit", "--precision_max_owed=-1"]),
+    # The hand-chosen codecs with the defaults' small tensors exact.
+    "gs-onebit-push-small32": ("gradstream", ["--codec", "onebit", "--min_compress_elems=16384"]),
+    "gs-twobit-push-small32": ("gradstream", ["--codec", "twobit", "--min_compress_elems=16384"]),
     # onebit on every tensor, small ones too (before the layer-wise rule
     # covered onebit; docs/design/codec-defaults.md, [layer-wise codec]).
     "gs-onebit-all": ("gradstream", ["--codec", "onebit", "--pull_codec", "onebit",

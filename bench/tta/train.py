@@ -515,6 +515,10 @@ def main():
     train_s = 0.0   # wall-clock of the timed steps, evaluations excluded
     eval_cpu = 0.0
 
+    def perplexity(test_loss):
+        # A diverged run's loss (hundreds of nats) is recorded, not a crash.
+        return math.exp(test_loss) if test_loss < 700 else float("inf")
+
     def evaluation(step, loss):
         nonlocal eval_cpu
         c = cpu_s()
@@ -523,7 +527,7 @@ def main():
         if ps is not None:
             ps.report(acc)
         result["evals"].append({"step": step, "train_s": train_s, "accuracy": acc,
-                                "test_loss": test_loss, "perplexity": math.exp(test_loss),
+                                "test_loss": test_loss, "perplexity": perplexity(test_loss),
                                 "train_loss": loss, "rss_mb": rss_mb()})
         print("%s %s step %d: train %.1fs, test accuracy %.4f, loss %.4f" %
               (args.system, args.model, step, train_s, acc, test_loss), flush=True)
