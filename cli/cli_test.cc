@@ -546,6 +546,12 @@ TEST(Render, StatusShowsTheCodecOfEveryTensor) {
   EXPECT_TRUE(absl::StrContains(
       out, "ternary: conv1.weight, fc2.weight, fc2.bias, conv1.bias, +1 more (5 tensors, 4%"))
       << out;
+  // Under [small tensors exact] no tensor is ternary: the rule goes unsaid.
+  j.mutable_spec()->mutable_codec()->set_min_compress_elems(16384);
+  const std::string exact = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(exact, "codec:        twobit (fp32 below 16384 elements), "))
+      << exact;
+  EXPECT_FALSE(absl::StrContains(exact, "ternary below")) << exact;
 }
 
 // A stall and failed checkpoints are visible in status and watch.

@@ -28,7 +28,7 @@ std::string Title(const v1::JobStatus& job) {
   }
   // The default layer-wise rule goes unsaid; its absence or another size not.
   const bool layer_wise = LayerWiseCodec(policy.default_codec());
-  if (layer_wise && policy.twobit_min_elems() == 1) {
+  if (layer_wise && policy.twobit_min_elems() == 1 && policy.min_compress_elems() <= 1) {
     absl::StrAppend(&codec, " on every tensor");
   } else if (layer_wise && policy.twobit_min_elems() > 1 &&
              policy.twobit_min_elems() != kDefaultTwobitMinElems) {

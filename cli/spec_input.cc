@@ -125,7 +125,7 @@ std::string CodecFlagDefault(std::string_view flag) {
   }
   if (flag == "pull_min_elems") return absl::StrCat(kDefaultPullMinElems);
   if (flag == "min_compress_elems") {
-    return absl::StrCat(kDefaultMinCompressElems, " when --codec is not given, else 0; 1: none");
+    return absl::StrCat(kDefaultMinCompressElems, "; 1: every tensor compressed");
   }
   if (flag == "precision_bound") return absl::StrCat(kDefaultPrecisionBound);
   if (flag == "pull_precision_bound") return "half of --precision_bound";

@@ -70,13 +70,17 @@ SYSTEMS = {
     "gs-defaults-noowed": ("gradstream", ["--precision_max_owed=-1"]),
     "gs-onebit-push-noowed": ("gradstream", ["--codec", "onebit", "--precision_max_owed=-1"]),
     "gs-twobit-push-noowed": ("gradstream", ["--codec", "twobit", "--precision_max_owed=-1"]),
-    # The hand-chosen codecs with the defaults' small tensors exact.
+    # The hand-chosen codecs with the defaults' small tensors exact: what
+    # gs-onebit-push and gs-twobit-push run since 2 Dec 2026; the -all ones
+    # compress the small tensors (ternary), as they did before.
     "gs-onebit-push-small32": ("gradstream", ["--codec", "onebit", "--min_compress_elems=16384"]),
     "gs-twobit-push-small32": ("gradstream", ["--codec", "twobit", "--min_compress_elems=16384"]),
+    "gs-onebit-push-all": ("gradstream", ["--codec", "onebit", "--min_compress_elems=1"]),
+    "gs-twobit-push-all": ("gradstream", ["--codec", "twobit", "--min_compress_elems=1"]),
     # onebit on every tensor, small ones too (before the layer-wise rule
     # covered onebit; docs/design/codec-defaults.md, [layer-wise codec]).
     "gs-onebit-all": ("gradstream", ["--codec", "onebit", "--pull_codec", "onebit",
-                                     "--twobit_min_elems=1"]),
+                                     "--twobit_min_elems=1", "--min_compress_elems=1"]),
     # Candidates for the defaults (README, "Choosing the defaults"): twobit
     # with the adaptive threshold t = mean |g + r| per chunk, and ternary
     # pushes with an adaptive-twobit or an fp32 pull; tensors under

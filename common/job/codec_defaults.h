@@ -31,9 +31,6 @@ inline constexpr float kDefaultTernaryClip = 2.5f;
 // A policy that names its push codec by hand pulls this unless it names a
 // pull codec too ([pull codec default] in common/codec/published.h).
 inline constexpr char kHandPickedPullCodec[] = "none";
-// A job that names its push codec by hand compresses every tensor unless it
-// names a size too.
-inline constexpr uint64_t kHandPickedMinCompressElems = 0;
 
 // NOTE: [layer-wise codec] A twobit or onebit tensor under this many
 // elements travels as ternary (docs/design/codec-defaults.md).
@@ -43,10 +40,10 @@ inline constexpr uint32_t kDefaultTwobitMinElems = 16384;
 // under a pull codec (docs/design/codec-defaults.md).
 inline constexpr uint32_t kDefaultPullMinElems = 16384;
 
-// NOTE: [small tensors exact] A job that names no push codec pushes tensors
-// under this many elements as "none", the size below which it pulls them fp32
-// (TernGrad's size_to_binarize; docs/design/precision-control.md, "Small
-// tensors exact").
+// NOTE: [small tensors exact] A job pushes tensors under this many elements as
+// "none", whatever its codec, unless it names a size (1: every tensor); the
+// size below which it pulls them fp32 (TernGrad's size_to_binarize;
+// docs/design/precision-control.md, "Small tensors exact").
 inline constexpr uint64_t kDefaultMinCompressElems = kDefaultPullMinElems;
 
 // The error bound of a lossy push, in clocks of signal; pulls are held to

@@ -18,15 +18,16 @@ namespace gradstream {
 
 // Every field starts at its value in [codec defaults] (codec_defaults.h).
 // A policy built in code names its push codec, so its pulls are fp32 as a
-// job's are when it names its push codec by hand ([pull codec default]); the
-// whole default policy, pulls included, is what ApplyJobDefaults (job_spec.h)
-// fills into a spec that names no codec.
+// job's are when it names its push codec by hand ([pull codec default]), and
+// it compresses every tensor; the whole default policy, pulls and
+// [small tensors exact] included, is what ApplyJobDefaults (job_spec.h) fills
+// into a spec.
 struct CodecPolicy {
   // "none" | "twobit" | "ternary" | "onebit" | "fp16" | "int8" | "int4" | "ternary512"
   std::string default_codec = kDefaultPushCodec;
   std::map<std::string, std::string> overrides;    // tensor name -> codec name
-  uint64_t min_compress_elems = kHandPickedMinCompressElems;  // smaller tensors travel as
-                                                             // "none" ([small tensors exact])
+  uint64_t min_compress_elems = 0;  // smaller tensors travel as "none"
+                                    // ([small tensors exact]); 0 or 1: none do
   float twobit_threshold = kDefaultTwobitThreshold;  // <= 0: adaptive per chunk
   float ternary_clip = kDefaultTernaryClip;          // <= 0: no clipping
   bool error_feedback = true;  // residual per chunk for every compressing codec

@@ -83,12 +83,13 @@ void ApplyJobDefaults(JobSpec* spec) {
   // that names no push codec gets the measured default policy, pulls
   // included ([default policy]); one that picks its push codec by hand keeps
   // fp32 pulls unless it picks a pull codec too ([pull codec default] in
-  // common/codec/published.h).
+  // common/codec/published.h). Small tensors are exact under either
+  // ([small tensors exact]).
   if (codec->default_codec().empty()) {
     codec->set_default_codec(kDefaultPushCodec);
     if (codec->pull_codec().empty()) codec->set_pull_codec(kDefaultPullCodec);
-    if (codec->min_compress_elems() == 0) codec->set_min_compress_elems(kDefaultMinCompressElems);
   }
+  if (codec->min_compress_elems() == 0) codec->set_min_compress_elems(kDefaultMinCompressElems);
   if (codec->pull_codec().empty()) codec->set_pull_codec(kHandPickedPullCodec);
   if (codec->twobit_threshold() == 0) codec->set_twobit_threshold(kDefaultTwobitThreshold);
   if (codec->ternary_clip() == 0) codec->set_ternary_clip(kDefaultTernaryClip);

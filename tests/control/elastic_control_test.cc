@@ -390,7 +390,7 @@ TEST_F(ElasticTest, BoundedJobScaledTwoFourOneFinishesEveryStep) {
 TEST_F(ElasticTest, KilledWorkerIsRemovedAndTheJobFinishes) {
   StartWorkers(2);
   const std::string id =
-      Submit({"--name=kill9", "--workers=2", "--codec=ternary",
+      Submit({"--name=kill9", "--workers=2", "--codec=ternary", "--min_compress_elems=1",
               absl::StrCat("--steps=", kSteps / 2)});
   RoundCollector rounds(ShardAddresses(), id);
   v1::JobStatus running = WaitJob(id, [](const v1::JobStatus& j) {

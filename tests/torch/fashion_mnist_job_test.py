@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """The Fashion-MNIST example, the same script three ways: single-process, and
 submitted with the CLI to 2 workers (sync, momentum) with codec none and with
-twobit (the default layer-wise policy: twobit on fc1.weight, 89% of the
-model, ternary on the small tensors, see [layer-wise codec]). The example's
-batch is global (split across the workers), so all three take the same
-optimizer steps on the same samples. Both jobs reach a test accuracy within
-0.5 pt of the single-process run's, and twobit pushes at most 1/15 of fp32's
-bytes. The two jobs run side by side on a 4-worker cluster, beside the
-single-process run; 2 epochs over the first 16000 images (500 clocks of 64,
-seeded) keep it to about a minute on 2 cores (80 s of CPU). Measured here:
-single-process 0.8450, none 0.8421 (-0.29 pt), twobit 0.8423 (-0.27 pt).
+twobit (twobit on fc1.weight, 82% of the model, the tensors under 16384
+elements exact, see [small tensors exact]). The example's batch is global
+(split across the workers), so all three take the same optimizer steps on
+the same samples. Both jobs reach a test accuracy within 0.5 pt of the
+single-process run's, and twobit pushes at most 1/4 of fp32's bytes (4.3x:
+fc1.weight at 16x, the rest fp32). The two jobs run side by side on a
+4-worker cluster, beside the single-process run; 2 epochs over the first
+16000 images (500 clocks of 64, seeded) keep it to about a minute on 2
+cores (80 s of CPU). Measured here (2 Dec 2026): single-process 0.8450,
+none 0.8421 (-0.29 pt), twobit 0.8405 (-0.45 pt; 0.8423 with the small
+tensors ternary, --min_compress_elems=1, at 16x).
 The README's 3-epoch figures come from
     fashion_mnist_job_test.py --build build --epochs 3 --train_limit 0 --timeout 3000"""
 
@@ -78,11 +80,11 @@ def main():
                                                         base, 100 * (acc - base), sent, fp32,
                                                         ratio))
             ok = (ok and st["state"] == "COMPLETED" and job_clocks == clocks and
-                  acc >= base - args.max_gap and (ratio >= 15.0 or codec == "none"))
+                  acc >= base - args.max_gap and (ratio >= 4.0 or codec == "none"))
         if not ok:
             c.dump_logs()
     print("PASS" if ok else "FAIL: want both jobs COMPLETED after as many clocks as single-"
-          "process, accuracy within %.1f pt of it, twobit compression >= 15x" %
+          "process, accuracy within %.1f pt of it, twobit compression >= 4x" %
           (100 * args.max_gap))
     return 0 if ok else 1
 

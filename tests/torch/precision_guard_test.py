@@ -21,7 +21,8 @@ import cluster  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = "/usr/share/datasets/fashion-mnist"
-BREAKER = ("--codec=twobit", "--twobit_threshold=100", "--twobit_min_elems=1")
+BREAKER = ("--codec=twobit", "--twobit_threshold=100", "--twobit_min_elems=1",
+           "--min_compress_elems=1")
 
 
 def main():

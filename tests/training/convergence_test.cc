@@ -62,7 +62,9 @@ class Convergence : public ::testing::Test {
     s.mutable_optimizer()->set_learning_rate(0.05f);
     s.mutable_optimizer()->set_momentum(0.9f);
     s.mutable_codec()->set_default_codec("none");
-    s.mutable_codec()->set_min_compress_elems(0);
+    // Every tensor of this MLP is under [small tensors exact]'s size: the
+    // codecs below compress them all.
+    s.mutable_codec()->set_min_compress_elems(1);
     // The codecs alone: the precision guard raises fixed-t twobit as the
     // gradients shrink and this MLP's ternary pulls (docs/design/
     // precision-control.md, "Fixed thresholds"); torch_precision_guard_test

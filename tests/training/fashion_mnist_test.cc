@@ -109,7 +109,11 @@ TEST_F(FashionMnist, DefaultPolicyKeepsEveryCodecWithinHalfAPointOfFp32) {
 
   const Result twobit = Run(Spec("fmnist-twobit", "twobit"));
   EXPECT_GE(twobit.accuracy, fp32.accuracy - kMargin);
-  EXPECT_GT(twobit.ratio, 15.0) << "the layer-wise rule keeps 2 bits per element";
+  // fc1.weight (89% of elements) at 2 bits, the rest exact ([small tensors
+  // exact]): 5.9x. Measured 2 Dec 2026: fp32 0.8774, twobit 0.8757, ternary
+  // 0.8729, onebit 0.8747 (0.8781, 0.8773, 0.8758 with the small tensors
+  // compressed too, at 16x).
+  EXPECT_GT(twobit.ratio, 5.0) << "fc1.weight must be twobit";
 
   const Result ternary = Run(Spec("fmnist-ternary", "ternary"));
   EXPECT_GE(ternary.accuracy, fp32.accuracy - kMargin);
@@ -128,20 +132,20 @@ TEST_F(FashionMnist, DefaultPolicyKeepsEveryCodecWithinHalfAPointOfFp32) {
   EXPECT_GT(pulled.pull_ratio, 5.0) << "pulls must be compressed, not fp32";
 
   // 1-bit SGD's lesson: without error feedback a biased codec loses what it
-  // does not send. Under the default policy only fc1.weight is twobit (the
-  // small tensors' ternary is unbiased and needs no residual), and that
-  // alone costs more than two points (0.8548 against 0.8781 when measured).
+  // does not send. Only fc1.weight is twobit (the small tensors are exact),
+  // and that alone costs about two points (0.8573 against 0.8757 measured).
   v1::JobSpec no_ef = Spec("fmnist-twobit-no-ef", "twobit");
   no_ef.mutable_codec()->set_disable_error_feedback(true);
   const Result without = Run(no_ef);
   EXPECT_LT(without.accuracy, fp32.accuracy - 0.01);
 
   // SSP with s = 3 against sync, same codec. Unlike sync, an SSP run depends
-  // on timing: 15 runs (12 on the 2-core dev host, 3 in CI) measured 0.8703
-  // .. 0.8787, mean 0.8741, sd 0.0024, against sync's 0.8781 -- the mean sits
-  // 0.4 point under sync, so a 0.5-point bound on the mean of three runs (sd
-  // 0.0014) failed CI once in 0.8722; from these runs' mean and spread it
-  // would fail about one run in five.
+  // on timing: 15 runs (12 on the 2-core dev host, 3 in CI; the small tensors
+  // ternary then) measured 0.8703 .. 0.8787, mean 0.8741, sd 0.0024, against
+  // sync's 0.8781 -- the mean sits 0.4 point under sync, so a 0.5-point bound
+  // on the mean of three runs (sd 0.0014) failed CI once in 0.8722; from these
+  // runs' mean and spread it would fail about one run in five. With them exact
+  // (2 Dec 2026): 0.8787, 0.8725, 0.8781 against sync's 0.8757.
   // The bound here is one point: 4 sd of a three-run mean below what SSP
   // measures, and close enough to catch a change of the size of scaling
   // stale pushes by 1/(1+staleness), whose four runs measured 0.8611 ..
