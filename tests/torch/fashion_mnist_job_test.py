@@ -10,8 +10,8 @@ fc1.weight at 16x, the rest fp32). The two jobs run side by side on a
 4-worker cluster, beside the single-process run; 2 epochs over the first
 16000 images (500 clocks of 64, seeded) keep it to about a minute on 2
 cores (80 s of CPU). Measured here (2 Dec 2026): single-process 0.8450,
-none 0.8421 (-0.29 pt), twobit 0.8405 (-0.45 pt; 0.8423 with the small
-tensors ternary, --min_compress_elems=1, at 16x).
+none 0.8421 (-0.29 pt), twobit 0.8405 (-0.45 pt; 0.8423 at 16x when a
+hand-chosen codec still compressed the small tensors too).
 The README's 3-epoch figures come from
     fashion_mnist_job_test.py --build build --epochs 3 --train_limit 0 --timeout 3000"""
 
