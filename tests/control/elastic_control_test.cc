@@ -249,8 +249,11 @@ class ElasticTest : public ::testing::Test {
   // Every recorded round counted exactly the members of the epoch its clock
   // falls in. One exception is inherent: a worker that dies in the middle of
   // clock c may have pushed some chunks of c, and the rounds of those chunks
-  // may complete (with it) before the coordinator removes it at clock c; such
-  // a round is applied under the previous epoch, which the shard records.
+  // may complete (with it) before the coordinator removes it; such a round is
+  // applied under the previous epoch, which the shard records. The removal
+  // takes effect at c, or at c - 1 when a shard had not yet heard the dead
+  // worker's advance to c (each shard hears it on its own stream; seen once in
+  // CI): so rounds at the removal's clock and the one after it.
   // Returns how many rounds were checked per epoch.
   std::map<uint64_t, int> CheckRounds(
       const v1::JobStatus& job,
@@ -260,7 +263,7 @@ class ElasticTest : public ::testing::Test {
     for (const auto& [key, r] : rounds) {
       const v1::MembershipEpoch* e = EpochAt(job, r.clock());
       if (e == nullptr) continue;
-      if (r.epoch() + 1 == e->epoch() && r.clock() == e->effective_clock() &&
+      if (r.epoch() + 1 == e->epoch() && r.clock() <= e->effective_clock() + 1 &&
           e->reason().find("missed heartbeats") != std::string::npos) {
         e = &job.epochs(static_cast<int>(r.epoch()) - 1);
       }
@@ -281,7 +284,8 @@ class ElasticTest : public ::testing::Test {
       }
       if (want != got && mismatches++ < 10) {
         ADD_FAILURE() << "chunk " << r.chunk_id() << " clock " << r.clock() << " (epoch "
-                      << e->epoch() << ", shard says " << r.epoch() << "): contributors {"
+                      << e->epoch() << " from clock " << e->effective_clock() << ", shard says "
+                      << r.epoch() << "): contributors {"
                       << absl::StrJoin(got, ",") << "}, members {" << absl::StrJoin(want, ",")
                       << "}";
       }
