@@ -554,6 +554,36 @@ TEST(Render, StatusShowsTheCodecOfEveryTensor) {
   EXPECT_FALSE(absl::StrContains(exact, "ternary below")) << exact;
 }
 
+// [link choice]: each member's and each shard's newest decision, once made.
+TEST(Render, StatusShowsTheLinkChoicesDecisions) {
+  gradstream::v1::JobStatus j;
+  EXPECT_FALSE(absl::StrContains(RenderJob(j, 0), "link choice:")) << "link choice off";
+  j.mutable_spec()->mutable_codec()->set_link_choice("on");
+  EXPECT_TRUE(absl::StrContains(RenderJob(j, 0), "link choice:  probing, no decision yet"))
+      << RenderJob(j, 0);
+  auto* m = j.add_members();
+  m->set_worker_id(3);
+  m->mutable_push_link()->set_clock(43);
+  m->mutable_push_link()->set_exact(true);
+  m->mutable_push_link()->set_exact_seconds(0.041);
+  m->mutable_push_link()->set_codec_seconds(0.055);
+  j.add_members()->set_worker_id(4);  // no decision reported yet
+  auto* l = j.add_pull_links();
+  l->set_shard(1);
+  l->mutable_decision()->set_clock(43);
+  l->mutable_decision()->set_exact_seconds(0.09);
+  l->mutable_decision()->set_codec_seconds(0.055);
+  const std::string out = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(out, "link choice:  2 decisions (LINK)")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "LINK      PATH  DECISION                  WHY\n"
+                                     "worker 3  push  exact from clock 44       median step 41 ms "
+                                     "exact, 55 ms with the codecs\n"
+                                     "shard 1   pull  the codecs from clock 44  median step 90 ms "
+                                     "exact, 55 ms with the codecs"))
+      << out;
+  EXPECT_FALSE(absl::StrContains(out, "worker 4")) << out;
+}
+
 // A stall and failed checkpoints are visible in status and watch.
 TEST(Render, AStallAndFailedCheckpointsShow) {
   gradstream::v1::JobStatus j;

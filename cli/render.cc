@@ -289,6 +289,28 @@ std::string TablesText(const v1::JobStatus& j) {
 // One path's error control over the job's tensors in one line: the largest
 // error, the exact sends the bound asked for, the tensors raised, by level
 // (common/job/precision.h).
+// The link choice's newest decisions ([link choice] in
+// common/job/precision.h), a row each: every member's for its pushes, every
+// shard's for its pulls.
+std::vector<std::vector<std::string>> LinkRows(const v1::JobStatus& j) {
+  auto row = [](std::string who, const char* path, const v1::LinkDecision& d) {
+    return std::vector<std::string>{
+        std::move(who), path,
+        absl::StrCat(d.exact() ? "exact" : "the codecs", " from clock ", d.clock() + 1),
+        absl::StrFormat("median step %.3g ms exact, %.3g ms with the codecs",
+                        1e3 * d.exact_seconds(), 1e3 * d.codec_seconds())};
+  };
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& m : j.members()) {
+    if (m.has_push_link()) rows.push_back(row(absl::StrCat("worker ", m.worker_id()), "push",
+                                              m.push_link()));
+  }
+  for (const auto& l : j.pull_links()) {
+    rows.push_back(row(absl::StrCat("shard ", l.shard()), "pull", l.decision()));
+  }
+  return rows;
+}
+
 std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
   double worst = 0;
   uint64_t flushes = 0;
@@ -372,6 +394,11 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
   if (std::string tables = TablesText(j); !tables.empty()) {
     head.push_back({"tables", std::move(tables)});
   }
+  std::vector<std::vector<std::string>> link = LinkRows(j);
+  if (j.spec().codec().link_choice() == "on") {
+    head.push_back({"link choice", link.empty() ? "probing, no decision yet"
+                                                : absl::StrCat(link.size(), " decisions (LINK)")});
+  }
   for (bool pulls : {false, true}) {
     std::string text = PrecisionText(j, pulls);
     if (!text.empty()) head.push_back({pulls ? "pull error" : "push error", std::move(text)});
@@ -436,6 +463,10 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
     std::vector<std::vector<std::string>> rows = {{"TENSOR", "PATH", "DECISION", "WHY"}};
     for (auto& d : decisions) rows.push_back(std::move(d.second));
     out += "\n" + Table(rows);
+  }
+  if (!link.empty()) {
+    link.insert(link.begin(), {"LINK", "PATH", "DECISION", "WHY"});
+    out += "\n" + Table(link);
   }
   if (!j.epochs().empty()) {
     std::vector<std::vector<std::string>> rows = {{"EPOCH", "FROM CLOCK", "WORKERS", "REASON"}};

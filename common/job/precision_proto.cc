@@ -58,4 +58,15 @@ TableRowStats TableRowStatsFromProto(const v1::TableRows& proto) {
   return TableRowStats{proto.held(), proto.bytes(), proto.pushed(), proto.pulled(), proto.lost()};
 }
 
+void LinkDecisionToProto(const LinkDecision& d, v1::LinkDecision* out) {
+  out->set_clock(d.clock);
+  out->set_exact(d.exact);
+  out->set_exact_seconds(d.exact_seconds);
+  out->set_codec_seconds(d.codec_seconds);
+}
+
+LinkDecision LinkDecisionFromProto(const v1::LinkDecision& proto) {
+  return LinkDecision{proto.clock(), proto.exact(), proto.exact_seconds(), proto.codec_seconds()};
+}
+
 }  // namespace gradstream

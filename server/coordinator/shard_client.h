@@ -6,6 +6,7 @@
 #define GRADSTREAM_SERVER_COORDINATOR_SHARD_CLIENT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,7 @@ struct ShardJobStats {
   std::vector<std::pair<uint64_t, PathPrecision>> push_precision;
   // Per table partition, by chunk id (docs/design/sparse-tables.md).
   std::vector<std::pair<uint64_t, TableRowStats>> tables;
+  std::optional<LinkDecision> pull_link;  // its pulls' newest link decision
 };
 
 // Implementations are thread-safe. Every call has a deadline; a shard that

@@ -302,6 +302,7 @@ void ShardFleet::Apply(const std::vector<ShardCall>& calls, const JobTableView& 
             js->second.push_precision[chunk] = p;
           }
           for (const auto& [chunk, t] : call.stats.tables) js->second.tables[chunk] = t;
+          if (call.stats.pull_link) js->second.pull_links[i] = *call.stats.pull_link;
           ++stats.answers;
         } else if (absl::IsNotFound(call.status)) {
           created[i] = false;  // the shard lost the job (restart)

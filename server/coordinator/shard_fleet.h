@@ -61,6 +61,8 @@ struct JobShards {
   std::map<uint64_t, PathPrecision> push_precision;
   // Each table partition's rows, from its shard's last answer.
   std::map<uint64_t, TableRowStats> tables;
+  // Each shard's newest pull link decision, by shard index.
+  std::map<uint32_t, LinkDecision> pull_links;
 };
 
 // One shard RPC, planned under the lock and made outside it.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/job/precision.h"
@@ -93,6 +94,7 @@ struct WorkerProgress {
   uint64_t max_staleness = 0;
   std::string encode_path;
   float encode_share = 0;
+  std::optional<LinkDecision> push_link;  // its pushes' newest link decision
   uint64_t bytes_pulled = 0;
   uint64_t fp32_bytes_pulled = 0;
   uint64_t bytes_pulled_discarded = 0;
@@ -160,6 +162,7 @@ struct JobMember {
   std::optional<float> samples_per_sec;
   std::string encode_path;
   float encode_share = 0;
+  std::optional<LinkDecision> push_link;
 };
 
 // A job (v1::JobStatus): its durable record, and in views its answer.
@@ -199,6 +202,8 @@ struct JobStatus {
   std::string size_reason;  // views only
   std::vector<TensorPrecision> precision;  // views only
   std::vector<TableProgress> tables;       // views only
+  // Views only: each shard's newest pull link decision, by shard index.
+  std::vector<std::pair<uint32_t, LinkDecision>> pull_links;
 };
 
 struct WorkerStatus {

@@ -199,6 +199,7 @@ JobStatus Views::Render(const JobRecord& job, bool full) const {
     }
     m.encode_path = w->progress.encode_path;
     m.encode_share = w->progress.encode_share;
+    m.push_link = w->progress.push_link;
   }
   // Members leave a finished job as they hear of its end; report the final
   // epoch's size instead.
@@ -209,6 +210,9 @@ JobStatus Views::Render(const JobRecord& job, bool full) const {
   out.size_reason = SizeReason(job.status, active, Now());
   out.precision = TensorPrecisions(job);
   out.tables = Tables(job);
+  if (const JobShards* js = fleet_->Find(job.status.job_id)) {
+    out.pull_links.assign(js->pull_links.begin(), js->pull_links.end());
+  }
   return out;
 }
 

@@ -772,6 +772,7 @@ JobStats Job::Stats(bool include_rounds) const {
     p.push = push_precision_.Report(c->chunk_id);
     if (p.pull || p.push) s.precision.push_back(std::move(p));
   }
+  if (publisher_ != nullptr) s.pull_link = publisher_->LinkDecided();
   s.min_version = std::numeric_limits<uint64_t>::max();
   for (const auto& c : chunks_) {
     const uint64_t v = c->version.load();

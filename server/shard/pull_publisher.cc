@@ -190,6 +190,13 @@ bool PullPublisher::LinkExact(uint64_t reader_clock) {
   return link_.Exact(reader_clock);
 }
 
+std::optional<LinkDecision> PullPublisher::LinkDecided() const {
+  if (!link_enabled_) return std::nullopt;
+  absl::MutexLock l(&link_mu_);
+  if (link_.decisions().empty()) return std::nullopt;
+  return link_.decisions().back();
+}
+
 std::optional<PathPrecision> PullPublisher::Precision(uint64_t chunk_id) const {
   auto it = chunks_.find(chunk_id);
   if (it == chunks_.end() || it->second->fp32) return std::nullopt;

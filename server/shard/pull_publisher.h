@@ -77,6 +77,8 @@ class PullPublisher {
   // The chunk's pull error and precision decisions; nullopt for a chunk
   // published fp32 by its size.
   std::optional<PathPrecision> Precision(uint64_t chunk_id) const;
+  // The link choice's newest decision; nullopt with it off or before one.
+  std::optional<LinkDecision> LinkDecided() const;
 
   // What a checkpoint keeps of a chunk; nullopt before its first pull.
   std::optional<PublishedCopy> Save(uint64_t chunk_id) const;
@@ -134,7 +136,7 @@ class PullPublisher {
   const bool once_per_clock_;
   Env* const env_;
   const bool link_enabled_;
-  absl::Mutex link_mu_;
+  mutable absl::Mutex link_mu_;
   LinkChoice link_ ABSL_GUARDED_BY(link_mu_);
   uint64_t link_clock_ ABSL_GUARDED_BY(link_mu_) = 0;  // newest reader clock published for
   absl::flat_hash_map<uint64_t, std::unique_ptr<Chunk>> chunks_;  // fixed after construction

@@ -329,7 +329,16 @@ TEST(PullPublisher, TheLinkChoiceProbesWithWholePublications) {
     EXPECT_EQ(out.deltas.empty(), exact) << "reader clock " << v;
     w.Take(out);
     if (exact) EXPECT_EQ(w.copy, params) << "reader clock " << v;
+    // Decided as the probe's last clock (7) ends; the stats carry it.
+    EXPECT_FALSE(pub.LinkDecided().has_value()) << "reader clock " << v;
   }
+  params = Step(params, rng, 0.01f);
+  pub.Serve(7, params, 8, 8, w.held_or_null(), &out);
+  const std::optional<LinkDecision> d = pub.LinkDecided();
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->clock, 7u);
+  EXPECT_GT(d->codec_seconds, 0);
+  EXPECT_EQ(out.values.empty(), !d->exact);
 }
 
 TEST(PullPublisher, CheckpointKeepsThePublishedCopy) {

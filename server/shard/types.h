@@ -258,6 +258,7 @@ struct JobStats {
     std::optional<PathPrecision> pull, push;
   };
   std::vector<ChunkPrecision> precision;
+  std::optional<LinkDecision> pull_link;  // the pulls' newest link decision
 };
 
 }  // namespace gradstream::shard

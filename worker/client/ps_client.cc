@@ -393,6 +393,10 @@ class PsClientImpl final : public PsClient {
     st.bytes_pulled_discarded = counters_.bytes_pulled_discarded.load();
     st.reconnects = counters_.reconnects.load();
     st.replayed = counters_.replayed.load();
+    if (link_enabled_) {
+      absl::MutexLock lock(&link_mu_);
+      if (!link_.decisions().empty()) st.push_link = link_.decisions().back();
+    }
     return st;
   }
 
@@ -621,7 +625,7 @@ class PsClientImpl final : public PsClient {
       fp32_bytes_pushed_{0}, pull_calls_{0}, push_messages_{0};
   std::atomic<uint64_t> link_exact_pushes_{0};
   const bool link_enabled_ = options_.codec.link_choice;
-  absl::Mutex link_mu_;
+  mutable absl::Mutex link_mu_;
   LinkChoice link_ ABSL_GUARDED_BY(link_mu_);
   absl::Mutex bucket_mu_;
   Bucket open_ ABSL_GUARDED_BY(bucket_mu_);

@@ -65,6 +65,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,7 @@
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
 #include "common/env/env.h"
+#include "common/job/precision.h"
 #include "common/job/shard_map.h"
 #include "worker/client/channel_factory.h"
 
@@ -169,6 +171,7 @@ struct ClientStats {
   uint64_t bytes_pulled_discarded = 0;
   uint64_t reconnects = 0;         // connection attempts after the first
   uint64_t replayed = 0;           // messages re-sent after a reconnect
+  std::optional<LinkDecision> push_link;  // the link choice's newest decision, if any
 };
 
 // One chunk that the caller encoded itself, e.g. on the GPU with

@@ -326,6 +326,8 @@ TEST_F(PsClientTest, TheLinkChoiceProbesWithExactPushes) {
   uint64_t exact_clocks = 0;
   for (uint64_t clock = 0; clock < 50; ++clock) {
     const ClientStats before = (*client)->stats();
+    // The probe decides as clock 43 ends: nothing to report before.
+    EXPECT_EQ(before.push_link.has_value(), clock > 43) << "clock " << clock;
     std::vector<PushHandle> pushes;
     for (const TensorInfo& t : map.tensors) {
       pushes.push_back((*client)->Push(t.index, Random(t.num_elems, clock + t.index, 0.7f), clock));
@@ -346,7 +348,13 @@ TEST_F(PsClientTest, TheLinkChoiceProbesWithExactPushes) {
     ASSERT_TRUE((*client)->AdvanceClock(clock + 1).ok());
     ASSERT_TRUE(PsClient::Wait((*client)->Pull(clock + 1, MutableSpans(got)), kWait).ok());
   }
-  EXPECT_EQ((*client)->stats().link_exact_pushes, exact_clocks * 2);
+  const ClientStats stats = (*client)->stats();
+  EXPECT_EQ(stats.link_exact_pushes, exact_clocks * 2);
+  // What the heartbeat reports (gradstream status): the held winner.
+  ASSERT_TRUE(stats.push_link.has_value());
+  EXPECT_EQ(stats.push_link->clock, 43u);
+  EXPECT_EQ(stats.push_link->exact, held == 1);
+  EXPECT_GT(stats.push_link->codec_seconds, 0);
   EXPECT_TRUE((*client)->Leave(kWait).ok());
 }
 

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/job/precision_proto.h"
+
 namespace gradstream::runtime {
 
 v1::WorkerProgress ProgressToProto(const Progress& p) {
@@ -19,6 +21,7 @@ v1::WorkerProgress ProgressToProto(const Progress& p) {
   out.set_residual_norm(p.residual_norm);
   out.set_encode_path(p.encode_path);
   out.set_encode_share(p.encode_share);
+  if (p.push_link.has_value()) LinkDecisionToProto(*p.push_link, out.mutable_push_link());
   return out;
 }
 
@@ -38,6 +41,8 @@ void MergeProgress(const v1::WorkerProgress& in, Progress* p) {
   p->residual_norm = in.residual_norm();
   p->encode_path = in.encode_path();
   p->encode_share = in.encode_share();
+  p->push_link.reset();
+  if (in.has_push_link()) p->push_link = LinkDecisionFromProto(in.push_link());
 }
 
 void ProgressBoard::Set(const Progress& p) {
@@ -91,6 +96,7 @@ Progress ProgressMeter::At(uint64_t clock, const client::ClientStats* stats, boo
     progress_.fp32_bytes_pulled = stats->fp32_bytes_pulled;
     progress_.bytes_pulled_discarded = stats->bytes_pulled_discarded;
     progress_.reconnects = stats->reconnects;
+    progress_.push_link = stats->push_link;
   }
   return progress_;
 }

@@ -41,6 +41,7 @@ struct Progress {
   // Share of the training steps' wall time spent encoding and copying
   // gradients or codes (docs/design/device-encode.md says what each path counts).
   float encode_share = 0;
+  std::optional<LinkDecision> push_link;  // ClientStats::push_link
 };
 
 // The heartbeat's and the agent's form of `p` (coordinator.proto's

@@ -122,8 +122,11 @@ TEST(ProgressMeter, AveragesTheLossAndMeasuresRatesOverWindowsOfASecond) {
   client::ClientStats stats;
   stats.bytes_pushed = 100;
   stats.fp32_bytes_pulled = 400;
+  stats.push_link = LinkDecision{43, false, 0.09, 0.055};
   p = meter.At(3, &stats, &new_window);
   EXPECT_TRUE(new_window);
+  ASSERT_TRUE(p.push_link.has_value());
+  EXPECT_FALSE(p.push_link->exact);
   EXPECT_FLOAT_EQ(p.samples_per_sec, 15);  // 30 samples in 2 s
   EXPECT_EQ(p.bytes_pushed, 100u);
   EXPECT_EQ(p.fp32_bytes_pulled, 400u);
@@ -150,6 +153,7 @@ TEST(Progress, TheWireFormKeepsEveryFieldAndAnAccuracyUntilANewOne) {
   p.residual_norm = 0.25;
   p.encode_path = "host-from-cuda";
   p.encode_share = 0.125f;
+  p.push_link = LinkDecision{43, true, 0.041, 0.055};
   Progress back;
   MergeProgress(ProgressToProto(p), &back);
   EXPECT_EQ(ProgressToProto(back).SerializeAsString(), ProgressToProto(p).SerializeAsString());
@@ -162,6 +166,11 @@ TEST(Progress, TheWireFormKeepsEveryFieldAndAnAccuracyUntilANewOne) {
   EXPECT_EQ(back.clock, 8u);
   EXPECT_FLOAT_EQ(back.accuracy, 0.9f);
   EXPECT_EQ(back.accuracy_clock, 6u);
+  ASSERT_TRUE(back.push_link.has_value());
+  EXPECT_EQ(back.push_link->clock, 43u);
+  later.clear_push_link();  // as reported, like every field but the accuracy
+  MergeProgress(later, &back);
+  EXPECT_FALSE(back.push_link.has_value());
 }
 
 std::vector<int64_t> Iota(int64_t n) {

@@ -114,6 +114,7 @@ WorkerProgress WorkerProgressFromProto(const v1::WorkerProgress& proto) {
   p.max_staleness = proto.max_staleness();
   p.encode_path = proto.encode_path();
   p.encode_share = proto.encode_share();
+  if (proto.has_push_link()) p.push_link = LinkDecisionFromProto(proto.push_link());
   p.bytes_pulled = proto.bytes_pulled();
   p.fp32_bytes_pulled = proto.fp32_bytes_pulled();
   p.bytes_pulled_discarded = proto.bytes_pulled_discarded();
@@ -169,6 +170,7 @@ JobMember MemberFromProto(const v1::JobMember& proto) {
   if (proto.has_samples_per_sec()) m.samples_per_sec = proto.samples_per_sec();
   m.encode_path = proto.encode_path();
   m.encode_share = proto.encode_share();
+  if (proto.has_push_link()) m.push_link = LinkDecisionFromProto(proto.push_link());
   return m;
 }
 
@@ -184,6 +186,7 @@ void MemberToProto(const JobMember& m, v1::JobMember* proto) {
   if (m.samples_per_sec) proto->set_samples_per_sec(*m.samples_per_sec);
   proto->set_encode_path(m.encode_path);
   proto->set_encode_share(m.encode_share);
+  if (m.push_link) LinkDecisionToProto(*m.push_link, proto->mutable_push_link());
 }
 
 }  // namespace
@@ -225,6 +228,9 @@ absl::StatusOr<JobStatus> JobStatusFromProto(const v1::JobStatus& proto) {
   for (const auto& t : proto.tables()) {
     s.tables.push_back(TableProgress{t.tensor(), TableRowStatsFromProto(t.rows())});
   }
+  for (const auto& l : proto.pull_links()) {
+    s.pull_links.emplace_back(l.shard(), LinkDecisionFromProto(l.decision()));
+  }
   return s;
 }
 
@@ -259,6 +265,11 @@ v1::JobStatus JobStatusToProto(const JobStatus& s) {
     v1::TableProgress* tp = proto.add_tables();
     tp->set_tensor(t.tensor);
     TableRowStatsToProto(t.rows, tp->mutable_rows());
+  }
+  for (const auto& [shard, d] : s.pull_links) {
+    v1::ShardLinkDecision* l = proto.add_pull_links();
+    l->set_shard(shard);
+    LinkDecisionToProto(d, l->mutable_decision());
   }
   return proto;
 }

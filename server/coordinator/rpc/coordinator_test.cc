@@ -10,6 +10,7 @@
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -57,6 +58,7 @@ class RecordingShards final : public ShardClient {
     r.min_clock = min_clock;
     r.min_version = rounds;
     r.max_version = rounds;
+    r.pull_link = pull_link;
     return r;
   }
 
@@ -64,6 +66,7 @@ class RecordingShards final : public ShardClient {
   bool down = false;
   uint64_t min_clock = 0;
   uint64_t rounds = 0;  // sync rounds applied (see [shard progress])
+  std::optional<LinkDecision> pull_link;
   std::vector<std::pair<std::string, v1::CreateJobRequest>> creates;
   std::vector<std::pair<std::string, v1::MembershipUpdate>> updates;
   std::vector<std::string> drops;
@@ -1060,6 +1063,38 @@ TEST_F(CoordinatorTest, NothingReadsAsMeasuredBeforeTheFirstReport) {
   EXPECT_TRUE(absl::StrContains(metrics_.Render(), "gs_job_samples_per_second{job=\"" + job_ +
                                                        "\"} 480"))
       << metrics_.Render();
+}
+
+// [link choice]: what a member reports of its pushes' decision and what a
+// shard answers of its pulls' reach the job's view (gradstream status).
+TEST_F(CoordinatorTest, TheLinkChoicesDecisionsReachTheJobsView) {
+  job_ = Submit(2);
+  const auto [w1, w2] = StartWithTwoWorkers();
+  v1::WorkerProgress p = Progress(44, 2.0f, 480);
+  p.mutable_push_link()->set_clock(43);
+  p.mutable_push_link()->set_exact(true);
+  p.mutable_push_link()->set_exact_seconds(0.041);
+  p.mutable_push_link()->set_codec_seconds(0.055);
+  Report(w1, p);
+  Report(w2, Progress(44, 2.0f, 480));
+  {
+    absl::MutexLock lock(&shards_.mu_);
+    shards_.pull_link = LinkDecision{43, false, 0.09, 0.055};
+  }
+  c_->Tick();  // the shards' answers
+  const v1::JobStatus job = Job();
+  ASSERT_EQ(job.members_size(), 2);
+  for (const auto& m : job.members()) {
+    EXPECT_EQ(m.has_push_link(), m.worker_id() == w1.first) << m.DebugString();
+  }
+  const auto& m = job.members(job.members(0).worker_id() == w1.first ? 0 : 1);
+  EXPECT_EQ(m.push_link().clock(), 43u);
+  EXPECT_TRUE(m.push_link().exact());
+  EXPECT_DOUBLE_EQ(m.push_link().codec_seconds(), 0.055);
+  ASSERT_EQ(job.pull_links_size(), 1);
+  EXPECT_EQ(job.pull_links(0).shard(), 0u);
+  EXPECT_FALSE(job.pull_links(0).decision().exact());
+  EXPECT_DOUBLE_EQ(job.pull_links(0).decision().exact_seconds(), 0.09);
 }
 
 // Issue 23 ([run average]): a finished built-in job's throughput is its

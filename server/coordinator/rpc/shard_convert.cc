@@ -73,6 +73,7 @@ ShardJobStats StatsFromProto(const v1::StatsResponse& proto) {
     if (c.has_pull()) s.pull_precision.emplace_back(c.chunk_id(), PathPrecisionFromProto(c.pull()));
     if (c.has_push()) s.push_precision.emplace_back(c.chunk_id(), PathPrecisionFromProto(c.push()));
   }
+  if (proto.has_pull_link()) s.pull_link = LinkDecisionFromProto(proto.pull_link());
   for (const v1::TablePartitionStats& t : proto.tables()) {
     s.tables.emplace_back(t.chunk_id(), TableRowStatsFromProto(t.rows()));
   }

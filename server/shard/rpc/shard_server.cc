@@ -414,6 +414,7 @@ class ShardService final : public ServiceBase {
         if (p.pull) PathPrecisionToProto(*p.pull, cp->mutable_pull());
         if (p.push) PathPrecisionToProto(*p.push, cp->mutable_push());
       }
+      if (s.pull_link) LinkDecisionToProto(*s.pull_link, resp->mutable_pull_link());
       return absl::OkStatus();
     });
   }
