@@ -552,6 +552,11 @@ TEST(Render, StatusShowsTheCodecOfEveryTensor) {
   EXPECT_TRUE(absl::StrContains(exact, "codec:        twobit (fp32 below 16384 elements), "))
       << exact;
   EXPECT_FALSE(absl::StrContains(exact, "ternary below")) << exact;
+  // onebit has the layer-wise rule too.
+  j.mutable_spec()->mutable_codec()->set_default_codec("onebit");
+  j.mutable_spec()->mutable_codec()->set_min_compress_elems(1);
+  const std::string onebit = RenderJob(j, 0);
+  EXPECT_TRUE(absl::StrContains(onebit, "onebit (ternary below 16384 elements)")) << onebit;
 }
 
 // [link choice]: each member's and each shard's newest decision, once made.

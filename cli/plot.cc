@@ -27,11 +27,12 @@ std::string Title(const v1::JobStatus& job) {
     absl::StrAppend(&codec, " adaptive t");
   }
   // The default layer-wise rule goes unsaid; its absence or another size not.
-  const bool layer_wise = LayerWiseCodec(policy.default_codec());
-  if (layer_wise && policy.twobit_min_elems() == 1 && policy.min_compress_elems() <= 1) {
+  const bool layer_wise = LayerWiseRuleApplies(
+      policy.default_codec(), policy.twobit_min_elems(), policy.min_compress_elems());
+  if (LayerWiseCodec(policy.default_codec()) && policy.twobit_min_elems() == 1 &&
+      policy.min_compress_elems() <= 1) {
     absl::StrAppend(&codec, " on every tensor");
-  } else if (layer_wise && policy.twobit_min_elems() > 1 &&
-             policy.twobit_min_elems() != kDefaultTwobitMinElems) {
+  } else if (layer_wise && policy.twobit_min_elems() != kDefaultTwobitMinElems) {
     absl::StrAppend(&codec, ", ternary below ", policy.twobit_min_elems());
   }
   if (policy.disable_error_feedback()) absl::StrAppend(&codec, " no EF");

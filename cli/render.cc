@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/job/codec_policy.h"
 #include "common/job/job_state.h"
 #include "common/job/precision.h"
 #include "nlohmann/json.hpp"
@@ -211,9 +212,8 @@ namespace {
 // scale is set: that rule is part of what a tensor's codec does (see
 // [default policy] in common/job/codec_defaults.h).
 std::string CodecText(const v1::CodecPolicy& c) {
-  // The layer-wise rule says something only above the exact tensors' size.
-  const bool layer_wise = c.default_codec() == "twobit" && c.twobit_min_elems() > 1 &&
-                          c.twobit_min_elems() > c.min_compress_elems();
+  const bool layer_wise =
+      LayerWiseRuleApplies(c.default_codec(), c.twobit_min_elems(), c.min_compress_elems());
   // Pushes only: pulls take fixed options (PullCodecOptions in
   // common/codec/published.h), and the pull codec's name says the rest.
   auto used = [&](const char* codec) {

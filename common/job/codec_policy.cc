@@ -5,6 +5,12 @@ namespace gradstream {
 
 bool LayerWiseCodec(std::string_view codec) { return codec == "twobit" || codec == "onebit"; }
 
+bool LayerWiseRuleApplies(std::string_view default_codec, uint64_t twobit_min_elems,
+                          uint64_t min_compress_elems) {
+  return LayerWiseCodec(default_codec) && twobit_min_elems > 1 &&
+         twobit_min_elems > min_compress_elems;
+}
+
 std::string ResolveCodec(const CodecPolicy& policy, std::string_view tensor_name,
                          uint64_t num_elems) {
   auto it = policy.overrides.find(std::string(tensor_name));

@@ -46,6 +46,10 @@ struct CodecPolicy {
 // Whether twobit_min_elems applies to a default `codec`: the 1- and 2-bit
 // codecs, whose scale does not fit a small tensor (see [layer-wise codec]).
 bool LayerWiseCodec(std::string_view codec);
+// Whether any tensor falls under that rule: a layer-wise default whose
+// twobit_min_elems lies above min_compress_elems (smaller tensors go exact).
+bool LayerWiseRuleApplies(std::string_view default_codec, uint64_t twobit_min_elems,
+                          uint64_t min_compress_elems);
 
 // The codec `policy` selects for a tensor: an override by name wins, then
 // tensors below min_compress_elems get "none", then the default -- except
