@@ -462,16 +462,18 @@ TEST(Plot, GnuplotDrawsAPng) {
   ::rmdir(dir);
 }
 
-TEST(Render, MembersShowWhereTheyEncode) {
+TEST(Render, MembersShowWhereTheyEncodeAndHowLongTheyWait) {
   gradstream::v1::JobStatus j;
   auto* gpu = j.add_members();
   gpu->set_worker_id(7);
   gpu->set_encode_path("device");
   gpu->set_encode_share(0.031f);
+  gpu->set_wait_share(0.62f);
   j.add_members()->set_worker_id(8);  // no report yet
   const std::string out = RenderJob(j, 0);
-  EXPECT_TRUE(absl::StrContains(out, "ENCODE")) << out;
-  EXPECT_TRUE(absl::StrContains(out, "device 3.1%")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "ENCODE       WAIT")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "device 3.1%  62%")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "0     8       0      -     -          -            -")) << out;
 }
 
 // Pull answers a worker threw away (a pull it gave up on; see [step loop])

@@ -421,7 +421,7 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
     // A finished job's ranks show their run average (see [run average]).
     std::vector<std::vector<std::string>> rows = {
         {"RANK", "WORKER", "CLOCK", "LOSS", IsTerminal(j.state()) ? "AVG SAMPLES/S" : "SAMPLES/S",
-         "ENCODE", "NOTE"}};
+         "ENCODE", "WAIT", "NOTE"}};
     for (const auto& m : j.members()) {
       std::string note = m.join_clock() ? absl::StrCat("joined at ", m.join_clock()) : "";
       if (m.leaving()) note = absl::StrCat("leaving at ", m.leave_clock());
@@ -435,7 +435,12 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
                       absl::StrCat(m.clock()),
                       m.has_loss() ? absl::StrFormat("%.4f", m.loss()) : "-",
                       m.has_samples_per_sec() ? absl::StrFormat("%.0f", m.samples_per_sec()) : "-",
-                      encode, note});
+                      encode,
+                      // Its step's share spent waiting for the wire and the
+                      // shards ("-" before its first report).
+                      m.encode_path().empty() ? "-"
+                                              : absl::StrFormat("%.0f%%", 100 * m.wait_share()),
+                      note});
     }
     out += "\n" + Table(rows);
   }

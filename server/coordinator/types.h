@@ -95,6 +95,7 @@ struct WorkerProgress {
   std::string encode_path;
   float encode_share = 0;
   std::optional<LinkDecision> push_link;  // its pushes' newest link decision
+  float wait_share = 0;
   uint64_t bytes_pulled = 0;
   uint64_t fp32_bytes_pulled = 0;
   uint64_t bytes_pulled_discarded = 0;
@@ -163,6 +164,7 @@ struct JobMember {
   std::string encode_path;
   float encode_share = 0;
   std::optional<LinkDecision> push_link;
+  float wait_share = 0;
 };
 
 // A job (v1::JobStatus): its durable record, and in views its answer.

@@ -200,6 +200,7 @@ JobStatus Views::Render(const JobRecord& job, bool full) const {
     m.encode_path = w->progress.encode_path;
     m.encode_share = w->progress.encode_share;
     m.push_link = w->progress.push_link;
+    m.wait_share = w->progress.wait_share;
   }
   // Members leave a finished job as they hear of its end; report the final
   // epoch's size instead.

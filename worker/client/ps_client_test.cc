@@ -751,6 +751,12 @@ TEST_F(PsClientTest, StepLoopAsksOnceForAPullHeldByAStraggler) {
   EXPECT_GE(slices.load(), 100);
   EXPECT_EQ(c1_->stats().pull_calls, 1u);
   EXPECT_FLOAT_EQ(params[0], init[0][0] - 1.0f);
+  // The 10 s the straggler took were all waited for: the wait share says
+  // so; time outside the loop's waits (the model's) is not counted.
+  EXPECT_GE(loop.wait_seconds(), 100 * 0.1);
+  EXPECT_GT(loop.wait_share(), 0.99);
+  clock.Advance(absl::Seconds(loop.wait_seconds()));
+  EXPECT_NEAR(loop.wait_share(), 0.5, 0.01);
 }
 
 // [step loop]: WaitTensors waits for the tensors asked for only -- here

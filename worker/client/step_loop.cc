@@ -15,7 +15,8 @@ StepLoop::StepLoop(PsClient* client, StepLoopOptions options, StepLoopHooks hook
       options_(options),
       hooks_(std::move(hooks)),
       num_tensors_(static_cast<uint32_t>(client->shard_map().tensors.size())),
-      pushed_(num_tensors_, false) {
+      pushed_(num_tensors_, false),
+      started_(options_.env->Now()) {
   encoder_ = options_.env->StartThread("gs-encode", [this] { EncodeLoop(); });
 }
 
@@ -102,6 +103,20 @@ absl::Status StepLoop::WaitEncoded(absl::Time deadline) {
       absl::StrCat(dropped, " gradients were still waiting to be encoded at the deadline"));
 }
 
+StepLoop::WaitTimer::~WaitTimer() {
+  const int64_t ns = absl::ToInt64Nanoseconds(loop_->options_.env->Now() - start_);
+  loop_->wait_ns_.fetch_add(ns, std::memory_order_relaxed);
+}
+
+double StepLoop::wait_seconds() const {
+  return 1e-9 * static_cast<double>(wait_ns_.load(std::memory_order_relaxed));
+}
+
+double StepLoop::wait_share() const {
+  const double wall = absl::ToDoubleSeconds(options_.env->Now() - started_);
+  return wall > 0 ? std::min(1.0, wait_seconds() / wall) : 0.0;
+}
+
 double StepLoop::encode_seconds() const {
   absl::MutexLock lock(&mu_);
   return encode_seconds_;
@@ -121,6 +136,7 @@ void StepLoop::AddPush(uint32_t tensor, PushHandle handle) {
 absl::Status StepLoop::EndClock(uint64_t clock,
                                 std::optional<std::vector<absl::Span<float>>> next,
                                 std::vector<PsClient::RowsAsk> rows, PullHandle* rows_pull) {
+  const WaitTimer timer(this);
   const absl::Time deadline = options_.env->Now() + options_.push_wait;
   absl::Status encoded = WaitEncoded(deadline);
   std::vector<uint32_t> missing;
@@ -195,6 +211,7 @@ bool StepLoop::TensorsReady(absl::Span<const uint32_t> tensors) {
 }
 
 absl::Status StepLoop::WaitTensors(absl::Span<const uint32_t> tensors) {
+  const WaitTimer timer(this);
   uint64_t seen = 0;
   absl::Time moved = options_.env->Now();
   for (;;) {

@@ -22,6 +22,7 @@
 #ifndef GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
 #define GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -144,6 +145,12 @@ class StepLoop {
   double encode_seconds() const;
   // Times the encode thread was woken to find work, since the loop started.
   uint64_t encode_wakeups() const;
+  // Seconds spent in EndClock and WaitTensors (waiting for the encode thread,
+  // the shards' acknowledgements and pulls), since the loop started; and
+  // their share of the wall time since then, at most 1: how much of a step
+  // is the wire's and the shards' rather than the model's.
+  double wait_seconds() const;
+  double wait_share() const;
 
  private:
   struct Pull {
@@ -159,6 +166,19 @@ class StepLoop {
     absl::Span<const float> grad;
     uint64_t clock = 0;
   };
+  // Adds the time from its construction to its destruction to wait_ns_.
+  class WaitTimer {
+   public:
+    explicit WaitTimer(StepLoop* loop) : loop_(loop), start_(loop->options_.env->Now()) {}
+    ~WaitTimer();
+    WaitTimer(const WaitTimer&) = delete;
+    WaitTimer& operator=(const WaitTimer&) = delete;
+
+   private:
+    StepLoop* const loop_;
+    const absl::Time start_;
+  };
+
   absl::Status WaitHandles(std::vector<PushHandle> handles, absl::Time deadline);
   void EncodeLoop();
   // Waits until the encode thread took every gradient pushed so far.
@@ -182,6 +202,8 @@ class StepLoop {
   uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   double encode_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  const absl::Time started_;
+  std::atomic<int64_t> wait_ns_{0};  // see wait_seconds()
   std::thread encoder_;  // last: started once the rest exists
 };
 

@@ -22,6 +22,7 @@ v1::WorkerProgress ProgressToProto(const Progress& p) {
   out.set_encode_path(p.encode_path);
   out.set_encode_share(p.encode_share);
   if (p.push_link.has_value()) LinkDecisionToProto(*p.push_link, out.mutable_push_link());
+  out.set_wait_share(p.wait_share);
   return out;
 }
 
@@ -43,6 +44,7 @@ void MergeProgress(const v1::WorkerProgress& in, Progress* p) {
   p->encode_share = in.encode_share();
   p->push_link.reset();
   if (in.has_push_link()) p->push_link = LinkDecisionFromProto(in.push_link());
+  p->wait_share = in.wait_share();
 }
 
 void ProgressBoard::Set(const Progress& p) {

@@ -42,6 +42,7 @@ struct Progress {
   // gradients or codes (docs/design/device-encode.md says what each path counts).
   float encode_share = 0;
   std::optional<LinkDecision> push_link;  // ClientStats::push_link
+  float wait_share = 0;  // StepLoop::wait_share(): the step's share spent waiting
 };
 
 // The heartbeat's and the agent's form of `p` (coordinator.proto's

@@ -154,6 +154,7 @@ TEST(Progress, TheWireFormKeepsEveryFieldAndAnAccuracyUntilANewOne) {
   p.encode_path = "host-from-cuda";
   p.encode_share = 0.125f;
   p.push_link = LinkDecision{43, true, 0.041, 0.055};
+  p.wait_share = 0.375f;
   Progress back;
   MergeProgress(ProgressToProto(p), &back);
   EXPECT_EQ(ProgressToProto(back).SerializeAsString(), ProgressToProto(p).SerializeAsString());

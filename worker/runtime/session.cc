@@ -49,7 +49,9 @@ absl::Status WorkerSession::Leave(absl::Duration timeout) {
 
 Progress WorkerSession::ProgressAt(uint64_t clock, bool* new_window) {
   const client::ClientStats stats = client_->stats();
-  return meter_.At(clock, &stats, new_window);
+  Progress p = meter_.At(clock, &stats, new_window);
+  p.wait_share = static_cast<float>(loop_->wait_share());
+  return p;
 }
 
 }  // namespace gradstream::runtime

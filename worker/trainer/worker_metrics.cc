@@ -20,10 +20,11 @@ constexpr const char* kCompression = "gs_worker_compression_ratio";
 constexpr const char* kResidualNorm = "gs_worker_residual_norm";
 constexpr const char* kReconnects = "gs_worker_reconnects_total";
 constexpr const char* kEncodeShare = "gs_worker_encode_share";
+constexpr const char* kWaitShare = "gs_worker_wait_share";
 constexpr const char* kFamilies[] = {
     kInfo,          kWorldSize, kClock,         kSamplesPerSecond, kLoss,         kAccuracy,
     kAccuracyClock, kPushBytes, kPushFp32Bytes, kCompression,      kResidualNorm, kReconnects,
-    kEncodeShare};
+    kEncodeShare,   kWaitShare};
 
 }  // namespace
 
@@ -59,6 +60,10 @@ void ExportWorkerSample(const WorkerSample& sample, metrics::Registry* registry)
         p.bytes_pushed == 0 ? 0.0 : static_cast<double>(p.fp32_bytes_pushed) / p.bytes_pushed);
   gauge(kResidualNorm, "L2 norm of all error-feedback residuals.", p.residual_norm);
   counter(kReconnects, "Reconnects to shards (after the first connection).", p.reconnects);
+  gauge(kWaitShare,
+        "Share of wall time since the step loop started spent waiting for encodes, "
+        "acknowledgements and pulls.",
+        p.wait_share);
   if (!p.encode_path.empty()) {
     registry
         ->GetGauge(kEncodeShare,

@@ -115,6 +115,7 @@ WorkerProgress WorkerProgressFromProto(const v1::WorkerProgress& proto) {
   p.encode_path = proto.encode_path();
   p.encode_share = proto.encode_share();
   if (proto.has_push_link()) p.push_link = LinkDecisionFromProto(proto.push_link());
+  p.wait_share = proto.wait_share();
   p.bytes_pulled = proto.bytes_pulled();
   p.fp32_bytes_pulled = proto.fp32_bytes_pulled();
   p.bytes_pulled_discarded = proto.bytes_pulled_discarded();
@@ -171,6 +172,7 @@ JobMember MemberFromProto(const v1::JobMember& proto) {
   m.encode_path = proto.encode_path();
   m.encode_share = proto.encode_share();
   if (proto.has_push_link()) m.push_link = LinkDecisionFromProto(proto.push_link());
+  m.wait_share = proto.wait_share();
   return m;
 }
 
@@ -187,6 +189,7 @@ void MemberToProto(const JobMember& m, v1::JobMember* proto) {
   proto->set_encode_path(m.encode_path);
   proto->set_encode_share(m.encode_share);
   if (m.push_link) LinkDecisionToProto(*m.push_link, proto->mutable_push_link());
+  proto->set_wait_share(m.wait_share);
 }
 
 }  // namespace

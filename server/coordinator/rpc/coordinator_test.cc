@@ -1065,9 +1065,10 @@ TEST_F(CoordinatorTest, NothingReadsAsMeasuredBeforeTheFirstReport) {
       << metrics_.Render();
 }
 
-// [link choice]: what a member reports of its pushes' decision and what a
-// shard answers of its pulls' reach the job's view (gradstream status).
-TEST_F(CoordinatorTest, TheLinkChoicesDecisionsReachTheJobsView) {
+// [link choice]: what a member reports of its pushes' decision and of the
+// share of its steps spent waiting, and what a shard answers of its pulls'
+// decision, reach the job's view (gradstream status).
+TEST_F(CoordinatorTest, TheLinkChoicesDecisionsAndTheWaitShareReachTheJobsView) {
   job_ = Submit(2);
   const auto [w1, w2] = StartWithTwoWorkers();
   v1::WorkerProgress p = Progress(44, 2.0f, 480);
@@ -1075,6 +1076,7 @@ TEST_F(CoordinatorTest, TheLinkChoicesDecisionsReachTheJobsView) {
   p.mutable_push_link()->set_exact(true);
   p.mutable_push_link()->set_exact_seconds(0.041);
   p.mutable_push_link()->set_codec_seconds(0.055);
+  p.set_wait_share(0.625f);
   Report(w1, p);
   Report(w2, Progress(44, 2.0f, 480));
   {
@@ -1091,6 +1093,7 @@ TEST_F(CoordinatorTest, TheLinkChoicesDecisionsReachTheJobsView) {
   EXPECT_EQ(m.push_link().clock(), 43u);
   EXPECT_TRUE(m.push_link().exact());
   EXPECT_DOUBLE_EQ(m.push_link().codec_seconds(), 0.055);
+  EXPECT_FLOAT_EQ(m.wait_share(), 0.625f);
   ASSERT_EQ(job.pull_links_size(), 1);
   EXPECT_EQ(job.pull_links(0).shard(), 0u);
   EXPECT_FALSE(job.pull_links(0).decision().exact());
