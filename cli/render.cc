@@ -286,9 +286,6 @@ std::string TablesText(const v1::JobStatus& j) {
   return absl::StrJoin(parts, "; ");
 }
 
-// One path's error control over the job's tensors in one line: the largest
-// error, the exact sends the bound asked for, the tensors raised, by level
-// (common/job/precision.h).
 // The link choice's newest decisions ([link choice] in
 // common/job/precision.h), a row each: every member's for its pushes, every
 // shard's for its pulls.
@@ -311,6 +308,9 @@ std::vector<std::vector<std::string>> LinkRows(const v1::JobStatus& j) {
   return rows;
 }
 
+// One path's error control over the job's tensors in one line: the largest
+// error, the exact sends the bound asked for, the tensors raised, by level
+// (common/job/precision.h).
 std::string PrecisionText(const v1::JobStatus& j, bool pulls) {
   double worst = 0;
   uint64_t flushes = 0;
