@@ -326,8 +326,10 @@ TEST_F(PsClientTest, TheLinkChoiceProbesWithExactPushes) {
   uint64_t exact_clocks = 0;
   for (uint64_t clock = 0; clock < 50; ++clock) {
     const ClientStats before = (*client)->stats();
-    // The probe decides as clock 43 ends: nothing to report before.
-    EXPECT_EQ(before.push_link.has_value(), clock > 43) << "clock " << clock;
+    // The probe decides as clock 43 ends, or as 27 or 39 ends when an exact
+    // window aborts it (a loaded host): nothing to report before.
+    if (clock <= 27) EXPECT_FALSE(before.push_link.has_value()) << "clock " << clock;
+    if (clock > 43) EXPECT_TRUE(before.push_link.has_value()) << "clock " << clock;
     std::vector<PushHandle> pushes;
     for (const TensorInfo& t : map.tensors) {
       pushes.push_back((*client)->Push(t.index, Random(t.num_elems, clock + t.index, 0.7f), clock));
@@ -352,7 +354,8 @@ TEST_F(PsClientTest, TheLinkChoiceProbesWithExactPushes) {
   EXPECT_EQ(stats.link_exact_pushes, exact_clocks * 2);
   // What the heartbeat reports (gradstream status): the held winner.
   ASSERT_TRUE(stats.push_link.has_value());
-  EXPECT_EQ(stats.push_link->clock, 43u);
+  const uint64_t decided = stats.push_link->clock;
+  EXPECT_TRUE(decided == 43 || ((decided == 27 || decided == 39) && held == 0)) << decided;
   EXPECT_EQ(stats.push_link->exact, held == 1);
   EXPECT_GT(stats.push_link->codec_seconds, 0);
   EXPECT_TRUE((*client)->Leave(kWait).ok());
