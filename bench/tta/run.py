@@ -391,6 +391,11 @@ class Run:
                             p.get("relative", 0)))
         if paths:
             self.rec["precision_paths"] = paths
+        # Each member's share of its steps spent waiting (WAIT in status),
+        # as of its last report.
+        shares = [m.get("wait_share", 0) for m in st.get("members", [])]
+        if any(shares):
+            self.rec["wait_share"] = shares
         return state in ("COMPLETED", "FAILED", "CANCELLED")
 
     def execute(self, port):
