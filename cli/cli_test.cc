@@ -473,7 +473,8 @@ TEST(Render, MembersShowWhereTheyEncodeAndHowLongTheyWait) {
   const std::string out = RenderJob(j, 0);
   EXPECT_TRUE(absl::StrContains(out, "ENCODE       WAIT")) << out;
   EXPECT_TRUE(absl::StrContains(out, "device 3.1%  62%")) << out;
-  EXPECT_TRUE(absl::StrContains(out, "0     8       0      -     -          -            -")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "0     8       0      -     -          -            -"))
+      << out;
 }
 
 // Pull answers a worker threw away (a pull it gave up on; see [step loop])

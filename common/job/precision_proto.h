@@ -1,6 +1,6 @@
 // The job's reports <-> their job.proto forms: PathPrecision and
-// LinkDecision (precision.h) and TableRowStats (table_rows.h). The one converter of each, for the
-// shard's stats and the coordinator's views.
+// LinkDecision (precision.h) and TableRowStats (table_rows.h). The one
+// converter of each, for the shard's stats and the coordinator's views.
 #ifndef GRADSTREAM_COMMON_JOB_PRECISION_PROTO_H_
 #define GRADSTREAM_COMMON_JOB_PRECISION_PROTO_H_
 
