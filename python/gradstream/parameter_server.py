@@ -525,10 +525,15 @@ class ParameterServer:
         s.adopt()
 
     def report(self, accuracy):
-        """Reports a test-set accuracy (0..1) measured at the current clock."""
-        self._accuracy = (float(accuracy), max(1, self._session.clock))
+        """Reports a test-set accuracy (0..1) measured at the current clock;
+        GradstreamError for one outside [0, 1], which is not kept."""
+        kept, self._accuracy = self._accuracy, (float(accuracy), max(1, self._session.clock))
         if self._local is None:
-            self._report()
+            try:
+                self._report()
+            except _lib.GradstreamError:
+                self._accuracy = kept
+                raise
 
     def _report(self, wait=False, check=True):
         s = self._session

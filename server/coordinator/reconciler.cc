@@ -3,7 +3,9 @@
 #include "server/coordinator/reconciler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <set>
 #include <utility>
 #include <vector>
@@ -19,6 +21,23 @@ namespace gradstream::coordinator {
 namespace {
 
 int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+// NOTE: [claimed clocks] A heartbeat's clock is its worker's claim, and
+// departures and membership plans are placed after it. The shards hold
+// every member to its clock (pushes and pulls outside its window are
+// refused), so no member is further ahead than the newest clock they or its
+// join names by more than the job runs until the next report. A
+// claim past that, by kClaimSlack clocks or a minute at the job's rate, is
+// capped there: one member's lie cannot move a removal, or every later
+// scaling, past the job's end. A capped claim does not feed the member's
+// clock rate.
+constexpr uint64_t kClaimSlack = 1000;
+constexpr double kClaimSlackSeconds = 60;
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
+                                                      : a + b;
+}
 
 }  // namespace
 
@@ -83,9 +102,32 @@ bool Reconciler::ReportWrites(const WorkerRecord& worker, const HeartbeatReport&
     return true;
   }
   ProgressPoint point;  // see RecordProgress
-  point.clock = request.progress.accuracy_clock;
+  bool capped = false;
+  point.clock = Claimed(*job, worker.status.worker_id, request.progress, &capped).accuracy_clock;
   point.unix_ms = UnixMs(now);
   return ShouldRecordProgress(job->status, point);
+}
+
+WorkerProgress Reconciler::Claimed(const JobRecord& job, uint64_t worker_id,
+                                   const WorkerProgress& report, bool* capped) const {
+  uint64_t base = 0;
+  double rate = 0;
+  if (const JobShards* js = fleet_->Find(job.status.job_id)) {
+    base = js->clock_high;
+    rate = js->clock_rate.PlanningRate();
+  }
+  // Not the epochs' clocks: a planned one lies ahead of every member.
+  if (const JobMember* m = FindMember(job.status, worker_id)) base = std::max(base, m->join_clock);
+  const double by_rate = std::min(1e15, std::max(0.0, rate) * kClaimSlackSeconds);
+  const uint64_t slack = SaturatingAdd(SaturatingAdd(kClaimSlack, job.status.spec.staleness),
+                                       static_cast<uint64_t>(std::ceil(by_rate)));
+  const uint64_t cap = SaturatingAdd(base, slack);
+  WorkerProgress out = report;
+  *capped = out.clock > cap;
+  out.clock = std::min(out.clock, cap);
+  // An evaluation is of a clock the worker reached.
+  out.accuracy_clock = std::min(out.accuracy_clock, std::max<uint64_t>(out.clock, 1));
+  return out;
 }
 
 absl::Status Reconciler::Report(WorkerRecord& worker, const HeartbeatReport& request,
@@ -95,8 +137,16 @@ absl::Status Reconciler::Report(WorkerRecord& worker, const HeartbeatReport& req
   const JobRecord* job = job_id.empty() ? nullptr : jobs_->Find(job_id);
   if (job == nullptr || request.job_id != job_id) return absl::OkStatus();
   const JobMember* joined = FindMember(job->status, id);
-  WorkerPool::Report(worker, request.progress, now, joined ? joined->join_clock : 0);
-  RecordProgress(*job, request.progress, now);
+  bool capped = false;
+  const WorkerProgress progress = Claimed(*job, id, request.progress, &capped);
+  if (capped) {
+    LOG_EVERY_N(WARNING, 100) << "coordinator: worker " << id << " claims clock "
+                              << request.progress.clock << " in job " << job_id
+                              << ", past what its shards make possible; taken as "
+                              << progress.clock << " (see [claimed clocks])";
+  }
+  WorkerPool::Report(worker, progress, now, joined ? joined->join_clock : 0, capped);
+  RecordProgress(*job, progress, now);
   Declare(job_id, id, request);
   const bool done_early = DoneEarly(*job, id, request.state);
   const bool failed = request.state == WorkerState::kError;
@@ -104,7 +154,7 @@ absl::Status Reconciler::Report(WorkerRecord& worker, const HeartbeatReport& req
   const JobMember* member = FindMember(job->status, id);
   const bool leaving = member != nullptr && member->leaving;
   const std::string failure = absl::StrCat("worker ", id, " failed: ", request.message);
-  const uint64_t at = DepartureClock(request.progress.clock, fleet_->Job(job_id).clocks.min_clock);
+  const uint64_t at = DepartureClock(progress.clock, fleet_->Job(job_id).clocks.min_clock);
   GS_RETURN_IF_ERROR(jobs_->Detach(
       job_id, worker, at,
       leaving && !failed

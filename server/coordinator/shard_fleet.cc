@@ -321,6 +321,8 @@ void ShardFleet::Apply(const std::vector<ShardCall>& calls, const JobTableView& 
     js.clocks.min_clock = stats.min_clock == UINT64_MAX ? 0 : stats.min_clock;
     js.clocks.max_version = stats.max_version;
     js.clocks.max_clock = stats.max_clock;
+    js.clock_high = std::max({js.clock_high, js.clocks.min_clock, js.clocks.max_version,
+                              js.clocks.max_clock});
     js.min_version = stats.min_version == UINT64_MAX ? 0 : stats.min_version;
     // See [shard progress].
     auto job = jobs.find(id);

@@ -40,6 +40,9 @@ struct JobShards {
   absl::Time ready_since = absl::InfiniteFuture();  // map built, waiting for workers
   // From the shards' GetStats, refreshed every tick while the job runs.
   ShardClocks clocks;
+  // The newest clock or sync round any shard reported; a restarted shard's
+  // lower answer does not lower it ([claimed clocks] in reconciler.cc).
+  uint64_t clock_high = 0;
   uint64_t max_staleness = 0;
   bool stats_fresh = false;                       // answered by every shard this tick
   ClockRate clock_rate{absl::Milliseconds(500)};  // of clocks.min_clock

@@ -95,12 +95,14 @@ absl::StatusOr<WorkerRecord*> WorkerPool::Beat(const HeartbeatReport& request, a
 }
 
 void WorkerPool::Report(WorkerRecord& worker, const WorkerProgress& progress, absl::Time now,
-                        uint64_t join_clock) {
+                        uint64_t join_clock, bool capped) {
   // NOTE: [joiner rate] A joiner's clock jumps to its join clock without a
   // step trained; a rate measured across that jump would push every plan
   // far ahead. Until a sample at or past the join clock is kept, the rate
   // starts over. See docs/design/coordinator-joiner-rate.md.
-  if (worker.clock_rate.sample_clock < join_clock) {
+  if (capped) {
+    worker.clock_rate.Reset();  // no rate across a cap
+  } else if (worker.clock_rate.sample_clock < join_clock) {
     worker.clock_rate.Restart(now, progress.clock);
   } else {
     worker.clock_rate.Observe(now, progress.clock);

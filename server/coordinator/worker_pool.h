@@ -67,9 +67,10 @@ class WorkerPool {
   absl::StatusOr<WorkerRecord*> Beat(const HeartbeatReport& request, absl::Time now);
   // Records a heartbeat's progress for the worker's current job, which it
   // joined at `join_clock`: its clock rate is measured from there (see
-  // [joiner rate]).
+  // [joiner rate]), and starts over after a `capped` clock ([claimed
+  // clocks] in reconciler.cc).
   static void Report(WorkerRecord& worker, const WorkerProgress& progress, absl::Time now,
-                     uint64_t join_clock = 0);
+                     uint64_t join_clock = 0, bool capped = false);
   // Examples `worker` trained in its job of `spec` since `join_clock` (see
   // [run average] in views.h).
   static uint64_t Samples(const WorkerRecord& worker, const JobSpec& spec, uint64_t join_clock);

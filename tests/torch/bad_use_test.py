@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Bad use gets a clear error: a second rank declaring other tensors, a
 float64 model, a gradient changed in place before ps.step(), a table's
-ids_of that returns no tensor, a script that
-exits non-zero, one that never calls init, one that exits 0 without it. Each fails its job with a message that says so (the
-exit code, the last stderr lines), within bounded time."""
+ids_of that returns no tensor, an accuracy reported as a percentage, a
+script that exits non-zero, one that never calls init, one that exits 0
+without it. Each fails its job with a message that says so (the exit code,
+the last stderr lines), within bounded time."""
 
 import os
 import sys
@@ -26,6 +27,8 @@ CASES = [
      ["exited with code 1", "was changed in place between backward() and ps.step()"]),
     ("ids_of not a tensor", "%s %s --case ids_of" % (PY, BAD), 1,
      ["exited with code 1", "ids_of of table '0.table' returned list, want a tensor of ids"]),
+    ("accuracy of 85", "%s %s --case accuracy" % (PY, BAD), 1,
+     ["exited with code 1", "accuracy 85 is outside [0, 1]: report a fraction"]),
     ("script exits 3", "%s -c \"import sys; print('boom: bad input', file=sys.stderr); "
      "sys.exit(3)\"" % PY, 1, ["exited with code 3", "boom: bad input"]),
     ("never calls init", "sleep 60", 1,

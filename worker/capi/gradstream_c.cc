@@ -335,8 +335,20 @@ int gs_job_spec(gs_session* s, char* buf, int64_t size, int64_t* len) {
   return Ok();
 }
 
+namespace {
+
+// A test-set accuracy is a fraction: 85 for 85% would show as 8500%.
+absl::Status CheckAccuracy(float accuracy, uint64_t accuracy_clock) {
+  if (accuracy_clock == 0 || (accuracy >= 0.0f && accuracy <= 1.0f)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "accuracy ", accuracy, " is outside [0, 1]: report a fraction (0.85 for 85%)"));
+}
+
+}  // namespace
+
 int gs_sync(gs_session* s, uint64_t clock, float accuracy, uint64_t accuracy_clock,
             int32_t state) {
+  if (absl::Status st = CheckAccuracy(accuracy, accuracy_clock); !st.ok()) return Fail(st);
   if (absl::Status st = s->Sync(s->Progress(clock, accuracy, accuracy_clock, state)); !st.ok()) {
     return Fail(st);
   }
@@ -344,6 +356,7 @@ int gs_sync(gs_session* s, uint64_t clock, float accuracy, uint64_t accuracy_clo
 }
 
 int gs_report(gs_session* s, uint64_t clock, float accuracy, uint64_t accuracy_clock) {
+  if (absl::Status st = CheckAccuracy(accuracy, accuracy_clock); !st.ok()) return Fail(st);
   v1::SyncRequest req = s->Progress(clock, accuracy, accuracy_clock, 1);
   absl::MutexLock l(&s->mu);
   s->report = std::move(req);

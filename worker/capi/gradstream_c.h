@@ -125,7 +125,8 @@ int gs_job_spec(gs_session* s, char* buf, int64_t size, int64_t* len);
 /* Reports progress (clock completed; the loss average, samples/s and bytes
  * the session measured; the test accuracy measured at accuracy_clock, 0 =
  * none new; state 1 = running, 2 = left) to the agent and refreshes the
- * membership; waits for the agent's answer (up to 10 s). */
+ * membership; waits for the agent's answer (up to 10 s). InvalidArgument
+ * for an accuracy outside [0, 1]. */
 int gs_sync(gs_session* s, uint64_t clock, float accuracy, uint64_t accuracy_clock,
             int32_t state);
 

@@ -1,6 +1,8 @@
 // See coordinator_convert.h.
 #include "server/coordinator/rpc/coordinator_convert.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -101,21 +103,32 @@ v1::JobProgress JobProgressToProto(const JobProgress& p) {
 
 namespace {
 
+// A member's figures are shown and summed into its job's, never acted on,
+// so one outside its domain (a NaN rate, a share of 7) is taken at the
+// nearest value inside it: one member cannot garble the job's view. (Its
+// clocks are held to the shards': [claimed clocks] in reconciler.cc. A NaN
+// loss is kept: a diverged model reports it.)
+float Within(float x, float lo, float hi) { return std::isnan(x) ? lo : std::clamp(x, lo, hi); }
+
+// No worker trains a billion examples a second; a rate past it is a lie
+// that would overflow the samples counted from it.
+constexpr float kMaxSamplesPerSec = 1e9f;
+
 WorkerProgress WorkerProgressFromProto(const v1::WorkerProgress& proto) {
   WorkerProgress p;
   p.clock = proto.clock();
   p.loss = proto.loss();
-  p.accuracy = proto.accuracy();
+  p.accuracy = Within(proto.accuracy(), 0.0f, 1.0f);
   p.accuracy_clock = proto.accuracy_clock();
-  p.samples_per_sec = proto.samples_per_sec();
+  p.samples_per_sec = Within(proto.samples_per_sec(), 0.0f, kMaxSamplesPerSec);
   p.bytes_pushed = proto.bytes_pushed();
   p.fp32_bytes_pushed = proto.fp32_bytes_pushed();
   p.residual_norm = proto.residual_norm();
   p.max_staleness = proto.max_staleness();
   p.encode_path = proto.encode_path();
-  p.encode_share = proto.encode_share();
+  p.encode_share = Within(proto.encode_share(), 0.0f, 1.0f);
   if (proto.has_push_link()) p.push_link = LinkDecisionFromProto(proto.push_link());
-  p.wait_share = proto.wait_share();
+  p.wait_share = Within(proto.wait_share(), 0.0f, 1.0f);
   p.bytes_pulled = proto.bytes_pulled();
   p.fp32_bytes_pulled = proto.fp32_bytes_pulled();
   p.bytes_pulled_discarded = proto.bytes_pulled_discarded();

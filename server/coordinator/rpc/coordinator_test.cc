@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <future>
 #include <optional>
@@ -1098,6 +1099,60 @@ TEST_F(CoordinatorTest, TheLinkChoicesDecisionsAndTheWaitShareReachTheJobsView) 
   EXPECT_EQ(job.pull_links(0).shard(), 0u);
   EXPECT_FALSE(job.pull_links(0).decision().exact());
   EXPECT_DOUBLE_EQ(job.pull_links(0).decision().exact_seconds(), 0.09);
+}
+
+// A member with valid credentials and hostile figures ([claimed clocks]):
+// its shares, accuracy and rate are taken inside their domains, and a clock
+// far past its shards' is capped, so its departure and the job's next
+// scaling stay near the clocks the shards are at instead of past the end.
+TEST_F(CoordinatorTest, AMembersHostileFiguresCannotGarbleItsJobNorStallItsScaling) {
+  job_ = Submit(2, /*steps=*/100000);
+  const auto [w1, w2] = StartWithTwoWorkers();
+  {
+    absl::MutexLock lock(&shards_.mu_);
+    shards_.min_clock = 40;
+    shards_.rounds = 40;
+  }
+  c_->Tick();  // the shards' clocks
+  v1::WorkerProgress lie = Progress(uint64_t{1} << 60, NAN, INFINITY);
+  lie.set_accuracy(85.0f);
+  lie.set_accuracy_clock(uint64_t{1} << 60);
+  lie.set_wait_share(7.0f);
+  lie.set_encode_share(NAN);
+  Report(w1, lie);
+  Report(w2, Progress(41, 2.0f, 480));
+  v1::JobStatus job = Job();
+  ASSERT_EQ(job.members_size(), 2);
+  const auto& liar = job.members(job.members(0).worker_id() == w1.first ? 0 : 1);
+  EXPECT_LE(liar.clock(), 40u + 1000u) << liar.DebugString();
+  EXPECT_GT(liar.clock(), 40u);
+  EXPECT_FLOAT_EQ(liar.wait_share(), 1.0f);
+  EXPECT_FLOAT_EQ(liar.encode_share(), 0.0f);
+  EXPECT_FLOAT_EQ(liar.samples_per_sec(), 1e9f);
+  EXPECT_FLOAT_EQ(job.progress().samples_per_sec(), 1e9f + 480);
+  EXPECT_LE(job.progress().accuracy(), 1.0f);
+  for (const auto& point : job.history()) EXPECT_LE(point.clock(), 40u + 1000u);
+
+  // A third worker joins a little past the shards' clocks, not past the end.
+  AddWorker();
+  v1::ScaleJobRequest scale;
+  scale.set_job_id(job_);
+  scale.set_workers(3);
+  ASSERT_TRUE(c_->ScaleJob(scale).ok());
+  c_->Tick();
+  c_->Tick();
+  job = Job();
+  ASSERT_EQ(job.epochs_size(), 2) << job.message();
+  EXPECT_LE(job.epochs(1).effective_clock(), 40u + 1000u + 10u);
+
+  // The liar fails: it is removed at its capped clock, not at 2^60.
+  v1::HeartbeatRequest failed = Request(w1, v1::ERROR);
+  *failed.mutable_progress() = lie;
+  failed.set_message("gone");
+  ASSERT_TRUE(c_->Heartbeat(failed).ok());
+  job = Job();
+  ASSERT_EQ(job.epochs_size(), 3);
+  EXPECT_LE(job.epochs(2).effective_clock(), 40u + 1000u + 10u);
 }
 
 // Issue 23 ([run average]): a finished built-in job's throughput is its

@@ -3,7 +3,8 @@
   dtype: a float64 model
   clip: clip_grad_norm_ between backward() and ps.step() (changes .grad in
         place while the library encodes it)
-  ids_of: a table whose ids_of returns a list, not a tensor of ids"""
+  ids_of: a table whose ids_of returns a list, not a tensor of ids
+  accuracy: reports an accuracy of 85 (a percentage, not a fraction)"""
 
 import argparse
 import sys
@@ -25,7 +26,7 @@ def main():
         model = nn.Linear(4, 3 if gs.rank() == 0 else 5)
     elif args.case == "dtype":
         model = nn.Linear(4, 3).double()
-    elif args.case == "clip":
+    elif args.case in ("clip", "accuracy"):
         model = nn.Linear(4, 3)
     elif args.case == "ids_of":
         model = nn.Sequential(gs.Embedding(100, 4, ids_of=lambda batch: batch[0].tolist()),
@@ -44,6 +45,8 @@ def main():
         if args.case == "clip":
             nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
         ps.step()
+        if args.case == "accuracy":
+            ps.report(85.0)
         time.sleep(0.01)
 
 
