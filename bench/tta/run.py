@@ -93,6 +93,7 @@ SYSTEMS = {
                                                    "--pull_codec", "none"]),
     "gs-ternary-twobitpull": ("gradstream", ["--codec", "ternary", "--pull_codec", "twobit"]),
     "gs-ternary-fp32pull": ("gradstream", ["--codec", "ternary", "--pull_codec", "none"]),
+    "gs-fp32pull": ("gradstream", ["--pull_codec", "none"]),
     # The defaults before ternary512 (2 Dec 2026): one ternary scale per chunk.
     "gs-ternary-chunk": ("gradstream", ["--codec", "ternary", "--pull_codec", "ternary",
                                         "--min_compress_elems=16384"]),

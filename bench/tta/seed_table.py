@@ -7,6 +7,8 @@ family (run.py --seed S --name STEM-sS):
     bench/tta/seed_table.py bench/tta/results/ctl-seeds-resnet --base ddp-fp32
     bench/tta/seed_table.py bench/tta/results/rseed-vit --system gs-defaults-seed2 \
         --base gs-defaults --base_stem bench/tta/results/host4-vit
+    bench/tta/seed_table.py bench/tta/results/s16-widecnn --base_stem \
+        bench/tta/results/ctl-seeds-widecnn --base_stem bench/tta/results/t512-widecnn --by_step
 
 --base_stem reads other runs of the same seeds (the base system's, say); a
 system given as its own base is read from them only (a change against the
@@ -23,6 +25,8 @@ def main():
     ap.add_argument("--base_stem", action="append", default=[],
                     help="more runs of the same seeds to read (repeatable; the first a "
                          "seed's system is found in wins)")
+    ap.add_argument("--by_step", action="store_true",
+                    help="also print the mean same-seed gap at every evaluation")
     args = ap.parse_args()
 
     def read(stems):
@@ -62,6 +66,9 @@ def main():
               "(step %d)" % (args.system, args.base, seeds, 100 * statistics.mean(final),
                              100 * statistics.stdev(final) / len(final) ** 0.5,
                              100 * min(by_step.values()), min(by_step, key=by_step.get)))
+        if args.by_step:
+            print("mean gap by step: " + ", ".join(
+                "%d %+.2f" % (st, 100 * g) for st, g in sorted(by_step.items())))
 
 
 if __name__ == "__main__":
