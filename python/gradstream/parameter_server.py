@@ -526,7 +526,8 @@ class ParameterServer:
 
     def report(self, accuracy):
         """Reports a test-set accuracy (0..1) measured at the current clock;
-        GradstreamError for one outside [0, 1], which is not kept."""
+        GradstreamError (a RuntimeError) for one outside [0, 1], which is
+        not kept: later steps report the previous one."""
         kept, self._accuracy = self._accuracy, (float(accuracy), max(1, self._session.clock))
         if self._local is None:
             try:

@@ -102,14 +102,13 @@ bool Reconciler::ReportWrites(const WorkerRecord& worker, const HeartbeatReport&
     return true;
   }
   ProgressPoint point;  // see RecordProgress
-  bool capped = false;
-  point.clock = Claimed(*job, worker.status.worker_id, request.progress, &capped).accuracy_clock;
+  point.clock = Claimed(*job, worker.status.worker_id, request.progress).accuracy_clock;
   point.unix_ms = UnixMs(now);
   return ShouldRecordProgress(job->status, point);
 }
 
 WorkerProgress Reconciler::Claimed(const JobRecord& job, uint64_t worker_id,
-                                   const WorkerProgress& report, bool* capped) const {
+                                   const WorkerProgress& report) const {
   uint64_t base = 0;
   double rate = 0;
   if (const JobShards* js = fleet_->Find(job.status.job_id)) {
@@ -123,7 +122,6 @@ WorkerProgress Reconciler::Claimed(const JobRecord& job, uint64_t worker_id,
                                        static_cast<uint64_t>(std::ceil(by_rate)));
   const uint64_t cap = SaturatingAdd(base, slack);
   WorkerProgress out = report;
-  *capped = out.clock > cap;
   out.clock = std::min(out.clock, cap);
   // An evaluation is of a clock the worker reached.
   out.accuracy_clock = std::min(out.accuracy_clock, std::max<uint64_t>(out.clock, 1));
@@ -137,8 +135,8 @@ absl::Status Reconciler::Report(WorkerRecord& worker, const HeartbeatReport& req
   const JobRecord* job = job_id.empty() ? nullptr : jobs_->Find(job_id);
   if (job == nullptr || request.job_id != job_id) return absl::OkStatus();
   const JobMember* joined = FindMember(job->status, id);
-  bool capped = false;
-  const WorkerProgress progress = Claimed(*job, id, request.progress, &capped);
+  const WorkerProgress progress = Claimed(*job, id, request.progress);
+  const bool capped = progress.clock < request.progress.clock;
   if (capped) {
     LOG_EVERY_N(WARNING, 100) << "coordinator: worker " << id << " claims clock "
                               << request.progress.clock << " in job " << job_id

@@ -92,9 +92,9 @@ class Reconciler {
   // [membership epochs]).
   void CommitEpochs();
   // `report` with its clocks held to what the job's shards make possible
-  // ([claimed clocks] in reconciler.cc); `capped` says whether they were.
-  WorkerProgress Claimed(const JobRecord& job, uint64_t worker_id, const WorkerProgress& report,
-                         bool* capped) const;
+  // ([claimed clocks] in reconciler.cc).
+  WorkerProgress Claimed(const JobRecord& job, uint64_t worker_id,
+                         const WorkerProgress& report) const;
   // Adds a point to the job's history when `report` brings a newer
   // evaluation (see [progress history]).
   void RecordProgress(const JobRecord& job, const WorkerProgress& report, absl::Time now);

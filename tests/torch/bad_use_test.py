@@ -28,7 +28,8 @@ CASES = [
     ("ids_of not a tensor", "%s %s --case ids_of" % (PY, BAD), 1,
      ["exited with code 1", "ids_of of table '0.table' returned list, want a tensor of ids"]),
     ("accuracy of 85", "%s %s --case accuracy" % (PY, BAD), 1,
-     ["exited with code 1", "accuracy 85 is outside [0, 1]: report a fraction"]),
+     ["exited with code 3", "accuracy 85 is outside [0, 1]: report a fraction",
+      "5 more steps after the refusal"]),
     ("script exits 3", "%s -c \"import sys; print('boom: bad input', file=sys.stderr); "
      "sys.exit(3)\"" % PY, 1, ["exited with code 3", "boom: bad input"]),
     ("never calls init", "sleep 60", 1,

@@ -4,7 +4,9 @@
   clip: clip_grad_norm_ between backward() and ps.step() (changes .grad in
         place while the library encodes it)
   ids_of: a table whose ids_of returns a list, not a tensor of ids
-  accuracy: reports an accuracy of 85 (a percentage, not a fraction)"""
+  accuracy: reports an accuracy of 85 (a percentage, not a fraction), goes
+            on after the error (the next steps must not send it again) and
+            exits 3"""
 
 import argparse
 import sys
@@ -40,13 +42,21 @@ def main():
     else:
         sys.exit("unknown case")
     ps = gs.ParameterServer(model, timeout=60)
+    refused = 0
     for _ in range(1000):
         F.mse_loss(model(torch.randn(8, 4)), torch.zeros(8, model.out_features)).backward()
         if args.case == "clip":
             nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
         ps.step()
-        if args.case == "accuracy":
-            ps.report(85.0)
+        if args.case == "accuracy" and not refused:
+            try:
+                ps.report(85.0)
+            except RuntimeError as e:  # GradstreamError
+                print("refused: %s" % e, file=sys.stderr)
+                refused = ps.clock
+        if args.case == "accuracy" and refused and ps.clock >= refused + 5:
+            print("5 more steps after the refusal", file=sys.stderr)
+            sys.exit(3)
         time.sleep(0.01)
 
 
