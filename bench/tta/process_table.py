@@ -42,7 +42,7 @@ def main():
             total = [sum(c.values()) * 1000 for c in cpu]
             worker_mb = [sum(x) / 1e6 for r in runs for x in r["script_tx_rx_per_step"]]
             shard_mb = [v / 1e6 for r in runs for k, v in r.get("net_bytes_per_step", {}).items()
-                        if k in ("a", "b")] if shard else []
+                        if k in r.get("shard_nodes", ("a", "b"))] if shard else []
             print("  %-18s ms/step %s | CPU ms/step: script %s, shard %s, all %s | MB/step: "
                   "script %s, shard ns %s" % (
                       name, " ".join("%.1f" % ms(r) for r in runs), span(script, "%.1f"),

@@ -9,12 +9,13 @@
 Needs root (ip netns, tc). Every process runs in its own network namespace,
 joined to a bridge by a veth pair shaped with tbf at the rate in both
 directions (bench/tta/netns.py; "none" = unshaped). gradstream: ns a = shard
-0 + coordinator, b = shard 1, c, d, ... = one gs_worker each (--workers, 2
-by default), which runs the training script as its child, so the script is
-in the worker's namespace; the job is submitted with the CLI (`gradstream
-submit --entrypoint ...`). DDP: one gloo rank in each of c, d, ...,
-rendezvous over the shaped network. Both run
-bench/tta/train.py: same model, seeds, samples per step and momentum SGD.
+0 + coordinator, b = shard 1 (s2, s3, ... for more shards, @shards=N),
+c, d, ... = one gs_worker each (--workers, 2 by default), which runs the
+training script as its child, so the script is in the worker's namespace;
+the job is submitted with the CLI (`gradstream submit --entrypoint ...`).
+DDP: one gloo rank in each of c, d, ..., rendezvous over the shaped
+network. Both run bench/tta/train.py: same model, seeds, samples per step
+and momentum SGD.
 
 Each round runs every (rate, model, system) once, the systems in an order
 rotated by the round. Per run it records rank 0's step times (median, p90;
@@ -163,15 +164,17 @@ def parse_system(name):
     (GRADSTREAM_BUCKET_BYTES, see worker/capi/gradstream_c.h); 'answer=N' the
     shards' --pull_answer_bytes; 'prefetch=0' turns the package's row
     prefetch off (GRADSTREAM_ROW_PREFETCH, [row prefetch] in
-    python/gradstream/parameter_server.py). Returns (SYSTEMS entry, {option:
-    value})."""
+    python/gradstream/parameter_server.py); 'shards=N' runs N shards instead of
+    2, each in its own namespace (shard_nodes). Returns (SYSTEMS entry,
+    {option: value})."""
     key, *opts = name.split("@")
     if key not in SYSTEMS:
         raise KeyError(key)
     parsed = {}
     for o in opts:
         k, _, v = o.partition("=")
-        if k not in ("base", "buckets", "answer", "prefetch") or (k == "base") != (v == ""):
+        if k not in ("base", "buckets", "answer", "prefetch", "shards") or \
+                (k == "base") != (v == "") or (k == "shards" and not (v.isdigit() and int(v) >= 1)):
             raise KeyError(name)
         parsed[k] = v
     if parsed and SYSTEMS[key][0] != "gradstream":
@@ -219,11 +222,14 @@ class Run:
         self.build = args.base_build if "base" in self.opts else args.build
         self.workers = 1 if name.split("@")[0] in ONE_WORKER else args.workers
         self.nodes = worker_nodes(self.workers)
+        self.shards = int(self.opts.get("shards", 2))
         self.dir = tempfile.mkdtemp(prefix="tta-%s-%s-" % (model, name))
         self.out = os.path.join(self.dir, "result.json")
         self.procs = {}   # label -> Popen
         self.rec = {"system": name, "model": model, "rate": net.rate, "round": rnd,
                     "steps_wanted": steps, "workers": self.workers, "status": "failed"}
+        if self.kind == "gradstream":
+            self.rec["shard_nodes"] = shard_nodes(self.shards)
         self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                         PYTHONDONTWRITEBYTECODE="1",
                         PYTHONPATH=os.path.join(self.build, "python"))
@@ -293,7 +299,7 @@ class Run:
         answer = (["--pull_answer_bytes=" + self.opts["answer"]] if "answer" in self.opts
                   else [])
         shards = []
-        for i, node in enumerate(("a", "b")):
+        for i, node in enumerate(shard_nodes(self.shards)):
             pf = os.path.join(self.dir, "shard%d.port" % i)
             self.spawn("shard%d" % i, node, [os.path.join(b, "server/shard/gs_shard"),
                                              "--address=" + n[node]["ip"], "--port=0",
@@ -506,6 +512,11 @@ def worker_nodes(n):
     return [chr(ord("c") + i) for i in range(n)]
 
 
+def shard_nodes(n):
+    """The namespaces of n shards: a (with the coordinator), b, then s2, s3, ..."""
+    return ["a", "b"][:n] + ["s%d" % i for i in range(2, n)]
+
+
 def rotated(names, k):
     k %= len(names)
     return names[k:] + names[:k]
@@ -569,8 +580,10 @@ def main():
             unknown.append(s)
     if unknown:
         print("unknown systems %s (want %s, gradstream ones with @base, @buckets=F:R, "
-              "@answer=N)" % (unknown, ",".join(SYSTEMS)), file=sys.stderr)
+              "@answer=N, @prefetch=0, @shards=N)" % (unknown, ",".join(SYSTEMS)),
+              file=sys.stderr)
         return 2
+    max_shards = max(int(parse_system(s)[1].get("shards", 2)) for s in systems)
     builds = [args.build]
     if any("@base" in s for s in systems):
         if not args.base_build:
@@ -600,7 +613,7 @@ def main():
     try:
         for rnd in range(1, args.rounds + 1):
             for rate in args.rates.split(","):
-                with Network(["a", "b"] + worker_nodes(args.workers), rate) as net:
+                with Network(shard_nodes(max_shards) + worker_nodes(args.workers), rate) as net:
                     for model in args.models.split(","):
                         steps = int(rate_steps.get(rate, args.steps))
                         for name in rotated(systems, rnd - 1):
