@@ -39,9 +39,9 @@
 
 namespace gradstream::client {
 
-// 64 KiB of fp32 gradients: under a bucket, so a batch waits for nothing a
-// bucket would not (docs/design/encode-thread.md).
-inline constexpr size_t kEncodeBatchElems = (size_t{64} << 10) / sizeof(float);
+// The first bucket's worth of fp32 gradients (262144 elements): no more than
+// the bucket holds encoded, so a batch waits for nothing a bucket would not.
+inline constexpr size_t kEncodeBatchElems = kStepLoopFirstBucketBytes / sizeof(float);
 
 struct StepLoopOptions {
   // How often a waiting pull looks at `check` and at its progress.
