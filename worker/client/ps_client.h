@@ -147,8 +147,9 @@ struct ClientOptions {
 inline constexpr uint64_t kMaxBucketBytes = uint64_t{4} << 20;
 // The bucket bounds of the step loop's drivers (the Python package and
 // gs_worker's trainer), chosen by measurement: docs/design/fused-messages.md.
-inline constexpr uint64_t kStepLoopFirstBucketBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kStepLoopBucketBytes = uint64_t{1} << 20;
+// No smaller first bucket: it bought nothing measured and cost messages.
+inline constexpr uint64_t kStepLoopFirstBucketBytes = kStepLoopBucketBytes;
 
 // Cumulative counters since Connect().
 struct ClientStats {
