@@ -1,6 +1,8 @@
 // PullPublisher. See pull_publisher.h and [pull codec].
 #include "server/shard/pull_publisher.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/codec/published.h"
@@ -15,64 +17,91 @@ constexpr size_t kDeltaHeaderBytes = 16;
 constexpr uint64_t kPullSeed = 0x70756c6c636f6465;  // "pullcode"
 constexpr uint32_t kPullWorker = 0xffffffff;
 
-// Four doubles; on the SSE2 baseline each operation is two packed ones.
-using D4 = double __attribute__((vector_size(32)));
-// Through a pointer: a D4 passed by value changes the ABI without AVX.
-inline void Load4(const float* x, D4* out) { *out = D4{x[0], x[1], x[2], x[3]}; }
-
 // Sums over a chunk: (params - copy)^2, (params - last)^2 (0 when `last`
 // is empty: nothing published before), params^2, and the dot product of
 // params - copy with params - last; then last = params.
 struct ErrorSums {
   double error2 = 0, signal2 = 0, value2 = 0, dot = 0;
 };
+
+// NOTE: [error sums] The sums run in fp32 lanes over blocks of
+// kMeasureBlock elements, each block's lanes then added into the fp64 totals
+// in a fixed order: one pass at memory speed (fp64 lanes took a quarter of a
+// wide model's shard CPU; docs/design/precision-control.md, "What the
+// measurement costs"), with a relative error of about kMeasureBlock / 8 fp32
+// roundings, far below what the controller's thresholds resolve. A block
+// whose fp32 sums are not finite (values past 1e19) is summed again in fp64.
+// The order is fixed, so a run's sums, and the controller's decisions, repeat.
+constexpr size_t kMeasureBlock = 1024;
+using F8 = float __attribute__((vector_size(32)));
+
+// Adds one block's sums to `out` in fp64, element by element.
+void SumBlockF64(const float* p, const float* c, const float* prev, size_t n, ErrorSums* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const double x = p[i];
+    out->error2 += (x - c[i]) * (x - c[i]);
+    out->signal2 += (x - prev[i]) * (x - prev[i]);
+    out->value2 += x * x;
+    out->dot += (x - c[i]) * (x - prev[i]);
+  }
+}
+
+// The whole chunk; inlined into a default and an AVX2 build of the same loop.
+__attribute__((always_inline)) inline ErrorSums SumAndKeep(const float* p, const float* c,
+                                                           float* prev, size_t n) {
+  ErrorSums out;
+  for (size_t base = 0; base < n; base += kMeasureBlock) {
+    const size_t m = std::min(kMeasureBlock, n - base);
+    const size_t vec = m - m % 8;
+    F8 e{}, s{}, v{}, t{};
+    for (size_t i = base; i < base + vec; i += 8) {
+      F8 pv, cv, qv;
+      std::memcpy(&pv, p + i, sizeof pv);
+      std::memcpy(&cv, c + i, sizeof cv);
+      std::memcpy(&qv, prev + i, sizeof qv);
+      const F8 d = pv - cv, u = pv - qv;
+      e += d * d;
+      s += u * u;
+      v += pv * pv;
+      t += d * u;
+    }
+    ErrorSums b;
+    for (int k = 0; k < 8; ++k) {
+      b.error2 += e[k];
+      b.signal2 += s[k];
+      b.value2 += v[k];
+      b.dot += t[k];
+    }
+    if (!std::isfinite(b.error2 + b.signal2 + b.value2 + b.dot)) {
+      b = ErrorSums();
+      SumBlockF64(p + base, c + base, prev + base, vec, &b);
+    }
+    SumBlockF64(p + base + vec, c + base + vec, prev + base + vec, m - vec, &b);
+    std::memcpy(prev + base, p + base, m * sizeof(float));  // the block is in L1
+    out.error2 += b.error2;
+    out.signal2 += b.signal2;
+    out.value2 += b.value2;
+    out.dot += b.dot;
+  }
+  return out;
+}
+
+__attribute__((target("avx2"))) ErrorSums SumAndKeepAvx2(const float* p, const float* c,
+                                                          float* prev, size_t n) {
+  return SumAndKeep(p, c, prev, n);
+}
+
+ErrorSums SumAndKeepPortable(const float* p, const float* c, float* prev, size_t n) {
+  return SumAndKeep(p, c, prev, n);
+}
+
 ErrorSums MeasureAndKeep(absl::Span<const float> params, absl::Span<const float> copy,
                          std::vector<float>* last) {
   const size_t n = params.size();
   if (last->size() != n) last->assign(n, 0.0f);  // first: the signal is not used
-  // Eight lanes, summed at the end: one running sum per figure waits on
-  // each add's latency. The order is fixed, so a run's sums, and the
-  // controller's decisions, repeat.
-  D4 e0{}, e1{}, s0{}, s1{}, v0{}, v1{}, t0{}, t1{};
-  const float* p = params.data();
-  const float* c = copy.data();
-  float* prev = last->data();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    D4 p0, p1, c0, c1, q0, q1;
-    Load4(p + i, &p0);
-    Load4(p + i + 4, &p1);
-    Load4(c + i, &c0);
-    Load4(c + i + 4, &c1);
-    Load4(prev + i, &q0);
-    Load4(prev + i + 4, &q1);
-    const D4 d0 = p0 - c0, d1 = p1 - c1, u0 = p0 - q0, u1 = p1 - q1;
-    e0 += d0 * d0;
-    e1 += d1 * d1;
-    s0 += u0 * u0;
-    s1 += u1 * u1;
-    v0 += p0 * p0;
-    v1 += p1 * p1;
-    t0 += d0 * u0;
-    t1 += d1 * u1;
-    std::memcpy(prev + i, p + i, 8 * sizeof(float));
-  }
-  ErrorSums out;
-  for (int k = 0; k < 4; ++k) {
-    out.error2 += e0[k] + e1[k];
-    out.signal2 += s0[k] + s1[k];
-    out.value2 += v0[k] + v1[k];
-    out.dot += t0[k] + t1[k];
-  }
-  for (; i < n; ++i) {
-    const double x = p[i];
-    out.error2 += (x - c[i]) * (x - c[i]);
-    out.signal2 += (x - prev[i]) * (x - prev[i]);
-    out.value2 += x * x;
-    out.dot += (x - c[i]) * (x - prev[i]);
-    prev[i] = p[i];
-  }
-  return out;
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2 ? SumAndKeepAvx2(params.data(), copy.data(), last->data(), n)
+              : SumAndKeepPortable(params.data(), copy.data(), last->data(), n);
 }
 
 }  // namespace

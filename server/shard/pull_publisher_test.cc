@@ -131,6 +131,44 @@ TEST(PullPublisher, ErrorIsHeldToTheBoundByFlushes) {
   EXPECT_GT(with.relative, 0.0);
 }
 
+// The controller's figures are the published copy's distance from the
+// parameters, against the update and the parameters, as fp64 sums would give
+// them ([error sums]): on a chunk that is not a whole number of vectors or
+// blocks, and on parameters whose squares overflow fp32.
+TEST(PullPublisher, TheMeasuredErrorIsTheCopysDistance) {
+  constexpr uint32_t kOdd = 3 * 1024 + 13;
+  for (const float magnitude : {1.0f, 1e20f}) {
+    SCOPED_TRACE(magnitude);
+    PrecisionPolicy policy;
+    policy.bound = -1.0;  // measure only
+    PullPublisher pub(CodecType::kTernary, false, {{7, kOdd}}, policy);
+    std::mt19937 rng(5);
+    std::vector<float> params = Step(std::vector<float>(kOdd, 0.0f), rng, magnitude);
+    Worker w;
+    PulledChunk out;
+    pub.Serve(7, params, 0, 0, nullptr, &out);
+    w.Take(out);
+    for (uint64_t v = 1; v <= 4; ++v) {
+      const std::vector<float> before = params;
+      params = Step(params, rng, 0.01f * magnitude);
+      pub.Serve(7, params, v, v, w.held_or_null(), &out);
+      w.Take(out);
+      if (v == 1) continue;  // the first delta has no update before it to measure against
+      double e2 = 0, s2 = 0, v2 = 0;
+      for (uint32_t i = 0; i < kOdd; ++i) {
+        const double p = params[i];
+        e2 += (p - w.copy[i]) * (p - w.copy[i]);
+        s2 += (p - before[i]) * (p - before[i]);
+        v2 += p * p;
+      }
+      ASSERT_GT(e2, 0.0);
+      const PathPrecision got = *pub.Precision(7);
+      EXPECT_NEAR(got.ratio, std::sqrt(e2 / s2), 1e-5 * std::sqrt(e2 / s2)) << "version " << v;
+      EXPECT_NEAR(got.relative, std::sqrt(e2 / v2), 1e-5 * std::sqrt(e2 / v2)) << "version " << v;
+    }
+  }
+}
+
 // Raised, a chunk publishes int4 deltas (an eighth of a snapshot's bytes, an
 // error of half a step at most); raised past int4 and int8, whole.
 TEST(PullPublisher, FlushesTooCloseRaiseTheChunkToInt4ThenFp32) {
