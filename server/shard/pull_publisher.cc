@@ -1,11 +1,10 @@
 // PullPublisher. See pull_publisher.h and [pull codec].
 #include "server/shard/pull_publisher.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "common/codec/published.h"
+#include "common/job/path_sums.h"
 #include "glog/logging.h"
 
 namespace gradstream::shard {
@@ -17,91 +16,14 @@ constexpr size_t kDeltaHeaderBytes = 16;
 constexpr uint64_t kPullSeed = 0x70756c6c636f6465;  // "pullcode"
 constexpr uint32_t kPullWorker = 0xffffffff;
 
-// Sums over a chunk: (params - copy)^2, (params - last)^2 (0 when `last`
-// is empty: nothing published before), params^2, and the dot product of
-// params - copy with params - last; then last = params.
-struct ErrorSums {
-  double error2 = 0, signal2 = 0, value2 = 0, dot = 0;
-};
-
-// NOTE: [error sums] The sums run in fp32 lanes over blocks of
-// kMeasureBlock elements, each block's lanes then added into the fp64 totals
-// in a fixed order: one pass at memory speed (fp64 lanes took a quarter of a
-// wide model's shard CPU; docs/design/precision-control.md, "What the
-// measurement costs"), with a relative error of about kMeasureBlock / 8 fp32
-// roundings, far below what the controller's thresholds resolve. A block
-// whose fp32 sums are not finite (values past 1e19) is summed again in fp64.
-// The order is fixed, so a run's sums, and the controller's decisions, repeat.
-constexpr size_t kMeasureBlock = 1024;
-using F8 = float __attribute__((vector_size(32)));
-
-// Adds one block's sums to `out` in fp64, element by element.
-void SumBlockF64(const float* p, const float* c, const float* prev, size_t n, ErrorSums* out) {
-  for (size_t i = 0; i < n; ++i) {
-    const double x = p[i];
-    out->error2 += (x - c[i]) * (x - c[i]);
-    out->signal2 += (x - prev[i]) * (x - prev[i]);
-    out->value2 += x * x;
-    out->dot += (x - c[i]) * (x - prev[i]);
-  }
-}
-
-// The whole chunk; inlined into a default and an AVX2 build of the same loop.
-__attribute__((always_inline)) inline ErrorSums SumAndKeep(const float* p, const float* c,
-                                                           float* prev, size_t n) {
-  ErrorSums out;
-  for (size_t base = 0; base < n; base += kMeasureBlock) {
-    const size_t m = std::min(kMeasureBlock, n - base);
-    const size_t vec = m - m % 8;
-    F8 e{}, s{}, v{}, t{};
-    for (size_t i = base; i < base + vec; i += 8) {
-      F8 pv, cv, qv;
-      std::memcpy(&pv, p + i, sizeof pv);
-      std::memcpy(&cv, c + i, sizeof cv);
-      std::memcpy(&qv, prev + i, sizeof qv);
-      const F8 d = pv - cv, u = pv - qv;
-      e += d * d;
-      s += u * u;
-      v += pv * pv;
-      t += d * u;
-    }
-    ErrorSums b;
-    for (int k = 0; k < 8; ++k) {
-      b.error2 += e[k];
-      b.signal2 += s[k];
-      b.value2 += v[k];
-      b.dot += t[k];
-    }
-    if (!std::isfinite(b.error2 + b.signal2 + b.value2 + b.dot)) {
-      b = ErrorSums();
-      SumBlockF64(p + base, c + base, prev + base, vec, &b);
-    }
-    SumBlockF64(p + base + vec, c + base + vec, prev + base + vec, m - vec, &b);
-    std::memcpy(prev + base, p + base, m * sizeof(float));  // the block is in L1
-    out.error2 += b.error2;
-    out.signal2 += b.signal2;
-    out.value2 += b.value2;
-    out.dot += b.dot;
-  }
-  return out;
-}
-
-__attribute__((target("avx2"))) ErrorSums SumAndKeepAvx2(const float* p, const float* c,
-                                                          float* prev, size_t n) {
-  return SumAndKeep(p, c, prev, n);
-}
-
-ErrorSums SumAndKeepPortable(const float* p, const float* c, float* prev, size_t n) {
-  return SumAndKeep(p, c, prev, n);
-}
-
-ErrorSums MeasureAndKeep(absl::Span<const float> params, absl::Span<const float> copy,
-                         std::vector<float>* last) {
+// The controller's sums over a chunk ([error sums] in common/job/path_sums.cc):
+// error = params - copy, signal = params - last (last is all zeros before
+// the first publication: the signal is not used then); then last = params.
+PathSums MeasureAndKeep(absl::Span<const float> params, absl::Span<const float> copy,
+                        std::vector<float>* last) {
   const size_t n = params.size();
-  if (last->size() != n) last->assign(n, 0.0f);  // first: the signal is not used
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2 ? SumAndKeepAvx2(params.data(), copy.data(), last->data(), n)
-              : SumAndKeepPortable(params.data(), copy.data(), last->data(), n);
+  if (last->size() != n) last->assign(n, 0.0f);
+  return SumPath(params.data(), copy.data(), params.data(), last->data(), last->data(), n);
 }
 
 }  // namespace
@@ -140,7 +62,7 @@ void PullPublisher::Reset(Chunk& c, absl::Span<const float> params, uint64_t ver
 
 void PullPublisher::Control(Chunk& c, absl::Span<const float> params, uint64_t version) {
   const bool first = c.published_params.empty();
-  const ErrorSums sums = MeasureAndKeep(params, c.copy, &c.published_params);
+  const PathSums sums = MeasureAndKeep(params, c.copy, &c.published_params);
   if (first) return;  // no update to measure against yet
   // Measured before this publication's send, the error holds this update
   // whole: what the copy owed along it is dot - |update|^2 ([owed descent]).

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec/error_feedback.h"
 #include "common/codec/registry.h"
+#include "common/job/path_sums.h"
 #include "common/job/precision.h"
 #include "common/status.h"
 
@@ -64,14 +65,9 @@ absl::Status TensorEncoder::EncodeChunk(size_t i, absl::Span<const float> grad, 
     ctl.Skip();  // the link's choice: nothing to measure, a flush asked for went out
   } else if (ctl.MeasureDue(clock)) {
     // |s|^2, |e|^2 and <e, s> in one pass ([owed descent] in precision.h).
-    const std::vector<float>& e = ef->residual();
-    double signal2 = 0, error2 = 0, dot = 0;
-    for (size_t j = 0; j < g.size(); ++j) {
-      signal2 += double{g[j]} * g[j];
-      error2 += double{e[j]} * e[j];
-      dot += double{e[j]} * g[j];
-    }
-    ctl.Observe(clock, error2, signal2, 0.0, dot);
+    const PathSums sums =
+        SumPath(ef->residual().data(), nullptr, g.data(), nullptr, nullptr, g.size());
+    ctl.Observe(clock, sums.error2, sums.signal2, 0.0, sums.dot);
   } else {
     ctl.Skip();
   }
