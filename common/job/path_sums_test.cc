@@ -52,6 +52,8 @@ TEST(SumPath, MatchesFp64SumsAndKeepsA) {
                   Reference(a, nullptr, c, nullptr));
       ExpectClose(SumPath(a.data(), b.data(), c.data(), nullptr, nullptr, n),
                   Reference(a, &b, c, nullptr));
+      ExpectClose(SumPath(a.data(), nullptr, c.data(), d.data(), nullptr, n),
+                  Reference(a, nullptr, c, &d));
       const PathSums want = Reference(a, &b, c, &d);
       std::vector<float> kept = d;
       ExpectClose(SumPath(a.data(), b.data(), c.data(), kept.data(), kept.data(), n), want);
