@@ -183,6 +183,15 @@ class PsClientImpl final : public PsClient {
 
   PullHandle PullWithRows(uint64_t clock, std::vector<absl::Span<float>> out,
                           std::vector<RowsAsk> rows) override {
+    return PullAsked(clock, std::move(out), std::move(rows), /*deferred=*/false);
+  }
+
+  PullHandle PullDeferred(uint64_t clock, std::vector<absl::Span<float>> out) override {
+    return PullAsked(clock, std::move(out), {}, /*deferred=*/true);
+  }
+
+  PullHandle PullAsked(uint64_t clock, std::vector<absl::Span<float>> out,
+                       std::vector<RowsAsk> rows, bool deferred) {
     pull_calls_.fetch_add(1, std::memory_order_relaxed);
     auto fail = [](absl::Status s) {
       auto state = std::make_shared<PullState>(std::vector<PullTarget>(),
@@ -222,7 +231,8 @@ class PsClientImpl final : public PsClient {
       asked[r.tensor] = true;
       AddRowTargets(*table, r.ids, r.out, &targets, &per_shard);
     }
-    auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard), &published_);
+    auto state = std::make_shared<PullState>(std::move(targets), std::move(per_shard), &published_,
+                                             deferred);
     for (RowsAsk& r : rows) state->Keep(std::move(r.keep));
     for (uint32_t s = 0; s < streams_.size(); ++s) {
       if (!state->chunks_of(s).empty()) streams_[s]->SendPull(clock, state);
@@ -684,6 +694,17 @@ PullHandle PsClient::PullWithRows(uint64_t clock, std::vector<absl::Span<float>>
                                                      std::vector<std::vector<uint64_t>>(1, {0}));
   state->Fail(0, absl::UnimplementedError("PullWithRows: this client asks rows with PullRows"));
   return MakePullHandle(std::move(state));
+}
+
+PullHandle PsClient::PullDeferred(uint64_t, std::vector<absl::Span<float>>) {
+  auto state = std::make_shared<internal::PullState>(std::vector<internal::PullTarget>(),
+                                                     std::vector<std::vector<uint64_t>>(1, {0}));
+  state->Fail(0, absl::UnimplementedError("PullDeferred: this client does not defer answers"));
+  return MakePullHandle(std::move(state));
+}
+
+void PsClient::Release(const PullHandle& handle) {
+  for (const auto& part : handle.parts_) part->Release();
 }
 
 void PsClient::Abandon(const PullHandle& handle) {

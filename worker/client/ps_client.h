@@ -35,8 +35,9 @@
 // most 6) goes out right after the last unacknowledged push of its chunks,
 // never ahead of a clock advance, init or leave queued before it, so it reads
 // this worker's clock-c pushes; a replayed pull goes after the whole journal.
-// Sync mode: ask before the pushes once the gradients exist; never under
-// SSP/async. (docs/design/overlapped-pull.md)
+// Sync mode: ask before the pushes, with PullDeferred while backward still
+// runs ([early pull] in step_loop.h); never under SSP/async.
+// (docs/design/overlapped-pull.md)
 //
 // NOTE: [fused messages] A Push message carries a bucket of chunks, and a
 // pull's answer comes back in PullAnswers of several chunks: the cost of a
@@ -279,6 +280,12 @@ class PsClient {
   // it abandons the pull, and nothing is written after.
   virtual PullHandle Pull(uint64_t clock, std::vector<absl::Span<float>> out) = 0;
 
+  // Pull, with every answer kept until Release(handle) ([deferred answers]
+  // in internal/pending.h): nothing is written into `out` before it. For a
+  // sync pull asked while backward still runs ([early pull] in
+  // step_loop.h). The base class's fails with Unimplemented.
+  virtual PullHandle PullDeferred(uint64_t clock, std::vector<absl::Span<float>> out);
+
   // Row-sparse tables (docs/design/sparse-tables.md). A table's span in
   // Pull and InitParams is empty; Push of a table is InvalidArgument.
   //
@@ -341,6 +348,9 @@ class PsClient {
     bool settled = false;
   };
   static PullProgress Progress(const PullHandle& handle);
+  // Writes what a PullDeferred got so far into its buffers, and the rest
+  // as it arrives.
+  static void Release(const PullHandle& handle);
   // Gives a pull up: once this returns nothing is written into its buffers,
   // and waits on it end with Cancelled.
   static void Abandon(const PullHandle& handle);

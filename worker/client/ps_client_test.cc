@@ -762,6 +762,69 @@ TEST_F(PsClientTest, StepLoopAsksOnceForAPullHeldByAStraggler) {
   EXPECT_NEAR(loop.wait_share(), 0.5, 0.01);
 }
 
+// [early pull]: in sync mode the loop asks clock c+1's pull when the encode
+// thread takes clock c's first gradient. The shard answers it once the
+// rounds close, but nothing lands in the parameters (fp32 answers, or
+// published deltas to the worker's copies) before EndClock, which releases
+// it instead of asking again; an EndClock with other targets asks anew.
+TEST_F(PsClientTest, StepLoopEarlyPullLandsAtEndClock) {
+  for (const char* pull_codec : {"none", "ternary"}) {
+    SCOPED_TRACE(pull_codec);
+    StartShards(1);
+    CodecPolicy policy;
+    policy.default_codec = "none";
+    policy.pull_codec = pull_codec;
+    auto map = SplitModel({{"w", 100000}}, Addresses(), 16384, policy);
+    ASSERT_TRUE(map.ok()) << map.status();
+    ASSERT_EQ(map->tensors[0].pull_codec, pull_codec);
+    const uint64_t chunks = map->chunks.size();
+    std::vector<std::vector<float>> init;
+    ASSERT_NO_FATAL_FAILURE(StartTwoWorkers(*map, Sgd(1.0f), &init));
+    StepLoopOptions lo;
+    lo.early_pull = true;
+    auto loop = std::make_unique<StepLoop>(c1_.get(), lo, StepLoopHooks());
+    std::vector<float> params(100000), other(100000);
+    loop->StartPull(0, {absl::MakeSpan(params)});
+    ASSERT_TRUE(loop->WaitTensors({}).ok());
+    ASSERT_EQ(params, init[0]);
+    const std::vector<float> g1 = Random(100000, 51), g2 = Random(100000, 52);
+    ASSERT_TRUE(PsClient::Wait(c2_->Push(0, g2, 0), kWait).ok());
+    ASSERT_TRUE(c2_->AdvanceClock(1).ok());
+    ASSERT_TRUE(loop->Push(0, g1, 0).ok());
+    ASSERT_TRUE(loop->WaitPushes(kWait).ok());  // every round of clock 0 closed
+    const absl::Time deadline = absl::Now() + kWait;
+    while (c1_->stats().chunks_pulled < 2 * chunks && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_EQ(c1_->stats().chunks_pulled, 2 * chunks);  // the answers are in ...
+    EXPECT_EQ(c1_->stats().pull_calls, 2u);
+    EXPECT_EQ(params, init[0]);  // ... and wait for EndClock
+    ASSERT_TRUE(loop->EndClock(0, std::vector<absl::Span<float>>{absl::MakeSpan(params)}).ok());
+    ASSERT_TRUE(loop->WaitTensors({}).ok());
+    EXPECT_EQ(c1_->stats().pull_calls, 2u);  // released, not asked again
+    ASSERT_TRUE(PsClient::Wait(c2_->Pull(1, {absl::MakeSpan(other)}), kWait).ok());
+    EXPECT_EQ(params, other);  // the same copy as a pull asked after the round
+    for (size_t i = 0; i < params.size(); i += 997) {
+      EXPECT_NEAR(params[i], init[0][i] - (g1[i] + g2[i]) / 2.0f,
+                  std::string(pull_codec) == "none" ? 1e-6f : 1.0f);
+    }
+    // Clock 1 ends with other targets: the early pull is dropped, a new one asked.
+    ASSERT_TRUE(PsClient::Wait(c2_->Push(0, g2, 1), kWait).ok());
+    ASSERT_TRUE(c2_->AdvanceClock(2).ok());
+    ASSERT_TRUE(loop->Push(0, g1, 1).ok());
+    ASSERT_TRUE(loop->EndClock(1, std::vector<absl::Span<float>>{absl::MakeSpan(other)}).ok());
+    ASSERT_TRUE(loop->WaitTensors({}).ok());
+    EXPECT_EQ(c1_->stats().pull_calls, 4u);
+    std::vector<float> again(100000);
+    ASSERT_TRUE(PsClient::Wait(c2_->Pull(2, {absl::MakeSpan(again)}), kWait).ok());
+    EXPECT_EQ(other, again);
+    loop.reset();
+    c1_.reset();
+    c2_.reset();
+    shards_.clear();
+  }
+}
+
 // [step loop]: WaitTensors waits for the tensors asked for only -- here
 // while the shard that holds the other tensor does not answer at all.
 TEST_F(PsClientTest, StepLoopWaitsOnlyForTheTensorsAskedFor) {

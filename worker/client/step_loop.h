@@ -5,12 +5,20 @@
 //
 // NOTE: [step loop] One step of clock c: Push(t, grad, c) per tensor as
 // backward produces it; EndClock(c, next) flushes the last bucket, asks for
-// clock c+1's pull at once ([overlapped pull] in ps_client.h), waits for clock
-// c's push acks (not for the pull) and only then advances every shard's clock,
+// clock c+1's pull at once ([overlapped pull] in ps_client.h) or releases the
+// one asked early ([early pull]), waits for clock c's push acks (not for the
+// pull) and only then advances every shard's clock,
 // so nothing says c is finished before every shard has its clock-c pushes
 // ([re-initialization] in server/shard/job.h relies on it); then WaitTensors.
 // A pull is asked once, however long it takes; again only after DATA_LOSS (via
 // `reinit`) or the shard's own DeadlineExceeded. (docs/design/step-loop.md)
+//
+// NOTE: [early pull] With `early_pull` (sync mode), clock c+1's pull is asked
+// with deferred answers when the encode thread takes clock c's first
+// gradient, so its requests reach each shard ahead of the pushes; EndClock
+// releases it into the parameters (nothing changes before), or asks anew
+// when clock c's pull had not landed, asked rows, or the targets differ.
+// (docs/design/overlapped-pull.md)
 //
 // NOTE: [encode thread] One thread per loop encodes the pushed gradients in
 // push order (backward order, the order buckets fill in); PsClient's encode
@@ -57,6 +65,10 @@ struct StepLoopOptions {
   // clock ends, or a waiter needs them); once awake it drains the queue.
   // 0: woken per gradient. See [encode thread].
   size_t encode_batch_elems = kEncodeBatchElems;
+  // Sync mode only: ask the next clock's pull at the clock's first push
+  // (see [early pull]). Under SSP or async a pull may be answered before
+  // this worker's pushes arrive, so it must follow them.
+  bool early_pull = false;
   // The clock of every time above: slices, stalls and push deadlines are on
   // env->Now() and wait through it ([env time] in common/env/env.h). Not
   // owned; outlives the loop. A test may pass a testing::FakeClockEnv.
@@ -160,6 +172,7 @@ class StepLoop {
     PullHandle handle;
     int reinits = 0;
     uint64_t generation = 0;  // asked again this many times
+    bool rows = false;        // asked rows of a table
   };
   // A gradient handed to the encode thread.
   struct Queued {
@@ -181,6 +194,11 @@ class StepLoop {
   };
 
   absl::Status WaitHandles(std::vector<PushHandle> handles, absl::Time deadline);
+  // Asks clock + 1's pull, deferred, when [early pull] allows.
+  void AskEarly(uint64_t clock);
+  // EndClock's pull of `clock` into `next`: the early pull when it fits.
+  void PullNext(uint64_t clock, std::vector<absl::Span<float>> next,
+                std::vector<PsClient::RowsAsk> rows, PullHandle* rows_pull);
   void EncodeLoop();
   // Waits until the encode thread took every gradient pushed so far.
   absl::Status WaitEncoded(absl::Time deadline);
@@ -195,6 +213,7 @@ class StepLoop {
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);       // this clock, by tensor
   std::vector<PushHandle> open_ ABSL_GUARDED_BY(mu_);  // pushes of the clock in progress
   std::optional<Pull> pull_ ABSL_GUARDED_BY(mu_);
+  std::optional<Pull> early_ ABSL_GUARDED_BY(mu_);  // see [early pull]
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);      // not yet taken by the encode thread
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;           // gradients handed over, ever
   uint64_t encoded_ ABSL_GUARDED_BY(mu_) = 0;          // ... and encoded

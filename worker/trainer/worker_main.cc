@@ -350,6 +350,7 @@ class Worker {
     topt.device_encode = absl::GetFlag(FLAGS_device_encode);
     topt.worker_id = opt.worker_id;
     topt.stop = &g_stop;
+    topt.loop.early_pull = a.spec().consistency().mode() == v1::SYNC;
     if (a.spec().consistency().mode() == v1::BOUNDED) {
       topt.final_pull_slack = a.spec().consistency().staleness();
     }

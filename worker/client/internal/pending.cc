@@ -43,8 +43,10 @@ bool Completion::done() const {
 }
 
 PullState::PullState(std::vector<PullTarget> targets,
-                     std::vector<std::vector<uint64_t>> shard_chunks, PublishedCopies* published)
+                     std::vector<std::vector<uint64_t>> shard_chunks, PublishedCopies* published,
+                     bool deferred)
     : targets_(std::move(targets)),
+      deferring_(deferred),
       published_(published),
       completion_(std::make_shared<Completion>(0)) {
   {
@@ -176,6 +178,35 @@ void PullState::OnAnswer(uint32_t shard, absl::Span<const AnsweredChunk> chunks,
   }
   Arrived(arrived);
   Finish(part, shard, last);
+}
+
+bool PullState::Defer(std::function<void(PullState&)> apply) {
+  absl::MutexLock lock(&defer_mu_);
+  if (!deferring_) return false;
+  deferred_.push_back(std::move(apply));
+  return true;
+}
+
+bool PullState::deferring() const {
+  absl::MutexLock lock(&defer_mu_);
+  return deferring_;
+}
+
+void PullState::Release() {
+  // Answers arriving meanwhile are kept behind these and run in the next
+  // round, so one shard's answers apply in the order it sent them.
+  for (;;) {
+    std::vector<std::function<void(PullState&)>> run;
+    {
+      absl::MutexLock lock(&defer_mu_);
+      if (deferred_.empty()) {
+        deferring_ = false;
+        return;
+      }
+      run.swap(deferred_);
+    }
+    for (auto& apply : run) apply(*this);
+  }
 }
 
 void PullState::Fail(uint32_t shard, const absl::Status& status) {

@@ -4,6 +4,7 @@
 #define GRADSTREAM_WORKER_CLIENT_INTERNAL_PENDING_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,8 +74,9 @@ class PullState {
   // is asked for (empty = the shard is not involved).
   // `published` (not owned; may be null when no shard uses a pull codec)
   // keeps the copies published answers apply to.
+  // A `deferred` pull keeps its answers until Release() ([deferred answers]).
   PullState(std::vector<PullTarget> targets, std::vector<std::vector<uint64_t>> shard_chunks,
-            PublishedCopies* published = nullptr);
+            PublishedCopies* published = nullptr, bool deferred = false);
 
   Completion& completion() { return *completion_; }
   // Waits until every asked-for chunk of each tensor in `tensors` (of every
@@ -117,6 +119,20 @@ class PullState {
   void Keep(std::shared_ptr<const void> keep) {
     if (keep != nullptr) kept_.push_back(std::move(keep));
   }
+  // NOTE: [deferred answers] A deferred pull writes nothing into its targets
+  // (nor into the published copies) until Release(): each answer, checked
+  // and parsed on arrival, is kept as `apply` and run by Release in arrival
+  // order. So a sync pull asked while backward still runs cannot change a
+  // parameter under it ([early pull] in ../step_loop.h). Errors end the pull
+  // at once.
+  //
+  // Keeps `apply` and returns true while the pull defers; false once it was
+  // released (the caller applies the answer itself).
+  bool Defer(std::function<void(PullState&)> apply);
+  bool deferring() const;
+  // Runs the kept answers, in arrival order, and stops deferring.
+  void Release();
+
   // The shard answered with an error or its stream failed for good.
   void Fail(uint32_t shard, const absl::Status& status);
   // Stops all writes into the caller's buffers.
@@ -145,6 +161,9 @@ class PullState {
 
   const std::vector<PullTarget> targets_;
   std::vector<std::shared_ptr<const void>> kept_;  // see Keep
+  mutable absl::Mutex defer_mu_;
+  bool deferring_ ABSL_GUARDED_BY(defer_mu_);
+  std::vector<std::function<void(PullState&)>> deferred_ ABSL_GUARDED_BY(defer_mu_);
   PublishedCopies* const published_;
   std::vector<std::unique_ptr<Part>> parts_;
   const std::shared_ptr<Completion> completion_;

@@ -528,7 +528,7 @@ void ShardStream::ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::Ser
   Transition(conn, ConnectionEvent::kBroken);
 }
 
-void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
+void ShardStream::Dispatch(v1::ServerMessage& m, Connection* conn) {
   switch (m.msg_case()) {
     case v1::ServerMessage::kHelloAck: {
       const auto& ids = m.hello_ack().chunk_ids();
@@ -613,7 +613,14 @@ void ShardStream::Dispatch(const v1::ServerMessage& m, Connection* conn) {
                                     absl::StrCat(Describe(), ": ")));
         return;
       }
-      OnAnswer(pa, *pull);
+      if (pull->deferring()) {
+        // Its views must outlive the next Read into `m` ([deferred answers]).
+        auto kept = std::make_shared<v1::ServerMessage>();
+        kept->Swap(&m);
+        OnAnswer(kept->pull(), *pull, kept);
+        return;
+      }
+      OnAnswer(pa, *pull, nullptr);
       return;
     }
     case v1::ServerMessage::kError: {
@@ -641,11 +648,25 @@ void ShardStream::AddHeldCopies(const PullState& pull, const std::vector<uint64_
   }
 }
 
-void ShardStream::OnAnswer(const v1::PullAnswer& answer, PullState& pull) {
-  std::vector<AnsweredChunk> chunks(answer.chunks_size());
-  std::vector<PublishedAnswer> published(answer.chunks_size());
+void ShardStream::OnAnswer(const v1::PullAnswer& answer, PullState& pull,
+                           std::shared_ptr<const v1::ServerMessage> message) {
+  // Everything the chunks view, kept together so that a deferred answer
+  // can run later (see [deferred answers]).
+  struct Parsed {
+    std::shared_ptr<const v1::ServerMessage> message;
+    std::vector<AnsweredChunk> chunks;
+    std::vector<PublishedAnswer> published;
+    std::vector<std::vector<float>> decoded;  // fp16 rows, as fp32
+  };
+  auto parsed = std::make_shared<Parsed>();
+  parsed->message = std::move(message);
+  std::vector<AnsweredChunk>& chunks = parsed->chunks;
+  std::vector<PublishedAnswer>& published = parsed->published;
+  std::vector<std::vector<float>>& decoded = parsed->decoded;
+  chunks.resize(answer.chunks_size());
+  published.resize(answer.chunks_size());
+  decoded.resize(answer.rows_size());
   uint64_t bytes = 0, fp32_bytes = 0;
-  std::vector<std::vector<float>> decoded(answer.rows_size());  // fp16 rows, as fp32
   for (int i = 0; i < answer.rows_size(); ++i) {  // table rows
     const v1::PulledRows& r = answer.rows(i);
     bytes += r.values().size();
@@ -696,7 +717,11 @@ void ShardStream::OnAnswer(const v1::PullAnswer& answer, PullState& pull) {
   counters_->chunks_pulled.fetch_add(chunks.size(), std::memory_order_relaxed);
   counters_->bytes_pulled.fetch_add(bytes, std::memory_order_relaxed);
   counters_->fp32_bytes_pulled.fetch_add(fp32_bytes, std::memory_order_relaxed);
-  pull.OnAnswer(shard_, chunks, answer.last());
+  const uint32_t shard = shard_;
+  const bool last = answer.last();
+  auto apply = [parsed, shard, last](PullState& p) { p.OnAnswer(shard, parsed->chunks, last); };
+  if (parsed->message != nullptr && pull.Defer(apply)) return;
+  pull.OnAnswer(shard, chunks, last);
 }
 
 }  // namespace gradstream::client::internal

@@ -109,7 +109,8 @@ class ShardStream {
   absl::Status RunConnection(bool* hello_acked);
   void ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::ServerMessage>* stream,
                   Connection* conn);
-  void Dispatch(const v1::ServerMessage& m, Connection* conn);
+  // May take `m`'s contents (an answer its pull defers).
+  void Dispatch(v1::ServerMessage& m, Connection* conn);
   // One request of a pull (see [overlapped pull]).
   struct PullGroup {
     std::vector<uint64_t> chunks;
@@ -129,8 +130,10 @@ class ShardStream {
   // request, and hands a published answer to its pull.
   void AddHeldCopies(const PullState& pull, const std::vector<uint64_t>& chunks,
                      v1::PullRequest* req);
-  // Hands one PullAnswer's chunks to `pull`.
-  void OnAnswer(const v1::PullAnswer& answer, PullState& pull);
+  // Hands one PullAnswer's chunks to `pull`; `message` (holding `answer`)
+  // is kept when the pull defers them, null when it does not.
+  void OnAnswer(const v1::PullAnswer& answer, PullState& pull,
+                std::shared_ptr<const v1::ServerMessage> message);
   void Transition(StreamEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Transition(Connection* conn, ConnectionEvent event) {
     conn->phase = NextConnectionPhase(conn->phase, event);
