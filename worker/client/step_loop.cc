@@ -15,6 +15,9 @@ StepLoop::StepLoop(PsClient* client, StepLoopOptions options, StepLoopHooks hook
       options_(options),
       hooks_(std::move(hooks)),
       num_tensors_(static_cast<uint32_t>(client->shard_map().tensors.size())),
+      has_tables_(std::any_of(client->shard_map().tensors.begin(),
+                              client->shard_map().tensors.end(),
+                              [](const TensorInfo& t) { return t.is_table(); })),
       pushed_(num_tensors_, false),
       started_(options_.env->Now()) {
   encoder_ = options_.env->StartThread("gs-encode", [this] { EncodeLoop(); });
@@ -73,8 +76,8 @@ void StepLoop::EncodeLoop() {
         queue_.pop_front();
         queued_elems_ -= q.grad.size();
       }
-      const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
       if (options_.early_pull) AskEarly(q.clock);
+      const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
       PushHandle h = client_->Push(q.tensor, q.grad, q.clock);
       const double took = absl::ToDoubleSeconds(absl::Now() - start);
       absl::MutexLock lock(&mu_);
@@ -192,14 +195,14 @@ void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
   PullHandle h = with_rows ? client_->PullWithRows(clock, targets, std::move(rows))
                            : client_->Pull(clock, targets);
   if (with_rows && rows_pull != nullptr) *rows_pull = h;
-  dropped = std::exchange(pull_, Pull{clock, std::move(targets), std::move(h), 0, 0, with_rows});
+  dropped = std::exchange(pull_, Pull{clock, std::move(targets), std::move(h), 0, 0});
 }
 
 void StepLoop::AskEarly(uint64_t clock) {
   absl::MutexLock lock(&mu_);
   // Once per clock, over a pull of this clock that landed whole: its
   // requests name the published copies that pull left.
-  if (early_.has_value() || !pull_.has_value() || pull_->clock != clock || pull_->rows) return;
+  if (has_tables_ || early_.has_value() || !pull_.has_value() || pull_->clock != clock) return;
   if (!PsClient::Wait(pull_->handle, absl::ZeroDuration(), options_.env).ok()) return;
   early_ = Pull{clock + 1, pull_->targets, client_->PullDeferred(clock + 1, pull_->targets), 0, 0};
 }

@@ -17,7 +17,8 @@
 // with deferred answers when the encode thread takes clock c's first
 // gradient, so its requests reach each shard ahead of the pushes; EndClock
 // releases it into the parameters (nothing changes before), or asks anew
-// when clock c's pull had not landed, asked rows, or the targets differ.
+// when clock c's pull had not landed or the targets differ. Not for a model
+// with tables (its pulls may ask rows).
 // (docs/design/overlapped-pull.md)
 //
 // NOTE: [encode thread] One thread per loop encodes the pushed gradients in
@@ -172,7 +173,6 @@ class StepLoop {
     PullHandle handle;
     int reinits = 0;
     uint64_t generation = 0;  // asked again this many times
-    bool rows = false;        // asked rows of a table
   };
   // A gradient handed to the encode thread.
   struct Queued {
@@ -207,6 +207,8 @@ class StepLoop {
   const StepLoopOptions options_;
   const StepLoopHooks hooks_;
   const uint32_t num_tensors_;
+  // A pull of a model with tables may ask rows: never asked early.
+  const bool has_tables_;
   std::vector<float> zeros_;  // the largest tensor's worth, for unpushed tensors
 
   mutable absl::Mutex mu_;
