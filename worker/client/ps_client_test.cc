@@ -766,7 +766,8 @@ TEST_F(PsClientTest, StepLoopAsksOnceForAPullHeldByAStraggler) {
 // thread takes clock c's first gradient. The shard answers it once the
 // rounds close, but nothing lands in the parameters (fp32 answers, or
 // published deltas to the worker's copies) before EndClock, which releases
-// it instead of asking again; an EndClock with other targets asks anew.
+// it instead of asking again; an EndClock with other targets asks anew, and
+// after an EndClock without a next pull the caller's StartPull takes it up.
 TEST_F(PsClientTest, StepLoopEarlyPullLandsAtEndClock) {
   for (const char* pull_codec : {"none", "ternary"}) {
     SCOPED_TRACE(pull_codec);
@@ -817,6 +818,20 @@ TEST_F(PsClientTest, StepLoopEarlyPullLandsAtEndClock) {
     EXPECT_EQ(c1_->stats().pull_calls, 4u);
     std::vector<float> again(100000);
     ASSERT_TRUE(PsClient::Wait(c2_->Pull(2, {absl::MakeSpan(again)}), kWait).ok());
+    EXPECT_EQ(other, again);
+    // Clock 2 ends without a next pull (a trainer's last step): the caller's
+    // own StartPull of clock 3 takes the early pull up, nothing is discarded.
+    const uint64_t discarded = c1_->stats().bytes_pulled_discarded;  // clock 1's dropped pull
+    ASSERT_TRUE(PsClient::Wait(c2_->Push(0, g2, 2), kWait).ok());
+    ASSERT_TRUE(c2_->AdvanceClock(3).ok());
+    ASSERT_TRUE(loop->Push(0, g1, 2).ok());
+    ASSERT_TRUE(loop->EndClock(2, std::nullopt).ok());
+    EXPECT_EQ(other, again);
+    loop->StartPull(3, {absl::MakeSpan(other)});
+    ASSERT_TRUE(loop->WaitTensors({}).ok());
+    EXPECT_EQ(c1_->stats().pull_calls, 5u);
+    EXPECT_EQ(c1_->stats().bytes_pulled_discarded, discarded);
+    ASSERT_TRUE(PsClient::Wait(c2_->Pull(3, {absl::MakeSpan(again)}), kWait).ok());
     EXPECT_EQ(other, again);
     loop.reset();
     c1_.reset();

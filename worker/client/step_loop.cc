@@ -171,13 +171,7 @@ absl::Status StepLoop::EndClock(uint64_t clock,
     pushes = std::exchange(open_, {});
   }
   pushes.insert(pushes.end(), zeros.begin(), zeros.end());
-  if (next.has_value()) {
-    PullNext(clock + 1, *std::move(next), std::move(rows), rows_pull);
-  } else {
-    std::optional<Pull> early;
-    absl::MutexLock lock(&mu_);
-    early = std::exchange(early_, std::nullopt);
-  }
+  if (next.has_value()) StartPull(clock + 1, *std::move(next), std::move(rows), rows_pull);
   // Acknowledged everywhere before any shard hears the clock is done (see
   // [step loop]).
   GS_RETURN_IF_ERROR(WaitHandles(std::move(pushes), deadline));
@@ -187,9 +181,30 @@ absl::Status StepLoop::EndClock(uint64_t clock,
 void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
                          std::vector<PsClient::RowsAsk> rows, PullHandle* rows_pull) {
   std::optional<Pull> dropped, early;
+  {
+    absl::MutexLock lock(&mu_);
+    early = std::exchange(early_, std::nullopt);
+    if (pull_.has_value() && pull_->clock == clock) return;
+  }
+  auto same = [&targets](const std::vector<absl::Span<float>>& t) {
+    if (t.size() != targets.size()) return false;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i].data() != targets[i].data() || t[i].size() != targets[i].size()) return false;
+    }
+    return true;
+  };
+  // The pull asked early, when it is this one ([early pull]). Settled before
+  // its release means failed (its answers wait): asked anew.
+  if (early.has_value() && early->clock == clock && rows.empty() && same(early->targets) &&
+      !PsClient::Progress(early->handle).settled) {
+    PsClient::Release(early->handle);
+    absl::MutexLock lock(&mu_);
+    if (pull_.has_value()) PsClient::Abandon(pull_->handle);
+    dropped = std::exchange(pull_, std::move(early));
+    return;
+  }
+  early.reset();  // dropping the last handle abandons it
   absl::MutexLock lock(&mu_);
-  early = std::exchange(early_, std::nullopt);  // dropping the handle abandons it
-  if (pull_.has_value() && pull_->clock == clock) return;
   if (pull_.has_value()) PsClient::Abandon(pull_->handle);
   const bool with_rows = !rows.empty();
   PullHandle h = with_rows ? client_->PullWithRows(clock, targets, std::move(rows))
@@ -199,39 +214,15 @@ void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
 }
 
 void StepLoop::AskEarly(uint64_t clock) {
+  std::optional<Pull> stale;
   absl::MutexLock lock(&mu_);
-  // Once per clock, over a pull of this clock that landed whole: its
-  // requests name the published copies that pull left.
-  if (has_tables_ || early_.has_value() || !pull_.has_value() || pull_->clock != clock) return;
+  if (early_.has_value() && early_->clock == clock + 1) return;
+  stale = std::exchange(early_, std::nullopt);
+  // Over a pull of this clock that landed whole: its requests name the
+  // published copies that pull left.
+  if (has_tables_ || !pull_.has_value() || pull_->clock != clock) return;
   if (!PsClient::Wait(pull_->handle, absl::ZeroDuration(), options_.env).ok()) return;
   early_ = Pull{clock + 1, pull_->targets, client_->PullDeferred(clock + 1, pull_->targets), 0, 0};
-}
-
-void StepLoop::PullNext(uint64_t clock, std::vector<absl::Span<float>> next,
-                        std::vector<PsClient::RowsAsk> rows, PullHandle* rows_pull) {
-  std::optional<Pull> early, dropped;
-  {
-    absl::MutexLock lock(&mu_);
-    early = std::exchange(early_, std::nullopt);
-  }
-  auto same = [&next](const std::vector<absl::Span<float>>& t) {
-    if (t.size() != next.size()) return false;
-    for (size_t i = 0; i < t.size(); ++i) {
-      if (t[i].data() != next[i].data() || t[i].size() != next[i].size()) return false;
-    }
-    return true;
-  };
-  // Settled before its release means failed (its answers wait): ask anew.
-  if (!early.has_value() || early->clock != clock || !rows.empty() || !same(early->targets) ||
-      PsClient::Progress(early->handle).settled) {
-    early.reset();  // abandons it
-    StartPull(clock, std::move(next), std::move(rows), rows_pull);
-    return;
-  }
-  PsClient::Release(early->handle);
-  absl::MutexLock lock(&mu_);
-  if (pull_.has_value()) PsClient::Abandon(pull_->handle);
-  dropped = std::exchange(pull_, std::move(early));
 }
 
 std::optional<uint64_t> StepLoop::pull_clock() const {

@@ -15,10 +15,11 @@
 //
 // NOTE: [early pull] With `early_pull` (sync mode), clock c+1's pull is asked
 // with deferred answers when the encode thread takes clock c's first
-// gradient, so its requests reach each shard ahead of the pushes; EndClock
-// releases it into the parameters (nothing changes before), or asks anew
-// when clock c's pull had not landed or the targets differ. Not for a model
-// with tables (its pulls may ask rows).
+// gradient, so its requests reach each shard ahead of the pushes; the
+// StartPull of c+1 (EndClock's, or the caller's after an EndClock without
+// `next`) releases it into the parameters (nothing changes before), or
+// asks anew when the targets differ. Not when clock c's pull had not landed
+// whole, nor for a model with tables (its pulls may ask rows).
 // (docs/design/overlapped-pull.md)
 //
 // NOTE: [encode thread] One thread per loop encodes the pushed gradients in
@@ -132,8 +133,9 @@ class StepLoop {
                                       PullHandle* rows_pull = nullptr);
 
   // Asks for the pull of `clock` into `targets` unless that pull is in
-  // flight already (EndClock asked for it); any other pull is abandoned.
-  // `rows` and `rows_pull` as for EndClock.
+  // flight already (EndClock asked for it) or was asked early ([early pull]:
+  // released now); any other pull is abandoned. `rows` and `rows_pull` as
+  // for EndClock.
   void StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
                  std::vector<PsClient::RowsAsk> rows = {}, PullHandle* rows_pull = nullptr);
   // Waits until `tensors` (every tensor when empty) of the pull in flight
@@ -196,9 +198,6 @@ class StepLoop {
   absl::Status WaitHandles(std::vector<PushHandle> handles, absl::Time deadline);
   // Asks clock + 1's pull, deferred, when [early pull] allows.
   void AskEarly(uint64_t clock);
-  // EndClock's pull of `clock` into `next`: the early pull when it fits.
-  void PullNext(uint64_t clock, std::vector<absl::Span<float>> next,
-                std::vector<PsClient::RowsAsk> rows, PullHandle* rows_pull);
   void EncodeLoop();
   // Waits until the encode thread took every gradient pushed so far.
   absl::Status WaitEncoded(absl::Time deadline);
