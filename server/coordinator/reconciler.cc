@@ -74,8 +74,13 @@ void Reconciler::AfterShardCalls() {
   for (const auto& [id, job] : jobs_->records()) {
     CheckCompletion(job);
     // Scaling needs the clock the shards are at now (see [membership epochs]);
-    // the new epoch is persisted at once and goes out with the next tick.
-    if (job.status.state == JobState::kRunning && fleet_->Job(id).stats_fresh) {
+    // the new epoch is persisted at once and goes out with the next tick. A
+    // script job not placed yet is on no shard: its clocks are all 0, and it
+    // must take workers back even when every member was lost before rank 0
+    // declared its tensors.
+    const bool clocks_known =
+        fleet_->Job(id).stats_fresh || job.status.shard_map.shards.empty();
+    if (job.status.state == JobState::kRunning && clocks_known) {
       PlanMembership(job);
     }
     CheckBelowMin(job);

@@ -958,6 +958,47 @@ TEST_F(CoordinatorTest, ScriptJobStartsBeforeItsTensorsAndPlacesRank0sDeclaratio
   EXPECT_EQ(a2.spec().model().tensors(0).shape(0), 3);  // rank 1 compares with this
 }
 
+// Both workers of a script job miss their heartbeats before rank 0 declared
+// the tensors, so no shard has the job: when they register again, the job
+// takes them back (it had stayed RUNNING with none until its deadline).
+TEST_F(CoordinatorTest, AScriptJobThatLostEveryWorkerBeforeItsDeclarationTakesThemBack) {
+  AddShards(2);
+  job_ = SubmitScript(*c_, 2);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  ASSERT_EQ(Job().state(), v1::RUNNING);
+  Beat(w1, 0);
+  Beat(w2, 0);
+  clock_.Advance(absl::Seconds(12));  // both silent for 12s > 10s
+  c_->Tick();
+  v1::JobStatus job = Job();
+  ASSERT_EQ(job.epochs_size(), 3) << job.DebugString();
+  EXPECT_EQ(job.epochs(2).worker_ids_size(), 0);
+  auto again = [&](std::pair<uint64_t, uint64_t> w) {
+    v1::RegisterWorkerRequest r;
+    r.set_worker_id(w.first);
+    r.set_incarnation(w.second);
+    auto resp = c_->RegisterWorker(r);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return std::make_pair(resp->worker_id(), resp->incarnation());
+  };
+  w1 = again(w1);
+  w2 = again(w2);
+  c_->Tick();
+  c_->Tick();
+  job = Job();
+  ASSERT_EQ(job.state(), v1::RUNNING);
+  ASSERT_EQ(job.epochs_size(), 4) << job.DebugString();
+  EXPECT_EQ(job.epochs(3).worker_ids_size(), 2);
+  EXPECT_EQ(job.epochs(3).effective_clock(), 0u);
+  EXPECT_EQ(job.committed_epoch(), 4u);
+  v1::Assignment a1 = Beat(w1, 0, v1::IDLE, ""), a2 = Beat(w2, 0, v1::IDLE, "");
+  EXPECT_EQ(a1.job_id(), job_);
+  EXPECT_EQ(a2.job_id(), job_);
+  EXPECT_EQ(a1.rank() + a2.rank(), 1u);  // ranks 0 and 1: one of them declares
+}
+
 TEST_F(CoordinatorTest, FailingScriptFailsItsJobWithItsMessage) {
   AddShards(1);
   job_ = SubmitScript(*c_, 2);
