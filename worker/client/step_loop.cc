@@ -183,8 +183,9 @@ void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
   std::optional<Pull> dropped, early;
   {
     absl::MutexLock lock(&mu_);
-    early = std::exchange(early_, std::nullopt);
+    // This clock's pull in flight: the next clock's early one stays.
     if (pull_.has_value() && pull_->clock == clock) return;
+    early = std::exchange(early_, std::nullopt);
   }
   auto same = [&targets](const std::vector<absl::Span<float>>& t) {
     if (t.size() != targets.size()) return false;
