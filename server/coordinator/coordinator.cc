@@ -57,6 +57,7 @@ Coordinator::~Coordinator() {
 void Coordinator::StartTicker() {
   ticker_ = options_.env->StartThread("gs-coord-tick", [this] {
     for (;;) {
+      const absl::Time before = Now();
       {
         absl::MutexLock lock(&stop_mu_);
         if (options_.env->AwaitWithTimeout(&stop_mu_, absl::Condition(&stopping_),
@@ -64,9 +65,24 @@ void Coordinator::StartTicker() {
           return;
         }
       }
+      ExcuseStall(Now() - before - options_.tick_interval);
       Tick();
     }
   });
+}
+
+void Coordinator::ExcuseStall(absl::Duration lost) {
+  // NOTE: [coordinator stall] A wait of one tick that took a heartbeat
+  // interval longer means the process did not run (a paused VM, SIGSTOP, a
+  // swap storm): it heard nobody, and queued heartbeats timed out at their
+  // senders. That time does not count as their silence, or a pause of a
+  // heartbeat timeout would evict every worker at once on waking. See
+  // docs/design/coordinator-stall.md.
+  if (lost <= absl::Milliseconds(HeartbeatIntervalMs(options_))) return;
+  LOG(WARNING) << "coordinator: did not run for " << lost
+               << " (paused?); heartbeat deadlines move on by that much";
+  absl::MutexLock lock(&mu_);
+  workers_.Excuse(lost, Now());
 }
 
 // ---------------------------------------------------------------- persistence

@@ -140,6 +140,8 @@ class Coordinator {
   absl::StatusOr<Assignment> HeartbeatLocked(const HeartbeatReport& request, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ticker's wait overran by `lost`: see [coordinator stall].
+  void ExcuseStall(absl::Duration lost) ABSL_LOCKS_EXCLUDED(mu_);
 
   const CoordinatorOptions options_;
   ShardClient* const shards_client_;

@@ -136,6 +136,12 @@ std::vector<uint64_t> WorkerPool::Overdue(absl::Time now) const {
   return overdue;
 }
 
+void WorkerPool::Excuse(absl::Duration lost, absl::Time now) {
+  for (auto& [id, w] : workers_) {
+    if (!w.dead) w.last_heartbeat = std::min(now, w.last_heartbeat + lost);
+  }
+}
+
 void WorkerPool::MarkDead(WorkerRecord& worker) {
   worker.dead = true;
   worker.status.healthy = false;

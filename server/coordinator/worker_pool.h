@@ -77,6 +77,9 @@ class WorkerPool {
 
   // Live workers whose last heartbeat is older than the timeout at `now`.
   std::vector<uint64_t> Overdue(absl::Time now) const;
+  // The coordinator did not run for `lost` (see [coordinator stall]): moves
+  // every live worker's last heartbeat on by that much, to `now` at most.
+  void Excuse(absl::Duration lost, absl::Time now);
   // Declares a worker dead: its heartbeats are refused until it registers.
   static void MarkDead(WorkerRecord& worker);
   // Live when not declared dead and heard from within the timeout.

@@ -79,6 +79,7 @@ class OpenedCoordinator : public CoordinatorApi {
   explicit OpenedCoordinator(std::unique_ptr<Coordinator> core)
       : CoordinatorApi(core.get()), core_(std::move(core)) {}
   void Tick() { core_->Tick(); }
+  void StartTicker() { core_->StartTicker(); }
 
  private:
   std::unique_ptr<Coordinator> core_;
@@ -385,6 +386,34 @@ TEST_F(CoordinatorTest, DeadWorkerIsRemovedAtItsClock) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->worker_id(), w2.first);
   EXPECT_EQ(r->incarnation(), w2.second + 1);
+}
+
+// [coordinator stall]: the ticker's wait of one tick that ends 12 s late
+// (the process did not run) costs no worker its place; silence while the
+// coordinator runs still does.
+TEST_F(CoordinatorTest, ACoordinatorThatDidNotRunBlamesNoWorkerForItsSilence) {
+  AddShards(1);
+  job_ = Submit(2);
+  auto w1 = AddWorker();
+  auto w2 = AddWorker();
+  c_->Tick();
+  Beat(w1, 0);
+  Beat(w2, 0);
+  c_->StartTicker();
+  auto next_tick = [&](absl::Duration d) {
+    ASSERT_TRUE(clock_.AwaitWaiters(1, absl::Seconds(30)));  // the ticker waits
+    clock_.Advance(d);
+    ASSERT_TRUE(clock_.AwaitWaiters(1, absl::Seconds(30)));  // ... and ticked
+  };
+  next_tick(absl::Seconds(12));  // paused for 12 s > the 10 s timeout
+  EXPECT_EQ(Job().epochs_size(), 1) << Job().DebugString();
+  for (int i = 0; i < 105; ++i) {  // w2 silent for 10.5 s more, w1 beating
+    if (i % 20 == 0) Beat(w1, 1);
+    next_tick(absl::Milliseconds(100));
+  }
+  v1::JobStatus job = Job();
+  ASSERT_EQ(job.epochs_size(), 2) << job.DebugString();
+  EXPECT_EQ(job.epochs(1).reason(), "worker " + std::to_string(w2.first) + " missed heartbeats");
 }
 
 // A SIGTERM'd worker leaves its job and says it is stopping (see [worker
