@@ -165,16 +165,17 @@ def parse_system(name):
     shards' --pull_answer_bytes; 'prefetch=0' turns the package's row
     prefetch off (GRADSTREAM_ROW_PREFETCH, [row prefetch] in
     python/gradstream/parameter_server.py); 'shards=N' runs N shards instead of
-    2, each in its own namespace (shard_nodes). Returns (SYSTEMS entry,
-    {option: value})."""
+    2, each in its own namespace (shard_nodes); 'threads=N' the shards'
+    --executor_threads. Returns (SYSTEMS entry, {option: value})."""
     key, *opts = name.split("@")
     if key not in SYSTEMS:
         raise KeyError(key)
     parsed = {}
     for o in opts:
         k, _, v = o.partition("=")
-        if k not in ("base", "buckets", "answer", "prefetch", "shards") or \
-                (k == "base") != (v == "") or (k == "shards" and not (v.isdigit() and int(v) >= 1)):
+        if k not in ("base", "buckets", "answer", "prefetch", "shards", "threads") or \
+                (k == "base") != (v == "") or \
+                (k in ("shards", "threads") and not (v.isdigit() and int(v) >= 1)):
             raise KeyError(name)
         parsed[k] = v
     if parsed and SYSTEMS[key][0] != "gradstream":
@@ -296,15 +297,17 @@ class Run:
 
     def start_gradstream(self):
         b, n = self.build, self.net.nodes
-        answer = (["--pull_answer_bytes=" + self.opts["answer"]] if "answer" in self.opts
-                  else [])
+        flags = (["--pull_answer_bytes=" + self.opts["answer"]] if "answer" in self.opts
+                 else [])
+        if "threads" in self.opts:
+            flags.append("--executor_threads=" + self.opts["threads"])
         shards = []
         for i, node in enumerate(shard_nodes(self.shards)):
             pf = os.path.join(self.dir, "shard%d.port" % i)
             self.spawn("shard%d" % i, node, [os.path.join(b, "server/shard/gs_shard"),
                                              "--address=" + n[node]["ip"], "--port=0",
                                              "--port_file=" + pf, "--shard_index=%d" % i] +
-                       answer)
+                       flags)
             shards.append((n[node]["ip"], pf))
         shards = ["%s:%s" % (ip, self.wait_file(pf)) for ip, pf in shards]
         pf = os.path.join(self.dir, "coordinator.port")
@@ -580,7 +583,7 @@ def main():
             unknown.append(s)
     if unknown:
         print("unknown systems %s (want %s, gradstream ones with @base, @buckets=F:R, "
-              "@answer=N, @prefetch=0, @shards=N)" % (unknown, ",".join(SYSTEMS)),
+              "@answer=N, @prefetch=0, @shards=N, @threads=N)" % (unknown, ",".join(SYSTEMS)),
               file=sys.stderr)
         return 2
     max_shards = max(int(parse_system(s)[1].get("shards", 2)) for s in systems)
