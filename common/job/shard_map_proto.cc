@@ -1,6 +1,8 @@
 // Shard map <-> job.proto. See shard_map_proto.h.
 #include "common/job/shard_map_proto.h"
 
+#include <algorithm>
+
 #include "common/job/job_spec.h"
 #include "common/status.h"
 
@@ -62,11 +64,34 @@ v1::ChunkInfo ChunkInfoToProto(const ChunkInfo& c) {
   return p;
 }
 
+namespace {
+
+// NOTE: [fair chunks] No dense chunk holds more than a shard's share of the
+// model's dense elements (rounded up to whole 512-element codec blocks, and
+// never under 4096 elements, whose bytes no link notices): largest-first
+// placement can then spread a model whose bytes sit in one tensor (a
+// click-through model's MLP beside its table, a char-LSTM's recurrent
+// weight) evenly, and every shard's link carries its share of each step.
+// See docs/design/fair-chunks.md.
+uint32_t FairChunkElems(const std::vector<TensorSpec>& specs, size_t shards,
+                        uint32_t chunk_elems) {
+  constexpr uint64_t kBlock = 512, kMinFair = 4096;
+  uint64_t dense = 0;
+  for (const TensorSpec& t : specs) dense += t.table ? 0 : static_cast<uint64_t>(t.num_elems);
+  if (shards <= 1 || dense == 0) return chunk_elems;
+  const uint64_t share = (dense + shards - 1) / shards;
+  const uint64_t fair = std::max(kMinFair, (share + kBlock - 1) / kBlock * kBlock);
+  return static_cast<uint32_t>(std::min<uint64_t>(chunk_elems, fair));
+}
+
+}  // namespace
+
 absl::StatusOr<ShardMap> BuildShardMap(const v1::JobSpec& spec,
                                        const std::vector<std::string>& shards) {
   absl::StatusOr<std::vector<TensorSpec>> tensors = JobTensors(spec);
   if (!tensors.ok()) return tensors.status();
   const std::vector<TensorSpec>& specs = *tensors;
+  const uint32_t chunk_elems = FairChunkElems(specs, shards.size(), spec.chunk_elems());
 
   // A shard without chunks would refuse the job ("job has no chunks"): use
   // at most as many shards as there are chunks. Largest-first placement then
@@ -74,12 +99,11 @@ absl::StatusOr<ShardMap> BuildShardMap(const v1::JobSpec& spec,
   uint64_t chunks = 0;
   for (const TensorSpec& t : specs) {
     chunks += t.table ? shards.size()  // a partition on every shard
-                      : (static_cast<uint64_t>(t.num_elems) + spec.chunk_elems() - 1) /
-                            spec.chunk_elems();
+                      : (static_cast<uint64_t>(t.num_elems) + chunk_elems - 1) / chunk_elems;
   }
   std::vector<std::string> used = shards;
   if (chunks > 0 && used.size() > chunks) used.resize(chunks);
-  return SplitModel(specs, used, spec.chunk_elems(), CodecPolicyFromProto(spec.codec()));
+  return SplitModel(specs, used, chunk_elems, CodecPolicyFromProto(spec.codec()));
 }
 
 }  // namespace gradstream

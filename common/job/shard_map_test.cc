@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/match.h"
+#include "common/job/job_spec.h"
 #include "common/job/shard_map_proto.h"
 #include "gtest/gtest.h"
 
@@ -246,6 +247,51 @@ TEST(SplitModel, ATableHasOnePartitionPerShard) {
   ternary_rows.tensors[1].codec = "ternary";
   EXPECT_TRUE(absl::StrContains(ValidateShardMap(ternary_rows).message(),
                                 "rows travel none or fp16"));
+}
+
+// [fair chunks]: a job's map cuts no dense chunk bigger than a shard's share
+// of the dense elements, so a click-through model's MLP (one 8192-element
+// weight beside a table) is spread over both shards; big tensors keep their
+// 1 MiB chunks.
+TEST(BuildShardMap, NoDenseChunkHoldsMoreThanAShardsShare) {
+  auto dense_loads = [](const ShardMap& map) {
+    std::vector<uint64_t> load(map.shards.size(), 0);
+    for (const ChunkInfo& c : map.chunks) load[c.shard] += c.num_elems;
+    return load;
+  };
+  v1::JobSpec spec;
+  spec.set_entrypoint("python3 train.py");
+  auto declare = [&](const std::string& name, std::vector<int64_t> shape, bool table) {
+    v1::DeclaredTensor* t = spec.mutable_model()->add_tensors();
+    t->set_name(name);
+    for (int64_t d : shape) t->add_shape(d);
+    t->set_table(table);
+    t->set_init_std(0.01f);
+  };
+  declare("emb", {100000, 16}, true);
+  declare("mlp.w", {64, 128}, false);
+  declare("mlp.b", {64}, false);
+  declare("out.w", {1, 64}, false);
+  declare("out.b", {1}, false);
+  auto normalized = NormalizeJobSpec(spec);
+  ASSERT_TRUE(normalized.ok()) << normalized.status();
+  auto map = BuildShardMap(*normalized, Shards(2));
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_TRUE(ValidateShardMap(*map).ok());
+  const std::vector<uint64_t> load = dense_loads(*map);
+  EXPECT_EQ(load[0] + load[1], 8192u + 64 + 64 + 1);
+  EXPECT_LE(std::max(load[0], load[1]), 4608u);  // 8192 on one shard without the cap
+
+  v1::JobSpec big;
+  big.set_entrypoint("python3 train.py");
+  v1::DeclaredTensor* w = big.mutable_model()->add_tensors();
+  w->set_name("w");
+  w->add_shape(4 << 20);
+  normalized = NormalizeJobSpec(big);
+  ASSERT_TRUE(normalized.ok()) << normalized.status();
+  map = BuildShardMap(*normalized, Shards(2));
+  ASSERT_TRUE(map.ok()) << map.status();
+  EXPECT_EQ(map->chunks.size(), 16u);  // kMaxChunkElems each
 }
 
 }  // namespace
