@@ -392,11 +392,8 @@ TEST_F(CoordinatorTest, DeadWorkerIsRemovedAtItsClock) {
 // (the process did not run) costs no worker its place; silence while the
 // coordinator runs still does.
 TEST_F(CoordinatorTest, ACoordinatorThatDidNotRunBlamesNoWorkerForItsSilence) {
-  AddShards(1);
   job_ = Submit(2);
-  auto w1 = AddWorker();
-  auto w2 = AddWorker();
-  c_->Tick();
+  const auto [w1, w2] = StartWithTwoWorkers();
   Beat(w1, 0);
   Beat(w2, 0);
   c_->StartTicker();
