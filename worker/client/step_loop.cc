@@ -15,9 +15,10 @@ StepLoop::StepLoop(PsClient* client, StepLoopOptions options, StepLoopHooks hook
       options_(options),
       hooks_(std::move(hooks)),
       num_tensors_(static_cast<uint32_t>(client->shard_map().tensors.size())),
-      has_tables_(std::any_of(client->shard_map().tensors.begin(),
-                              client->shard_map().tensors.end(),
-                              [](const TensorInfo& t) { return t.is_table(); })),
+      early_pull_(options_.early_pull &&
+                  std::none_of(client->shard_map().tensors.begin(),
+                               client->shard_map().tensors.end(),
+                               [](const TensorInfo& t) { return t.is_table(); })),
       pushed_(num_tensors_, false),
       started_(options_.env->Now()) {
   encoder_ = options_.env->StartThread("gs-encode", [this] { EncodeLoop(); });
@@ -76,7 +77,7 @@ void StepLoop::EncodeLoop() {
         queue_.pop_front();
         queued_elems_ -= q.grad.size();
       }
-      if (options_.early_pull) AskEarly(q.clock);
+      if (early_pull_) AskEarly(q.clock);
       const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
       PushHandle h = client_->Push(q.tensor, q.grad, q.clock);
       const double took = absl::ToDoubleSeconds(absl::Now() - start);
@@ -221,7 +222,7 @@ void StepLoop::AskEarly(uint64_t clock) {
   stale = std::exchange(early_, std::nullopt);
   // Over a pull of this clock that landed whole: its requests name the
   // published copies that pull left.
-  if (has_tables_ || !pull_.has_value() || pull_->clock != clock) return;
+  if (!pull_.has_value() || pull_->clock != clock) return;
   if (!PsClient::Wait(pull_->handle, absl::ZeroDuration(), options_.env).ok()) return;
   early_ = Pull{clock + 1, pull_->targets, client_->PullDeferred(clock + 1, pull_->targets), 0, 0};
 }

@@ -206,8 +206,9 @@ class StepLoop {
   const StepLoopOptions options_;
   const StepLoopHooks hooks_;
   const uint32_t num_tensors_;
-  // A pull of a model with tables may ask rows: never asked early.
-  const bool has_tables_;
+  // options_.early_pull, unless the model has tables: their pulls may ask
+  // rows, so they are never asked early.
+  const bool early_pull_;
   std::vector<float> zeros_;  // the largest tensor's worth, for unpushed tensors
 
   mutable absl::Mutex mu_;
