@@ -287,8 +287,8 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, con
   // A table is never whole on a worker: its span in every pull is empty.
   for (const auto& t : map->tensors) s->sizes.push_back(t.is_table() ? 0 : t.num_elems);
   runtime::SessionOptions so;
+  so.loop = runtime::LoopOptionsFor(a.spec());
   so.loop.env = s->env;
-  so.loop.early_pull = a.spec().consistency().mode() == v1::SYNC;
   // A script's model is built by each process under torch's own seed.
   so.initial_values = runtime::InitialValues::kRankZeroOnly;
   so.check = [s]() -> absl::Status {

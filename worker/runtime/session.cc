@@ -8,6 +8,12 @@
 
 namespace gradstream::runtime {
 
+client::StepLoopOptions LoopOptionsFor(const v1::JobSpec& spec) {
+  client::StepLoopOptions loop;
+  loop.early_pull = spec.consistency().mode() == v1::SYNC;
+  return loop;
+}
+
 bool SendsInitialParams(InitialValues values, uint32_t rank, uint64_t start_clock) {
   if (start_clock != 0) return false;
   return values == InitialValues::kSameOnEveryWorker || rank == 0;

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "job.pb.h"
 #include "worker/client/ps_client.h"
 #include "worker/client/step_loop.h"
 #include "worker/runtime/progress.h"
@@ -33,6 +34,10 @@ enum class InitialValues {
 // Whether a worker of rank `rank` starting at `start_clock` sends the
 // initial parameters.
 bool SendsInitialParams(InitialValues values, uint32_t rank, uint64_t start_clock);
+
+// The step-loop options a job's spec implies: the early pull in sync mode
+// (see [early pull] in worker/client/step_loop.h).
+client::StepLoopOptions LoopOptionsFor(const v1::JobSpec& spec);
 
 struct SessionOptions {
   client::StepLoopOptions loop;

@@ -46,6 +46,7 @@
 #include "grpcpp/grpcpp.h"
 #include "worker/client/ps_client.h"
 #include "worker/runtime/internal/device_pusher.h"
+#include "worker/runtime/session.h"
 #include "worker/trainer/job_setup.h"
 #include "worker/trainer/script_runner.h"
 #include "worker/trainer/trainer.h"
@@ -350,7 +351,7 @@ class Worker {
     topt.device_encode = absl::GetFlag(FLAGS_device_encode);
     topt.worker_id = opt.worker_id;
     topt.stop = &g_stop;
-    topt.loop.early_pull = a.spec().consistency().mode() == v1::SYNC;
+    topt.loop = runtime::LoopOptionsFor(a.spec());
     if (a.spec().consistency().mode() == v1::BOUNDED) {
       topt.final_pull_slack = a.spec().consistency().staleness();
     }
