@@ -151,20 +151,8 @@ class Ternary512Codec final : public BuiltinCodec<CodecType::kTernary512> {
  private:
   absl::Status EncodeImpl(const float* grad, float* residual, uint32_t n, const EncodeKey& key,
                           ChunkHeader*, uint8_t* out) override {
-    const auto& k = ActiveKernels();
-    const PhiloxKey chunk_key = ChunkPhiloxKey(key.seed, key.tensor, key.chunk);
-    const uint32_t blocks = ScaleBlocks(n);
-    uint8_t* codes = out + 4 * size_t{blocks};
-    for (uint32_t b = 0; b < blocks; ++b) {
-      const uint32_t begin = b * kTernaryScaleBlock;
-      const uint32_t len = std::min(kTernaryScaleBlock, n - begin);
-      float scale = 0.0f;
-      if (!k.encode_ternary_chunk(grad + begin, residual != nullptr ? residual + begin : nullptr,
-                                  len, clip_factor_, BlockPhiloxKey(chunk_key, b), key.worker,
-                                  key.clock, codes + begin / 4, &scale)) {
-        return NonFinite(type());
-      }
-      std::memcpy(out + 4 * size_t{b}, &scale, 4);
+    if (!internal::EncodeTernary512Range(grad, residual, n, 0, n, clip_factor_, key, out)) {
+      return NonFinite(type());
     }
     return absl::OkStatus();
   }
@@ -497,6 +485,26 @@ const CodecRow* FindCodec(CodecType type) {
 }
 
 absl::Span<const CodecRow> CodecRows() { return kCodecs; }
+
+bool EncodeTernary512Range(const float* x, float* residual, uint32_t num_elems, uint32_t begin,
+                           uint32_t n, float clip_factor, const EncodeKey& key,
+                           uint8_t* payload) {
+  const auto& k = ActiveKernels();
+  const PhiloxKey chunk_key = ChunkPhiloxKey(key.seed, key.tensor, key.chunk);
+  uint8_t* codes = payload + 4 * size_t{ScaleBlocks(num_elems)};
+  for (uint32_t i = 0; i < n; i += kTernaryScaleBlock) {
+    const uint32_t block = (begin + i) / kTernaryScaleBlock;
+    const uint32_t len = std::min(kTernaryScaleBlock, n - i);
+    float scale = 0.0f;
+    if (!k.encode_ternary_chunk(x + i, residual != nullptr ? residual + i : nullptr, len,
+                                clip_factor, BlockPhiloxKey(chunk_key, block), key.worker,
+                                key.clock, codes + (begin + i) / 4, &scale)) {
+      return false;
+    }
+    std::memcpy(payload + 4 * size_t{block}, &scale, 4);
+  }
+  return true;
+}
 
 }  // namespace internal
 

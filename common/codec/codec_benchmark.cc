@@ -23,6 +23,7 @@
 
 #include "common/codec/codec.h"
 #include "common/codec/cuda_codec.h"
+#include "common/codec/published.h"
 #include "common/codec/registry.h"
 #include "common/job/shard_map.h"
 
@@ -147,6 +148,33 @@ void BM_DecodeAdd(benchmark::State& state) {
   state.SetLabel(name);
 }
 
+// A shard's publish of one pull chunk ([fused publish]): d = params - copy
+// encoded, then copy += decoded(d) and its checksum, as every step of a
+// compressed pull does; params move a little between iterations.
+void BM_Publish(benchmark::State& state) {
+  const char* name = kCodecs[state.range(0)];
+  const size_t n = state.range(1);
+  auto publisher = DeltaPublisher::Create(*CodecTypeFromName(name), n);
+  if (!publisher.ok()) return state.SkipWithError("no publisher");
+  std::vector<float> params = Grad(n), copy(n, 0.0f);
+  const auto step = Grad(n);
+  ChunkHeader h;
+  std::string p;
+  uint32_t clock = 0;
+  RunPaired(state, n, [&] {
+    ++clock;
+    for (size_t i = 0; i < n; i += 64) params[i] += 1e-3f * step[i];
+    return (*publisher)->Publish(params, {.seed = 1, .clock = clock}, absl::MakeSpan(copy), &h, &p)
+        .ok();
+  });
+  state.SetLabel(name);
+}
+
+void PublishArgs(benchmark::internal::Benchmark* b) {
+  for (int c : {1, 6, 7}) b->Args({c, kMaxChunkElems});  // twobit, int4, ternary512
+  b->ArgNames({"codec", "n"})->Unit(benchmark::kMicrosecond)->UseManualTime();
+}
+
 // n = 1M and 16M elements as one chunk each (a kernel's raw speed; a shard
 // map never makes a chunk above kMaxChunkElems), and 16M as the worker
 // encodes it: kMaxChunkElems-element chunks, whose second pass (the encode
@@ -168,6 +196,7 @@ BENCHMARK(BM_Memcpy)->Arg(1 << 20)->Arg(1 << 24)->Unit(benchmark::kMicrosecond)-
 BENCHMARK(BM_EncodeResidual)->Apply(CodecArgs);
 BENCHMARK(BM_Encode)->Apply(CodecArgs);
 BENCHMARK(BM_DecodeAdd)->Apply(DecodeArgs);
+BENCHMARK(BM_Publish)->Apply(PublishArgs);
 
 #ifdef GS_HAVE_CUDA
 // GPU rows: encode with residual (the device path of a GPU worker) and

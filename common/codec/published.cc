@@ -9,6 +9,7 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec/decoder.h"
+#include "common/codec/internal/codec_table.h"
 #include "common/codec/internal/kernels.h"
 #include "common/codec/registry.h"
 #include "common/env/crc32c.h"
@@ -79,7 +80,7 @@ absl::StatusOr<std::unique_ptr<DeltaPublisher>> DeltaPublisher::Create(CodecType
         absl::StrCat("no pull codec ", static_cast<int>(type), " to publish deltas with"));
   }
   std::unique_ptr<Codec> encoder;
-  if (type != CodecType::kTwoBit) {
+  if (type != CodecType::kTwoBit && type != CodecType::kTernary512) {
     GS_ASSIGN_OR_RETURN(encoder, MakeChunkEncoder(CodecTypeName(type), PullCodecOptions(),
                                                   /*error_feedback=*/false, num_elems));
   }
@@ -89,7 +90,7 @@ absl::StatusOr<std::unique_ptr<DeltaPublisher>> DeltaPublisher::Create(CodecType
 DeltaPublisher::DeltaPublisher(CodecType type, uint32_t num_elems, std::unique_ptr<Codec> encoder)
     : type_(type), num_elems_(num_elems), encoder_(std::move(encoder)) {
   // No error feedback decorator: the residual is params - copy (see [pull codec]).
-  scratch_.resize(type == CodecType::kTwoBit ? std::min(num_elems, kPublishBlock) : num_elems);
+  scratch_.resize(encoder_ == nullptr ? std::min(num_elems, kPublishBlock) : num_elems);
 }
 
 absl::StatusOr<uint32_t> DeltaPublisher::Publish(absl::Span<const float> params,
@@ -100,6 +101,7 @@ absl::StatusOr<uint32_t> DeltaPublisher::Publish(absl::Span<const float> params,
                                                    copy.size(), ", chunk of ", num_elems_));
   }
   if (type_ == CodecType::kTwoBit) return PublishTwoBit(params, copy, header, payload);
+  if (type_ == CodecType::kTernary512) return PublishTernary512(params, key, copy, header, payload);
   Subtract(params.data(), copy.data(), scratch_.data(), num_elems_);
   GS_RETURN_IF_ERROR(encoder_->Encode(scratch_, key, header, payload));
   return ApplyPublishedDelta(*header, *payload, copy);
@@ -135,6 +137,35 @@ absl::StatusOr<uint32_t> DeltaPublisher::PublishTwoBit(absl::Span<const float> p
     // A block starts on a payload byte (kPublishBlock % 4 == 0).
     if (!k.encode_twobit(d, nullptr, m, send_at, out + begin / 4)) return NonFiniteDelta();
     k.decode_add_2bit(out + begin / 4, m, 1.0f * t, q);
+    crc = Crc32c(std::string_view(reinterpret_cast<const char*>(q), m * sizeof(float)), crc);
+  }
+  return crc;
+}
+
+absl::StatusOr<uint32_t> DeltaPublisher::PublishTernary512(absl::Span<const float> params,
+                                                          const EncodeKey& key,
+                                                          absl::Span<float> copy,
+                                                          ChunkHeader* header,
+                                                          std::string* payload) {
+  const uint32_t n = num_elems_;
+  const internal::CodecRow* row = internal::FindCodec(CodecType::kTernary512);
+  *header = ChunkHeader{CodecType::kTernary512, n, 0.0f, 0.0f};
+  payload->resize(PayloadBytes(CodecType::kTernary512, n));
+  auto* out = reinterpret_cast<uint8_t*>(payload->data());
+  const float clip = PullCodecOptions().ternary_clip;
+  float* d = scratch_.data();
+  uint32_t crc = 0;
+  // Every scale block lies within one kPublishBlock (a multiple of 512), so
+  // each block is whole once its scales and codes are written.
+  static_assert(kPublishBlock % kTernaryScaleBlock == 0);
+  for (uint32_t begin = 0; begin < n; begin += kPublishBlock) {
+    const uint32_t m = std::min(kPublishBlock, n - begin);
+    float* q = copy.data() + begin;
+    Subtract(params.data() + begin, q, d, m);
+    if (!internal::EncodeTernary512Range(d, nullptr, n, begin, m, clip, key, out)) {
+      return NonFiniteDelta();
+    }
+    row->decode_add(*header, out, begin, m, 1.0f, q);  // as ApplyPublishedDelta's
     crc = Crc32c(std::string_view(reinterpret_cast<const char*>(q), m * sizeof(float)), crc);
   }
   return crc;

@@ -57,10 +57,11 @@ uint32_t ChecksumAndCopy(absl::Span<const float> copy, float* out);
 // NOTE: [fused publish] For twobit, DeltaPublisher publishes a chunk in two
 // passes over kPublishBlock-element blocks (sum |p - q|; then per block
 // recompute d, encode, add the decoded block to q as every worker will, and
-// checksum it while in L1); other codecs take five passes. The blocked
-// threshold may differ from the one-call encoder's in the last bits; the
-// header carries it, so nothing depends on that. Measured:
-// docs/design/fused-publish.md.
+// checksum it while in L1); ternary512, whose scales are per 512 elements,
+// in one such pass, with the bits of the whole-chunk encode; other codecs
+// take five passes. The blocked twobit threshold may differ from the
+// one-call encoder's in the last bits; the header carries it, so nothing
+// depends on that. Measured: docs/design/fused-publish.md.
 class DeltaPublisher {
  public:
   // The pull codec `type` (not kNone) for chunks of `num_elems` elements,
@@ -80,11 +81,14 @@ class DeltaPublisher {
   DeltaPublisher(CodecType type, uint32_t num_elems, std::unique_ptr<Codec> encoder);
   absl::StatusOr<uint32_t> PublishTwoBit(absl::Span<const float> params, absl::Span<float> copy,
                                          ChunkHeader* header, std::string* payload);
+  absl::StatusOr<uint32_t> PublishTernary512(absl::Span<const float> params,
+                                             const EncodeKey& key, absl::Span<float> copy,
+                                             ChunkHeader* header, std::string* payload);
 
   const CodecType type_;
   const uint32_t num_elems_;
-  const std::unique_ptr<Codec> encoder_;  // null for twobit (fused, see [fused publish])
-  std::vector<float> scratch_;            // d: a block (twobit) or the chunk
+  const std::unique_ptr<Codec> encoder_;  // null for twobit, ternary512 ([fused publish])
+  std::vector<float> scratch_;            // d: a block (fused) or the chunk
 };
 
 // Options of the pull codec's encoder: twobit takes the adaptive threshold

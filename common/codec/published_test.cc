@@ -93,7 +93,8 @@ TEST(FusedApply, RefusedDeltaChangesNothing) {
 // after ApplyPublishedDelta has the shard's bits and checksum, over many
 // steps, for every pull codec and sizes around the block length.
 TEST(DeltaPublisher, WorkersReconstructTheShardsCopyBitForBit) {
-  for (CodecType type : {CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit}) {
+  for (CodecType type : {CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit,
+                         CodecType::kTernary512}) {
     for (uint32_t n : {1u, 9u, kPublishBlock, kPublishBlock + 3, 3 * kPublishBlock + 13}) {
       SCOPED_TRACE(testing::Message() << CodecTypeName(type) << " n=" << n);
       auto publisher = DeltaPublisher::Create(type, n);
@@ -143,6 +144,40 @@ TEST(DeltaPublisher, TwoBitIsTheEncoderWithTheMeanThreshold) {
   EXPECT_EQ(payload, want);
 }
 
+// The fused ternary512 publish sends the whole-chunk encoder's bits and
+// leaves the copy as encode-then-apply does, for sizes around both blocks.
+TEST(DeltaPublisher, Ternary512IsTheWholeChunkEncodeThenApply) {
+  for (uint32_t n : {1u, 511u, 513u, kPublishBlock - 1, kPublishBlock + 1, 3 * kPublishBlock + 700,
+                     262144u}) {
+    SCOPED_TRACE(testing::Message() << "n=" << n);
+    const std::vector<float> params = Random(n, 12, 1.0f), start = Random(n, 13, 1.0f);
+    const EncodeKey key{.seed = 9, .worker = 4, .clock = 3, .tensor = 2, .chunk = 5};
+    std::vector<float> d(n);
+    for (uint32_t i = 0; i < n; ++i) d[i] = params[i] - start[i];
+    auto whole = *MakeChunkEncoder("ternary512", PullCodecOptions(), false, n);
+    ChunkHeader want_h;
+    std::string want;
+    ASSERT_TRUE(whole->Encode(d, key, &want_h, &want).ok());
+    std::vector<float> want_copy = start;
+    absl::StatusOr<uint32_t> want_crc =
+        ApplyPublishedDelta(want_h, want, absl::MakeSpan(want_copy));
+    ASSERT_TRUE(want_crc.ok());
+
+    auto publisher = *DeltaPublisher::Create(CodecType::kTernary512, n);
+    std::vector<float> copy = start;
+    ChunkHeader h;
+    std::string payload = "stale bytes of an earlier publication";
+    absl::StatusOr<uint32_t> crc = publisher->Publish(params, key, absl::MakeSpan(copy), &h,
+                                                      &payload);
+    ASSERT_TRUE(crc.ok()) << crc.status();
+    EXPECT_EQ(h.codec, want_h.codec);
+    EXPECT_EQ(h.num_elems, n);
+    EXPECT_EQ(payload, want);
+    EXPECT_TRUE(SameBits(copy, want_copy));
+    EXPECT_EQ(*crc, *want_crc);
+  }
+}
+
 // An all-zero delta sends zeros with scale 0; -0 in the copy becomes +0 as
 // DecodeAdd makes it on every worker.
 TEST(DeltaPublisher, NothingMovedSendsZeros) {
@@ -163,7 +198,8 @@ TEST(DeltaPublisher, NothingMovedSendsZeros) {
 
 TEST(DeltaPublisher, NonFiniteParametersAndWrongSizesAreRefused) {
   const uint32_t n = 2 * kPublishBlock;
-  for (CodecType type : {CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit}) {
+  for (CodecType type : {CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit,
+                         CodecType::kTernary512}) {
     auto publisher = *DeltaPublisher::Create(type, n);
     for (float bad : {std::numeric_limits<float>::quiet_NaN(),
                       std::numeric_limits<float>::infinity()}) {

@@ -54,6 +54,14 @@ const CodecRow* FindCodec(CodecType type);
 // All rows, in CodecType order (row i has type i).
 absl::Span<const CodecRow> CodecRows();
 
+// Encodes elements [begin, begin + n) of a `num_elems`-element ternary512
+// chunk into `payload` (PayloadBytes long): their blocks' scales and codes,
+// the bits a whole-chunk encode writes there. x[0] (and residual[0], when
+// not null) is element `begin`; begin % kTernaryScaleBlock == 0. False when
+// some x is not finite.
+bool EncodeTernary512Range(const float* x, float* residual, uint32_t num_elems, uint32_t begin,
+                           uint32_t n, float clip_factor, const EncodeKey& key, uint8_t* payload);
+
 }  // namespace internal
 }  // namespace gradstream
 
