@@ -3,13 +3,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/codec/codec.h"
 #include "common/status.h"
 
 namespace gradstream {
+
+namespace {
+
+// Payload bytes of `n` elements under the codec named `name` (fp32's for a
+// name this build does not know: the map validates names elsewhere).
+uint64_t WireBytes(absl::string_view name, uint32_t n) {
+  absl::StatusOr<CodecType> type = CodecTypeFromName(name);
+  return PayloadBytes(type.ok() ? *type : CodecType::kNone, n);
+}
+
+}  // namespace
 
 absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
                                     absl::Span<const std::string> shards, uint32_t chunk_elems,
@@ -83,27 +97,58 @@ absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
     }
   }
 
-  // LPT: biggest chunk first onto the least-loaded shard. A stable sort keeps
-  // equal-sized chunks in id order, which spreads consecutive chunks of one
-  // tensor over all shards (both shards work on every large tensor).
-  // Table partitions are placed already: they count first.
-  std::vector<uint64_t> load(shards.size(), 0);
+  // NOTE: [wire placement] A dense chunk has two sizes: the bytes it puts on
+  // its shard's link per step (push plus pull payload under its codecs) and
+  // its elements (the shard's decode, optimizer and publish work). An fp32
+  // element costs about 16 ternary512 elements on the wire, so balancing
+  // elements alone put a model's few fp32 tensors on one shard, whose link
+  // carried the step on a slow link; balancing bytes alone gave a shard up
+  // to 1.19x its share of the elements, the step's critical path on a fast
+  // one. Both are balanced: largest first (by the larger of its two shares
+  // of the model), each chunk onto the shard where the larger of its two
+  // shares ends smallest, ties to the lower index. A stable sort keeps equal
+  // chunks in id order, spreading one tensor's chunks over all shards.
+  // Table partitions are placed already, one per shard; their rows' bytes
+  // depend on the batch and are alike on every shard, so they count nothing.
+  // See docs/design/wire-placement.md.
+  struct Size {
+    uint64_t wire = 0, elems = 0;
+  };
+  std::vector<Size> size(map.chunks.size());
+  Size total;
   std::vector<size_t> order;
   for (size_t i = 0; i < map.chunks.size(); ++i) {
     const ChunkInfo& c = map.chunks[i];
-    if (c.table.has_value()) {
-      load[c.shard] += c.table->table_rows * c.table->dim * sizeof(float) / c.table->partitions;
-    } else {
-      order.push_back(i);
-    }
+    if (c.table.has_value()) continue;
+    const TensorInfo& t = map.tensors[c.tensor];
+    size[i].wire = WireBytes(t.codec, c.num_elems) +
+                   WireBytes(c.pull_fp32 ? "none" : t.pull_codec, c.num_elems);
+    size[i].elems = c.num_elems;
+    total.wire += size[i].wire;
+    total.elems += size[i].elems;
+    order.push_back(i);
   }
+  auto share = [&](uint64_t wire, uint64_t elems) {  // totals > 0 once a chunk exists
+    return std::max(static_cast<double>(wire) / static_cast<double>(total.wire),
+                    static_cast<double>(elems) / static_cast<double>(total.elems));
+  };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return map.chunks[a].num_elems > map.chunks[b].num_elems;
+    return share(size[a].wire, size[a].elems) > share(size[b].wire, size[b].elems);
   });
+  std::vector<Size> load(shards.size());
   for (size_t i : order) {
-    size_t best = std::min_element(load.begin(), load.end()) - load.begin();
+    size_t best = 0;
+    double best_share = std::numeric_limits<double>::infinity();
+    for (size_t s = 0; s < load.size(); ++s) {
+      const double after = share(load[s].wire + size[i].wire, load[s].elems + size[i].elems);
+      if (after < best_share) {
+        best = s;
+        best_share = after;
+      }
+    }
     map.chunks[i].shard = static_cast<uint32_t>(best);
-    load[best] += uint64_t{map.chunks[i].num_elems} * sizeof(float);
+    load[best].wire += size[i].wire;
+    load[best].elems += size[i].elems;
   }
   return map;
 }

@@ -69,13 +69,12 @@ struct ShardMap {
 };
 
 // Cuts every tensor into chunks of at most `chunk_elems` elements (the last
-// chunk of a tensor may be shorter) and assigns chunks to shards balanced by
-// bytes: largest chunk first onto the least-loaded shard (LPT), ties to the
-// lower index, so the result is deterministic and the most-loaded shard holds
-// at most one chunk more than the least-loaded one's bytes. Chunk ids are dense
-// in tensor order. Each TensorInfo's codec comes from `policy`. A table
-// (TensorSpec::table) gets one partition per shard, partition p on shard p,
-// counted in the balance at its bytes over the shard count.
+// chunk of a tensor may be shorter) and assigns chunks to shards balanced both
+// by the bytes each puts on the wire per step (push plus pull payload under
+// its codecs) and by elements ([wire placement]): largest first, ties to the
+// lower index, so the result is deterministic. Chunk ids are dense in tensor
+// order. Each TensorInfo's codec comes from `policy`. A table
+// (TensorSpec::table) gets one partition per shard, partition p on shard p.
 // InvalidArgument for no shards, no tensors, an empty or duplicate tensor
 // name, a zero-sized tensor, or chunk_elems outside 1..kMaxChunkElems.
 absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,

@@ -23,9 +23,10 @@ v1::ChunkInfo ChunkInfoToProto(const ChunkInfo& chunk);
 // The shard map of a normalized `spec` over `shards` (addresses): the model's
 // tensors (JobTensors, see [model tensor naming]) cut into chunks of at most
 // spec.chunk_elems and a shard's fair share ([fair chunks] in the .cc),
-// balanced by bytes, each tensor's codec chosen by spec.codec. Uses
-// only the first min(#shards, #chunks) shards, so every shard owns a chunk.
-// InvalidArgument from the model or the split.
+// balanced by wire bytes and elements ([wire placement]), each tensor's
+// codec chosen by spec.codec. Uses only the first min(#shards, #chunks)
+// shards, so every shard owns a chunk. InvalidArgument from the model or the
+// split.
 absl::StatusOr<ShardMap> BuildShardMap(const v1::JobSpec& spec,
                                        const std::vector<std::string>& shards);
 

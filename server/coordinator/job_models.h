@@ -20,8 +20,9 @@ class JobModels {
   virtual ~JobModels() = default;
 
   // The shard map of `spec`'s model over `shards` (addresses, in order):
-  // its tensors cut into chunks, balanced by bytes, on at most as many
-  // shards as there are chunks. InvalidArgument from the model or the split.
+  // its tensors cut into chunks, balanced by wire bytes and elements, on at
+  // most as many shards as there are chunks. InvalidArgument from the model
+  // or the split.
   virtual absl::StatusOr<ShardMap> Place(const JobSpec& spec,
                                          const std::vector<std::string>& shards) const = 0;
 
