@@ -262,15 +262,4 @@ absl::Status ValidateShardMap(const ShardMap& map) {
   return absl::OkStatus();
 }
 
-std::vector<uint64_t> ShardLoads(const ShardMap& map) {
-  std::vector<uint64_t> load(map.shards.size(), 0);
-  for (const ChunkInfo& c : map.chunks) {
-    if (c.shard >= load.size()) continue;
-    load[c.shard] += c.table.has_value() ? c.table->table_rows * c.table->dim * sizeof(float) /
-                                               std::max<uint32_t>(1, c.table->partitions)
-                                         : uint64_t{c.num_elems} * sizeof(float);
-  }
-  return load;
-}
-
 }  // namespace gradstream

@@ -88,9 +88,6 @@ absl::StatusOr<ShardMap> SplitModel(absl::Span<const TensorSpec> tensors,
 // InvalidArgument naming the first violation.
 [[nodiscard]] absl::Status ValidateShardMap(const ShardMap& map);
 
-// Bytes of fp32 each shard holds (index = shard).
-std::vector<uint64_t> ShardLoads(const ShardMap& map);
-
 }  // namespace gradstream
 
 #endif  // GRADSTREAM_COMMON_JOB_SHARD_MAP_H_

@@ -63,6 +63,18 @@ Loads ShardSizes(const ShardMap& map) {
   return load;
 }
 
+// Bytes of fp32 each shard holds (index = shard); a table partition holds
+// its share of the table.
+std::vector<uint64_t> ShardLoads(const ShardMap& map) {
+  std::vector<uint64_t> load(map.shards.size(), 0);
+  for (const ChunkInfo& c : map.chunks) {
+    load[c.shard] += c.table.has_value() ? c.table->table_rows * c.table->dim * sizeof(float) /
+                                               std::max<uint32_t>(1, c.table->partitions)
+                                         : uint64_t{c.num_elems} * sizeof(float);
+  }
+  return load;
+}
+
 // How far the busiest shard is over the mean, in shares of the mean.
 double Over(const std::vector<uint64_t>& load) {
   uint64_t sum = 0;
