@@ -295,6 +295,11 @@ int gs_declare(gs_session* s, int32_t num_tensors, const char* const* names, con
     if (!s->Active()) return absl::CancelledError("gradstream: the job is no longer active");
     return absl::OkStatus();
   };
+  // A leave's clock is not pulled (gs_end_clock_rows asks no next pull then).
+  so.will_pull = [s](uint64_t clock) {
+    const runtime::Assignment now = s->Assignment();
+    return now.job_active && !runtime::LeavesAt(now, clock);
+  };
   s->session = std::make_unique<runtime::WorkerSession>(s->client.get(), std::move(so));
   return Ok();
 }

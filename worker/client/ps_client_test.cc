@@ -841,6 +841,49 @@ TEST_F(PsClientTest, StepLoopEarlyPullLandsAtEndClock) {
   }
 }
 
+// [early pull]: no early pull for a clock the caller will not pull (a leave,
+// the last step), so none is answered for nobody; the caller is asked once
+// per clock, not per gradient.
+TEST_F(PsClientTest, StepLoopAsksNoEarlyPullForAClockItWillNotPull) {
+  StartShards(1);
+  CodecPolicy fp32;
+  fp32.default_codec = "none";
+  auto map = SplitModel({{"a", 50000}, {"b", 50000}}, Addresses(), 16384, fp32);
+  ASSERT_TRUE(map.ok()) << map.status();
+  std::vector<std::vector<float>> init;
+  ASSERT_NO_FATAL_FAILURE(StartTwoWorkers(*map, Sgd(1.0f), &init));
+  StepLoopOptions lo;
+  lo.early_pull = true;
+  StepLoopHooks hooks;
+  std::atomic<int> asked{0};
+  hooks.will_pull = [&asked](uint64_t clock) {  // leaves at clock 2
+    ++asked;
+    return clock < 2;
+  };
+  auto loop = std::make_unique<StepLoop>(c1_.get(), lo, hooks);
+  std::vector<float> a(50000), b(50000);
+  loop->StartPull(0, {absl::MakeSpan(a), absl::MakeSpan(b)});
+  ASSERT_TRUE(loop->WaitTensors({}).ok());
+  const std::vector<float> g = Random(50000, 61);
+  for (uint64_t clock : {0, 1}) {
+    ASSERT_TRUE(PsClient::Wait(c2_->Push(0, g, clock), kWait).ok());
+    ASSERT_TRUE(PsClient::Wait(c2_->Push(1, g, clock), kWait).ok());
+    ASSERT_TRUE(c2_->AdvanceClock(clock + 1).ok());
+    ASSERT_TRUE(loop->Push(1, g, clock).ok());
+    ASSERT_TRUE(loop->Push(0, g, clock).ok());
+    std::optional<std::vector<absl::Span<float>>> next;
+    if (clock == 0) next = std::vector<absl::Span<float>>{absl::MakeSpan(a), absl::MakeSpan(b)};
+    ASSERT_TRUE(loop->EndClock(clock, std::move(next)).ok());
+    if (clock == 0) {
+      ASSERT_TRUE(loop->WaitTensors({}).ok());
+    }
+  }
+  EXPECT_EQ(c1_->stats().pull_calls, 2u);  // clock 0's, and clock 1's asked early
+  EXPECT_EQ(asked.load(), 2);               // for clocks 1 and 2
+  loop.reset();
+  EXPECT_EQ(c1_->stats().bytes_pulled_discarded, 0u);
+}
+
 // [step loop]: WaitTensors waits for the tensors asked for only -- here
 // while the shard that holds the other tensor does not answer at all.
 TEST_F(PsClientTest, StepLoopWaitsOnlyForTheTensorsAskedFor) {

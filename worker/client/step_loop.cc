@@ -217,6 +217,17 @@ void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
 
 void StepLoop::AskEarly(uint64_t clock) {
   std::optional<Pull> stale;
+  {
+    absl::MutexLock lock(&mu_);
+    if (early_.has_value() && early_->clock == clock + 1) return;
+    if (unwanted_ == clock + 1) return;
+  }
+  if (hooks_.will_pull && !hooks_.will_pull(clock + 1)) {
+    absl::MutexLock lock(&mu_);
+    unwanted_ = clock + 1;  // asked once per clock, not per gradient
+    stale = std::exchange(early_, std::nullopt);
+    return;
+  }
   absl::MutexLock lock(&mu_);
   if (early_.has_value() && early_->clock == clock + 1) return;
   stale = std::exchange(early_, std::nullopt);

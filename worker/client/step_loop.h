@@ -19,7 +19,8 @@
 // StartPull of c+1 (EndClock's, or the caller's after an EndClock without
 // `next`) releases it into the parameters (nothing changes before), or
 // asks anew when the targets differ. Not when clock c's pull had not landed
-// whole, nor for a model with tables (its pulls may ask rows).
+// whole, nor for a model with tables (its pulls may ask rows), nor when the
+// caller will not pull c+1 (`will_pull`: a leave, the last step).
 // (docs/design/overlapped-pull.md)
 //
 // NOTE: [encode thread] One thread per loop encodes the pushed gradients in
@@ -88,6 +89,10 @@ struct StepLoopHooks {
   // (a shard that lost its chunks wrote nothing into theirs). Null:
   // DATA_LOSS is returned.
   std::function<absl::Status(absl::Span<const absl::Span<float>> targets)> reinit;
+  // Whether the caller will pull `clock` (false when it leaves the job at
+  // `clock`, or `clock` is past its last step): the [early pull] of a clock
+  // it will not pull is not asked. Called on the encode thread. Null: always.
+  std::function<bool(uint64_t clock)> will_pull;
 };
 
 // Thread-safe: Push may be called from several threads at once (torch's
@@ -216,6 +221,7 @@ class StepLoop {
   std::vector<PushHandle> open_ ABSL_GUARDED_BY(mu_);  // pushes of the clock in progress
   std::optional<Pull> pull_ ABSL_GUARDED_BY(mu_);
   std::optional<Pull> early_ ABSL_GUARDED_BY(mu_);  // see [early pull]
+  std::optional<uint64_t> unwanted_ ABSL_GUARDED_BY(mu_);  // a clock will_pull refused
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);      // not yet taken by the encode thread
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;           // gradients handed over, ever
   uint64_t encoded_ ABSL_GUARDED_BY(mu_) = 0;          // ... and encoded

@@ -23,6 +23,7 @@ WorkerSession::WorkerSession(client::PsClient* client, SessionOptions options)
     : client_(client), options_(std::move(options)), meter_(options_.loop.env) {
   client::StepLoopHooks hooks;
   hooks.check = options_.check;
+  hooks.will_pull = options_.will_pull;
   // Two things end a pull with DATA_LOSS and one answer serves both: a shard
   // that restarted without a checkpoint takes these values (a chunk that
   // has parameters ignores them: the first InitChunk wins), and a published

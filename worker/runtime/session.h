@@ -45,6 +45,9 @@ struct SessionOptions {
   // Called while a pull waits: non-OK (Cancelled when the job ended or the
   // worker stops) ends the wait with it. Null: always OK.
   std::function<absl::Status()> check;
+  // Whether the caller will pull `clock` (see StepLoopHooks::will_pull).
+  // Null: always.
+  std::function<bool(uint64_t clock)> will_pull;
 };
 
 // Thread-safe as client::StepLoop is. `client` is not owned and outlives the

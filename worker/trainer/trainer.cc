@@ -208,6 +208,12 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
   so.loop = options_.loop;
   so.initial_values = runtime::InitialValues::kSameOnEveryWorker;
   so.check = [this] { return CheckActive(); };
+  // The clocks EndClock asks no next pull for, but an evaluation's: the
+  // caller's StartPull after it takes the early pull up.
+  so.will_pull = [this](uint64_t clock) {
+    const runtime::Assignment a = feed_->Get();
+    return clock < setup_->steps && Active(a) && !Stopping() && !runtime::LeavesAt(a, clock);
+  };
   session_ = std::make_unique<runtime::WorkerSession>(client_, std::move(so));
   // However Run ends, the pull in flight is abandoned: nothing writes into
   // the model after Run returns.
