@@ -228,8 +228,7 @@ void StepLoop::AskEarly(uint64_t clock) {
     stale = std::exchange(early_, std::nullopt);
     return;
   }
-  absl::MutexLock lock(&mu_);
-  if (early_.has_value() && early_->clock == clock + 1) return;
+  absl::MutexLock lock(&mu_);  // early_ is set on the encode thread only
   stale = std::exchange(early_, std::nullopt);
   // Over a pull of this clock that landed whole: its requests name the
   // published copies that pull left.

@@ -156,16 +156,17 @@ absl::Status Trainer::Step(uint64_t clock) {
   // which nothing reads before PullInto waits on it -- except an evaluation
   // after this clock, so none then; nor when the loop will not pull
   // clock + 1 (the last step, a leave, a stop).
-  const runtime::Assignment a = feed_->Get();
   std::optional<std::vector<absl::Span<float>>> next;
-  if (clock + 1 < setup_->steps && !EvaluatesAfter(clock) && Active(a) && !Stopping() &&
-      !runtime::LeavesAt(a, clock + 1)) {
-    next = PullTargets();
-  }
+  if (!EvaluatesAfter(clock) && WillPull(clock + 1)) next = PullTargets();
   GS_RETURN_IF_ERROR(session_->loop().EndClock(clock, std::move(next)));
 
   session_->meter().AddStep(stats.loss, static_cast<uint64_t>(batch.size));
   return absl::OkStatus();
+}
+
+bool Trainer::WillPull(uint64_t clock) const {
+  const runtime::Assignment a = feed_->Get();
+  return clock < setup_->steps && Active(a) && !Stopping() && !runtime::LeavesAt(a, clock);
 }
 
 bool Trainer::EvaluatesAfter(uint64_t clock) const {
@@ -208,12 +209,9 @@ absl::StatusOr<TrainOutcome> Trainer::Run(uint64_t start_clock) {
   so.loop = options_.loop;
   so.initial_values = runtime::InitialValues::kSameOnEveryWorker;
   so.check = [this] { return CheckActive(); };
-  // The clocks EndClock asks no next pull for, but an evaluation's: the
-  // caller's StartPull after it takes the early pull up.
-  so.will_pull = [this](uint64_t clock) {
-    const runtime::Assignment a = feed_->Get();
-    return clock < setup_->steps && Active(a) && !Stopping() && !runtime::LeavesAt(a, clock);
-  };
+  // Not the evaluations' clocks: the StartPull after one takes the early
+  // pull up.
+  so.will_pull = [this](uint64_t clock) { return WillPull(clock); };
   session_ = std::make_unique<runtime::WorkerSession>(client_, std::move(so));
   // However Run ends, the pull in flight is abandoned: nothing writes into
   // the model after Run returns.

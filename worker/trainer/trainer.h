@@ -95,6 +95,9 @@ class Trainer {
   bool EvaluatesAfter(uint64_t clock) const;
   void Publish(uint64_t clock);
   bool Active(const runtime::Assignment& a) const { return runtime::StillOurs(a, job_id_); }
+  // Whether the loop will pull `clock`: not past the last step, the job
+  // still ours, no stop and no leave at `clock`. Any thread.
+  bool WillPull(uint64_t clock) const;
 
   const TrainSetup* const setup_;
   Model* const model_;
