@@ -758,6 +758,7 @@ JobStats Job::Stats(bool include_rounds) const {
                                    c->rows_lost.load() ? uint64_t{1} : 0}});
   }
   s.push_messages = push_messages_.load();
+  s.clock_messages = clock_messages_.load();
   s.pushes_duplicate = pushes_duplicate_.load();
   s.pushes_rejected = pushes_rejected_.load();
   s.bytes_in = bytes_in_.load();

@@ -97,6 +97,8 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
     push_messages_.fetch_add(1);
     pushes_rejected_.fetch_add(1);
   }
+  // Counts a ClockAdvance message (an advance riding in a Push is not one).
+  void CountClockMessage() { clock_messages_.fetch_add(1); }
   // [row pieces]: reserves `bytes` of held pieces for `worker`'s streams;
   // false, nothing reserved, past options().max_held_piece_bytes.
   bool HoldPieces(uint64_t worker, uint64_t bytes);
@@ -230,6 +232,7 @@ class Job final : public JobContext, public std::enable_shared_from_this<Job> {
   std::atomic<uint64_t> bytes_in_{0}, fp32_bytes_in_{0}, pulls_served_{0};
   std::atomic<uint64_t> bytes_out_{0}, fp32_bytes_out_{0};
   std::atomic<uint64_t> push_messages_{0};
+  std::atomic<uint64_t> clock_messages_{0};
   RowBudget row_budget_;  // of the tables' rows (RowStore), options_.max_row_bytes
   absl::Mutex pieces_mu_;
   absl::flat_hash_map<uint64_t, uint64_t> held_pieces_ ABSL_GUARDED_BY(pieces_mu_);  // by worker

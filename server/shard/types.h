@@ -245,7 +245,8 @@ struct JobStats {
   // error ("" once a later one was written): see [checkpoint failures].
   uint64_t checkpoint_failures = 0;
   std::string checkpoint_error;
-  uint64_t push_messages = 0;  // buckets that reached the job (Job::Push)
+  uint64_t push_messages = 0;   // buckets that reached the job (Job::Push)
+  uint64_t clock_messages = 0;  // ClockAdvance messages (CountClockMessage)
   // Per table partition.
   struct TableStats {
     uint64_t chunk_id = 0;

@@ -140,7 +140,7 @@ class Stream:
     def hello(self, job, worker, incarnation=1, expect_ok=True, protocol=None):
         m = pb.WorkerMessage()
         m.hello.job_id, m.hello.worker_id, m.hello.incarnation = job, worker, incarnation
-        m.hello.protocol = pb.SESSION_PROTOCOL_ROW_PIECES if protocol is None else protocol
+        m.hello.protocol = pb.SESSION_PROTOCOL_ADVANCE if protocol is None else protocol
         self.send(m)
         r = self.recv()
         if expect_ok:
@@ -380,7 +380,8 @@ def park_pulls(job, n_streams, per_stream):
 
 
 def case_clock_advance_far_future(sh, good):
-    """ClockAdvance{2^62} from the only member of a sync job."""
+    """ClockAdvance{2^62} from the only member of a sync job, alone and
+    riding in a Push (WorkerMessage.advance)."""
     job = Job(sh, "wedge", SYNC, [5])
     before = job.params()
     streams = [job.stream(5, 1) for _ in range(2)]  # two streams: both executor threads
@@ -389,6 +390,13 @@ def case_clock_advance_far_future(sh, good):
     for s in streams:
         msg = s.expect_stream_error(OUT_OF_RANGE, "ClockAdvance 2^62")
         check(str(FAR) in msg and "window" in msg, "message naming the clock and window", msg)
+    s = job.stream(5, 1)
+    m = pb.WorkerMessage()
+    m.push.seq, m.push.clock, m.advance = 1, 0, FAR
+    m.push.chunks.extend([pushed(0, [0.1] * N)])
+    s.send(m)
+    msg = s.expect_stream_error(OUT_OF_RANGE, "a Push riding advance 2^62")
+    check(str(FAR) in msg and "window" in msg, "message naming the clock and window", msg)
     good.step()
     check(job.params() == before, "parameters unchanged")
     check(sh.stats("wedge").min_clock == 0, "the member's clock unchanged")

@@ -121,7 +121,7 @@ class SessionClient {
   // Hello; returns the HelloAck or the StreamError as a status.
   absl::StatusOr<pb::HelloAck> Hello(
       const std::string& job, uint64_t worker, uint64_t incarnation = 1, uint64_t epoch = 1,
-      pb::SessionProtocol protocol = pb::SESSION_PROTOCOL_ROW_PIECES);
+      pb::SessionProtocol protocol = pb::SESSION_PROTOCOL_ADVANCE);
   // Sends one push / init and waits for its Ack (messages for other requests
   // are kept for later). Push sends a bucket of one chunk; PushMessage sends
   // `push` as it is, with `seq`.

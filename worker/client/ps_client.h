@@ -139,6 +139,10 @@ struct ClientOptions {
   // and Flush() is never needed. At most kMaxBucketBytes.
   uint64_t first_bucket_bytes = 0;
   uint64_t bucket_bytes = 0;
+  // How long a clock advance may wait for the next message to ride in before
+  // it goes alone ([advance rides] in internal/shard_stream.cc); zero: never
+  // waits.
+  absl::Duration advance_hold = absl::Milliseconds(100);
   // Times the steps for the link choice ([link choice]); not owned.
   Env* env = Env::Default();
 };

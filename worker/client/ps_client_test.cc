@@ -1029,6 +1029,69 @@ TEST_F(PsClientTest, StepLoopSendsSmallTensorsInBuckets) {
   }
 }
 
+// [advance rides]: a clock advance waits for the next message and rides in
+// it, a push, a pull request or Leave (no ClockAdvance message reaches the
+// shard, which still learns the clock); one that nothing follows goes alone
+// once advance_hold passed.
+TEST_F(PsClientTest, AClockAdvanceRidesInTheNextMessage) {
+  StartShards(1);
+  const ShardMap map = Map("none");
+  ASSERT_TRUE(testing::CreateJob(map, Sgd(0.5f), kWait).ok());
+  auto stats = [&]() {
+    auto st = testing::GetStats(shards_[0]->address(), "job", kWait);
+    EXPECT_TRUE(st.ok()) << st.status();
+    return st.ok() ? *st : v1::StatsResponse();
+  };
+  for (const absl::Duration hold : {absl::Seconds(30), absl::Milliseconds(50)}) {
+    SCOPED_TRACE(absl::StrCat("hold ", absl::FormatDuration(hold)));
+    const uint64_t c0 = hold == absl::Seconds(30) ? 0 : 3;  // the first client ran 3 clocks
+    ClientOptions o = Options();
+    o.advance_hold = hold;
+    auto client = PsClient::Connect(map, o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    if (c0 == 0) ASSERT_TRUE((*client)->InitParams(Spans(InitValues(map)), kWait).ok());
+    const std::vector<std::vector<float>> grads = {std::vector<float>(100000, 1.0f),
+                                                   std::vector<float>(10, 1.0f)};
+    auto push_all = [&](uint64_t clock) {
+      std::vector<PushHandle> pushes;
+      for (const TensorInfo& t : map.tensors) {
+        pushes.push_back((*client)->Push(t.index, grads[t.index], clock));
+      }
+      for (auto& p : pushes) ASSERT_TRUE(PsClient::Wait(p, kWait).ok());
+    };
+    const uint64_t messages = stats().clock_messages();
+    push_all(c0);
+    ASSERT_TRUE((*client)->AdvanceClock(c0 + 1).ok());
+    if (c0 == 0) {
+      absl::SleepFor(absl::Milliseconds(300));
+      EXPECT_EQ(stats().max_clock(), c0);  // held
+      push_all(c0 + 1);
+      EXPECT_EQ(stats().max_clock(), c0 + 1);
+      EXPECT_EQ(stats().clock_messages(), messages);  // it rode in the push
+      // In a pull request, which sees the new clock.
+      ASSERT_TRUE((*client)->AdvanceClock(c0 + 2).ok());
+      std::vector<std::vector<float>> got = {std::vector<float>(100000), std::vector<float>(10)};
+      ASSERT_TRUE(PsClient::Wait((*client)->Pull(c0 + 2, MutableSpans(got)), kWait).ok());
+      EXPECT_EQ(stats().max_clock(), c0 + 2);
+      // In Leave.
+      push_all(c0 + 2);
+      ASSERT_TRUE((*client)->AdvanceClock(c0 + 3).ok());
+      EXPECT_TRUE((*client)->Leave(kWait).ok());
+      EXPECT_EQ(stats().max_clock(), c0 + 3);
+      EXPECT_EQ(stats().clock_messages(), messages);
+    } else {
+      // No push within the hold: alone, after it.
+      const absl::Time deadline = absl::Now() + kWait;
+      while (stats().max_clock() < c0 + 1 && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+      EXPECT_EQ(stats().max_clock(), c0 + 1);
+      EXPECT_EQ(stats().clock_messages(), messages + 1);
+      EXPECT_TRUE((*client)->Leave(kWait).ok());
+    }
+  }
+}
+
 // [encode thread]: StepLoop::Push returns before its gradient is encoded
 // (as the package's gradient hook does). The encode thread is held,
 // without a timer, inside the previous tensor's send: the shard is stopped

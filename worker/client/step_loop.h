@@ -7,9 +7,10 @@
 // backward produces it; EndClock(c, next) flushes the last bucket, asks for
 // clock c+1's pull at once ([overlapped pull] in ps_client.h) or releases the
 // one asked early ([early pull]), waits for clock c's push acks (not for the
-// pull) and only then advances every shard's clock,
-// so nothing says c is finished before every shard has its clock-c pushes
-// ([re-initialization] in server/shard/job.h relies on it); then WaitTensors.
+// pull) and only then advances every shard's clock (the advance rides in the
+// next message: [advance rides] in internal/shard_stream.cc), so nothing says
+// c is finished before every shard has its clock-c pushes ([re-initialization]
+// in server/shard/job.h relies on it); then WaitTensors.
 // A pull is asked once, however long it takes; again only after DATA_LOSS (via
 // `reinit`) or the shard's own DeadlineExceeded. (docs/design/step-loop.md)
 //

@@ -40,7 +40,12 @@ void SessionHandler::SendAck(uint64_t seq, const absl::StatusOr<bool>& r) {
 }
 
 void SessionHandler::Handle(pb::WorkerMessage& msg) {
-  if (msg.msg_case() == pb::WorkerMessage::kHello) return HandleHello(msg.hello());
+  if (msg.msg_case() == pb::WorkerMessage::kHello) {
+    if (msg.advance() != 0) {
+      return Fail(absl::StatusCode::kInvalidArgument, "a Hello carries no clock advance");
+    }
+    return HandleHello(msg.hello());
+  }
   if (msg.msg_case() == pb::WorkerMessage::MSG_NOT_SET) {
     return Fail(absl::StatusCode::kInvalidArgument, "empty WorkerMessage");
   }
@@ -58,6 +63,9 @@ void SessionHandler::Handle(pb::WorkerMessage& msg) {
     return Fail(absl::StatusCode::kFailedPrecondition,
                 absl::StrCat("worker ", worker_, " sent a message after Leave"));
   }
+  // The worker's clock moves before the message is looked at, as when the
+  // advance travels alone just before it.
+  if (msg.advance() != 0 && !AdvanceClock(msg.advance())) return;
   switch (msg.msg_case()) {
     case pb::WorkerMessage::kPush:
       return HandlePush(msg.push());
@@ -66,9 +74,8 @@ void SessionHandler::Handle(pb::WorkerMessage& msg) {
     case pb::WorkerMessage::kPull:
       return HandlePull(msg.pull());
     case pb::WorkerMessage::kClock:
-      if (absl::Status s = job_->AdvanceClock(worker_, msg.clock().clock()); !s.ok()) {
-        return Fail(s.code(), std::string(s.message()));
-      }
+      job_->CountClockMessage();
+      AdvanceClock(msg.clock().clock());
       return;
     case pb::WorkerMessage::kLeave:
       LOG(INFO) << "worker " << worker_ << " leaves job " << job_->id();
@@ -89,11 +96,11 @@ void SessionHandler::HandleHello(const pb::Hello& hello) {
   if (job == nullptr) {
     return Fail(absl::StatusCode::kNotFound, absl::StrCat("unknown job '", hello.job_id(), "'"));
   }
-  if (hello.protocol() != pb::SESSION_PROTOCOL_ROW_PIECES) {
+  if (hello.protocol() != pb::SESSION_PROTOCOL_ADVANCE) {
     return Fail(absl::StatusCode::kFailedPrecondition,
                 absl::StrCat("worker ", hello.worker_id(), " speaks Session protocol ",
                              static_cast<int>(hello.protocol()), ", this shard ",
-                             static_cast<int>(pb::SESSION_PROTOCOL_ROW_PIECES),
+                             static_cast<int>(pb::SESSION_PROTOCOL_ADVANCE),
                              ": run workers and shards of the same gradstream version"));
   }
   absl::StatusOr<Job::HelloInfo> info = job->Hello(hello.worker_id(), hello.incarnation());
@@ -107,6 +114,12 @@ void SessionHandler::HandleHello(const pb::Hello& hello) {
   ack->set_epoch(info->epoch);
   for (uint64_t id : info->chunk_ids) ack->add_chunk_ids(id);
   stream_->Send(std::move(m));
+}
+
+bool SessionHandler::AdvanceClock(uint64_t clock) {
+  absl::Status s = job_->AdvanceClock(worker_, clock);
+  if (!s.ok()) Fail(s.code(), std::string(s.message()));
+  return s.ok();
 }
 
 void SessionHandler::HandlePush(const pb::Push& push) {

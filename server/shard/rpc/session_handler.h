@@ -67,8 +67,9 @@ class SessionHandler {
 
   // Handles one message. Stream-level failures (no Hello first, second Hello,
   // unknown or dropped job, stale incarnation, empty message, a ClockAdvance
-  // outside the worker's window, anything after Leave) go to Stream::Fail;
-  // per-message failures are answered with a code in the Ack or PullAnswer.
+  // or a message's advance outside the worker's window, an advance in Hello,
+  // anything after Leave) go to Stream::Fail; per-message failures are
+  // answered with a code in the Ack or PullAnswer.
   // A pull's timeout_ms is clamped to `default_pull_timeout` (PullDeadline,
   // [pull schedule]).
   void Handle(v1::WorkerMessage& msg);
@@ -83,6 +84,9 @@ class SessionHandler {
   void HandlePush(const v1::Push& push);
   void HandleInit(const v1::InitChunk& init);
   void HandlePull(const v1::PullRequest& pull);
+  // A ClockAdvance, alone or riding in a message; false when it failed the
+  // stream.
+  bool AdvanceClock(uint64_t clock);
   // [row pieces] in session_handler.cc.
   void AddPiece(const v1::Push& push);
   void RefusePieces(const std::string& why);

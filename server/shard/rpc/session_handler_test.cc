@@ -1,6 +1,7 @@
 // SessionHandler in-process, against a real Job: what a stream holds of a
 // push of rows in pieces ([row pieces]) counts against its worker's budget
-// across all its streams, and a stream that ends gives it back.
+// across all its streams, and a stream that ends gives it back; a clock
+// advance riding in a message ([advance rides]).
 #include "server/shard/rpc/session_handler.h"
 
 #include <memory>
@@ -23,7 +24,8 @@ class RecordingStream final : public SessionHandler::Stream {
  public:
   void Send(pb::ServerMessage msg) override { sent.push_back(std::move(msg)); }
   void Fail(absl::StatusCode code, const std::string& message) override {
-    ADD_FAILURE() << "stream failed: " << message;
+    if (!may_fail) ADD_FAILURE() << "stream failed: " << message;
+    failure = message;
   }
   absl::StatusOr<PullCallback> StartPull() override { return PullCallback(); }
   uint64_t stream_id() const override { return 1; }
@@ -35,6 +37,8 @@ class RecordingStream final : public SessionHandler::Stream {
     return nullptr;
   }
   std::vector<pb::ServerMessage> sent;
+  bool may_fail = false;
+  std::string failure;  // the StreamError's message
 };
 
 class SessionHandlerTest : public ::testing::Test {
@@ -66,16 +70,17 @@ class SessionHandlerTest : public ::testing::Test {
     hello.mutable_hello()->set_job_id("job");
     hello.mutable_hello()->set_worker_id(1);
     hello.mutable_hello()->set_incarnation(1);
-    hello.mutable_hello()->set_protocol(pb::SESSION_PROTOCOL_ROW_PIECES);
+    hello.mutable_hello()->set_protocol(pb::SESSION_PROTOCOL_ADVANCE);
     h->Handle(hello);
     EXPECT_TRUE(stream->sent.size() == 1 && stream->sent[0].has_hello_ack());
     return h;
   }
 
-  static pb::WorkerMessage Rows(uint64_t seq, std::vector<uint64_t> ids, bool more) {
+  static pb::WorkerMessage Rows(uint64_t seq, std::vector<uint64_t> ids, bool more,
+                                uint64_t clock = 0) {
     pb::WorkerMessage m;
     m.mutable_push()->set_seq(seq);
-    m.mutable_push()->set_clock(0);
+    m.mutable_push()->set_clock(clock);
     pb::PushedRows* r = m.mutable_push()->add_rows();
     r->set_chunk_id(kTable);
     for (uint64_t id : ids) r->add_ids(id);
@@ -124,6 +129,44 @@ TEST_F(SessionHandlerTest, HeldPiecesCountAgainstTheWorkerAcrossItsStreams) {
   m = Rows(4, {1, 2, 3, 4}, true);
   hb->Handle(m);
   EXPECT_EQ(b.AckOf(4), nullptr);
+}
+
+// WorkerMessage.advance is handled as a ClockAdvance just before the
+// message: the worker's clock moves, no ClockAdvance message is counted, and
+// one outside the worker's window ends the stream before the push reaches
+// the job.
+TEST_F(SessionHandlerTest, AnAdvanceInAPushMovesTheClockFirst) {
+  RecordingStream a;
+  std::unique_ptr<SessionHandler> h = Connect(&a);
+  pb::WorkerMessage m = Rows(1, {1}, false, /*clock=*/0);
+  h->Handle(m);
+  ASSERT_NE(a.AckOf(1), nullptr);
+  m = Rows(2, {2}, false, /*clock=*/1);
+  m.set_advance(1);
+  h->Handle(m);
+  ASSERT_NE(a.AckOf(2), nullptr);
+  EXPECT_EQ(a.AckOf(2)->code(), 0) << a.AckOf(2)->message();
+  JobStats st = job_->Stats(false);
+  EXPECT_EQ(st.max_clock, 1u);
+  EXPECT_EQ(st.clock_messages, 0u);
+  EXPECT_EQ(st.pushes_applied, 2u);
+
+  pb::WorkerMessage alone;
+  alone.mutable_clock()->set_clock(2);
+  h->Handle(alone);
+  st = job_->Stats(false);
+  EXPECT_EQ(st.max_clock, 2u);
+  EXPECT_EQ(st.clock_messages, 1u);
+
+  a.may_fail = true;
+  m = Rows(3, {3}, false, /*clock=*/2);
+  m.set_advance(1'000'000);
+  h->Handle(m);
+  EXPECT_NE(a.failure.find("outside its window"), std::string::npos) << a.failure;
+  EXPECT_EQ(a.AckOf(3), nullptr);
+  st = job_->Stats(false);
+  EXPECT_EQ(st.max_clock, 2u);
+  EXPECT_EQ(st.push_messages, 2u);
 }
 
 }  // namespace

@@ -403,6 +403,7 @@ class ShardService final : public ServiceBase {
       resp->set_checkpoint_failures(s.checkpoint_failures);
       resp->set_checkpoint_error(s.checkpoint_error);
       resp->set_push_messages(s.push_messages);
+      resp->set_clock_messages(s.clock_messages);
       for (const JobStats::TableStats& t : s.tables) {
         pb::TablePartitionStats* tp = resp->add_tables();
         tp->set_chunk_id(t.chunk_id);

@@ -267,6 +267,16 @@ void ShardStream::QueueAfterPushes(const std::vector<PullGroup>& groups) {
   send_queue_.swap(queue);
 }
 
+// NOTE: [advance rides] A clock advance sent while nothing waits to be
+// written is held out of the send queue, for up to advance_hold, and rides
+// in the next message written (WorkerMessage.advance) instead of a frame of
+// its own: in a sync step that is the next clock's early pull request or
+// first push, so the shard has one frame fewer to read, hand over and handle
+// per worker and step. The shard handles it just before that message, the
+// order it would have seen; an advance is never held past a message queued
+// before it. The journal keeps the advance for replay either way. Why and
+// the measurement: docs/design/step-loop.md, "The advance rides in the next
+// message".
 absl::Status ShardStream::SendClock(uint64_t clock) {
   absl::MutexLock lock(&mu_);
   GS_RETURN_IF_ERROR(ClosedStatus());
@@ -274,7 +284,16 @@ absl::Status ShardStream::SendClock(uint64_t clock) {
   if (clock_order_ != 0) journal_.erase(clock_order_);
   auto message = std::make_shared<v1::WorkerMessage>();
   message->mutable_clock()->set_clock(clock);
-  clock_order_ = Enqueue(Entry{Kind::kClock, std::move(message), {}, nullptr});
+  Entry entry{Kind::kClock, std::move(message), {}, nullptr};
+  if (send_queue_.empty() && options_.advance_hold > absl::ZeroDuration()) {
+    clock_order_ = next_order_++;
+    journal_.emplace(clock_order_, std::move(entry));
+    held_clock_ = clock_order_;
+    held_until_ = absl::Now() + options_.advance_hold;
+  } else {
+    held_clock_ = 0;
+    clock_order_ = Enqueue(std::move(entry));
+  }
   return absl::OkStatus();
 }
 
@@ -332,6 +351,7 @@ void ShardStream::FailAll(const absl::Status& status) {
     seq_order_.clear();
     request_order_.clear();
     clock_order_ = 0;
+    held_clock_ = 0;
     inflight_bytes_ = 0;
   }
   // Completions are called without mu_: a waiter may call back into us.
@@ -442,8 +462,10 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
                        absl::FormatDuration(options_.rpc_deadline)));
     } else if (conn.phase == ConnectionPhase::kReady && phase_ != StreamPhase::kStopping) {
       *hello_acked = true;
-      // Replay everything un-answered, in its original order (see [client streams]).
+      // Replay everything un-answered, in its original order (see [client
+      // streams]); a held advance goes in its place.
       send_queue_.clear();
+      held_clock_ = 0;
       for (auto it = journal_.begin(); it != journal_.end();) {
         if (it->second.kind == Kind::kPull && it->second.pull->abandoned(shard_)) {
           request_order_.erase(it->second.message->pull().request_id());
@@ -466,23 +488,39 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
       auto gone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return conn.phase == ConnectionPhase::kBroken || phase_ == StreamPhase::kStopping;
       };
+      // A new hold wakes the writer too: its deadline ends the wait.
+      const uint64_t held = held_clock_;
       auto can_send = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !send_queue_.empty() || gone();
+        return !send_queue_.empty() || gone() || held_clock_ != held;
       };
-      mu_.AwaitWithTimeout(absl::Condition(&can_send), options_.stream_lifetime);
+      mu_.AwaitWithDeadline(absl::Condition(&can_send),
+                            held != 0 ? held_until_ : absl::Now() + options_.stream_lifetime);
       if (gone()) break;
-      if (send_queue_.empty()) continue;
-      const uint64_t order = send_queue_.front();
-      send_queue_.pop_front();
-      auto it = journal_.find(order);
-      if (it == journal_.end()) continue;  // answered or superseded meanwhile
-      if (it->second.kind == Kind::kPull && it->second.pull->abandoned(shard_)) {
-        // Given up before it went out: not asked at all.
-        request_order_.erase(it->second.message->pull().request_id());
-        journal_.erase(it);
-        continue;
+      if (send_queue_.empty()) {
+        if (held_clock_ == 0 || absl::Now() < held_until_) continue;
+        // No Push came within the hold: the advance goes alone.
+        entry = journal_.at(held_clock_);
+        held_clock_ = 0;
+      } else {
+        const uint64_t order = send_queue_.front();
+        send_queue_.pop_front();
+        auto it = journal_.find(order);
+        if (it == journal_.end()) continue;  // answered or superseded meanwhile
+        if (it->second.kind == Kind::kPull && it->second.pull->abandoned(shard_)) {
+          // Given up before it went out: not asked at all.
+          request_order_.erase(it->second.message->pull().request_id());
+          journal_.erase(it);
+          continue;
+        }
+        entry = it->second;
+        if (held_clock_ != 0) {
+          // Set under mu_, where the reader looks at journal messages. A
+          // replay carries the (by then old) advance again, which the
+          // shard ignores.
+          entry.message->set_advance(journal_.at(held_clock_).message->clock().clock());
+          held_clock_ = 0;
+        }
       }
-      entry = it->second;
     }
     if (!stream->Write(*entry.message)) {
       status = absl::UnavailableError(absl::StrCat(Describe(), ": write failed"));
@@ -519,7 +557,7 @@ void ShardStream::ReaderLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::Ser
   h->set_worker_id(options_.worker_id);
   h->set_incarnation(options_.incarnation);
   h->set_epoch(options_.epoch);
-  h->set_protocol(v1::SESSION_PROTOCOL_ROW_PIECES);
+  h->set_protocol(v1::SESSION_PROTOCOL_ADVANCE);
   if (stream->Write(hello)) {
     v1::ServerMessage m;
     while (stream->Read(&m)) Dispatch(m, conn);

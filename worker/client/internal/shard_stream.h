@@ -75,7 +75,8 @@ class ShardStream {
   // chunks whose pushes are still pending (see [overlapped pull]); `pull`
   // gets one OnAnswer(last) per request, or a Fail.
   void SendPull(uint64_t clock, std::shared_ptr<PullState> pull);
-  // Not answered by the shard; only the latest one is replayed.
+  // Not answered by the shard; only the latest one is replayed. May ride in
+  // the next message ([advance rides] in shard_stream.cc).
   absl::Status SendClock(uint64_t clock);
 
   // Waits until every push and init queued so far is acknowledged (pulls
@@ -166,6 +167,10 @@ class ShardStream {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t clock_order_ ABSL_GUARDED_BY(mu_) = 0;  // latest clock advance, 0 = none
+  // The advance held out of send_queue_ for the next message, 0 = none, and
+  // until when ([advance rides]).
+  uint64_t held_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time held_until_ ABSL_GUARDED_BY(mu_);
   uint64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   StreamPhase phase_ ABSL_GUARDED_BY(mu_) = StreamPhase::kOpen;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);      // why, in kFailed
