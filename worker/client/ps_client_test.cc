@@ -961,7 +961,8 @@ bool PollUntil(const std::function<bool()>& done, absl::Duration deadline = kWai
 // order -- the first bucket alone (it fills at one tensor here), the rest
 // together, one Push per shard they hold chunks of -- and the pull comes back
 // in one PullAnswer per bucket a shard got. Without buckets every chunk is a
-// message of its own. Counted per step, on the client and on the shards.
+// message of its own. Counted per step, on the client and on the shards;
+// the clock advances ride in those messages, none alone ([advance rides]).
 TEST_F(PsClientTest, StepLoopSendsSmallTensorsInBuckets) {
   StartShards(2);
   std::vector<TensorSpec> specs;
@@ -975,6 +976,7 @@ TEST_F(PsClientTest, StepLoopSendsSmallTensorsInBuckets) {
   for (const bool buckets : {true, false}) {
     SCOPED_TRACE(buckets ? "buckets" : "no buckets");
     ClientOptions o = Options();
+    o.advance_hold = absl::Seconds(30);  // every advance rides, however slow the host
     if (buckets) {
       o.first_bucket_bytes = 400;  // one tensor's fp32 bytes
       o.bucket_bytes = 1 << 20;
@@ -994,20 +996,28 @@ TEST_F(PsClientTest, StepLoopSendsSmallTensorsInBuckets) {
     ASSERT_TRUE(loop.WaitTensors({}).ok());
     for (uint64_t clock = first; clock < first + 2; ++clock) {
       const ClientStats before = (*client)->stats();
-      uint64_t shard_messages = 0;
+      uint64_t shard_messages = 0, clock_messages = 0;
       for (const auto& shard : shards_) {
         auto st = testing::GetStats(shard->address(), "job", kWait);
         ASSERT_TRUE(st.ok()) << st.status();
         shard_messages += st->push_messages();
+        clock_messages += st->clock_messages();
       }
       for (int t = 9; t >= 0; --t) ASSERT_TRUE(loop.Push(t, grads[t], clock).ok());  // backward order
       ASSERT_TRUE(loop.EndClock(clock, MutableSpans(params)).ok());
       ASSERT_TRUE(loop.WaitTensors({}).ok());
       const ClientStats after = (*client)->stats();
-      uint64_t shard_messages_after = 0;
+      uint64_t shard_messages_after = 0, clock_messages_after = 0;
       for (const auto& shard : shards_) {
-        shard_messages_after += testing::GetStats(shard->address(), "job", kWait)->push_messages();
+        auto st = testing::GetStats(shard->address(), "job", kWait);
+        ASSERT_TRUE(st.ok()) << st.status();
+        shard_messages_after += st->push_messages();
+        clock_messages_after += st->clock_messages();
+        // The previous clock's advance came in this clock's first message
+        // ([advance rides]); this clock's is still held.
+        if (clock > first) EXPECT_EQ(st->max_clock(), clock);
       }
+      EXPECT_EQ(clock_messages_after, clock_messages);
       EXPECT_EQ(after.chunks_pushed - before.chunks_pushed, 10u);
       EXPECT_EQ(after.push_messages - before.push_messages, buckets ? 3u : 10u);
       EXPECT_EQ(shard_messages_after - shard_messages, buckets ? 3u : 10u);
