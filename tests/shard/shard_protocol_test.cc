@@ -609,7 +609,7 @@ TEST_F(ShardProtocolTest, HelloOfAnotherProtocolIsRefused) {
   absl::StatusOr<pb::HelloAck> ack =
       s.Hello("protocol", 1, 1, 1, pb::SESSION_PROTOCOL_UNSPECIFIED);
   EXPECT_EQ(ack.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(ack.status().message().find("speaks Session protocol 0, this shard 3"),
+  EXPECT_NE(ack.status().message().find("speaks Session protocol 0, this shard 4"),
             std::string::npos)
       << ack.status();
 }
