@@ -498,7 +498,7 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
       if (gone()) break;
       if (send_queue_.empty()) {
         if (held_clock_ == 0 || absl::Now() < held_until_) continue;
-        // No Push came within the hold: the advance goes alone.
+        // No message came within the hold: the advance goes alone.
         entry = journal_.at(held_clock_);
         held_clock_ = 0;
       } else {
