@@ -1013,9 +1013,14 @@ TEST_F(PsClientTest, StepLoopSendsSmallTensorsInBuckets) {
         ASSERT_TRUE(st.ok()) << st.status();
         shard_messages_after += st->push_messages();
         clock_messages_after += st->clock_messages();
-        // The previous clock's advance came in this clock's first message
-        // ([advance rides]); this clock's is still held.
-        if (clock > first) EXPECT_EQ(st->max_clock(), clock);
+        // The previous clock's advance came with this clock's messages
+        // ([advance rides]). This clock's is held for the next clock's, or
+        // rode in this clock's last pull request when the last ack let that
+        // out and the advance found it still queued (a loaded host).
+        if (clock > first) {
+          EXPECT_GE(st->max_clock(), clock);
+          EXPECT_LE(st->max_clock(), clock + 1);
+        }
       }
       EXPECT_EQ(clock_messages_after, clock_messages);
       EXPECT_EQ(after.chunks_pushed - before.chunks_pushed, 10u);

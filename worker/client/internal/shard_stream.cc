@@ -267,16 +267,19 @@ void ShardStream::QueueAfterPushes(const std::vector<PullGroup>& groups) {
   send_queue_.swap(queue);
 }
 
-// NOTE: [advance rides] A clock advance sent while nothing waits to be
-// written is held out of the send queue, for up to advance_hold, and rides
-// in the next message written (WorkerMessage.advance) instead of a frame of
-// its own: in a sync step that is the next clock's early pull request or
-// first push, so the shard has one frame fewer to read, hand over and handle
-// per worker and step. The shard handles it just before that message, the
-// order it would have seen; an advance is never held past a message queued
-// before it. The journal keeps the advance for replay either way. Why and
-// the measurement: docs/design/step-loop.md, "The advance rides in the next
-// message".
+// NOTE: [advance rides] A clock advance sent while nothing but pull requests
+// waits to be written is held out of the send queue, for up to
+// advance_hold, and rides in the next message written
+// (WorkerMessage.advance) instead of a frame of its own: in a sync step that
+// is the next clock's early pull request or first push, so the shard has one
+// frame fewer to read, hand over and handle per worker and step. The shard
+// handles it just before that message. So it may pass a queued pull request
+// (one that the last push's ack let out, say), which carries no data: the
+// shard then hears the clock before the pull, as a worker that asks after
+// advancing has it. It never passes a push, init or leave queued before it;
+// with one queued it goes in the queue behind them. The journal keeps the
+// advance for replay either way. Why and the measurement:
+// docs/design/step-loop.md, "The advance rides in the next message".
 absl::Status ShardStream::SendClock(uint64_t clock) {
   absl::MutexLock lock(&mu_);
   GS_RETURN_IF_ERROR(ClosedStatus());
@@ -285,7 +288,11 @@ absl::Status ShardStream::SendClock(uint64_t clock) {
   auto message = std::make_shared<v1::WorkerMessage>();
   message->mutable_clock()->set_clock(clock);
   Entry entry{Kind::kClock, std::move(message), {}, nullptr};
-  if (send_queue_.empty() && options_.advance_hold > absl::ZeroDuration()) {
+  auto pull_or_gone = [&](uint64_t order) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = journal_.find(order);
+    return it == journal_.end() || it->second.kind == Kind::kPull;
+  };
+  if (std::all_of(send_queue_.begin(), send_queue_.end(), pull_or_gone) && options_.advance_hold > absl::ZeroDuration()) {
     clock_order_ = next_order_++;
     journal_.emplace(clock_order_, std::move(entry));
     held_clock_ = clock_order_;
