@@ -3,10 +3,13 @@
 #include "common/env/env.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -74,6 +77,17 @@ std::thread Env::StartThread(std::string_view name, std::function<void()> fn) {
     ::pthread_setname_np(::pthread_self(), name.c_str());  // best effort: only a label
     fn();
   });
+}
+
+bool MarkHelperThread() {
+#ifdef SCHED_BATCH
+  const char* policy = std::getenv("GRADSTREAM_HELPER_SCHED");
+  if (policy != nullptr && std::strcmp(policy, "normal") == 0) return false;
+  const sched_param param{};
+  return ::sched_setscheduler(0, SCHED_BATCH, &param) == 0;  // 0: this thread
+#else
+  return false;
+#endif
 }
 
 }  // namespace gradstream

@@ -4,14 +4,18 @@
 // sleeping.
 #include "worker/client/ps_client.h"
 
+#include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -1483,6 +1487,49 @@ TEST_F(PsClientTest, TableRowsRideWithTheNextPull) {
                                 "asked twice"));
   EXPECT_TRUE(absl::StrContains(bad({{0, {7}, absl::MakeSpan(out).first(4), nullptr}}),
                                 "is not a table"));
+}
+
+// The policies (sched_getscheduler) of this process's threads named `name`.
+std::multiset<int> PoliciesOf(const std::string& name) {
+  std::multiset<int> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string got;
+    std::getline(comm, got);
+    if (got != name) continue;
+    out.insert(::sched_getscheduler(std::stoi(task.path().filename().string())));
+  }
+  return out;
+}
+
+// [helper threads]: a shard stream's sender and receiver and the step loop's
+// encode thread run as SCHED_BATCH, so they do not preempt the compute
+// thread; GRADSTREAM_HELPER_SCHED=normal leaves them SCHED_OTHER.
+TEST_F(PsClientTest, HelperThreadsDoNotPreemptTheComputeThread) {
+  StartShards(1);
+  const ShardMap map = Map("none");
+  testing::JobSetup setup = Sgd(0.1f);
+  setup.workers = {1, 2};
+  ASSERT_TRUE(testing::CreateJob(map, setup, kWait).ok());
+  ::setenv("GRADSTREAM_HELPER_SCHED", "normal", 1);
+  auto normal = PsClient::Connect(map, Options(2));
+  ::unsetenv("GRADSTREAM_HELPER_SCHED");
+  auto batch = PsClient::Connect(map, Options(1));
+  ASSERT_TRUE(normal.ok() && batch.ok());
+  const std::multiset<int> both = {SCHED_OTHER, SCHED_BATCH};
+  EXPECT_EQ(PoliciesOf("gs-send-0"), both);
+  EXPECT_EQ(PoliciesOf("gs-recv-0"), both);
+  EXPECT_TRUE(PoliciesOf("gs-encode").empty());
+  const std::vector<std::vector<float>> init = InitValues(map);
+  ASSERT_TRUE((*batch)->InitParams(Spans(init), kWait).ok());
+  {
+    StepLoop loop(batch->get(), StepLoopOptions(), StepLoopHooks());
+    ASSERT_TRUE(loop.Push(1, init[1], 0).ok());
+    ASSERT_TRUE(loop.WaitPushes(kWait).ok());  // the encode thread ran
+    EXPECT_EQ(PoliciesOf("gs-encode"), std::multiset<int>{SCHED_BATCH});
+  }
+  // The compute thread (the caller's) is left alone.
+  EXPECT_EQ(::sched_getscheduler(0), SCHED_OTHER);
 }
 
 }  // namespace

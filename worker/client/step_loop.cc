@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/env/env.h"
 #include "common/status.h"
 
 namespace gradstream::client {
@@ -21,7 +22,10 @@ StepLoop::StepLoop(PsClient* client, StepLoopOptions options, StepLoopHooks hook
                                [](const TensorInfo& t) { return t.is_table(); })),
       pushed_(num_tensors_, false),
       started_(options_.env->Now()) {
-  encoder_ = options_.env->StartThread("gs-encode", [this] { EncodeLoop(); });
+  encoder_ = options_.env->StartThread("gs-encode", [this] {
+    MarkHelperThread();
+    EncodeLoop();
+  });
 }
 
 StepLoop::~StepLoop() {

@@ -31,6 +31,14 @@
 // WaitPushes) returns. The thread is woken once `encode_batch_elems` are
 // queued or the clock ends, not per tensor: each wake-up is a context switch
 // on the caller's core. (docs/design/encode-thread.md)
+//
+// NOTE: [helper threads] The encode thread, each shard stream's sender and
+// receiver (internal/shard_stream.cc) and the C ABI's reporter run as
+// SCHED_BATCH (MarkHelperThread in common/env/env.h): on a CPU the compute
+// thread holds, a woken helper waits for that thread's slice or next block
+// instead of preempting it. They still run at once on an idle CPU, and the
+// step's own waits (acks, tensors) block the compute thread, which lets them
+// in. (docs/design/step-loop.md, "Helper threads do not preempt the step")
 #ifndef GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
 #define GRADSTREAM_WORKER_CLIENT_STEP_LOOP_H_
 

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/codec/half_rows.h"
 #include "common/codec/wire.h"
+#include "common/env/env.h"
 #include "common/grpc_util.h"
 #include "common/rpc/rpc.h"
 #include "common/status.h"
@@ -46,7 +47,12 @@ ShardStream::~ShardStream() { Stop(); }
 
 std::string ShardStream::Describe() const { return absl::StrCat("shard ", shard_, " (", address_, ")"); }
 
-void ShardStream::Start() { writer_ = std::thread([this] { WriterLoop(); }); }
+void ShardStream::Start() {
+  writer_ = options_.env->StartThread(absl::StrCat("gs-send-", shard_), [this] {
+    MarkHelperThread();
+    WriterLoop();
+  });
+}
 
 void ShardStream::Transition(StreamEvent event) { phase_ = NextStreamPhase(phase_, event); }
 
@@ -453,7 +459,10 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
   auto stream = stub->Session(&ctx);
   // The reader writes Hello before it starts reading, so no other write can
   // overlap it: the writer below waits for the HelloAck first.
-  std::thread reader([&] { ReaderLoop(stream.get(), &conn); });
+  std::thread reader = options_.env->StartThread(absl::StrCat("gs-recv-", shard_), [&] {
+    MarkHelperThread();
+    ReaderLoop(stream.get(), &conn);
+  });
 
   absl::Status status;
   bool leave_sent = false;
