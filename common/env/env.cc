@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 namespace gradstream {
 namespace {
@@ -79,15 +80,20 @@ std::thread Env::StartThread(std::string_view name, std::function<void()> fn) {
   });
 }
 
-bool MarkHelperThread() {
+std::thread StartHelperThread(Env* env, std::string_view name, std::function<void()> fn) {
+  return env->StartThread(name, [fn = std::move(fn)] {
+    const char* policy = std::getenv("GRADSTREAM_HELPER_SCHED");
+    const bool normal = policy != nullptr && std::strcmp(policy, "normal") == 0;
+    if (policy != nullptr && *policy != 0 && !normal) {
+      LOG_FIRST_N(WARNING, 1) << "GRADSTREAM_HELPER_SCHED='" << policy
+                              << "' is not 'normal': helper threads run SCHED_BATCH";
+    }
 #ifdef SCHED_BATCH
-  const char* policy = std::getenv("GRADSTREAM_HELPER_SCHED");
-  if (policy != nullptr && std::strcmp(policy, "normal") == 0) return false;
-  const sched_param param{};
-  return ::sched_setscheduler(0, SCHED_BATCH, &param) == 0;  // 0: this thread
-#else
-  return false;
+    const sched_param param{};
+    if (!normal) ::sched_setscheduler(0, SCHED_BATCH, &param);  // 0: this thread
 #endif
+    fn();
+  });
 }
 
 }  // namespace gradstream

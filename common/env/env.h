@@ -177,12 +177,12 @@ class EnvWrapper : public Env {
   Env* const target_;
 };
 
-// Best effort (Linux): the calling thread becomes SCHED_BATCH -- woken on a
-// busy CPU it waits for the running thread's slice instead of preempting it
-// -- unless GRADSTREAM_HELPER_SCHED=normal. For a training process's stream
-// and encode threads ([helper threads] in worker/client/step_loop.h).
-// Returns whether the thread is now SCHED_BATCH.
-bool MarkHelperThread();
+// env->StartThread for a training process's stream and encode threads
+// ([helper threads] in worker/client/step_loop.h): best effort (Linux), the
+// thread runs SCHED_BATCH -- woken on a busy CPU it waits for the running
+// thread's slice instead of preempting it -- unless
+// GRADSTREAM_HELPER_SCHED=normal.
+std::thread StartHelperThread(Env* env, std::string_view name, std::function<void()> fn);
 
 // The directory part of `path`: "." for a bare name, "/" for "/name".
 std::string DirName(std::string_view path);

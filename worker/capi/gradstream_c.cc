@@ -201,10 +201,8 @@ gs_session* gs_open(const char* agent, int64_t timeout_ms) {
     s->env->SleepFor(absl::Milliseconds(100));
   }
   gs_session* raw = s.release();
-  raw->reporter = raw->env->StartThread("gs-report", [raw] {
-    gradstream::MarkHelperThread();
-    raw->ReportLoop();
-  });
+  raw->reporter =
+      gradstream::StartHelperThread(raw->env, "gs-report", [raw] { raw->ReportLoop(); });
   Ok();
   return raw;
 }

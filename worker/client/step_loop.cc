@@ -22,10 +22,7 @@ StepLoop::StepLoop(PsClient* client, StepLoopOptions options, StepLoopHooks hook
                                [](const TensorInfo& t) { return t.is_table(); })),
       pushed_(num_tensors_, false),
       started_(options_.env->Now()) {
-  encoder_ = options_.env->StartThread("gs-encode", [this] {
-    MarkHelperThread();
-    EncodeLoop();
-  });
+  encoder_ = StartHelperThread(options_.env, "gs-encode", [this] { EncodeLoop(); });
 }
 
 StepLoop::~StepLoop() {

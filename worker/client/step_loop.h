@@ -34,7 +34,7 @@
 //
 // NOTE: [helper threads] The encode thread, each shard stream's sender and
 // receiver (internal/shard_stream.cc) and the C ABI's reporter run as
-// SCHED_BATCH (MarkHelperThread in common/env/env.h): on a CPU the compute
+// SCHED_BATCH (StartHelperThread in common/env/env.h): on a CPU the compute
 // thread holds, a woken helper waits for that thread's slice or next block
 // instead of preempting it. They still run at once on an idle CPU, and the
 // step's own waits (acks, tensors) block the compute thread, which lets them

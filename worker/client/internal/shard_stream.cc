@@ -48,10 +48,8 @@ ShardStream::~ShardStream() { Stop(); }
 std::string ShardStream::Describe() const { return absl::StrCat("shard ", shard_, " (", address_, ")"); }
 
 void ShardStream::Start() {
-  writer_ = options_.env->StartThread(absl::StrCat("gs-send-", shard_), [this] {
-    MarkHelperThread();
-    WriterLoop();
-  });
+  writer_ =
+      StartHelperThread(options_.env, absl::StrCat("gs-send-", shard_), [this] { WriterLoop(); });
 }
 
 void ShardStream::Transition(StreamEvent event) { phase_ = NextStreamPhase(phase_, event); }
@@ -459,10 +457,8 @@ absl::Status ShardStream::RunConnection(bool* hello_acked) {
   auto stream = stub->Session(&ctx);
   // The reader writes Hello before it starts reading, so no other write can
   // overlap it: the writer below waits for the HelloAck first.
-  std::thread reader = options_.env->StartThread(absl::StrCat("gs-recv-", shard_), [&] {
-    MarkHelperThread();
-    ReaderLoop(stream.get(), &conn);
-  });
+  std::thread reader = StartHelperThread(options_.env, absl::StrCat("gs-recv-", shard_),
+                                         [&] { ReaderLoop(stream.get(), &conn); });
 
   absl::Status status;
   bool leave_sent = false;
