@@ -26,8 +26,8 @@ namespace {
 
 constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(2);
 constexpr int kEvents = 5;
-// Long enough for every event at full speed (~1,500 steps/s on 2 cores with
-// 3 workers); an event the job outruns is skipped, not failed.
+// Long enough for every event at full speed (6000 steps ended in about 4 s
+// on 2 cores with 3 workers); an event the job outruns is skipped, not failed.
 constexpr uint32_t kSteps = 24000;
 // A clock standing still this long counts as a stall (a tick is 100 ms, and
 // a loaded 2-core machine pauses processes for a few hundred ms).
@@ -123,7 +123,7 @@ TEST_P(Chaos, EveryJobCompletesAndTheStallIsBounded) {
         // The job may have completed since the check above; then the
         // coordinator rightly refuses to scale it, and the loop's check
         // above ends the events.
-        if (!scaled.ok() && absl::IsFailedPrecondition(scaled)) {
+        if (absl::IsFailedPrecondition(scaled)) {
           auto after = cluster.GetJob(job);
           if (after.ok() && IsTerminal(after->state())) break;
         }
