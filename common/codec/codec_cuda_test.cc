@@ -69,49 +69,76 @@ class CudaCodec : public ::testing::TestWithParam<CodecType> {
   }
 };
 
+// Encodes on the device: EncodeOnDevice, or with `async` EncodeOnDeviceAsync
+// and the header copied back from device memory afterwards.
+void DeviceEncode(bool async, CodecType type, const CodecOptions& opt, const float* g, float* r,
+                  uint32_t n, const EncodeKey& key, uint8_t* payload, ChunkHeader* h) {
+  if (!async) {
+    ASSERT_TRUE(cuda::EncodeOnDevice(type, opt, g, r, n, key, payload, h, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return;
+  }
+  DeviceBuffer<uint8_t> stats(cuda::kEncodeStatsBytes);
+  DeviceBuffer<cuda::DeviceEncodeResult> result(1);
+  ASSERT_EQ(cudaMemset(stats.p, 0, cuda::kEncodeStatsBytes), cudaSuccess);
+  ASSERT_TRUE(
+      cuda::EncodeOnDeviceAsync(type, opt, g, r, n, key, payload, result.p, stats.p, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const cuda::DeviceEncodeResult got = result.Get()[0];
+  EXPECT_EQ(got.non_finite, 0u);
+  EXPECT_EQ(got.header.codec, type);
+  EXPECT_EQ(got.header.num_elems, n);
+  *h = got.header;
+}
+
 // GPU bytes == CPU bytes for the GPU's scales; scales agree to a few ulps.
+// Both forms: the header read back by the call, and the header the device
+// wrote for the host to copy later (the device pusher's).
 TEST_P(CudaCodec, EncodeMatchesCpuBitForBit) {
   const CodecType type = GetParam();
   const auto& cpu = internal::PortableKernels();
-  for (uint32_t n : kSizes) {
-    const auto g = RandomGrad(n, n), r = RandomGrad(n, n + 7);
-    DeviceBuffer<float> dg(n), dr(n);
-    DeviceBuffer<uint8_t> dp(PayloadBytes(type, n));
-    dg.Put(g);
-    dr.Put(r);
-    ChunkHeader h;
-    const EncodeKey key{.seed = 3, .worker = 1, .clock = 5, .tensor = 2, .chunk = 9};
-    CodecOptions opt;
-    opt.twobit_threshold = 0.4f;
-    ASSERT_TRUE(cuda::EncodeOnDevice(type, opt, dg.p, dr.p, n, key, dp.p, &h, nullptr).ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<uint8_t> want(PayloadBytes(type, n));
-    auto rc = r;
-    switch (type) {
-      case CodecType::kNone:
-        cpu.encode_f32(g.data(), rc.data(), n, want.data());
-        break;
-      case CodecType::kTwoBit:
-        cpu.encode_twobit(g.data(), rc.data(), n, h.scale, want.data());
-        break;
-      case CodecType::kTernary: {
-        float m;
-        double s, q;
-        cpu.moments(g.data(), r.data(), n, &m, &s, &q);
-        auto p = internal::TernaryParamsFromMoments(m, s, q, n, opt.ternary_clip);
-        EXPECT_NEAR(h.scale, p.scale, 1e-5f * p.scale);
-        p.scale = h.scale;  // same rules, GPU's scale
-        cpu.encode_ternary(g.data(), rc.data(), n, p, ChunkPhiloxKey(3, 2, 9), 1, 5, want.data());
-        break;
+  for (bool async : {false, true}) {
+    for (uint32_t n : kSizes) {
+      SCOPED_TRACE(async ? "EncodeOnDeviceAsync" : "EncodeOnDevice");
+      const auto g = RandomGrad(n, n), r = RandomGrad(n, n + 7);
+      DeviceBuffer<float> dg(n), dr(n);
+      DeviceBuffer<uint8_t> dp(PayloadBytes(type, n));
+      dg.Put(g);
+      dr.Put(r);
+      ChunkHeader h;
+      const EncodeKey key{.seed = 3, .worker = 1, .clock = 5, .tensor = 2, .chunk = 9};
+      CodecOptions opt;
+      opt.twobit_threshold = async ? 0.0f : 0.4f;  // the adaptive threshold once
+      DeviceEncode(async, type, opt, dg.p, dr.p, n, key, dp.p, &h);
+      if (HasFatalFailure()) return;
+      std::vector<uint8_t> want(PayloadBytes(type, n));
+      auto rc = r;
+      switch (type) {
+        case CodecType::kNone:
+          cpu.encode_f32(g.data(), rc.data(), n, want.data());
+          break;
+        case CodecType::kTwoBit:
+          cpu.encode_twobit(g.data(), rc.data(), n, h.scale, want.data());
+          break;
+        case CodecType::kTernary: {
+          float m;
+          double s, q;
+          cpu.moments(g.data(), r.data(), n, &m, &s, &q);
+          auto p = internal::TernaryParamsFromMoments(m, s, q, n, opt.ternary_clip);
+          EXPECT_NEAR(h.scale, p.scale, 1e-5f * p.scale);
+          p.scale = h.scale;  // same rules, GPU's scale
+          cpu.encode_ternary(g.data(), rc.data(), n, p, ChunkPhiloxKey(3, 2, 9), 1, 5, want.data());
+          break;
+        }
+        case CodecType::kOneBit:
+          cpu.encode_onebit(g.data(), rc.data(), n, {h.scale, h.scale2}, want.data());
+          break;
+        default:  // not instantiated: no CUDA encoder (cuda_codec.h)
+          GTEST_SKIP();
       }
-      case CodecType::kOneBit:
-        cpu.encode_onebit(g.data(), rc.data(), n, {h.scale, h.scale2}, want.data());
-        break;
-      case CodecType::kHalf:  // not instantiated: no CUDA encoder (cuda_codec.h)
-        GTEST_SKIP();
+      EXPECT_EQ(dp.Get(), want) << CodecTypeName(type) << " n=" << n;
+      EXPECT_EQ(dr.Get(), rc) << "residuals";
     }
-    EXPECT_EQ(dp.Get(), want) << CodecTypeName(type) << " n=" << n;
-    EXPECT_EQ(dr.Get(), rc) << "residuals";
   }
 }
 
@@ -150,6 +177,43 @@ TEST_P(CudaCodec, ScaleFreeCodecsMatchTheCpuCodecObject) {
       ASSERT_EQ(std::string(got.begin(), got.end()), cpu_p)
           << CodecTypeName(type) << " n=" << n << " round " << round;
     }
+  }
+}
+
+// A chunk holding NaN, for the codecs whose scale is a statistic (twobit with
+// an adaptive threshold): refused like on the CPU, with the residual and the
+// payload untouched; the asynchronous form flags it in the device result.
+TEST_P(CudaCodec, NonFiniteInputIsRefusedAndTouchesNothing) {
+  const CodecType type = GetParam();
+  if (type == CodecType::kNone) GTEST_SKIP() << "none has no statistic (cuda_codec.h)";
+  CodecOptions opt;
+  opt.twobit_threshold = 0.0f;  // adaptive
+  const uint32_t n = 4097;
+  auto g = RandomGrad(n, 4);
+  g[1234] = NAN;
+  const auto r = RandomGrad(n, 5);
+  const std::vector<uint8_t> sentinel(PayloadBytes(type, n), 0xA5);
+  for (bool async : {false, true}) {
+    DeviceBuffer<float> dg(n), dr(n);
+    DeviceBuffer<uint8_t> dp(sentinel.size()), stats(cuda::kEncodeStatsBytes);
+    DeviceBuffer<cuda::DeviceEncodeResult> result(1);
+    dg.Put(g);
+    dr.Put(r);
+    dp.Put(sentinel);
+    if (async) {
+      ASSERT_EQ(cudaMemset(stats.p, 0, cuda::kEncodeStatsBytes), cudaSuccess);
+      ASSERT_TRUE(cuda::EncodeOnDeviceAsync(type, opt, dg.p, dr.p, n, {}, dp.p, result.p, stats.p,
+                                            nullptr)
+                      .ok());
+      EXPECT_EQ(result.Get()[0].non_finite, 1u) << CodecTypeName(type);
+    } else {
+      ChunkHeader h;
+      EXPECT_EQ(cuda::EncodeOnDevice(type, opt, dg.p, dr.p, n, {}, dp.p, &h, nullptr).code(),
+                absl::StatusCode::kInvalidArgument)
+          << CodecTypeName(type);
+    }
+    EXPECT_EQ(dr.Get(), r) << CodecTypeName(type) << (async ? " async" : "");
+    EXPECT_EQ(dp.Get(), sentinel) << CodecTypeName(type) << (async ? " async" : "");
   }
 }
 

@@ -1,17 +1,22 @@
 // CUDA codec kernels and their launchers (see cuda_codec.h for the contract).
 //
 // Layout of the work: one thread per payload byte -- four elements for
-// twobit, eight for onebit -- except ternary: one thread per Philox block
-// (16 elements, 4 bytes), so a thread makes one draw. Statistics use a
-// grid-stride loop, a shared-memory block reduction and fp64 atomics.
+// twobit and ternary, eight for onebit -- so a warp reads consecutive
+// elements. Statistics use a grid-stride loop, a shared-memory block
+// reduction and fp64 atomics; the encode kernel that follows derives the
+// scale from them (thread 0 of each block, with the host's own functions in
+// internal/kernels.h) and block 0 writes the header, so nothing is read back
+// between the two.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/codec/codec_kernel.cuh"
 #include "common/codec/cuda_codec.h"
 #include "common/codec/internal/kernels.h"
+#include "common/status.h"
 
 namespace gradstream {
 namespace cuda {
@@ -19,12 +24,15 @@ namespace {
 
 constexpr int kThreads = 256;
 
-struct DeviceStats {
+struct DeviceStats {  // kEncodeStatsBytes of scratch (cuda_codec.h)
   unsigned int max_abs_bits;  // non-negative floats order like their bits
   int nan;
   double sum, sum_sq, sum_abs, pos_sum, neg_sum;
   unsigned long long pos_count, neg_count;  // x > 0 and x < 0: see [onebit zeros]
 };
+
+static_assert(sizeof(DeviceStats) <= kEncodeStatsBytes && alignof(DeviceStats) <= 8,
+              "the callers' statistics scratch");
 
 __global__ void StatsKernel(const float* g, const float* r, uint32_t n, DeviceStats* out) {
   __shared__ double sh[5][kThreads];
@@ -83,77 +91,145 @@ __global__ void StatsKernel(const float* g, const float* r, uint32_t n, DeviceSt
   }
 }
 
-__global__ void SumSquaresKernel(const float* a, const float* b, uint32_t n, double* out) {
-  __shared__ double sh[2][kThreads];
-  double qa = 0, qb = 0;
+__global__ void SumPathKernel(const float* e, const float* s, uint32_t n, double* out) {
+  __shared__ double sh[3][kThreads];
+  double qe = 0, qs = 0, dot = 0;
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const double x = a[i], y = b[i];
-    qa += x * x;
-    qb += y * y;
+    const double x = e[i], y = s[i];
+    qe += x * x;
+    qs += y * y;
+    dot += x * y;
   }
   const int t = threadIdx.x;
-  sh[0][t] = qa;
-  sh[1][t] = qb;
+  sh[0][t] = qe;
+  sh[1][t] = qs;
+  sh[2][t] = dot;
   __syncthreads();
   for (int stride = kThreads / 2; stride > 0; stride /= 2) {
     if (t < stride) {
-      sh[0][t] += sh[0][t + stride];
-      sh[1][t] += sh[1][t + stride];
+      for (int k = 0; k < 3; ++k) sh[k][t] += sh[k][t + stride];
     }
     __syncthreads();
   }
   if (t == 0) {
-    atomicAdd(&out[0], sh[0][0]);
-    atomicAdd(&out[1], sh[1][0]);
+    for (int k = 0; k < 3; ++k) atomicAdd(&out[k], sh[k][0]);
   }
 }
 
-__global__ void EncodeF32Kernel(const float* g, float* r, uint32_t n, float* out) {
+// Block 0's first thread publishes the chunk's header; `bad` means NaN/Inf
+// input, in which case nothing else is written.
+__device__ __forceinline__ void WriteResult(DeviceEncodeResult* res, CodecType type, uint32_t n,
+                                            float scale, float scale2, bool bad) {
+  if (res == nullptr || blockIdx.x != 0) return;
+  res->header.codec = type;
+  res->header.num_elems = n;
+  res->header.scale = scale;
+  res->header.scale2 = scale2;
+  res->non_finite = bad;
+}
+
+__global__ void EncodeF32Kernel(const float* g, float* r, uint32_t n, float* out,
+                                DeviceEncodeResult* res) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (threadIdx.x == 0) WriteResult(res, CodecType::kNone, n, 0.0f, 0.0f, false);
   if (i >= n) return;
   out[i] = device::LoadX(g, r, i);
   if (r) r[i] = 0.0f;
 }
 
-__global__ void EncodeTwoBitKernel(const float* g, float* r, uint32_t n, float t, uint8_t* out) {
+// `st` null: the fixed threshold `fixed_t`; otherwise the adaptive one.
+__global__ void EncodeTwoBitKernel(const float* g, float* r, uint32_t n, float fixed_t,
+                                   const DeviceStats* st, uint8_t* out, DeviceEncodeResult* res) {
+  __shared__ float sh_t;
+  __shared__ bool sh_bad;
+  if (threadIdx.x == 0) {
+    float t = fixed_t;
+    bool bad = false;
+    if (st != nullptr) {
+      bad = st->nan || !isfinite(st->sum_abs);
+      t = internal::AdaptiveThreshold(st->sum_abs, n);
+    }
+    sh_t = t > 0.0f ? t : INFINITY;
+    sh_bad = bad;
+    WriteResult(res, CodecType::kTwoBit, n, t, 0.0f, bad);
+  }
+  __syncthreads();
   const uint32_t byte = blockIdx.x * blockDim.x + threadIdx.x;
-  if (byte >= (n + 3) / 4) return;
+  if (sh_bad || byte >= (n + 3) / 4) return;
+  const float t = sh_t;
   uint32_t codes = 0;
   for (uint32_t j = 0; j < 4; ++j) {
     const uint32_t i = 4 * byte + j;
     if (i >= n) break;
-    float res;
-    codes |= device::TwoBitCode(device::LoadX(g, r, i), t, &res) << (2 * j);
-    if (r) r[i] = res;
+    float res_i;
+    codes |= device::TwoBitCode(device::LoadX(g, r, i), t, &res_i) << (2 * j);
+    if (r) r[i] = res_i;
   }
   out[byte] = static_cast<uint8_t>(codes);
 }
 
-// One thread per Philox block: kDrawsPerBlock (16) elements, 4 payload bytes.
-__global__ void EncodeTernaryKernel(const float* g, float* r, uint32_t n, float clip, float s,
-                                    float inv_s, PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out) {
-  const uint32_t block = blockIdx.x * blockDim.x + threadIdx.x;
-  if (block >= (n + kDrawsPerBlock - 1) / kDrawsPerBlock) return;
+// The four threads of a Philox block (16 elements) each compute its draw
+// and use their 4 of its 16 random bytes: cheaper than one thread per block,
+// whose loads were 64 bytes apart. A scale of 0 (an all-zero or constant
+// chunk) sends all-zero codes and keeps x in the residual, as the CPU
+// encoder does.
+__global__ void EncodeTernaryKernel(const float* g, float* r, uint32_t n, float clip_factor,
+                                    const DeviceStats* st, PhiloxKey key, uint32_t worker,
+                                    uint32_t clock, uint8_t* out, DeviceEncodeResult* res) {
+  __shared__ float sh_clip, sh_s, sh_inv;
+  __shared__ bool sh_bad;
+  if (threadIdx.x == 0) {
+    const float max_abs = __uint_as_float(st->max_abs_bits);
+    const bool bad = st->nan || !isfinite(max_abs) || !isfinite(st->sum_sq);
+    const internal::TernaryParams p =
+        internal::TernaryParamsFromMoments(max_abs, st->sum, st->sum_sq, n, clip_factor);
+    sh_clip = p.clip;
+    sh_s = p.scale;
+    sh_inv = p.scale > 0.0f ? internal::InverseScale(p.scale) : 0.0f;
+    sh_bad = bad;
+    WriteResult(res, CodecType::kTernary, n, p.scale, 0.0f, bad);
+  }
+  __syncthreads();
+  const uint32_t byte = blockIdx.x * blockDim.x + threadIdx.x;
+  if (sh_bad || byte >= (n + 3) / 4) return;
+  const float clip = sh_clip, s = sh_s, inv_s = sh_inv;
+  const bool zero = !(s > 0.0f);
+  static_assert(kDrawsPerBlock == 16, "four payload bytes per Philox block");
+  const uint32_t block = byte / 4, first_draw = 4 * (byte % 4);
   const PhiloxCounter rnd = CodecPhilox(PhiloxCounter{block, worker, clock, 0}, key);
   uint32_t codes = 0;
-  for (uint32_t j = 0; j < kDrawsPerBlock; ++j) {
-    const uint32_t i = kDrawsPerBlock * block + j;
+  for (uint32_t j = 0; j < 4; ++j) {
+    const uint32_t i = 4 * byte + j;
     if (i >= n) break;
-    float res;
-    codes |= device::TernaryCode(device::LoadX(g, r, i), clip, s, inv_s, BlockBits8(rnd, j), &res)
-             << (2 * j);
-    if (r) r[i] = res;
+    const float x = device::LoadX(g, r, i);
+    float res_i = x;
+    if (!zero) {
+      codes |= device::TernaryCode(x, clip, s, inv_s, BlockBits8(rnd, first_draw + j), &res_i)
+               << (2 * j);
+    }
+    if (r) r[i] = res_i;
   }
-  const uint32_t bytes = (n + 3) / 4;
-  for (uint32_t k = 0; k < 4 && 4 * block + k < bytes; ++k) {
-    out[4 * block + k] = static_cast<uint8_t>(codes >> (8 * k));
-  }
+  out[byte] = static_cast<uint8_t>(codes);
 }
 
-__global__ void EncodeOneBitKernel(const float* g, float* r, uint32_t n, float pos, float neg,
-                                   uint8_t* out) {
+__global__ void EncodeOneBitKernel(const float* g, float* r, uint32_t n, const DeviceStats* st,
+                                   uint8_t* out, DeviceEncodeResult* res) {
+  __shared__ float sh_pos, sh_neg;
+  __shared__ bool sh_bad;
+  if (threadIdx.x == 0) {
+    const bool bad = st->nan || !isfinite(st->pos_sum) || !isfinite(st->neg_sum);
+    const internal::OneBitParams p = internal::OneBitParamsFromSums(
+        st->pos_sum, static_cast<uint32_t>(st->pos_count), st->neg_sum,
+        static_cast<uint32_t>(st->neg_count));
+    sh_pos = p.pos;
+    sh_neg = p.neg;
+    sh_bad = bad;
+    WriteResult(res, CodecType::kOneBit, n, p.pos, p.neg, bad);
+  }
+  __syncthreads();
   const uint32_t byte = blockIdx.x * blockDim.x + threadIdx.x;
-  if (byte >= (n + 7) / 8) return;
+  if (sh_bad || byte >= (n + 7) / 8) return;
+  const float pos = sh_pos, neg = sh_neg;
   const bool zero_bit = internal::OneBitZeroBit(pos, neg);
   uint32_t bits = 0;
   for (uint32_t j = 0; j < 8; ++j) {
@@ -218,8 +294,9 @@ __global__ void DecodeAddF32Kernel(const float* p, uint32_t n, float w, float* a
   if (i < n) acc[i] = __fadd_rn(acc[i], __fmul_rn(w, p[i]));
 }
 
+// At least one block, so that block 0 writes the header even for n == 0.
 unsigned Blocks(uint64_t threads) {
-  return static_cast<unsigned>((threads + kThreads - 1) / kThreads);
+  return std::max(1u, static_cast<unsigned>((threads + kThreads - 1) / kThreads));
 }
 
 absl::Status Check(cudaError_t e, const char* what) {
@@ -258,13 +335,11 @@ class Scratch {
   absl::Status status_;
 };
 
-absl::StatusOr<DeviceStats> Stats(const float* g, const float* r, uint32_t n, cudaStream_t s) {
-  Scratch<DeviceStats> st(s);
-  if (!st.status().ok()) return st.status();
-  const unsigned blocks = std::min<unsigned>(Blocks(n), 1024);
-  StatsKernel<<<std::max(blocks, 1u), kThreads, 0, s>>>(g, r, n, st.get());
-  if (auto e = CheckLaunch("StatsKernel"); !e.ok()) return e;
-  return st.Read();
+// Queues the statistics of x = g (+ r) into `st` (zeroed by the caller).
+absl::Status QueueStats(const float* g, const float* r, uint32_t n, DeviceStats* st,
+                        cudaStream_t s) {
+  StatsKernel<<<std::min<unsigned>(Blocks(n), 1024), kThreads, 0, s>>>(g, r, n, st);
+  return CheckLaunch("StatsKernel");
 }
 
 }  // namespace
@@ -274,79 +349,83 @@ bool DeviceAvailable() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options, const float* d_grad,
-                            float* d_residual, uint32_t n, const EncodeKey& key,
-                            uint8_t* d_payload, ChunkHeader* header, void* stream) {
+absl::Status EncodeOnDeviceAsync(CodecType type, const CodecOptions& options,
+                                 const float* d_grad, float* d_residual, uint32_t n,
+                                 const EncodeKey& key, uint8_t* d_payload,
+                                 DeviceEncodeResult* d_result, void* d_stats, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  *header = ChunkHeader{type, n, 0.0f, 0.0f};
-  if (n == 0) return absl::OkStatus();
-  const auto non_finite = absl::InvalidArgumentError(
-      absl::StrCat(CodecTypeName(type), " encode: gradient holds NaN or Inf"));
+  auto* st = static_cast<DeviceStats*>(d_stats);
   switch (type) {
-    case CodecType::kNone: {
-      EncodeF32Kernel<<<Blocks(n), kThreads, 0, s>>>(d_grad, d_residual, n,
-                                                    reinterpret_cast<float*>(d_payload));
+    case CodecType::kNone:
+      EncodeF32Kernel<<<Blocks(n), kThreads, 0, s>>>(
+          d_grad, d_residual, n, reinterpret_cast<float*>(d_payload), d_result);
       return CheckLaunch("EncodeF32Kernel");
-    }
     case CodecType::kTwoBit: {
-      float t = options.twobit_threshold;
-      if (t <= 0.0f) {
-        auto st = Stats(d_grad, d_residual, n, s);
-        if (!st.ok()) return st.status();
-        if (st->nan || !std::isfinite(st->sum_abs)) return non_finite;
-        t = internal::AdaptiveThreshold(st->sum_abs, n);
-      }
-      header->scale = t;
+      const bool adaptive = options.twobit_threshold <= 0.0f;
+      if (adaptive) GS_RETURN_IF_ERROR(QueueStats(d_grad, d_residual, n, st, s));
       EncodeTwoBitKernel<<<Blocks((n + 3) / 4), kThreads, 0, s>>>(
-          d_grad, d_residual, n, t > 0.0f ? t : INFINITY, d_payload);
+          d_grad, d_residual, n, options.twobit_threshold, adaptive ? st : nullptr, d_payload,
+          d_result);
       return CheckLaunch("EncodeTwoBitKernel");
     }
-    case CodecType::kTernary: {
-      auto st = Stats(d_grad, d_residual, n, s);
-      if (!st.ok()) return st.status();
-      const float max_abs = __builtin_bit_cast(float, st->max_abs_bits);
-      if (st->nan || !std::isfinite(max_abs) || !std::isfinite(st->sum_sq)) return non_finite;
-      const internal::TernaryParams p =
-          internal::TernaryParamsFromMoments(max_abs, st->sum, st->sum_sq, n, options.ternary_clip);
-      header->scale = p.scale;
-      if (p.scale > 0.0f) {
-        EncodeTernaryKernel<<<Blocks((n + kDrawsPerBlock - 1) / kDrawsPerBlock), kThreads, 0, s>>>(
-            d_grad, d_residual, n, p.clip, p.scale, internal::InverseScale(p.scale),
-            ChunkPhiloxKey(key.seed, key.tensor, key.chunk),
-            key.worker, key.clock, d_payload);
-        return CheckLaunch("EncodeTernaryKernel");
-      }
-      EncodeTwoBitKernel<<<Blocks((n + 3) / 4), kThreads, 0, s>>>(d_grad, d_residual, n, INFINITY,
-                                                                  d_payload);
-      return CheckLaunch("EncodeTwoBitKernel");
-    }
-    case CodecType::kOneBit: {
-      auto st = Stats(d_grad, d_residual, n, s);
-      if (!st.ok()) return st.status();
-      if (st->nan || !std::isfinite(st->pos_sum) || !std::isfinite(st->neg_sum)) return non_finite;
-      const internal::OneBitParams p = internal::OneBitParamsFromSums(
-          st->pos_sum, static_cast<uint32_t>(st->pos_count), st->neg_sum,
-          static_cast<uint32_t>(st->neg_count));
-      header->scale = p.pos;
-      header->scale2 = p.neg;
-      EncodeOneBitKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(d_grad, d_residual, n, p.pos,
-                                                                  p.neg, d_payload);
+    case CodecType::kTernary:
+      GS_RETURN_IF_ERROR(QueueStats(d_grad, d_residual, n, st, s));
+      EncodeTernaryKernel<<<Blocks((n + 3) / 4), kThreads, 0, s>>>(
+          d_grad, d_residual, n, options.ternary_clip, st,
+          ChunkPhiloxKey(key.seed, key.tensor, key.chunk), key.worker, key.clock, d_payload,
+          d_result);
+      return CheckLaunch("EncodeTernaryKernel");
+    case CodecType::kOneBit:
+      GS_RETURN_IF_ERROR(QueueStats(d_grad, d_residual, n, st, s));
+      EncodeOneBitKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(d_grad, d_residual, n, st,
+                                                                  d_payload, d_result);
       return CheckLaunch("EncodeOneBitKernel");
-    }
     case CodecType::kHalf:  // host encoders only (common/codec/README.md)
     case CodecType::kInt8:
+    case CodecType::kInt4:
+    case CodecType::kTernary512:
       return absl::UnimplementedError(
           absl::StrCat(CodecTypeName(type), " has no CUDA encoder"));
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown codec id ", static_cast<int>(type)));
 }
 
-absl::Status SumSquaresOnDevice(const float* d_a, const float* d_b, uint32_t n, double* d_out,
+absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options, const float* d_grad,
+                            float* d_residual, uint32_t n, const EncodeKey& key,
+                            uint8_t* d_payload, ChunkHeader* header, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  *header = ChunkHeader{type, n, 0.0f, 0.0f};
+  if (n == 0) return absl::OkStatus();
+  if (type == CodecType::kNone || (type == CodecType::kTwoBit && options.twobit_threshold > 0.0f)) {
+    // The header is known here: nothing to read back.
+    if (type == CodecType::kTwoBit) header->scale = options.twobit_threshold;
+    return EncodeOnDeviceAsync(type, options, d_grad, d_residual, n, key, d_payload, nullptr,
+                               nullptr, stream);
+  }
+  struct Scratchpad {
+    DeviceStats stats;
+    DeviceEncodeResult result;
+  };
+  Scratch<Scratchpad> scratch(s);
+  GS_RETURN_IF_ERROR(scratch.status());
+  GS_RETURN_IF_ERROR(EncodeOnDeviceAsync(type, options, d_grad, d_residual, n, key, d_payload,
+                                         &scratch.get()->result, &scratch.get()->stats, stream));
+  GS_ASSIGN_OR_RETURN(const Scratchpad got, scratch.Read());
+  if (got.result.non_finite) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(CodecTypeName(type), " encode: gradient holds NaN or Inf"));
+  }
+  *header = got.result.header;
+  return absl::OkStatus();
+}
+
+absl::Status SumPathOnDevice(const float* d_error, const float* d_signal, uint32_t n, double* d_out,
                                 void* stream) {
   if (n == 0) return absl::OkStatus();
   const unsigned blocks = std::min<unsigned>(Blocks(n), 256);
-  SumSquaresKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(d_a, d_b, n, d_out);
-  return CheckLaunch("SumSquaresKernel");
+  SumPathKernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(d_error, d_signal, n,
+                                                                          d_out);
+  return CheckLaunch("SumPathKernel");
 }
 
 absl::Status DecodeAddOnDevice(const ChunkHeader& h, const uint8_t* d_payload,

@@ -14,7 +14,12 @@ absl::Status EncodeOnDevice(CodecType, const CodecOptions&, const float*, float*
   return absl::FailedPreconditionError("gradstream was built without CUDA (GS_CUDA=OFF)");
 }
 
-absl::Status SumSquaresOnDevice(const float*, const float*, uint32_t, double*, void*) {
+absl::Status EncodeOnDeviceAsync(CodecType, const CodecOptions&, const float*, float*, uint32_t,
+                                 const EncodeKey&, uint8_t*, DeviceEncodeResult*, void*, void*) {
+  return absl::FailedPreconditionError("gradstream was built without CUDA (GS_CUDA=OFF)");
+}
+
+absl::Status SumPathOnDevice(const float*, const float*, uint32_t, double*, void*) {
   return absl::FailedPreconditionError("gradstream was built without CUDA (GS_CUDA=OFF)");
 }
 

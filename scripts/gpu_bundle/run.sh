@@ -2,7 +2,7 @@
 # The one command for a GPU machine, run from the bundle scripts/gpu_check.sh
 # built (it needs only the NVIDIA driver, cuBLAS and cuDNN 9 there, e.g. from
 # PyTorch's CUDA wheels, and python3 for the report):
-#   gpu-bundle/run.sh
+#   gpu-bundle/run.sh [STEP...]
 # 1. the GPU tests (device codecs byte for byte against the CPU's, GPU models
 #    against the CPU path, the device encode path's residual invariant);
 # 2. the GPU codec benchmark (encode with residual and decode-accumulate,
@@ -12,7 +12,9 @@
 # 4. the package with the model on the GPU (torch's CUDA tensors): exactness
 #    against a reference on the GPU, and a CNN trained with the defaults;
 # 5. the CPU tests;
-# then prints one report. Into $OUT (or ./gpu-out/) go two files only, as
+# then prints one report. Named STEPs (codec_cuda_test, codec_benchmark, ...,
+# cpu_tests: the names in the report) run alone, to re-check a change
+# within a short lease. Into $OUT (or ./gpu-out/) go two files only, as
 # the device tool returns few: report.txt and gpu-check-logs.tgz (every log,
 # bench.json). Exit status 0 when every step passed.
 set -uo pipefail
@@ -45,9 +47,11 @@ else
   echo "no nvidia-smi on this machine" > "$OUTDIR/device.txt"
 fi
 
+ONLY=" $* "
 step() {  # step NAME TIMEOUT_S COMMAND...: runs, logs to $OUTDIR/NAME.log, records the exit code
   local name=$1 limit=$2
   shift 2
+  if [ "$ONLY" != "  " ] && [[ $ONLY != *" $name "* ]]; then return; fi
   local t0=$SECONDS
   timeout "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
   local rc=$?

@@ -1,8 +1,9 @@
 // GPU workers through the real binaries (LABELS gpu): 2 gs_shard, a
 // gs_coordinator and 2 gs_worker sharing one GPU train the CNN on synthetic
 // 28x28 images, with gradients encoded on the device (--device_encode), on
-// the host (copied as fp32, encoded on the CPU), and on CPU workers. The
-// device-encoded job must converge like the CPU one. Skips only when no CUDA
+// the host (copied as fp32, encoded on the CPU), and on CPU workers; then
+// both GPU paths again with the job's default codec. Every GPU job must
+// converge like the CPU one. Skips only when no CUDA
 // device is present.
 //
 // Each job prints one line starting with GS_REPORT (accuracy, samples/s
@@ -86,9 +87,11 @@ constexpr uint64_t kSteps = 300;
 constexpr uint32_t kBatch = 32;
 constexpr uint64_t kWarmup = 20;
 
-// Runs the CNN job on a fresh cluster whose workers get `worker_args`.
+// Runs the CNN job on a fresh cluster whose workers get `worker_args`:
+// twobit with a fixed threshold, or with `default_codec` the job's defaults
+// (ternary512, which the device sends as ternary; guarded pushes).
 JobResult RunCnnJob(const std::string& label, const std::string& data_dir,
-                    std::vector<std::string> worker_args) {
+                    std::vector<std::string> worker_args, bool default_codec = false) {
   JobResult r;
   auto cluster = LocalCluster::Start(Binaries(), {.shards = 2, .workers = 2,
                                                   .worker_args = std::move(worker_args)});
@@ -104,9 +107,11 @@ JobResult RunCnnJob(const std::string& label, const std::string& data_dir,
   spec.mutable_optimizer()->set_type("momentum");
   spec.mutable_optimizer()->set_learning_rate(0.02f);
   spec.mutable_optimizer()->set_momentum(0.9f);
-  spec.mutable_codec()->set_default_codec("twobit");
-  spec.mutable_codec()->set_twobit_threshold(0.01f);
-  spec.mutable_codec()->set_twobit_min_elems(1);  // twobit everywhere ([layer-wise codec])
+  if (!default_codec) {
+    spec.mutable_codec()->set_default_codec("twobit");
+    spec.mutable_codec()->set_twobit_threshold(0.01f);
+    spec.mutable_codec()->set_twobit_min_elems(1);  // twobit everywhere ([layer-wise codec])
+  }
   spec.set_workers(2);
   spec.set_seed(7);
   spec.set_eval_every(kSteps);
@@ -149,10 +154,19 @@ TEST(GpuTraining, DeviceEncodedCnnConvergesLikeCpu) {
   const JobResult device = RunCnnJob("cnn-gpu-device-encode", data,
                                      {"--device=gpu", "--device_encode"});
   const JobResult host = RunCnnJob("cnn-gpu-host-encode", data, {"--device=gpu"});
-  ASSERT_TRUE(cpu.completed && device.completed && host.completed);
+  // The job's default codec, whose scales are statistics of each chunk.
+  const JobResult device_defaults = RunCnnJob("cnn-gpu-device-encode-defaults", data,
+                                              {"--device=gpu", "--device_encode"}, true);
+  const JobResult host_defaults =
+      RunCnnJob("cnn-gpu-host-encode-defaults", data, {"--device=gpu"}, true);
+  ASSERT_TRUE(cpu.completed && device.completed && host.completed && device_defaults.completed &&
+              host_defaults.completed);
   EXPECT_GE(cpu.accuracy, 0.5) << "the task must be learnable for the comparison to mean much";
   EXPECT_GE(device.accuracy, cpu.accuracy - 0.05);
   EXPECT_GE(host.accuracy, cpu.accuracy - 0.05);
+  EXPECT_GE(device_defaults.accuracy, cpu.accuracy - 0.05);
+  EXPECT_GE(host_defaults.accuracy, cpu.accuracy - 0.05);
+  EXPECT_EQ(device_defaults.encode_path, "device");
   EXPECT_EQ(device.encode_path, "device");
   EXPECT_EQ(host.encode_path, "host-from-cuda");
   EXPECT_EQ(cpu.encode_path, "host");

@@ -38,7 +38,7 @@ struct TernaryParams {
 // P(code != 0) = |xc| * (1/s), with 1/s rounded to fp32 once: a multiply
 // instead of a divide per element (the divide was the bottleneck), and the
 // same rounding on every device.
-inline float InverseScale(float scale) { return 1.0f / scale; }
+GS_HOST_DEVICE float InverseScale(float scale) { return 1.0f / scale; }
 
 // NOTE: [onebit zeros] Zeros carry no sign, so they are left out of both
 // means, and an exact zero (+0 or -0; common: gradients of dead ReLU units)
@@ -260,13 +260,35 @@ const CodecKernels* Avx2Kernels();
 // environment variable GS_CODEC_ISA=portable forces the portable table.
 const CodecKernels& ActiveKernels();
 
-// Parameters derived from statistics; shared by every table so the derived
-// floats are identical whichever kernels computed the sums.
-TernaryParams TernaryParamsFromMoments(float max_abs, double sum, double sum_sq, uint32_t n,
-                                       float clip_factor);
-float AdaptiveThreshold(double sum_abs, uint32_t n);
-OneBitParams OneBitParamsFromSums(double pos_sum, uint32_t pos_count, double neg_sum,
-                                  uint32_t neg_count);
+// Parameters derived from statistics; shared by every table and by the CUDA
+// kernels, which compute them on the device, so the derived floats are
+// identical whichever kernels computed the sums. (The comparisons are
+// spelled out: std::min and std::max are not device functions.)
+GS_HOST_DEVICE TernaryParams TernaryParamsFromMoments(float max_abs, double sum, double sum_sq,
+                                                      uint32_t n, float clip_factor) {
+  TernaryParams p{INFINITY, max_abs};
+  if (clip_factor > 0.0f && n > 0) {
+    // TernGrad (bingrad_common.py): sigma is the standard deviation of the
+    // chunk around its mean; values beyond c*sigma are clipped, so the scale
+    // is min(max|g|, c*sigma).
+    const double mean = sum / n;
+    const double v = sum_sq / n - mean * mean;
+    const double var = 0.0 < v ? v : 0.0;
+    p.clip = static_cast<float>(clip_factor * ::sqrt(var));
+    p.scale = p.clip < max_abs ? p.clip : max_abs;
+  }
+  return p;
+}
+GS_HOST_DEVICE float AdaptiveThreshold(double sum_abs, uint32_t n) {
+  return n == 0 ? 0.0f : static_cast<float>(sum_abs / n);
+}
+GS_HOST_DEVICE OneBitParams OneBitParamsFromSums(double pos_sum, uint32_t pos_count,
+                                                 double neg_sum, uint32_t neg_count) {
+  OneBitParams p{0.0f, 0.0f};
+  if (pos_count > 0) p.pos = static_cast<float>(pos_sum / pos_count);
+  if (neg_count > 0) p.neg = static_cast<float>(neg_sum / neg_count);
+  return p;
+}
 
 }  // namespace internal
 }  // namespace gradstream

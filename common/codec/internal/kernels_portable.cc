@@ -355,32 +355,5 @@ const CodecKernels& PortableKernels() {
   return k;
 }
 
-TernaryParams TernaryParamsFromMoments(float max_abs, double sum, double sum_sq, uint32_t n,
-                                       float clip_factor) {
-  TernaryParams p{INFINITY, max_abs};
-  if (clip_factor > 0.0f && n > 0) {
-    // TernGrad (bingrad_common.py): sigma is the standard deviation of the
-    // chunk around its mean; values beyond c*sigma are clipped, so the scale
-    // is min(max|g|, c*sigma).
-    const double mean = sum / n;
-    const double var = std::max(0.0, sum_sq / n - mean * mean);
-    p.clip = static_cast<float>(clip_factor * std::sqrt(var));
-    p.scale = std::min(max_abs, p.clip);
-  }
-  return p;
-}
-
-float AdaptiveThreshold(double sum_abs, uint32_t n) {
-  return n == 0 ? 0.0f : static_cast<float>(sum_abs / n);
-}
-
-OneBitParams OneBitParamsFromSums(double pos_sum, uint32_t pos_count, double neg_sum,
-                                  uint32_t neg_count) {
-  OneBitParams p{0.0f, 0.0f};
-  if (pos_count > 0) p.pos = static_cast<float>(pos_sum / pos_count);
-  if (neg_count > 0) p.neg = static_cast<float>(neg_sum / neg_count);
-  return p;
-}
-
 }  // namespace internal
 }  // namespace gradstream

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <thread>
@@ -68,6 +69,9 @@ struct Chunk {
   uint32_t chunk_id = 0;
 };
 
+// The sums per measured chunk: SumPathOnDevice's |e|^2, |s|^2 and e . s.
+constexpr size_t kSums = 3;
+
 // Chunk codes sit back to back, each at a 16-byte aligned offset (fp32
 // payloads need aligned float stores).
 size_t AlignCode(size_t bytes) { return (bytes + 15) / 16 * 16; }
@@ -80,14 +84,20 @@ struct TensorPlan {
   bool error_feedback = false;
   uint64_t num_elems = 0;
   std::vector<Chunk> chunks;
-  size_t payload_capacity = 0;  // the largest codes of all chunks, aligned
+  bool stats = false;  // some chunk's codec reduces statistics first
+  // In the device payload arena and in each copy to a slot: the chunks'
+  // DeviceEncodeResults (results_bytes), then their codes.
+  size_t results_bytes = 0;
+  size_t payload_capacity = 0;  // results_bytes + the largest codes of all chunks, aligned
   size_t payload_base = 0;      // byte offset in the device payload arena
+  size_t stats_base = 0;        // the first chunk's scratch in the statistics arena
   size_t residual_base = 0;     // float offset in the residual arena (error feedback only)
   std::vector<std::unique_ptr<PrecisionController>> precision;  // by chunk; error feedback only
-  size_t norm_base = 0;  // this tensor's chunks' (|g|^2, |r|^2) pairs in the norm arenas
+  size_t norm_base = 0;  // this tensor's chunks' kSums sums in the norm arenas
   cudaEvent_t measured = nullptr;  // recorded after the norms' copy to host
   bool pending = false;            // the norms of pending_clock are on their way
   uint64_t pending_clock = 0;
+  std::vector<bool> due;  // by chunk: measured at pending_clock (MeasureDue)
 };
 
 class DevicePusherImpl final : public DevicePusher {
@@ -116,6 +126,7 @@ class DevicePusherImpl final : public DevicePusher {
     }
     if (payload_ != nullptr) cudaFree(payload_);
     if (residual_ != nullptr) cudaFree(residual_);
+    if (stats_ != nullptr) cudaFree(stats_);
     if (norms_ != nullptr) cudaFree(norms_);
     if (norms_host_ != nullptr) cudaFreeHost(norms_host_);
     for (TensorPlan& p : plans_) {
@@ -132,7 +143,8 @@ class DevicePusherImpl final : public DevicePusher {
                                                      " tensors, the model ",
                                                      model_->params().size()));
     }
-    size_t payload_total = 0, residual_total = 0, max_tensor_bytes = 1, norm_total = 0;
+    size_t payload_total = 0, residual_total = 0, max_tensor_bytes = 1, norm_total = 0,
+           chunk_total = 0;
     for (const TensorInfo& t : map.tensors) {
       if (static_cast<int64_t>(t.num_elems) != model_->params()[t.index].num_elems) {
         return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has ", t.num_elems,
@@ -156,6 +168,8 @@ class DevicePusherImpl final : public DevicePusher {
       if (p.type == CodecType::kTernary512) p.type = CodecType::kTernary;
       p.error_feedback = p.type != CodecType::kNone && options_.codec.error_feedback;
       p.num_elems = t.num_elems;
+      p.stats = p.type == CodecType::kTernary || p.type == CodecType::kOneBit ||
+                (p.type == CodecType::kTwoBit && codec_options_.twobit_threshold <= 0.0f);
       PrecisionPolicy precision = PushPrecisionPolicy(
           p.type, options_.codec.precision_bound, options_.codec.precision_warmup,
           options_.codec.precision_max_owed);
@@ -168,13 +182,18 @@ class DevicePusherImpl final : public DevicePusher {
         p.payload_capacity += AlignCode(PayloadBytes(widest, c.num_elems));
         if (p.error_feedback) p.precision.push_back(std::make_unique<PrecisionController>(precision));
       }
+      p.results_bytes = AlignCode(p.chunks.size() * sizeof(cuda::DeviceEncodeResult));
+      p.payload_capacity += p.results_bytes;
+      p.stats_base = chunk_total;
+      chunk_total += p.chunks.size();
       p.payload_base = payload_total;
       payload_total += (p.payload_capacity + kAlign - 1) / kAlign * kAlign;
       if (p.error_feedback) {
         p.residual_base = residual_total;
         residual_total += t.num_elems;
         p.norm_base = norm_total;
-        norm_total += 2 * p.chunks.size();
+        norm_total += kSums * p.chunks.size();
+        p.due.assign(p.chunks.size(), false);
         GS_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&p.measured, cudaEventDisableTiming),
                                 "cudaEventCreate"));
       }
@@ -188,6 +207,9 @@ class DevicePusherImpl final : public DevicePusher {
         "cudaMalloc"));
     GS_RETURN_IF_ERROR(
         Cuda(cudaMemsetAsync(residual_, 0, residual_total * sizeof(float), stream_), "cudaMemset"));
+    GS_RETURN_IF_ERROR(Cuda(
+        cudaMalloc(&stats_, std::max<size_t>(chunk_total, 1) * cuda::kEncodeStatsBytes),
+        "cudaMalloc"));
     const size_t norm_bytes = std::max<size_t>(norm_total, 1) * sizeof(double);
     GS_RETURN_IF_ERROR(Cuda(cudaMalloc(reinterpret_cast<void**>(&norms_), norm_bytes), "cudaMalloc"));
     GS_RETURN_IF_ERROR(Cuda(cudaMallocHost(reinterpret_cast<void**>(&norms_host_), norm_bytes),
@@ -223,7 +245,13 @@ class DevicePusherImpl final : public DevicePusher {
     Slot& slot = slots_[s];
     GS_RETURN_IF_ERROR(Cuda(cudaEventRecord(slot.begin, stream_), "cudaEventRecord"));
     const float* grad = model_->grad_data(tensor);
-    uint8_t* codes = payload_ + p.payload_base;
+    auto* results = reinterpret_cast<cuda::DeviceEncodeResult*>(payload_ + p.payload_base);
+    uint8_t* codes = payload_ + p.payload_base + p.results_bytes;
+    uint8_t* stats = static_cast<uint8_t*>(stats_) + p.stats_base * cuda::kEncodeStatsBytes;
+    if (p.stats) {
+      GS_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(stats, 0, nc * cuda::kEncodeStatsBytes, stream_),
+                              "cudaMemsetAsync"));
+    }
     size_t used = 0;
     bool measure = false;
     for (size_t i = 0; i < nc; ++i) {
@@ -239,46 +267,52 @@ class DevicePusherImpl final : public DevicePusher {
       if (!p.precision.empty()) {
         const PrecisionController& ctl = *p.precision[i];
         type = ctl.Codec();  // kNone: a flush or a raised chunk, sent exact
-        measure |= clock % kPushMeasureEvery == 0 || ctl.Flush();
+        p.due[i] = ctl.MeasureDue(clock);
+        measure |= p.due[i];
         item.chunks[i].error_clocks = static_cast<float>(
             std::min(ctl.ratio(), static_cast<double>(std::numeric_limits<float>::max())));
         item.chunks[i].raised = ctl.raised();
         item.chunks[i].level = ctl.level_codec();
       }
-      // The view names the codes where the slot will hold them (the copy below).
+      // The view names the codes where the slot will hold them (the copy
+      // below); the push thread fills in the header from the slot.
       const size_t bytes = PayloadBytes(type, c.num_elems);
-      item.chunks[i].payload =
-          absl::string_view(reinterpret_cast<const char*>(slot.host) + used, bytes);
-      GS_RETURN_IF_ERROR(cuda::EncodeOnDevice(type, codec_options_, grad + c.offset, residual,
-                                              c.num_elems, key, codes + used, &item.chunks[i].header,
-                                              stream_));
+      item.chunks[i].payload = absl::string_view(
+          reinterpret_cast<const char*>(slot.host) + p.results_bytes + used, bytes);
+      GS_RETURN_IF_ERROR(cuda::EncodeOnDeviceAsync(
+          type, codec_options_, grad + c.offset, residual, c.num_elems, key, codes + used,
+          results + i, stats + i * cuda::kEncodeStatsBytes, stream_));
       used += AlignCode(bytes);
     }
-    GS_RETURN_IF_ERROR(
-        Cuda(cudaMemcpyAsync(slot.host, codes, used, cudaMemcpyDeviceToHost, stream_),
-             "cudaMemcpyAsync"));
+    GS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(slot.host, results, p.results_bytes + used,
+                                            cudaMemcpyDeviceToHost, stream_),
+                            "cudaMemcpyAsync"));
     GS_RETURN_IF_ERROR(Cuda(cudaEventRecord(slot.end, stream_), "cudaEventRecord"));
+    // Chunks not due are done with this clock; the sums of those due (the
+    // host encoder's, over the new residual and the gradient) are read at
+    // the tensor's next push: behind the codes' copy, so the push never
+    // waits for them.
+    for (size_t i = 0; i < p.precision.size(); ++i) {
+      if (!p.due[i]) p.precision[i]->Skip();
+    }
     if (measure) {
-      // |g|^2 and the new |r|^2 per chunk, read at the tensor's next push:
-      // behind the codes' copy, so the push never waits for them.
       double* norms = norms_ + p.norm_base;
-      GS_RETURN_IF_ERROR(
-          Cuda(cudaMemsetAsync(norms, 0, 2 * nc * sizeof(double), stream_), "cudaMemsetAsync"));
+      GS_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(norms, 0, kSums * nc * sizeof(double), stream_),
+                              "cudaMemsetAsync"));
       for (size_t i = 0; i < nc; ++i) {
+        if (!p.due[i]) continue;
         const Chunk& c = p.chunks[i];
-        GS_RETURN_IF_ERROR(cuda::SumSquaresOnDevice(grad + c.offset,
-                                                    residual_ + p.residual_base + c.offset,
-                                                    c.num_elems, norms + 2 * i, stream_));
+        GS_RETURN_IF_ERROR(cuda::SumPathOnDevice(residual_ + p.residual_base + c.offset,
+                                                 grad + c.offset, c.num_elems, norms + kSums * i,
+                                                 stream_));
       }
       GS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(norms_host_ + p.norm_base, norms,
-                                              2 * nc * sizeof(double), cudaMemcpyDeviceToHost,
+                                              kSums * nc * sizeof(double), cudaMemcpyDeviceToHost,
                                               stream_),
                               "cudaMemcpyAsync"));
       GS_RETURN_IF_ERROR(Cuda(cudaEventRecord(p.measured, stream_), "cudaEventRecord"));
       p.pending = true;
       p.pending_clock = clock;
-    } else {
-      for (auto& ctl : p.precision) ctl->Skip();
     }
     absl::MutexLock lock(&mu_);
     slot.busy = true;
@@ -337,8 +371,9 @@ class DevicePusherImpl final : public DevicePusher {
     p.pending = false;
     GS_RETURN_IF_ERROR(Cuda(cudaEventSynchronize(p.measured), "cudaEventSynchronize"));
     for (size_t i = 0; i < p.precision.size(); ++i) {
-      const double* n = norms_host_ + p.norm_base + 2 * i;
-      p.precision[i]->Observe(p.pending_clock, n[1], n[0], 0.0);
+      if (!p.due[i]) continue;
+      const double* n = norms_host_ + p.norm_base + kSums * i;
+      p.precision[i]->Observe(p.pending_clock, n[0], n[1], 0.0, n[2]);
     }
     return absl::OkStatus();
   }
@@ -368,6 +403,17 @@ class DevicePusherImpl final : public DevicePusher {
       absl::Status s = Cuda(cudaEventSynchronize(slot.end), "cudaEventSynchronize");
       float ms = 0;
       if (s.ok()) s = Cuda(cudaEventElapsedTime(&ms, slot.begin, slot.end), "cudaEventElapsedTime");
+      for (size_t i = 0; s.ok() && i < item.chunks.size(); ++i) {
+        cuda::DeviceEncodeResult r;
+        std::memcpy(&r, slot.host + i * sizeof(r), sizeof(r));
+        if (r.non_finite) {
+          // Nothing of the tensor is pushed; this chunk kept its residual.
+          s = absl::InvalidArgumentError(absl::StrCat("device encode of tensor ", item.tensor,
+                                                      " (", CodecTypeName(r.header.codec),
+                                                      "): gradient holds NaN or Inf"));
+        }
+        item.chunks[i].header = r.header;
+      }
       client::PushHandle handle;
       if (s.ok()) {
         // Copies the codes out of the slot before it returns.
@@ -394,8 +440,9 @@ class DevicePusherImpl final : public DevicePusher {
   std::vector<TensorPlan> plans_;  // by tensor index
   uint8_t* payload_ = nullptr;     // device: every tensor's codes
   float* residual_ = nullptr;      // device: residuals of error-feedback tensors
+  void* stats_ = nullptr;          // device: kEncodeStatsBytes per chunk
   size_t residual_elems_ = 0;
-  double* norms_ = nullptr;       // device: (|g|^2, |r|^2) per guarded chunk
+  double* norms_ = nullptr;       // device: kSums per guarded chunk
   double* norms_host_ = nullptr;  // pinned: their copy, read by ObservePending
   Slot slots_[2];
   int next_slot_ = 0;  // training thread only

@@ -5,14 +5,14 @@
 // in device memory, the host path's keys) and one copy of its codes into one
 // of two alternating pinned host slots on the model's stream, behind the
 // kernels that produce the gradient; a push thread hands each tensor's
-// chunks to PsClient::PushEncoded in enqueue order. Codecs whose scale comes
-// from statistics (ternary, onebit, adaptive twobit) read it back, which
-// waits for the gradient on the calling thread; fixed-threshold twobit and
-// none never wait. Tensors with error feedback are guarded as on the host
-// (common/job/precision.h): every kPushMeasureEvery clocks the chunks'
-// |g|^2 and |residual|^2 are reduced on the device and read at the tensor's
-// next push, which they decide (its codec, or exact). How and why:
-// docs/design/device-encode.md.
+// chunks to PsClient::PushEncoded in enqueue order. Scales are computed on
+// the device and each chunk's header comes back in the copy of its codes, so
+// Enqueue waits for the GPU only while both slots are in flight. Tensors
+// with error feedback are guarded as on the host (common/job/precision.h):
+// when a chunk's controller asks (MeasureDue), the host encoder's sums
+// (|residual|^2, |g|^2, residual . g) are reduced on the device and read at
+// the tensor's next push, which they decide (its codec, or exact). How and
+// why: docs/design/device-encode.md.
 #ifndef GRADSTREAM_WORKER_RUNTIME_INTERNAL_DEVICE_PUSHER_H_
 #define GRADSTREAM_WORKER_RUNTIME_INTERNAL_DEVICE_PUSHER_H_
 
@@ -56,15 +56,16 @@ class DevicePusher {
   virtual ~DevicePusher() = default;
 
   // Enqueues the encode and the copy of tensor `tensor`'s gradient for clock
-  // `clock` on the model's stream (see [device encode]). InvalidArgument for
-  // a gradient with NaN/Inf when the codec computes a scale, Internal for a
-  // CUDA error, DeadlineExceeded when no slot frees up within options.wait.
+  // `clock` on the model's stream (see [device encode]). Internal for a CUDA
+  // error, DeadlineExceeded when no slot frees up within options.wait.
   [[nodiscard]] virtual absl::Status Enqueue(int tensor, uint64_t clock) = 0;
 
   // Waits until every enqueued tensor was handed to the client and returns
   // the push handles in enqueue order; adds the device time spent encoding
   // and copying codes since the last Finish to *device_seconds. The first
-  // error of the push thread (a CUDA error) if any.
+  // error of the push thread if any: InvalidArgument for a gradient with
+  // NaN/Inf when the codec computes a scale (that tensor is not pushed; a
+  // chunk holding NaN/Inf keeps its residual), Internal for a CUDA error.
   [[nodiscard]] virtual absl::StatusOr<std::vector<client::PushHandle>> Finish(
       double* device_seconds) = 0;
 

@@ -5,12 +5,15 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <utility>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/codec/cuda_codec.h"
 #include "gtest/gtest.h"
 #include "worker/client/internal/tensor_encoder.h"
@@ -253,9 +256,9 @@ TEST(DevicePusherGuard, RaisesAChunkWhoseCodecPassesNothingLikeTheHost) {
         ASSERT_TRUE(
             host[p.tensor]->EncodeChunk(i, grads[p.tensor], 1, 0, clock, &h, &payload, &report)
                 .ok());
-        // The host's ladder has fp16 where the device's goes to fp32
-        // (DeviceLadderFrom in common/job/precision.h).
-        const CodecType host_codec = h.codec == CodecType::kHalf ? CodecType::kNone : h.codec;
+        // The host's ladder climbs through int4 and int8 where the device's
+        // goes straight to fp32 (DeviceLadderFrom in common/job/precision.h).
+        const CodecType host_codec = h.codec == CodecType::kTwoBit ? h.codec : CodecType::kNone;
         ASSERT_EQ(p.headers[i].codec, host_codec)
             << "tensor " << p.tensor << " chunk " << i << " clock " << clock;
         bool& was_raised = host_raised[std::make_pair(p.tensor, i)];
@@ -274,6 +277,107 @@ TEST(DevicePusherGuard, RaisesAChunkWhoseCodecPassesNothingLikeTheHost) {
   }
   EXPECT_GT(exact, 0) << "no chunk was flushed";
   EXPECT_GT(raised, 0) << "no chunk was raised";
+}
+
+// A CNN on the GPU, its map (ragged 1000-element chunks) and a pusher for
+// `codec` on every tensor, every gradient set to Random(seed t).
+struct Rig {
+  explicit Rig(const std::string& codec) {
+    ModelConfig config;
+    config.type = ModelType::kCnn;
+    config.input = {1, 28, 28};
+    auto m = CreateModel(config, Device::kGpu);
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) return;
+    model = *std::move(m);
+    CodecPolicy policy;
+    policy.default_codec = codec;
+    policy.min_compress_elems = 1;  // every tensor, biases too
+    auto map = SplitModel(model->params(), {"shard:0"}, 1000, policy);
+    EXPECT_TRUE(map.ok()) << map.status();
+    if (!map.ok()) return;
+    client = std::make_unique<CapturingClient>(*map);
+    DevicePusherOptions options;
+    options.codec = policy;
+    auto p = DevicePusher::Create(model.get(), client.get(), options);
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return;
+    pusher = *std::move(p);
+    for (int t = 0; t < model->num_tensors(); ++t) {
+      const auto g = Random(model->params()[t].num_elems, t);
+      EXPECT_EQ(cudaMemcpy(model->grad_data(t), g.data(), g.size() * 4, cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+  }
+  bool ok() const { return pusher != nullptr; }
+
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CapturingClient> client;
+  std::unique_ptr<DevicePusher> pusher;
+};
+
+// Enqueue reads nothing back ([device encode]), also for a codec whose scale
+// is a statistic: with the model's stream held by a host function that
+// waits for the test, two tensors (both slots) are enqueued; had Enqueue
+// waited for the GPU, the host function would have run out its deadline
+// first.
+TEST(DevicePusherAsync, EnqueueDoesNotWaitForTheGpu) {
+  if (!cuda::DeviceAvailable()) GTEST_SKIP() << "no CUDA device is present";
+  Rig rig("ternary");
+  ASSERT_TRUE(rig.ok());
+  struct Gate {
+    absl::Notification release;
+    bool timed_out = false;
+  } gate;
+  auto hold = [](void* arg) {
+    auto* g = static_cast<Gate*>(arg);
+    g->timed_out = !g->release.WaitForNotificationWithTimeout(absl::Seconds(60));
+  };
+  ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(rig.model->stream()), hold, &gate),
+            cudaSuccess);
+  const int last = rig.model->num_tensors() - 1;
+  ASSERT_TRUE(rig.pusher->Enqueue(last, 0).ok());
+  ASSERT_TRUE(rig.pusher->Enqueue(last - 1, 0).ok());
+  gate.release.Notify();
+  double seconds = 0;
+  auto handles = rig.pusher->Finish(&seconds);
+  ASSERT_TRUE(handles.ok()) << handles.status();
+  EXPECT_EQ(handles->size(), 2u);
+  EXPECT_FALSE(gate.timed_out) << "Enqueue waited for the model's stream";
+  ASSERT_EQ(rig.client->pushed.size(), 2u);
+  for (const auto& p : rig.client->pushed) {
+    for (const ChunkHeader& h : p.headers) {
+      EXPECT_EQ(h.codec, CodecType::kTernary);
+      EXPECT_GT(h.scale, 0.0f) << "the header came back with the codes";
+    }
+  }
+}
+
+// A gradient holding NaN under a codec with a statistic: Finish says so, that
+// tensor (one chunk) is not pushed and keeps its residual; the others are
+// pushed.
+TEST(DevicePusherAsync, NonFiniteGradientIsNotPushed) {
+  if (!cuda::DeviceAvailable()) GTEST_SKIP() << "no CUDA device is present";
+  Rig rig("ternary");
+  ASSERT_TRUE(rig.ok());
+  const int n = rig.model->num_tensors();
+  for (int t = n - 1; t >= 0; --t) ASSERT_TRUE(rig.pusher->Enqueue(t, 0).ok());
+  double seconds = 0;
+  ASSERT_TRUE(rig.pusher->Finish(&seconds).ok());
+  auto before = rig.pusher->Residuals(0);
+  ASSERT_TRUE(before.ok());
+  const float nan = NAN;
+  ASSERT_EQ(cudaMemcpy(rig.model->grad_data(0) + 7, &nan, 4, cudaMemcpyHostToDevice), cudaSuccess);
+  rig.client->pushed.clear();
+  for (int t = n - 1; t >= 0; --t) ASSERT_TRUE(rig.pusher->Enqueue(t, 1).ok());
+  auto handles = rig.pusher->Finish(&seconds);
+  EXPECT_EQ(handles.status().code(), absl::StatusCode::kInvalidArgument) << handles.status();
+  EXPECT_TRUE(absl::StrContains(handles.status().message(), "NaN")) << handles.status();
+  ASSERT_EQ(rig.client->pushed.size(), static_cast<size_t>(n - 1));
+  for (const auto& p : rig.client->pushed) EXPECT_NE(p.tensor, 0u);
+  auto after = rig.pusher->Residuals(0);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, *before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, DevicePusherTest,
