@@ -77,6 +77,11 @@ struct gs_session {
 
   absl::Mutex mu;
   v1::SyncResponse latest ABSL_GUARDED_BY(mu);
+  // Read off `latest` by each Sync, so that the questions every step asks
+  // (active? leaving? the membership at a clock) copy a few fields, not the
+  // response with its shard map and job spec.
+  runtime::Assignment assignment ABSL_GUARDED_BY(mu);
+  std::vector<v1::MembershipEpoch> epochs ABSL_GUARDED_BY(mu);
   // The reporter thread's mailbox (see gs_report).
   std::optional<v1::SyncRequest> report ABSL_GUARDED_BY(mu);
   absl::Status report_error ABSL_GUARDED_BY(mu);
@@ -103,20 +108,27 @@ struct gs_session {
     }
     absl::MutexLock l(&mu);
     latest = std::move(resp);
+    assignment = runtime::AssignmentFromProto(latest.assignment());
+    epochs.assign(latest.epochs().begin(), latest.epochs().end());
     return absl::OkStatus();
   }
   v1::SyncResponse Latest() {
     absl::MutexLock l(&mu);
     return latest;
   }
-  runtime::Assignment Assignment() { return runtime::AssignmentFromProto(Latest().assignment()); }
+  runtime::Assignment Assignment() {
+    absl::MutexLock l(&mu);
+    return assignment;
+  }
   bool Active() { return Assignment().job_active; }
+  uint64_t WorkerId() {
+    absl::MutexLock l(&mu);
+    return latest.worker_id();
+  }
   // The membership as it holds at `clock` (the job's committed epochs).
   runtime::Assignment AssignmentAt(uint64_t clock) {
-    const v1::SyncResponse r = Latest();
-    const std::vector<v1::MembershipEpoch> epochs(r.epochs().begin(), r.epochs().end());
-    return runtime::MembershipAt(runtime::AssignmentFromProto(r.assignment()), epochs,
-                                 r.worker_id(), clock);
+    absl::MutexLock l(&mu);
+    return runtime::MembershipAt(assignment, epochs, latest.worker_id(), clock);
   }
 
   // Every 250 ms: sends the newest report, or an empty request, which also
@@ -321,12 +333,12 @@ void FillMembership(const runtime::Assignment& a, uint64_t worker_id, gs_members
 }  // namespace
 
 int gs_membership_get(gs_session* s, gs_membership* out) {
-  FillMembership(s->Assignment(), s->Latest().worker_id(), out);
+  FillMembership(s->Assignment(), s->WorkerId(), out);
   return Ok();
 }
 
 int gs_membership_at(gs_session* s, uint64_t clock, gs_membership* out) {
-  FillMembership(s->AssignmentAt(clock), s->Latest().worker_id(), out);
+  FillMembership(s->AssignmentAt(clock), s->WorkerId(), out);
   return Ok();
 }
 
