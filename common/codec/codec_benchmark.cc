@@ -171,7 +171,7 @@ void BM_Publish(benchmark::State& state) {
 }
 
 void PublishArgs(benchmark::internal::Benchmark* b) {
-  for (int c : {1, 6, 7}) b->Args({c, kMaxChunkElems});  // twobit, int4, ternary512
+  for (int c : {1, 5, 6, 7}) b->Args({c, kMaxChunkElems});  // twobit, int8, int4, ternary512
   b->ArgNames({"codec", "n"})->Unit(benchmark::kMicrosecond)->UseManualTime();
 }
 

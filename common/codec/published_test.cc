@@ -94,7 +94,8 @@ TEST(FusedApply, RefusedDeltaChangesNothing) {
 // steps, for every pull codec and sizes around the block length.
 TEST(DeltaPublisher, WorkersReconstructTheShardsCopyBitForBit) {
   for (CodecType type : {CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit,
-                         CodecType::kTernary512}) {
+                         CodecType::kTernary512, CodecType::kHalf, CodecType::kInt8,
+                         CodecType::kInt4}) {
     for (uint32_t n : {1u, 9u, kPublishBlock, kPublishBlock + 3, 3 * kPublishBlock + 13}) {
       SCOPED_TRACE(testing::Message() << CodecTypeName(type) << " n=" << n);
       auto publisher = DeltaPublisher::Create(type, n);
@@ -199,7 +200,8 @@ TEST(DeltaPublisher, NothingMovedSendsZeros) {
 TEST(DeltaPublisher, NonFiniteParametersAndWrongSizesAreRefused) {
   const uint32_t n = 2 * kPublishBlock;
   for (CodecType type : {CodecType::kTwoBit, CodecType::kTernary, CodecType::kOneBit,
-                         CodecType::kTernary512}) {
+                         CodecType::kTernary512, CodecType::kHalf, CodecType::kInt8,
+                         CodecType::kInt4}) {
     auto publisher = *DeltaPublisher::Create(type, n);
     for (float bad : {std::numeric_limits<float>::quiet_NaN(),
                       std::numeric_limits<float>::infinity()}) {
