@@ -361,7 +361,7 @@ absl::Status EncodeOnDeviceAsync(CodecType type, const CodecOptions& options,
           d_grad, d_residual, n, reinterpret_cast<float*>(d_payload), d_result);
       return CheckLaunch("EncodeF32Kernel");
     case CodecType::kTwoBit: {
-      const bool adaptive = options.twobit_threshold <= 0.0f;
+      const bool adaptive = EncodeReducesStats(type, options);
       if (adaptive) GS_RETURN_IF_ERROR(QueueStats(d_grad, d_residual, n, st, s));
       EncodeTwoBitKernel<<<Blocks((n + 3) / 4), kThreads, 0, s>>>(
           d_grad, d_residual, n, options.twobit_threshold, adaptive ? st : nullptr, d_payload,
@@ -396,7 +396,7 @@ absl::Status EncodeOnDevice(CodecType type, const CodecOptions& options, const f
   auto s = static_cast<cudaStream_t>(stream);
   *header = ChunkHeader{type, n, 0.0f, 0.0f};
   if (n == 0) return absl::OkStatus();
-  if (type == CodecType::kNone || (type == CodecType::kTwoBit && options.twobit_threshold > 0.0f)) {
+  if (!EncodeReducesStats(type, options)) {
     // The header is known here: nothing to read back.
     if (type == CodecType::kTwoBit) header->scale = options.twobit_threshold;
     return EncodeOnDeviceAsync(type, options, d_grad, d_residual, n, key, d_payload, nullptr,

@@ -37,6 +37,14 @@ struct DeviceEncodeResult {
 // Device scratch for one chunk's statistics (EncodeOnDeviceAsync).
 inline constexpr size_t kEncodeStatsBytes = 64;
 
+// Whether encoding `type` reduces statistics of the chunk into its scale
+// (ternary, onebit, twobit with an adaptive threshold): such an encode needs
+// zeroed `d_stats`, and its header is known only on the device.
+inline bool EncodeReducesStats(CodecType type, const CodecOptions& options) {
+  return type == CodecType::kTernary || type == CodecType::kOneBit ||
+         (type == CodecType::kTwoBit && options.twobit_threshold <= 0.0f);
+}
+
 // Encodes `n` device floats at `d_grad` without reading anything back: every
 // launch is queued on `stream` and the call returns. `d_residual` (device, n
 // floats) may be null for no error feedback; otherwise it is updated as in

@@ -120,7 +120,10 @@ struct gs_session {
     absl::MutexLock l(&mu);
     return assignment;
   }
-  bool Active() { return Assignment().job_active; }
+  bool Active() {
+    absl::MutexLock l(&mu);
+    return assignment.job_active;
+  }
   uint64_t WorkerId() {
     absl::MutexLock l(&mu);
     return latest.worker_id();

@@ -168,8 +168,7 @@ class DevicePusherImpl final : public DevicePusher {
       if (p.type == CodecType::kTernary512) p.type = CodecType::kTernary;
       p.error_feedback = p.type != CodecType::kNone && options_.codec.error_feedback;
       p.num_elems = t.num_elems;
-      p.stats = p.type == CodecType::kTernary || p.type == CodecType::kOneBit ||
-                (p.type == CodecType::kTwoBit && codec_options_.twobit_threshold <= 0.0f);
+      p.stats = cuda::EncodeReducesStats(p.type, codec_options_);
       PrecisionPolicy precision = PushPrecisionPolicy(
           p.type, options_.codec.precision_bound, options_.codec.precision_warmup,
           options_.codec.precision_max_owed);
