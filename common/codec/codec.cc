@@ -384,7 +384,7 @@ const float* DecodeBlockNone(const ChunkHeader&, const uint8_t* payload, uint32_
 }
 const float* DecodeBlock2Bit(const ChunkHeader&, const uint8_t* payload, uint32_t begin,
                              uint32_t n, float* scratch) {
-  ActiveKernels().decode_2bit(payload + begin / 4, n, scratch);
+  ActiveKernels().decode_2bit(payload + begin / 4, n, 1.0f, scratch);
   return scratch;
 }
 const float* DecodeBlockOneBit(const ChunkHeader& h, const uint8_t* payload, uint32_t begin,
@@ -414,13 +414,12 @@ const float* DecodeBlockInt4(const ChunkHeader&, const uint8_t* payload, uint32_
 // Signs times each block's scale: the weight alone multiplies them.
 const float* DecodeBlockTernary512(const ChunkHeader& h, const uint8_t* payload, uint32_t begin,
                                    uint32_t n, float* scratch) {
-  ActiveKernels().decode_2bit(payload + 4 * size_t{ScaleBlocks(h.num_elems)} + begin / 4, n,
-                              scratch);
+  const auto decode = ActiveKernels().decode_2bit;
+  const uint8_t* codes = payload + 4 * size_t{ScaleBlocks(h.num_elems)};
   for (uint32_t i = begin, end = begin + n; i < end;) {
     const uint32_t block = i / kTernaryScaleBlock;
     const uint32_t stop = std::min(end, (block + 1) * kTernaryScaleBlock);
-    const float s = BlockScale(payload, block);
-    for (uint32_t j = i; j < stop; ++j) scratch[j - begin] *= s;
+    decode(codes + i / 4, stop - i, BlockScale(payload, block), scratch + (i - begin));
     i = stop;
   }
   return scratch;

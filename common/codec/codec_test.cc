@@ -986,13 +986,24 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
     EXPECT_EQ(acc_a, acc_b);
     // block decoders
     std::vector<float> out_a(n, 9.0f), out_b(n, 9.0f);
-    ref.decode_2bit(codes.data(), n, out_a.data());
-    avx->decode_2bit(codes.data(), n, out_b.data());
+    ref.decode_2bit(codes.data(), n, 1.0f, out_a.data());
+    avx->decode_2bit(codes.data(), n, 1.0f, out_b.data());
     EXPECT_EQ(out_a, out_b);
     for (uint32_t i = 0; i < n; ++i) {
       const int code = (codes[i / 4] >> (2 * (i % 4))) & 3;
       ASSERT_EQ(out_a[i], code == 1 ? 1.0f : code == 2 ? -1.0f : 0.0f) << i;
     }
+    ref.decode_2bit(codes.data(), n, 0.37f, out_a.data());  // a ternary512 block's scale
+    avx->decode_2bit(codes.data(), n, 0.37f, out_b.data());
+    EXPECT_EQ(out_a, out_b);
+    for (uint32_t i = 0; i < n; ++i) {
+      const int code = (codes[i / 4] >> (2 * (i % 4))) & 3;
+      ASSERT_EQ(out_a[i], code == 1 ? 0.37f : code == 2 ? -0.37f : 0.0f) << i;
+    }
+    ref.subtract(g.data(), r0.data(), n, out_a.data());
+    avx->subtract(g.data(), r0.data(), n, out_b.data());
+    EXPECT_EQ(out_a, out_b);
+    for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(out_a[i], g[i] - r0[i]) << i;
     ref.decode_1bit(codes.data(), n, 0.3f, -0.2f, out_a.data());
     avx->decode_1bit(codes.data(), n, 0.3f, -0.2f, out_b.data());
     EXPECT_EQ(out_a, out_b);

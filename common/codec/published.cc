@@ -51,22 +51,6 @@ uint32_t ChecksumAndCopy(absl::Span<const float> copy, float* out) {
 
 namespace {
 
-// out = a - b, 8 floats at a time in a GCC/Clang vector (SSE2 at least; -O2
-// does not vectorize the plain loop). Exact either way: one IEEE
-// subtraction per element.
-void Subtract(const float* a, const float* b, float* out, size_t n) {
-  using Float8 = float __attribute__((vector_size(32)));
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    Float8 x, y;
-    std::memcpy(&x, a + i, sizeof(x));
-    std::memcpy(&y, b + i, sizeof(y));
-    x -= y;
-    std::memcpy(out + i, &x, sizeof(x));
-  }
-  for (; i < n; ++i) out[i] = a[i] - b[i];
-}
-
 absl::Status NonFiniteDelta() {
   return absl::InvalidArgumentError("published delta holds NaN or Inf");
 }
@@ -102,7 +86,7 @@ absl::StatusOr<uint32_t> DeltaPublisher::Publish(absl::Span<const float> params,
   }
   if (type_ == CodecType::kTwoBit) return PublishTwoBit(params, copy, header, payload);
   if (type_ == CodecType::kTernary512) return PublishTernary512(params, key, copy, header, payload);
-  Subtract(params.data(), copy.data(), scratch_.data(), num_elems_);
+  internal::ActiveKernels().subtract(params.data(), copy.data(), num_elems_, scratch_.data());
   GS_RETURN_IF_ERROR(encoder_->Encode(scratch_, key, header, payload));
   return ApplyPublishedDelta(*header, *payload, copy);
 }
@@ -117,7 +101,7 @@ absl::StatusOr<uint32_t> DeltaPublisher::PublishTwoBit(absl::Span<const float> p
   double sum_abs = 0;
   for (uint32_t begin = 0; begin < n; begin += kPublishBlock) {
     const uint32_t m = std::min(kPublishBlock, n - begin);
-    Subtract(params.data() + begin, copy.data() + begin, d, m);
+    k.subtract(params.data() + begin, copy.data() + begin, m, d);
     sum_abs += k.sum_abs(d, nullptr, m);
   }
   if (!std::isfinite(sum_abs)) return NonFiniteDelta();
@@ -133,7 +117,7 @@ absl::StatusOr<uint32_t> DeltaPublisher::PublishTwoBit(absl::Span<const float> p
   for (uint32_t begin = 0; begin < n; begin += kPublishBlock) {
     const uint32_t m = std::min(kPublishBlock, n - begin);
     float* q = copy.data() + begin;
-    Subtract(params.data() + begin, q, d, m);
+    k.subtract(params.data() + begin, q, m, d);
     // A block starts on a payload byte (kPublishBlock % 4 == 0).
     if (!k.encode_twobit(d, nullptr, m, send_at, out + begin / 4)) return NonFiniteDelta();
     k.decode_add_2bit(out + begin / 4, m, 1.0f * t, q);
@@ -147,6 +131,7 @@ absl::StatusOr<uint32_t> DeltaPublisher::PublishTernary512(absl::Span<const floa
                                                           absl::Span<float> copy,
                                                           ChunkHeader* header,
                                                           std::string* payload) {
+  const internal::CodecKernels& k = internal::ActiveKernels();
   const uint32_t n = num_elems_;
   const internal::CodecRow* row = internal::FindCodec(CodecType::kTernary512);
   *header = ChunkHeader{CodecType::kTernary512, n, 0.0f, 0.0f};
@@ -161,7 +146,7 @@ absl::StatusOr<uint32_t> DeltaPublisher::PublishTernary512(absl::Span<const floa
   for (uint32_t begin = 0; begin < n; begin += kPublishBlock) {
     const uint32_t m = std::min(kPublishBlock, n - begin);
     float* q = copy.data() + begin;
-    Subtract(params.data() + begin, q, d, m);
+    k.subtract(params.data() + begin, q, m, d);
     if (!internal::EncodeTernary512Range(d, nullptr, n, begin, m, clip, key, out)) {
       return NonFiniteDelta();
     }

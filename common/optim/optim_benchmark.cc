@@ -63,6 +63,14 @@ void BM_FusedApply(benchmark::State& state) {
   } else if (kCodec == CodecType::kOneBit) {
     h.scale2 = -0.5f;
     payload = RandomTwoBitPayload(n).substr(0, (n + 7) / 8);  // any bits are valid
+  } else if (kCodec == CodecType::kTernary512) {  // a scale per block, then the codes
+    h.scale = 0.0f;
+    const size_t blocks = (n + kTernaryScaleBlock - 1) / kTernaryScaleBlock;
+    for (size_t b = 0; b < blocks; ++b) {
+      const float scale = 0.5f + 0.001f * static_cast<float>(b % 7);
+      payload.append(reinterpret_cast<const char*>(&scale), sizeof scale);
+    }
+    payload += RandomTwoBitPayload(n);
   } else {
     payload = RandomTwoBitPayload(n);
   }
@@ -157,6 +165,10 @@ BENCHMARK_TEMPLATE(BM_FusedApply, OptimizerType::kAdaGrad, CodecType::kTwoBit)
     ->Arg(1 << 18)
     ->UseRealTime();
 BENCHMARK_TEMPLATE(BM_FusedApply, OptimizerType::kAdaGrad, CodecType::kTwoBit, true)
+    ->Arg(1 << 18)
+    ->UseRealTime();
+// The defaults' push (ternary512) into the bench's optimizer, as a shard applies a chunk.
+BENCHMARK_TEMPLATE(BM_FusedApply, OptimizerType::kMomentum, CodecType::kTernary512)
     ->Arg(1 << 18)
     ->UseRealTime();
 

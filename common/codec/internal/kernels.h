@@ -217,8 +217,9 @@ struct CodecKernels {
   // acc[i] += ws * half_i (ws = weight * scale).
   void (*decode_add_f16)(const uint8_t* payload, uint32_t n, float ws, float* acc);
   // Block decoders for ChunkDecoder::Block, `payload` at the block's first
-  // byte: out[i] = sign_i, and out[i] = bit_i ? pos : neg.
-  void (*decode_2bit)(const uint8_t* payload, uint32_t n, float* out);
+  // byte: out[i] = sign_i * scale (one IEEE product; twobit passes 1,
+  // ternary512 each scale block's scale), and out[i] = bit_i ? pos : neg.
+  void (*decode_2bit)(const uint8_t* payload, uint32_t n, float scale, float* out);
   void (*decode_1bit)(const uint8_t* payload, uint32_t n, float pos, float neg, float* out);
   // out[i] = half_i as a float.
   void (*decode_f16)(const uint8_t* payload, uint32_t n, float* out);
@@ -239,6 +240,10 @@ struct CodecKernels {
   void (*decode_add_i4)(const uint8_t* payload, uint32_t n, float ws, float* acc);
   // `payload` at the block's first byte (blocks start at even elements).
   void (*decode_i4)(const uint8_t* payload, uint32_t n, float* out);
+
+  // out[i] = a[i] - b[i], one IEEE subtraction each (a published delta,
+  // params - copy).
+  void (*subtract)(const float* a, const float* b, uint32_t n, float* out);
 };
 
 const CodecKernels& PortableKernels();

@@ -755,15 +755,17 @@ float MaxAbsF16(const uint8_t* payload, uint32_t n) {
   return HalfBitsToFloat(best);
 }
 
-void Decode2Bit(const uint8_t* payload, uint32_t n, float* out) {
+void Decode2Bit(const uint8_t* payload, uint32_t n, float scale, float* out) {
+  const __m256 s = _mm256_set1_ps(scale);
   const uint32_t n8 = n & ~7u;
   for (uint32_t i = 0; i < n8; i += 8) {
     const uint8_t b0 = payload[i / 4], b1 = payload[i / 4 + 1];
-    _mm256_storeu_ps(out + i, _mm256_insertf128_ps(
-                                  _mm256_castps128_ps256(_mm_load_ps(kTwoBitSigns.v[b0])),
-                                  _mm_load_ps(kTwoBitSigns.v[b1]), 1));
+    const __m256 sign = _mm256_insertf128_ps(
+        _mm256_castps128_ps256(_mm_load_ps(kTwoBitSigns.v[b0])), _mm_load_ps(kTwoBitSigns.v[b1]),
+        1);
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(sign, s));
   }
-  if (n8 < n) PortableKernels().decode_2bit(payload + n8 / 4, n - n8, out + n8);
+  if (n8 < n) PortableKernels().decode_2bit(payload + n8 / 4, n - n8, scale, out + n8);
 }
 
 void Decode1Bit(const uint8_t* payload, uint32_t n, float pos, float neg, float* out) {
@@ -776,6 +778,14 @@ void Decode1Bit(const uint8_t* payload, uint32_t n, float pos, float neg, float*
     _mm256_storeu_ps(out + i, _mm256_blendv_ps(vneg, vpos, set));
   }
   if (n8 < n) PortableKernels().decode_1bit(payload + n8 / 8, n - n8, pos, neg, out + n8);
+}
+
+void Subtract(const float* a, const float* b, uint32_t n, float* out) {
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_sub_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  }
+  for (; i < n; ++i) out[i] = a[i] - b[i];
 }
 
 float MaxAbsF32(const uint8_t* payload, uint32_t n) {
@@ -823,7 +833,7 @@ const CodecKernels* Avx2Kernels() {
       EncodeF16,     Valid2Bit,     MaxAbsF32,    MaxAbsF16,  DecodeAdd2Bit,
       DecodeAdd1Bit, DecodeAddF32,  DecodeAddF16, Decode2Bit, Decode1Bit,
       DecodeF16,     EncodeI8,      DecodeAddI8,  DecodeI8,   EncodeI4,
-      ValidI4,       DecodeAddI4,   DecodeI4};
+      ValidI4,       DecodeAddI4,   DecodeI4,     Subtract};
   return &k;
 }
 
