@@ -9,11 +9,11 @@
 // update). A codec that contracts keeps the ratio bounded; one whose error
 // is as large as what it encodes (stochastic ternary) lets it grow without
 // bound. Past `bound` the next send is exact (a flush: the residual goes out
-// whole and is zero after it); flushes needed closer together than
-// `min_flush_interval` clocks raise the path one level of its ladder, and a
-// raised path steps back down after `relax_after` clocks under bound / 2
-// (the wait doubles with each step down, so a path that keeps needing the
-// higher level stays there).
+// whole and is zero after it; a pull's nearly so, [fine flush]); flushes
+// needed closer together than `min_flush_interval` clocks raise the path one
+// level of its ladder, and a raised path steps back down after
+// `relax_after` clocks under bound / 2 (the wait doubles with each step
+// down, so a path that keeps needing the higher level stays there).
 #ifndef GRADSTREAM_COMMON_JOB_PRECISION_H_
 #define GRADSTREAM_COMMON_JOB_PRECISION_H_
 
@@ -92,6 +92,16 @@ inline double PullBound(double bound, double pull_bound = 0) {
   return pull_bound != 0 ? pull_bound : bound / 2;
 }
 
+// NOTE: [fine flush] A pull's flush goes out as an int8 delta of p - q
+// (kFlushCodec), a quarter of the snapshot's bytes, when the path is below
+// int8 and the delta leaves at most kFlushLeft of the bound
+// (PrecisionController::FlushLeftLittle); otherwise as the exact snapshot.
+// int8 leaves each element within max |p - q| / 254, so the walk restarts
+// from a small fraction of a clock instead of zero. Why:
+// docs/design/precision-control.md, "Flushes as int8 deltas".
+inline constexpr CodecType kFlushCodec = CodecType::kInt8;
+inline constexpr double kFlushLeft = 0.25;
+
 // A worker measures a push's error every this many clocks (and after each
 // flush, and at a level's first clocks: MeasureDue): a measurement reads the
 // chunk's gradient and residual once more, and the error moves slowly (like
@@ -151,6 +161,13 @@ class PrecisionController {
 
   // A send without a measurement: a flush asked for has gone out.
   void Skip() { flush_next_ = false; }
+
+  // Whether a flush that left |e|^2 = error2 against this clock's |s|^2 =
+  // signal2 counts as one ([fine flush]): at most kFlushLeft of the bound.
+  bool FlushLeftLittle(double error2, double signal2) const {
+    const double most = kFlushLeft * policy_.bound;
+    return error2 <= most * most * signal2;
+  }
 
   // After the send of `clock`: the residual's energy |e|^2 and the signal's
   // |s|^2 (both >= 0), |value|^2 of what the path carries (the parameters;

@@ -60,7 +60,8 @@ void PullPublisher::Reset(Chunk& c, absl::Span<const float> params, uint64_t ver
   c.history_bytes = 0;
 }
 
-void PullPublisher::Control(Chunk& c, absl::Span<const float> params, uint64_t version) {
+void PullPublisher::Control(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
+                            uint64_t version) {
   const bool first = c.published_params.empty();
   const PathSums sums = MeasureAndKeep(params, c.copy, &c.published_params);
   if (first) return;  // no update to measure against yet
@@ -68,10 +69,52 @@ void PullPublisher::Control(Chunk& c, absl::Span<const float> params, uint64_t v
   // whole: what the copy owed along it is dot - |update|^2 ([owed descent]).
   c.precision->Observe(version, sums.error2, sums.signal2, sums.value2,
                        sums.dot - sums.signal2);
-  if (c.precision->Flush()) {
+  if (!c.precision->Flush()) return;
+  double left2 = 0.0;
+  if (!FlushByDelta(chunk_id, c, params, version, &left2) ||
+      !c.precision->FlushLeftLittle(left2, sums.signal2)) {
     Reset(c, params, version);  // the copy is exact from this version on
-    c.precision->Observe(version, 0.0, sums.signal2, sums.value2);
+    left2 = 0.0;
   }
+  c.precision->Observe(version, left2, sums.signal2, sums.value2);
+}
+
+bool PullPublisher::FlushByDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
+                                 uint64_t version, double* left2) {
+  if (!MorePrecise(kFlushCodec, c.precision->level_codec())) return false;
+  // Made for the flush and dropped: flushes are at least 3 x bound clocks
+  // apart, and a publisher holds a chunk-sized scratch.
+  std::unique_ptr<DeltaPublisher> publisher = *DeltaPublisher::Create(kFlushCodec, c.num_elems);
+  if (!PublishWith(*publisher, chunk_id, c, params, version).ok()) return false;
+  *left2 = SumPath(params.data(), c.copy.data(), params.data(), nullptr, nullptr, c.num_elems)
+               .error2;
+  return true;
+}
+
+absl::Status PullPublisher::PublishWith(DeltaPublisher& publisher, uint64_t chunk_id, Chunk& c,
+                                       absl::Span<const float> params, uint64_t version) {
+  Delta d;
+  d.from_version = c.version;
+  d.from_checksum = c.checksum;
+  EncodeKey key;
+  key.seed = kPullSeed;
+  key.worker = kPullWorker;
+  key.clock = static_cast<uint32_t>(version);
+  key.chunk = static_cast<uint32_t>(chunk_id);
+  const absl::StatusOr<uint32_t> checksum = publisher.Publish(
+      params, key, absl::MakeSpan(c.copy), &d.delta.header, &d.delta.payload);
+  if (!checksum.ok()) return checksum.status();
+  c.version = version;
+  c.checksum = *checksum;
+  c.history_bytes += d.delta.payload.size() + kDeltaHeaderBytes;
+  c.history.push_back(std::move(d));
+  // A chain heavier than a snapshot is never sent, so it is not kept.
+  const size_t snapshot_bytes = size_t{c.num_elems} * sizeof(float);
+  while (c.history_bytes > snapshot_bytes) {
+    c.history_bytes -= c.history.front().delta.payload.size() + kDeltaHeaderBytes;
+    c.history.pop_front();
+  }
+  return absl::OkStatus();
 }
 
 void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
@@ -82,7 +125,7 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
   }
   if (c.precision->Codec() == CodecType::kNone) {  // raised: published whole
     Reset(c, params, version);
-    Control(c, params, version);
+    Control(chunk_id, c, params, version);
     return;
   }
   if (exact) {  // the link's choice: whole, unmeasured (the next is measured from here)
@@ -99,34 +142,14 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
     }
     publisher = c.raised.get();
   }
-  Delta d;
-  d.from_version = c.version;
-  d.from_checksum = c.checksum;
-  EncodeKey key;
-  key.seed = kPullSeed;
-  key.worker = kPullWorker;
-  key.clock = static_cast<uint32_t>(version);
-  key.chunk = static_cast<uint32_t>(chunk_id);
-  const absl::StatusOr<uint32_t> checksum = publisher->Publish(
-      params, key, absl::MakeSpan(c.copy), &d.delta.header, &d.delta.payload);
-  if (!checksum.ok()) {
+  if (const absl::Status s = PublishWith(*publisher, chunk_id, c, params, version); !s.ok()) {
     // Non-finite parameters: nothing to encode them with; workers get them whole.
     LOG(WARNING) << "chunk " << chunk_id << ": pull codec cannot encode version " << version
-                 << " (" << checksum.status() << "); publishing a snapshot";
+                 << " (" << s << "); publishing a snapshot";
     Reset(c, params, version);
     return;
   }
-  c.version = version;
-  c.checksum = *checksum;
-  c.history_bytes += d.delta.payload.size() + kDeltaHeaderBytes;
-  c.history.push_back(std::move(d));
-  // A chain heavier than a snapshot is never sent, so it is not kept.
-  const size_t snapshot_bytes = size_t{c.num_elems} * sizeof(float);
-  while (c.history_bytes > snapshot_bytes) {
-    c.history_bytes -= c.history.front().delta.payload.size() + kDeltaHeaderBytes;
-    c.history.pop_front();
-  }
-  Control(c, params, version);
+  Control(chunk_id, c, params, version);
 }
 
 bool PullPublisher::LinkExact(uint64_t reader_clock) {

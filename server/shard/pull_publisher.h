@@ -45,8 +45,8 @@ class PullPublisher {
   // reader clock (SSP, async: a copy published for the fastest reader
   // satisfies every slower one) instead of at every version change (sync).
   // `precision` controls every compressed chunk's error (common/job/precision.h):
-  // measured at each publication; a flush publishes a snapshot (the copy is
-  // then exact), a chunk raised to int4 or int8 publishes such deltas, one raised to
+  // measured at each publication; a flush publishes an int8 delta or a
+  // snapshot ([fine flush]), a chunk raised to int4 or int8 publishes such deltas, one raised to
   // kNone is published whole. `link`: the
   // link choice ([link choice] in precision.h), by reader clock: a probe
   // times the publications of consecutive clocks with exact (whole) and
@@ -124,10 +124,21 @@ class PullPublisher {
                     uint64_t version, bool exact) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   static void Reset(Chunk& c, absl::Span<const float> params, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  // Measures what publishing `params` left in p - q against the update since
-  // the last publication; a flush makes the copy exact at once.
-  static void Control(Chunk& c, absl::Span<const float> params, uint64_t version)
+  // Takes the copy to `params` at `version` by one delta of `publisher`'s
+  // codec, appended to the history (which drops what a snapshot outweighs);
+  // on an error (non-finite parameters) the copy and history are untouched.
+  static absl::Status PublishWith(DeltaPublisher& publisher, uint64_t chunk_id, Chunk& c,
+                                  absl::Span<const float> params, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Measures what publishing `params` left in p - q against the update since
+  // the last publication; a flush takes the copy to `params` at once.
+  static void Control(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
+                      uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // The flush as a kFlushCodec delta at the same version ([fine flush]):
+  // true with |p - q|^2 after it in `left2` when published; false when the
+  // chunk's level is kFlushCodec or finer or the encode fails (nothing changed).
+  static bool FlushByDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
+                           uint64_t version, double* left2) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
   // Whether the publications for `reader_clock` go whole; times the clocks.
   bool LinkExact(uint64_t reader_clock);

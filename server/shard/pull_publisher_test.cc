@@ -44,6 +44,15 @@ struct Worker {
   const HeldCopy* held_or_null() const { return has ? &held : nullptr; }
 };
 
+// Chunk 7 (kElems) of `pub` at version 0, its first pull taken by `w`.
+std::vector<float> FirstPull(PullPublisher& pub, std::mt19937& rng, Worker* w) {
+  std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
+  PulledChunk out;
+  pub.Serve(7, params, 0, 0, nullptr, &out);
+  w->Take(out);
+  return params;
+}
+
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - b[i]));
@@ -89,34 +98,39 @@ TEST(PullPublisher, WorkersFollowByDeltasAndNeverDrift) {
 
 // Stochastic ternary's error is as large as what it encodes, so with error
 // feedback p - q random-walks; the precision control holds it to its bound
-// in clocks of update by publishing the copy exact (a snapshot), which the
-// worker then holds bit for bit.
+// in clocks of update by flushes. A flush goes out as an int8 delta chained
+// after the clock's ternary one ([fine flush]): a quarter of a snapshot's
+// bytes at most, and the copy left a small fraction of the bound away.
 TEST(PullPublisher, ErrorIsHeldToTheBoundByFlushes) {
   auto run = [](double bound, double* worst_ratio, PathPrecision* last) {
     PrecisionPolicy policy;
     policy.bound = bound;
     PullPublisher pub(CodecType::kTernary, false, {{7, kElems}}, policy);
     std::mt19937 rng(3);
-    std::vector<float> params = Step(std::vector<float>(kElems, 0.0f), rng, 1.0f);
     Worker w;
+    std::vector<float> params = FirstPull(pub, rng, &w);
     PulledChunk out;
-    pub.Serve(7, params, 0, 0, nullptr, &out);
-    w.Take(out);
     *worst_ratio = 0;
-    int snapshots = 0;
+    int flushed = 0;
     for (uint64_t v = 1; v <= 400; ++v) {
       params = Step(params, rng, 0.01f);
-      pub.Serve(7, params, v, v, w.held_or_null(), &out);
-      if (!out.values.empty()) {
-        ++snapshots;
-        EXPECT_TRUE(out.deltas.empty());
-      }
+      const size_t bytes = pub.Serve(7, params, v, v, w.held_or_null(), &out);
+      EXPECT_TRUE(out.values.empty()) << "no snapshot after the first, version " << v;
       w.Take(out);
-      if (!out.values.empty()) EXPECT_EQ(w.copy, params) << "a flush publishes p exactly";
-      *worst_ratio = std::max(*worst_ratio, pub.Precision(7)->ratio);
+      const double ratio = pub.Precision(7)->ratio;
+      if (out.deltas.size() == 2) {
+        ++flushed;
+        EXPECT_EQ(out.deltas[0].header.codec, CodecType::kTernary);
+        EXPECT_EQ(out.deltas[1].header.codec, kFlushCodec);
+        EXPECT_LT(bytes, kElems * sizeof(float) / 3) << "a flush costs a quarter of a snapshot";
+        EXPECT_LE(ratio, kFlushLeft * bound) << "a flush leaves little, version " << v;
+      } else {
+        ASSERT_EQ(out.deltas.size(), 1u);
+      }
+      *worst_ratio = std::max(*worst_ratio, ratio);
     }
     *last = *pub.Precision(7);
-    EXPECT_EQ(static_cast<uint64_t>(snapshots), last->flushes);
+    EXPECT_EQ(static_cast<uint64_t>(flushed), last->flushes);
   };
   double controlled, uncontrolled;
   PathPrecision with, without;
@@ -129,6 +143,31 @@ TEST(PullPublisher, ErrorIsHeldToTheBoundByFlushes) {
   EXPECT_TRUE(with.events.empty());
   EXPECT_EQ(without.flushes, 0u);
   EXPECT_GT(with.relative, 0.0);
+}
+
+// A path at int8 or finer gains nothing from an int8 delta: its flush is the
+// exact snapshot, which the worker then holds bit for bit.
+TEST(PullPublisher, AFlushOfAnInt8PathIsTheSnapshot) {
+  PrecisionPolicy policy;
+  policy.bound = 1e-4;  // int8's own error is past it: every allowed clock flushes
+  PullPublisher pub(CodecType::kInt8, false, {{7, kElems}}, policy);
+  std::mt19937 rng(3);
+  Worker w;
+  std::vector<float> params = FirstPull(pub, rng, &w);
+  PulledChunk out;
+  int snapshots = 0;
+  for (uint64_t v = 1; v <= 40; ++v) {
+    params = Step(params, rng, 0.01f);
+    pub.Serve(7, params, v, v, w.held_or_null(), &out);
+    w.Take(out);
+    if (!out.values.empty()) {
+      ++snapshots;
+      EXPECT_TRUE(out.deltas.empty());
+      EXPECT_EQ(w.copy, params) << "a flush publishes p exactly";
+    }
+  }
+  EXPECT_GT(snapshots, 0);
+  EXPECT_EQ(static_cast<uint64_t>(snapshots), pub.Precision(7)->flushes);
 }
 
 // The controller's figures are the published copy's distance from the
