@@ -125,8 +125,10 @@ class PullPublisher {
   static void Reset(Chunk& c, absl::Span<const float> params, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // Takes the copy to `params` at `version` by one delta of `publisher`'s
-  // codec, appended to the history (which drops what a snapshot outweighs);
-  // on an error (non-finite parameters) the copy and history are untouched.
+  // codec, appended to the history (which drops what a snapshot outweighs).
+  // On an error (non-finite parameters) the history is untouched but the
+  // copy may be part-updated (twobit and ternary512 publish block by block):
+  // the caller resets it.
   static absl::Status PublishWith(DeltaPublisher& publisher, uint64_t chunk_id, Chunk& c,
                                   absl::Span<const float> params, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
@@ -136,7 +138,8 @@ class PullPublisher {
                       uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // The flush as a kFlushCodec delta at the same version ([fine flush]):
   // true with |p - q|^2 after it in `left2` when published; false when the
-  // chunk's level is kFlushCodec or finer or the encode fails (nothing changed).
+  // chunk's level is kFlushCodec or finer or the encode fails (the caller
+  // then publishes the snapshot).
   static bool FlushByDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
                            uint64_t version, double* left2) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
 
