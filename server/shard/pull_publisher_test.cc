@@ -404,7 +404,9 @@ TEST(PullPublisher, TheLinkChoiceProbesWithWholePublications) {
     EXPECT_EQ(!out.values.empty(), exact) << "reader clock " << v;
     EXPECT_EQ(out.deltas.empty(), exact) << "reader clock " << v;
     w.Take(out);
-    if (exact) EXPECT_EQ(w.copy, params) << "reader clock " << v;
+    if (exact) {
+      EXPECT_EQ(w.copy, params) << "reader clock " << v;
+    }
     // Decided as the probe's last clock (7) ends; the stats carry it.
     EXPECT_FALSE(pub.LinkDecided().has_value()) << "reader clock " << v;
   }

@@ -133,7 +133,9 @@ struct TableJob {
     auto opened = Job::Open(options, env, executor.get());
     ASSERT_TRUE(opened.ok()) << opened.status();
     job = opened->job;
-    if (!opened->restored) ASSERT_FALSE(*job->Init(0, Bytes({0, 0})));
+    if (!opened->restored) {
+      ASSERT_FALSE(*job->Init(0, Bytes({0, 0})));
+    }
   }
   // Pushes rows `ids` with gradient rows `g` (ids.size() x kDim) at `clock`,
   // and the dense chunk's gradient {1, 1} with them.

@@ -332,8 +332,12 @@ TEST_F(PsClientTest, TheLinkChoiceProbesWithExactPushes) {
     const ClientStats before = (*client)->stats();
     // The probe decides as clock 43 ends, or as 27 or 39 ends when an exact
     // window aborts it (a loaded host): nothing to report before.
-    if (clock <= 27) EXPECT_FALSE(before.push_link.has_value()) << "clock " << clock;
-    if (clock > 43) EXPECT_TRUE(before.push_link.has_value()) << "clock " << clock;
+    if (clock <= 27) {
+      EXPECT_FALSE(before.push_link.has_value()) << "clock " << clock;
+    }
+    if (clock > 43) {
+      EXPECT_TRUE(before.push_link.has_value()) << "clock " << clock;
+    }
     std::vector<PushHandle> pushes;
     for (const TensorInfo& t : map.tensors) {
       pushes.push_back((*client)->Push(t.index, Random(t.num_elems, clock + t.index, 0.7f), clock));
@@ -1068,7 +1072,9 @@ TEST_F(PsClientTest, AClockAdvanceRidesInTheNextMessage) {
     o.advance_hold = hold;
     auto client = PsClient::Connect(map, o);
     ASSERT_TRUE(client.ok()) << client.status();
-    if (c0 == 0) ASSERT_TRUE((*client)->InitParams(Spans(InitValues(map)), kWait).ok());
+    if (c0 == 0) {
+      ASSERT_TRUE((*client)->InitParams(Spans(InitValues(map)), kWait).ok());
+    }
     const std::vector<std::vector<float>> grads = {std::vector<float>(100000, 1.0f),
                                                    std::vector<float>(10, 1.0f)};
     auto push_all = [&](uint64_t clock) {
