@@ -122,7 +122,8 @@ TEST(PullPublisher, ErrorIsHeldToTheBoundByFlushes) {
         ++flushed;
         EXPECT_EQ(out.deltas[0].header.codec, CodecType::kTernary);
         EXPECT_EQ(out.deltas[1].header.codec, kFlushCodec);
-        EXPECT_LT(bytes, kElems * sizeof(float) / 3) << "the clock's delta and the int8 flush weigh under a third of a snapshot";
+        EXPECT_LT(bytes, kElems * sizeof(float) / 3)
+            << "the clock's delta and the int8 flush weigh under a third of a snapshot";
         EXPECT_LE(ratio, kFlushLeft * bound) << "a flush leaves little, version " << v;
       } else {
         ASSERT_EQ(out.deltas.size(), 1u);
