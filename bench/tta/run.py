@@ -19,7 +19,8 @@ and momentum SGD.
 
 Each round runs every (rate, model, system) once, the systems in an order
 rotated by the round. Per run it records rank 0's step times (median, p90;
-evaluations excluded), test accuracy at every evaluation, the bytes each
+evaluations excluded) and the median forward, backward and update within
+them, test accuracy at every evaluation, the bytes each
 namespace sent and received (switch-port counters over the training loop,
 the same for both systems; and gradstream's ps.stats()), and CPU seconds
 per step of every process of the job (the scripts' own getrusage over their
@@ -34,6 +35,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -460,6 +462,11 @@ class Run:
         steps = res.get("steps") or len(res.get("step_s", []))
         self.rec.update(steps=steps, params=res.get("params"), evals=res.get("evals", []),
                         step_s=res.get("step_s", []), ps_stats=res.get("ps_stats"))
+        # Rank 0's median forward, backward and update (ps.step or
+        # opt.step) per step, ms, the first step left out as for step time.
+        phases = res.get("phase_s") or {}
+        self.rec["phase_ms"] = {p: 1000 * statistics.median(v[1:])
+                                for p, v in phases.items() if len(v) > 1}
         if self.kind == "gradstream":  # each worker's own: their codecs' levels may differ
             self.rec["ps_stats_per_rank"] = [r.get("ps_stats") for r in ranks]
         if self.rec["status"] != "timeout":

@@ -502,7 +502,8 @@ def main():
     result = {"system": args.system, "model": args.model, "rank": rank, "params": params,
               "steps_wanted": args.steps, "global_batch": args.global_batch,
               "ddp_hook": args.ddp_hook if args.system == "ddp" else None,
-              "step_s": [], "evals": []}
+              "step_s": [], "phase_s": {"forward": [], "backward": [], "update": []},
+              "evals": []}
     if args.model == "ctr":
         result["best_auc"] = classes  # the planted model's
 
@@ -545,8 +546,11 @@ def main():
             xb, yb = next(batches)
         except StopIteration:
             break
+        t1 = time.perf_counter()
         loss = loss_of(fwd, xb, yb)
+        t2 = time.perf_counter()
         loss.backward()
+        t3 = time.perf_counter()
         if ps is not None:
             ps.step(loss)
             if isinstance(getattr(net, "table", None), LocalRows):
@@ -558,6 +562,9 @@ def main():
         dt = time.perf_counter() - t0
         train_s += dt
         result["step_s"].append(dt)
+        for phase, secs in (("forward", t2 - t1), ("backward", t3 - t2),
+                            ("update", t0 + dt - t3)):
+            result["phase_s"][phase].append(secs)
         if rank == 0 and (step % args.eval_every == 0 or step == args.steps):
             evaluation(step, loss.item())
             write()
