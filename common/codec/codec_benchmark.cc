@@ -54,13 +54,15 @@ double ThreadCpuSeconds() {
 // count), and x_memcpy is the median of the per-iteration ratios
 // memcpy_time / op_time (= op GB/s / memcpy GB/s, both counted as fp32
 // gradient bytes). Neighbours' noise hits both halves of a pair alike.
-template <typename Op>
-void RunPaired(benchmark::State& state, size_t n, Op op) {
+// `prepare`, untimed, runs before each pair.
+template <typename Op, typename Prepare>
+void RunPaired(benchmark::State& state, size_t n, Op op, Prepare prepare) {
   std::vector<float> a(n, 1.0f), b(n, 0.0f);
   std::memcpy(b.data(), a.data(), n * 4);  // fault the pages in first
   std::vector<double> ratios;
   double op_seconds = 0;
   for (auto _ : state) {
+    prepare();
     const double t0 = ThreadCpuSeconds();
     std::memcpy(b.data(), a.data(), n * 4);
     benchmark::ClobberMemory();
@@ -80,6 +82,10 @@ void RunPaired(benchmark::State& state, size_t n, Op op) {
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
   state.counters["GB/s"] = bytes / 1e9 / op_seconds;
   state.counters["x_memcpy"] = ratios[ratios.size() / 2];
+}
+template <typename Op>
+void RunPaired(benchmark::State& state, size_t n, Op op) {
+  RunPaired(state, n, op, [] {});
 }
 
 void BM_Memcpy(benchmark::State& state) {  // the pairing itself: x_memcpy ~ 1
@@ -170,9 +176,50 @@ void BM_Publish(benchmark::State& state) {
   state.SetLabel(name);
 }
 
+// BM_Publish over `chunks` chunks of n elements in turn, 64 MiB of params
+// and copies at 32 chunks: each publish finds its chunk out of cache, as a
+// shard publishing a large model's step does. Per chunk.
+void BM_PublishCold(benchmark::State& state) {
+  const char* name = kCodecs[state.range(0)];
+  const size_t n = state.range(1), chunks = state.range(2);
+  std::vector<std::unique_ptr<DeltaPublisher>> publishers;
+  std::vector<std::vector<float>> params, copies;
+  for (size_t c = 0; c < chunks; ++c) {
+    auto publisher = DeltaPublisher::Create(*CodecTypeFromName(name), n);
+    if (!publisher.ok()) return state.SkipWithError("no publisher");
+    publishers.push_back(*std::move(publisher));
+    params.push_back(Grad(n));
+    copies.emplace_back(n, 0.0f);
+  }
+  const auto step = Grad(n);
+  ChunkHeader h;
+  std::string p;
+  uint32_t clock = 0;
+  size_t c = 0;
+  RunPaired(
+      state, n,
+      [&] {
+        return publishers[c]
+            ->Publish(params[c], {.seed = 1, .clock = clock}, absl::MakeSpan(copies[c]), &h, &p)
+            .ok();
+      },
+      [&] {  // the step's move, on the chunk published half a round from now
+        ++clock;
+        c = (c + 1) % chunks;
+        auto& later = params[(c + chunks / 2) % chunks];
+        for (size_t i = 0; i < n; i += 64) later[i] += 1e-3f * step[i];
+      });
+  state.SetLabel(name);
+}
+
 void PublishArgs(benchmark::internal::Benchmark* b) {
   for (int c : {1, 5, 6, 7}) b->Args({c, kMaxChunkElems});  // twobit, int8, int4, ternary512
   b->ArgNames({"codec", "n"})->Unit(benchmark::kMicrosecond)->UseManualTime();
+}
+
+void PublishColdArgs(benchmark::internal::Benchmark* b) {
+  for (int c : {1, 5, 6, 7}) b->Args({c, kMaxChunkElems, 32});
+  b->ArgNames({"codec", "n", "chunks"})->Unit(benchmark::kMicrosecond)->UseManualTime();
 }
 
 // n = 1M and 16M elements as one chunk each (a kernel's raw speed; a shard
@@ -197,6 +244,7 @@ BENCHMARK(BM_EncodeResidual)->Apply(CodecArgs);
 BENCHMARK(BM_Encode)->Apply(CodecArgs);
 BENCHMARK(BM_DecodeAdd)->Apply(DecodeArgs);
 BENCHMARK(BM_Publish)->Apply(PublishArgs);
+BENCHMARK(BM_PublishCold)->Apply(PublishColdArgs);
 
 #ifdef GS_HAVE_CUDA
 // GPU rows: encode with residual (the device path of a GPU worker) and
