@@ -262,7 +262,8 @@ void EncodeTernaryRange(const float* grad, const float* residual_in, float* resi
 // nullptr when this binary was built without AVX2 support.
 const CodecKernels* Avx2Kernels();
 // The fastest table this CPU supports (AVX2 when present), chosen once. The
-// environment variable GS_CODEC_ISA=portable forces the portable table.
+// environment variable GS_CODEC_ISA=portable forces the portable table, and
+// GS_CODEC_ISA=avx2 the AVX2 table without its AVX-512 draws ([wide draws]).
 const CodecKernels& ActiveKernels();
 
 // Parameters derived from statistics; shared by every table and by the CUDA
