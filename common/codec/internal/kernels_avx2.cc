@@ -289,18 +289,20 @@ bool EncodeTwoBit(const float* grad, float* residual, uint32_t n, float t, uint8
   return ok;
 }
 
+// Round r's key of Philox4x32 (philox.h adds the Weyl constants once a
+// round): key + r * (W0, W1), mod 2^32.
+inline PhiloxKey RoundKey(PhiloxKey key, int r) {
+  const uint32_t n = static_cast<uint32_t>(r);
+  return PhiloxKey{key.k0 + n * kPhiloxW0, key.k1 + n * kPhiloxW1};
+}
+
 // The round keys of a Philox key, broadcast once per chunk.
 struct RoundKeys {
   __m256i k0[kPhiloxRounds], k1[kPhiloxRounds];
   explicit RoundKeys(PhiloxKey key) {
-    uint32_t a = key.k0, b = key.k1;
     for (int r = 0; r < kPhiloxRounds; ++r) {
-      if (r > 0) {
-        a += kPhiloxW0;
-        b += kPhiloxW1;
-      }
-      k0[r] = _mm256_set1_epi32(static_cast<int>(a));
-      k1[r] = _mm256_set1_epi32(static_cast<int>(b));
+      k0[r] = _mm256_set1_epi32(static_cast<int>(RoundKey(key, r).k0));
+      k1[r] = _mm256_set1_epi32(static_cast<int>(RoundKey(key, r).k1));
     }
   }
 };
@@ -398,14 +400,9 @@ __attribute__((target("avx512f"))) inline __m512i Shuffle128(__m512i a, __m512i 
 __attribute__((target("avx512f"))) void DrawsWide(uint32_t n, uint32_t worker, uint32_t clock,
                                                   PhiloxKey key, uint8_t* dst) {
   __m512i k0[kPhiloxRounds], k1[kPhiloxRounds];
-  uint32_t a = key.k0, b = key.k1;
   for (int r = 0; r < kPhiloxRounds; ++r) {
-    if (r > 0) {
-      a += kPhiloxW0;
-      b += kPhiloxW1;
-    }
-    k0[r] = _mm512_set1_epi32(static_cast<int>(a));
-    k1[r] = _mm512_set1_epi32(static_cast<int>(b));
+    k0[r] = _mm512_set1_epi32(static_cast<int>(RoundKey(key, r).k0));
+    k1[r] = _mm512_set1_epi32(static_cast<int>(RoundKey(key, r).k1));
   }
   const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kPhiloxM0));
   const __m512i m1 = _mm512_set1_epi32(static_cast<int>(kPhiloxM1));
