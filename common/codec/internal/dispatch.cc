@@ -20,6 +20,15 @@ bool HasF16c() {
 
 }  // namespace
 
+bool WideDraws() {
+  static const bool wide = [] {
+    const char* force = std::getenv("GS_CODEC_ISA");
+    if (force != nullptr && std::strcmp(force, "avx2") == 0) return false;
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return wide;
+}
+
 const CodecKernels& ActiveKernels() {
   static const CodecKernels* const active = [] {
     const char* force = std::getenv("GS_CODEC_ISA");

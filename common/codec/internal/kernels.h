@@ -261,6 +261,9 @@ void EncodeTernaryRange(const float* grad, const float* residual_in, float* resi
                         uint32_t worker, uint32_t clock, uint8_t* out);
 // nullptr when this binary was built without AVX2 support.
 const CodecKernels* Avx2Kernels();
+// Whether the AVX2 table makes its ternary draws with AVX-512F ([wide draws]
+// in kernels_avx2.cc): the CPU has it and GS_CODEC_ISA is not avx2. Chosen once.
+bool WideDraws();
 // The fastest table this CPU supports (AVX2 when present), chosen once. The
 // environment variable GS_CODEC_ISA=portable forces the portable table, and
 // GS_CODEC_ISA=avx2 the AVX2 table without its AVX-512 draws ([wide draws]).

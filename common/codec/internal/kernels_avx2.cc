@@ -1,14 +1,14 @@
-// AVX2 codec kernels. Compiled with -mavx2 -mf16c (this file only) and selected at
-// run time by dispatch.cc; one function, the ternary draws, has an AVX-512F
-// form chosen at run time as well ([wide draws]). Each function mirrors its portable twin's
-// arithmetic exactly -- same fp32 operations, same [lane reduction] order,
-// selects instead of arithmetic on masks -- so outputs are bit-identical.
+// AVX2 codec kernels. Compiled with -mavx2 -mf16c (this file only) and
+// selected at run time by dispatch.cc; one function, the ternary draws, has
+// an AVX-512F form chosen at run time as well ([wide draws]). Each function
+// mirrors its portable twin's arithmetic exactly -- same fp32 operations,
+// same [lane reduction] order, selects instead of arithmetic on masks -- so
+// outputs are bit-identical.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -357,15 +357,8 @@ inline void Draws128(uint32_t i, uint32_t worker, uint32_t clock, const RoundKey
 // sixteen Philox blocks at once (DrawsWide), twice Draws128's lanes: the
 // same counters, rounds and byte order, so the same bytes. Only the draws
 // use 512-bit registers; this file is otherwise AVX2. Measured:
-// docs/design/ternary-encode.md, "Wide draws".
-bool HasWideDraws() {
-  static const bool have = [] {
-    const char* force = std::getenv("GS_CODEC_ISA");
-    if (force != nullptr && std::strcmp(force, "avx2") == 0) return false;
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return have;
-}
+// docs/design/ternary-encode.md, "Wide draws". dispatch.cc decides
+// (WideDraws), as it picks the table.
 
 // The all-lanes maskz forms of the intrinsics whose plain forms pass an
 // undefined vector through, which GCC 12 flags as maybe uninitialized.
@@ -591,7 +584,7 @@ bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float c
   uint8_t* draws = n_vec <= kMaxScratchElems ? DrawScratch(n_vec) : nullptr;
   const RoundKeys keys(key);
   // See [wide draws]: all of them first, else 128 at a time with the moments.
-  const bool wide = draws != nullptr && HasWideDraws();
+  const bool wide = draws != nullptr && WideDraws();
   if (wide) DrawsWide(n_vec, worker, clock, key, draws);
   MomentAcc acc;
   for (uint32_t i = 0; i < n_vec; i += kStep) {
