@@ -31,7 +31,7 @@ void BM_Crc32c(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(Crc32c(data));
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK(BM_Crc32c)->Arg(1 << 10)->Arg(1 << 20);
+BENCHMARK(BM_Crc32c)->Arg(1 << 10)->Arg(16 << 10)->Arg(1 << 20);
 
 }  // namespace
 }  // namespace gradstream
