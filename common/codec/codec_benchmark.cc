@@ -239,12 +239,43 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"codec", "n"})->Unit(benchmark::kMicrosecond)->UseManualTime();
 }
 
+
+// A worker's apply of one published delta where its parameters are
+// ([fused apply], [copy in place]) over `chunks` chunks of n elements in
+// turn, out of cache as in a large model's pull: decode and add, checksum.
+// Per chunk.
+void BM_ApplyPublishedCold(benchmark::State& state) {
+  const char* name = kCodecs[state.range(0)];
+  const size_t n = state.range(1), chunks = state.range(2);
+  auto publisher = DeltaPublisher::Create(*CodecTypeFromName(name), n);
+  if (!publisher.ok()) return state.SkipWithError("no publisher");
+  std::vector<float> params = Grad(n), shard_copy(n, 0.0f);
+  ChunkHeader h;
+  std::string p;
+  if (!(*publisher)->Publish(params, {.seed = 1, .clock = 1}, absl::MakeSpan(shard_copy), &h, &p)
+           .ok()) {
+    return state.SkipWithError("publish failed");
+  }
+  std::vector<std::vector<float>> copies(chunks, std::vector<float>(n, 0.0f));
+  size_t c = 0;
+  RunPaired(
+      state, n, [&] { return ApplyPublishedDelta(h, p, absl::MakeSpan(copies[c])).ok(); },
+      [&] { c = (c + 1) % chunks; });
+  state.SetLabel(name);
+}
+
+void ApplyColdArgs(benchmark::internal::Benchmark* b) {
+  for (int c : {6, 7}) b->Args({c, kMaxChunkElems, 32});  // int4, ternary512
+  b->ArgNames({"codec", "n", "chunks"})->Unit(benchmark::kMicrosecond)->UseManualTime();
+}
+
 BENCHMARK(BM_Memcpy)->Arg(1 << 20)->Arg(1 << 24)->Unit(benchmark::kMicrosecond)->UseManualTime();
 BENCHMARK(BM_EncodeResidual)->Apply(CodecArgs);
 BENCHMARK(BM_Encode)->Apply(CodecArgs);
 BENCHMARK(BM_DecodeAdd)->Apply(DecodeArgs);
 BENCHMARK(BM_Publish)->Apply(PublishArgs);
 BENCHMARK(BM_PublishCold)->Apply(PublishColdArgs);
+BENCHMARK(BM_ApplyPublishedCold)->Apply(ApplyColdArgs);
 
 #ifdef GS_HAVE_CUDA
 // GPU rows: encode with residual (the device path of a GPU worker) and

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <cstring>
 #include <string_view>
 
 #include "absl/memory/memory.h"
@@ -23,8 +22,7 @@ uint32_t PublishedChecksum(absl::Span<const float> copy) {
 }
 
 absl::StatusOr<uint32_t> ApplyPublishedDelta(const ChunkHeader& header,
-                                              absl::string_view payload, absl::Span<float> copy,
-                                              float* out) {
+                                              absl::string_view payload, absl::Span<float> copy) {
   GS_ASSIGN_OR_RETURN(const ChunkDecoder delta,
                       ChunkDecoder::Create(header, payload, copy.size(), 1.0f));
   uint32_t crc = 0;
@@ -33,18 +31,6 @@ absl::StatusOr<uint32_t> ApplyPublishedDelta(const ChunkHeader& header,
     float* block = copy.data() + begin;
     delta.AddRangeTo(static_cast<uint32_t>(begin), n, block);
     crc = Crc32c(std::string_view(reinterpret_cast<const char*>(block), n * sizeof(float)), crc);
-    if (out != nullptr) std::memcpy(out + begin, block, n * sizeof(float));
-  }
-  return crc;
-}
-
-uint32_t ChecksumAndCopy(absl::Span<const float> copy, float* out) {
-  uint32_t crc = 0;
-  for (size_t begin = 0; begin < copy.size(); begin += kPublishBlock) {
-    const size_t n = std::min<size_t>(kPublishBlock, copy.size() - begin);
-    const float* block = copy.data() + begin;
-    crc = Crc32c(std::string_view(reinterpret_cast<const char*>(block), n * sizeof(float)), crc);
-    std::memcpy(out + begin, block, n * sizeof(float));
   }
   return crc;
 }

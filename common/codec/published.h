@@ -33,26 +33,23 @@ namespace gradstream {
 // CRC32C of the little-endian fp32 bits of `copy` (little-endian hosts).
 uint32_t PublishedChecksum(absl::Span<const float> copy);
 
-// NOTE: [fused apply] A delta is applied, checksummed and (on a worker)
-// copied out block by block, kPublishBlock elements (16 KiB, still in L1),
-// so a pulled chunk is read from memory once; the results are the bits of
-// three separate passes. Measured: docs/design/fused-publish.md.
+// NOTE: [fused apply] A delta is applied and checksummed block by block,
+// kPublishBlock elements (16 KiB, still in L1), so a pulled chunk is read
+// from memory once; the results are the bits of separate passes. A worker
+// applies it where its parameters are ([copy in place] in
+// worker/client/internal/published_copies.h). Measured:
+// docs/design/fused-publish.md.
 inline constexpr uint32_t kPublishBlock = 4096;
 static_assert(kPublishBlock % 8 == 0, "a block starts on a payload byte of every codec");
 
 // copy += decoded delta, with weight exactly 1 so the result does not depend
 // on the decode path (portable or AVX2; a product with 1 is exact, so fused
-// or not the add rounds once); then, when `out` is not null, out = copy.
-// Returns PublishedChecksum(copy) of the result (see [fused apply]).
-// InvalidArgument as DecodeAdd; `copy` and `out` are then unchanged.
+// or not the add rounds once). Returns PublishedChecksum(copy) of the
+// result (see [fused apply]). InvalidArgument as DecodeAdd; `copy` is then
+// unchanged.
 [[nodiscard]] absl::StatusOr<uint32_t> ApplyPublishedDelta(const ChunkHeader& header,
                                                            absl::string_view payload,
-                                                           absl::Span<float> copy,
-                                                           float* out = nullptr);
-
-// PublishedChecksum(copy), copying `copy` to `out` (copy.size() floats) on
-// the way, in one pass (see [fused apply]).
-uint32_t ChecksumAndCopy(absl::Span<const float> copy, float* out);
+                                                           absl::Span<float> copy);
 
 // NOTE: [fused publish] For twobit, DeltaPublisher publishes a chunk in two
 // passes over kPublishBlock-element blocks (sum |p - q|; then per block

@@ -1,9 +1,15 @@
 // Unit tests of the client's building blocks that need no network.
 #include <cstring>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "common/codec/published.h"
 #include "gtest/gtest.h"
 #include "worker/client/internal/pending.h"
+#include "worker/client/internal/published_copies.h"
 #include "worker/client/internal/stream_lifecycle.h"
 
 namespace gradstream::client::internal {
@@ -98,6 +104,112 @@ TEST(PullState, ShardFailureCarriesItsStatus) {
   f.state->Fail(0, absl::DeadlineExceededError("parked too long"));
   EXPECT_EQ(f.state->completion().Wait(absl::ZeroDuration()).code(),
             absl::StatusCode::kDeadlineExceeded);
+}
+
+// One chunk's publications as a shard makes them (DeltaPublisher): a
+// snapshot, then ternary512 deltas as the parameters move.
+class Publications {
+ public:
+  explicit Publications(uint32_t n) : params_(n), copy_(n) {
+    std::normal_distribution<float> d(0.0f, 0.1f);
+    for (float& x : params_) x = d(rng_);
+    publisher_ = *DeltaPublisher::Create(CodecType::kTernary512, n);
+  }
+  PublishedAnswer Snapshot() {
+    copy_ = params_;
+    bytes_.push_back(Bytes(copy_));
+    return Answer(PublishedChecksum(copy_), bytes_.back(), {});
+  }
+  // `count` publications after the copy the worker holds, in one answer.
+  PublishedAnswer Deltas(int count = 1) {
+    std::vector<std::pair<ChunkHeader, std::string_view>> deltas;
+    uint32_t checksum = 0;
+    for (int i = 0; i < count; ++i) {
+      std::normal_distribution<float> d(0.0f, 1e-3f);
+      for (float& x : params_) x += d(rng_);
+      ChunkHeader h;
+      std::string payload;
+      checksum = *publisher_->Publish(params_, {.seed = 1, .clock = version_ + 1},
+                                      absl::MakeSpan(copy_), &h, &payload);
+      bytes_.push_back(std::move(payload));
+      deltas.emplace_back(h, bytes_.back());
+    }
+    return Answer(checksum, {}, std::move(deltas));
+  }
+  const std::vector<float>& copy() const { return copy_; }
+
+ private:
+  PublishedAnswer Answer(uint32_t checksum, std::string_view snapshot,
+                         std::vector<std::pair<ChunkHeader, std::string_view>> deltas) {
+    PublishedAnswer a;
+    a.version = ++version_;
+    a.checksum = checksum;
+    a.snapshot = snapshot;
+    a.deltas = std::move(deltas);
+    return a;
+  }
+  std::mt19937 rng_{7};
+  std::vector<float> params_, copy_;
+  std::unique_ptr<DeltaPublisher> publisher_;
+  std::deque<std::string> bytes_;  // what the answers view
+  uint32_t version_ = 0;
+};
+
+constexpr uint32_t kCopyElems = 3 * kPublishBlock + 5;
+
+// [copy in place]: the copy is the buffer answered into; a pull into
+// another one holds nothing there, and deltas for it are refused untouched.
+TEST(PublishedCopies, TheCopyLivesInTheBufferAnsweredInto) {
+  Publications shard(kCopyElems);
+  PublishedCopies copies({kCopyElems});
+  std::vector<float> a(kCopyElems, -7.0f), b(kCopyElems, -7.0f);
+  EXPECT_FALSE(copies.held(0, a.data()).has_value());
+  ASSERT_TRUE(copies.Apply(0, shard.Snapshot(), a.data()).ok());
+  EXPECT_EQ(a, shard.copy());
+  ASSERT_TRUE(copies.Apply(0, shard.Deltas(), a.data()).ok());
+  EXPECT_EQ(0, std::memcmp(a.data(), shard.copy().data(), kCopyElems * sizeof(float)));
+  ASSERT_TRUE(copies.held(0, a.data()).has_value());
+  EXPECT_EQ(copies.held(0, a.data())->version, 2u);
+  EXPECT_FALSE(copies.held(0, b.data()).has_value());
+
+  const absl::Status s = copies.Apply(0, shard.Deltas(), b.data());
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(b, std::vector<float>(kCopyElems, -7.0f));
+  EXPECT_FALSE(copies.held(0, a.data()).has_value());  // dropped: a snapshot comes next
+  ASSERT_TRUE(copies.Apply(0, shard.Snapshot(), b.data()).ok());
+  EXPECT_EQ(b, shard.copy());
+  EXPECT_TRUE(copies.held(0, b.data()).has_value());
+}
+
+// A buffer changed between answers no longer holds the shard's copy: the
+// next delta's checksum says so (DataLoss), the copy is dropped, and a
+// snapshot mends it.
+TEST(PublishedCopies, AChangedBufferIsDataLossThenASnapshot) {
+  Publications shard(kCopyElems);
+  PublishedCopies copies({kCopyElems});
+  std::vector<float> a(kCopyElems);
+  ASSERT_TRUE(copies.Apply(0, shard.Snapshot(), a.data()).ok());
+  a[kPublishBlock + 3] += 0.5f;
+  const absl::Status s = copies.Apply(0, shard.Deltas(2), a.data());
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_FALSE(copies.held(0, a.data()).has_value());
+  ASSERT_TRUE(copies.Apply(0, shard.Snapshot(), a.data()).ok());
+  EXPECT_EQ(a, shard.copy());
+}
+
+// Every delta of an answer is checked before the first is applied: a bad
+// one anywhere leaves the buffer as it was.
+TEST(PublishedCopies, AnUndecodableDeltaLeavesTheBufferUntouched) {
+  Publications shard(kCopyElems);
+  PublishedCopies copies({kCopyElems});
+  std::vector<float> a(kCopyElems);
+  ASSERT_TRUE(copies.Apply(0, shard.Snapshot(), a.data()).ok());
+  const std::vector<float> before = a;
+  PublishedAnswer answer = shard.Deltas(3);
+  answer.deltas[2].first.num_elems = kCopyElems - 1;
+  const absl::Status s = copies.Apply(0, answer, a.data());
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(0, std::memcmp(a.data(), before.data(), kCopyElems * sizeof(float)));
 }
 
 TEST(StreamLifecycle, LeaveThenLeaveWrittenThenWriterExitCloses) {

@@ -109,6 +109,10 @@ class PullState {
   uint32_t chunk_elems(uint64_t chunk_id) const {
     return chunk_id < targets_.size() ? targets_[chunk_id].num_elems : 0;
   }
+  // Where chunk `chunk_id` is written (null when not asked for).
+  float* chunk_dst(uint64_t chunk_id) const {
+    return chunk_id < targets_.size() ? targets_[chunk_id].dst : nullptr;
+  }
   // The rows asked of table partition `chunk_id` (empty for a dense chunk).
   const std::vector<uint64_t>& row_ids(uint64_t chunk_id) const {
     return targets_[chunk_id].row_ids;

@@ -4,25 +4,22 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/codec/decoder.h"
 #include "common/codec/published.h"
 
 namespace gradstream::client::internal {
 
 PublishedCopies::PublishedCopies(const std::vector<uint32_t>& chunk_elems) {
   copies_.reserve(chunk_elems.size());
-  for (uint32_t n : chunk_elems) {
-    auto c = std::make_unique<Copy>();
-    absl::MutexLock l(&c->mu);
-    c->values.resize(n);
-    copies_.push_back(std::move(c));
-  }
+  for (uint32_t n : chunk_elems) copies_.push_back(std::make_unique<Copy>(n));
 }
 
-std::optional<PublishedCopies::Held> PublishedCopies::held(uint64_t chunk_id) const {
+std::optional<PublishedCopies::Held> PublishedCopies::held(uint64_t chunk_id,
+                                                           const float* dst) const {
   if (chunk_id >= copies_.size()) return std::nullopt;
   const Copy& c = *copies_[chunk_id];
   absl::MutexLock l(&c.mu);
-  if (!c.has) return std::nullopt;
+  if (!c.has || c.at != dst) return std::nullopt;
   return c.held;
 }
 
@@ -32,9 +29,8 @@ absl::Status PublishedCopies::Apply(uint64_t chunk_id, const PublishedAnswer& an
   }
   Copy& c = *copies_[chunk_id];
   absl::MutexLock l(&c.mu);
-  const size_t bytes = c.values.size() * sizeof(float);
-  // The copy's checksum and dst = the copy come out of one pass over the
-  // chunk (see [fused apply]): dst is written before the checksum is known.
+  const absl::Span<float> copy(dst, c.num_elems);
+  const size_t bytes = copy.size() * sizeof(float);
   absl::StatusOr<uint32_t> mine = absl::InternalError("no answer applied");
   if (!answer.snapshot.empty()) {
     if (answer.snapshot.size() != bytes) {
@@ -42,21 +38,31 @@ absl::Status PublishedCopies::Apply(uint64_t chunk_id, const PublishedAnswer& an
                                                      " has ", answer.snapshot.size(),
                                                      " bytes, want ", bytes));
     } else {
-      std::memcpy(c.values.data(), answer.snapshot.data(), bytes);  // little-endian hosts only
-      mine = ChecksumAndCopy(c.values, dst);
+      std::memcpy(dst, answer.snapshot.data(), bytes);  // little-endian hosts only
+      mine = PublishedChecksum(copy);
     }
-  } else if (!c.has) {
-    mine = absl::InvalidArgumentError(
-        absl::StrCat("chunk ", chunk_id, ": the shard sent deltas, but no copy is held"));
-  } else if (answer.deltas.empty()) {
-    mine = ChecksumAndCopy(c.values, dst);
+  } else if (!c.has || c.at != dst) {
+    mine = absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", chunk_id, ": the shard sent deltas, but no copy is held in this buffer"));
   } else {
-    for (size_t i = 0; i < answer.deltas.size(); ++i) {
-      const auto& [header, payload] = answer.deltas[i];
-      const bool last = i + 1 == answer.deltas.size();
-      mine = ApplyPublishedDelta(header, absl::string_view(payload.data(), payload.size()),
-                                 absl::MakeSpan(c.values), last ? dst : nullptr);
-      if (!mine.ok()) break;
+    // Every delta is checked before the first is applied: dst stays
+    // untouched on InvalidArgument.
+    absl::Status checked;
+    for (const auto& [header, payload] : answer.deltas) {
+      checked = ChunkDecoder::Create(header, absl::string_view(payload.data(), payload.size()),
+                                     c.num_elems, 1.0f)
+                    .status();
+      if (!checked.ok()) break;
+    }
+    if (!checked.ok()) {
+      mine = checked;
+    } else if (answer.deltas.empty()) {
+      mine = PublishedChecksum(copy);  // current: checked as it stands
+    } else {
+      for (const auto& [header, payload] : answer.deltas) {
+        mine = ApplyPublishedDelta(header, absl::string_view(payload.data(), payload.size()), copy);
+        if (!mine.ok()) break;
+      }
     }
   }
   absl::Status s = mine.status();
@@ -67,10 +73,12 @@ absl::Status PublishedCopies::Apply(uint64_t chunk_id, const PublishedAnswer& an
   }
   if (!s.ok()) {
     c.has = false;
+    c.at = nullptr;
     return s;
   }
   c.has = true;
   c.held = Held{answer.version, answer.checksum};
+  c.at = dst;
   return absl::OkStatus();
 }
 

@@ -28,6 +28,16 @@ struct PublishedAnswer {
 };
 
 // Thread-safe (one lock per chunk).
+//
+// NOTE: [copy in place] A chunk's copy lives in the caller's buffer that the
+// last answer was written to, not in one of its own: a delta is applied where
+// the parameters are, one read and one write of the chunk instead of also
+// writing a second copy out, and a worker holds its model once. So a pull
+// into another buffer names no held copy (held() is nullopt for it) and gets
+// a snapshot; and a change the caller made to its buffer since shows as a
+// checksum mismatch (DataLoss) at the next answer, which drops the copy: the
+// pull after gets a snapshot. Why: docs/design/pull-codec.md, "The copy in
+// place".
 class PublishedCopies {
  public:
   // `chunk_elems[id]` is chunk id's element count (chunk ids are dense).
@@ -37,21 +47,21 @@ class PublishedCopies {
     uint64_t version = 0;
     uint32_t checksum = 0;
   };
-  // The copy held of `chunk_id`; nullopt before its first published answer
-  // and after a failed one.
-  std::optional<Held> held(uint64_t chunk_id) const;
+  // The copy of `chunk_id` held in `dst`; nullopt before its first published
+  // answer, after a failed one, and when the copy is in another buffer.
+  std::optional<Held> held(uint64_t chunk_id, const float* dst) const;
 
-  // Takes the copy of `chunk_id` to `answer` and writes it to `dst`
-  // (chunk_elems floats). DataLoss when the result's checksum is not the
-  // shard's; InvalidArgument for a snapshot of the wrong size, deltas with
-  // no copy to apply them to, or a delta that does not decode. On any error
-  // the copy is dropped (the next pull asks for a snapshot). `dst` is
-  // untouched on InvalidArgument; on DataLoss it holds the mismatched
-  // result: it is written in the same pass that computes the checksum (see
-  // [fused apply] in common/codec/published.h), so a copy that diverged --
-  // a bug or corrupted memory, never expected -- reaches `dst` as a value
-  // within rounding of the shard's until the next pull's snapshot replaces
-  // it; every caller pulls again or fails on DataLoss.
+  // Takes the copy of `chunk_id` to `answer` in `dst` (chunk_elems floats),
+  // where it then lives ([copy in place]). DataLoss when the result's
+  // checksum is not the shard's; InvalidArgument for a snapshot of the wrong
+  // size, deltas with no copy in `dst` to apply them to, or a delta that does
+  // not decode. On any error the copy is dropped (the next pull asks for a
+  // snapshot). `dst` is untouched on InvalidArgument; on DataLoss it holds
+  // the mismatched result (the checksum is computed in the pass that writes
+  // it, see [fused apply] in common/codec/published.h), a value within
+  // rounding of the shard's unless `dst` was changed since the last answer,
+  // until the next pull's snapshot replaces it; every caller pulls again or
+  // fails on DataLoss.
   [[nodiscard]] absl::Status Apply(uint64_t chunk_id, const PublishedAnswer& answer, float* dst);
 
   // (chunk id, held) of every chunk with a copy, by chunk id.
@@ -59,10 +69,12 @@ class PublishedCopies {
 
  private:
   struct Copy {
+    explicit Copy(uint32_t n) : num_elems(n) {}
+    const uint32_t num_elems;
     mutable absl::Mutex mu;
     bool has ABSL_GUARDED_BY(mu) = false;
     Held held ABSL_GUARDED_BY(mu);
-    std::vector<float> values ABSL_GUARDED_BY(mu);
+    const float* at ABSL_GUARDED_BY(mu) = nullptr;  // the caller's buffer holding it
   };
   std::vector<std::unique_ptr<Copy>> copies_;  // by chunk id; fixed
 };

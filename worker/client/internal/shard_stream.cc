@@ -689,7 +689,7 @@ void ShardStream::AddHeldCopies(const PullState& pull, const std::vector<uint64_
                                 v1::PullRequest* req) {
   if (pull.published() == nullptr) return;
   for (uint64_t id : chunks) {
-    const std::optional<PublishedCopies::Held> held = pull.published()->held(id);
+    const std::optional<PublishedCopies::Held> held = pull.published()->held(id, pull.chunk_dst(id));
     if (!held.has_value()) continue;
     v1::HeldCopy* h = req->add_held();
     h->set_chunk_id(id);
