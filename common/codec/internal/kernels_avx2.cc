@@ -10,6 +10,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "common/codec/internal/kernels.h"
@@ -527,15 +528,15 @@ constexpr uint32_t kStep = 8 * kDrawsPerBlock;  // one Draws128
 
 // The encode pass over [0, n_vec) (n_vec % kStep == 0), last block first (see
 // [ternary passes]), with the draws from `draws` (draws[e] for element e) or,
-// when it is null, from Philox here.
+// when it is null, from Philox here with `keys` (read only then).
 template <XSource kX>
 void EncodeBlocks(const float* grad, float* residual, const uint8_t* draws, uint32_t n_vec,
-                  const TernaryConsts& c, const RoundKeys& keys, uint32_t worker, uint32_t clock,
+                  const TernaryConsts& c, const RoundKeys* keys, uint32_t worker, uint32_t clock,
                   uint8_t* out) {
   alignas(32) uint8_t local[kStep];
   for (uint32_t i = n_vec; i > 0;) {
     i -= kStep;
-    if (draws == nullptr) Draws128(i, worker, clock, keys, local);
+    if (draws == nullptr) Draws128(i, worker, clock, *keys, local);
     EncodeWithDraws<kX>(grad, residual, draws ? draws + i : local, i, i + kStep, c, out);
   }
 }
@@ -551,9 +552,9 @@ void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams
   const RoundKeys keys(key);
   const uint32_t n_vec = n / kStep * kStep;
   if (residual) {
-    EncodeBlocks<kFromBoth>(grad, residual, nullptr, n_vec, c, keys, worker, clock, out);
+    EncodeBlocks<kFromBoth>(grad, residual, nullptr, n_vec, c, &keys, worker, clock, out);
   } else {
-    EncodeBlocks<kFromGrad>(grad, nullptr, nullptr, n_vec, c, keys, worker, clock, out);
+    EncodeBlocks<kFromGrad>(grad, nullptr, nullptr, n_vec, c, &keys, worker, clock, out);
   }
   EncodeTernaryRange(grad, residual, residual, n_vec, n, p, key, worker, clock, out);
 }
@@ -582,13 +583,18 @@ bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float c
                          float* scale) {
   const uint32_t n_vec = n / kStep * kStep;
   uint8_t* draws = n_vec <= kMaxScratchElems ? DrawScratch(n_vec) : nullptr;
-  const RoundKeys keys(key);
-  // See [wide draws]: all of them first, else 128 at a time with the moments.
+  // See [wide draws]: all of them first, else 128 at a time with the moments
+  // (or in the encode pass, without a scratch), from the AVX2 round keys.
   const bool wide = draws != nullptr && WideDraws();
-  if (wide) DrawsWide(n_vec, worker, clock, key, draws);
+  std::optional<RoundKeys> keys;
+  if (wide) {
+    DrawsWide(n_vec, worker, clock, key, draws);
+  } else {
+    keys.emplace(key);
+  }
   MomentAcc acc;
   for (uint32_t i = 0; i < n_vec; i += kStep) {
-    if (draws && !wide) Draws128(i, worker, clock, keys, draws + i);
+    if (draws && !wide) Draws128(i, worker, clock, *keys, draws + i);
 #pragma GCC unroll 8
     for (uint32_t k = 0; k < kStep; k += 16) {
       PrefetchAhead(grad, residual, i + k);  // see [prefetch]
@@ -618,8 +624,9 @@ bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float c
   }
   // The vector pass writes every byte of its range.
   std::memset(out + n_vec / 4, 0, (static_cast<size_t>(n) + 3) / 4 - n_vec / 4);
-  EncodeBlocks<kResidual ? kFromResidual : kFromGrad>(
-      grad, residual, draws, n_vec, TernaryConsts(p, inv_s256), keys, worker, clock, out);
+  EncodeBlocks<kResidual ? kFromResidual : kFromGrad>(grad, residual, draws, n_vec,
+                                                      TernaryConsts(p, inv_s256),
+                                                      keys ? &*keys : nullptr, worker, clock, out);
   EncodeTernaryRange(x, nullptr, residual, n_vec, n, p, key, worker, clock, out);
   return true;
 }
