@@ -245,10 +245,12 @@ TEST(Render, WhatIsNotMeasuredShowsADash) {
   EXPECT_TRUE(absl::StrContains(out, "0     7       0      -     -          -")) << out;
   gradstream::v1::ListJobsResponse list;
   *list.add_jobs() = j;
-  EXPECT_TRUE(absl::StrContains(RenderJobList(list), "0/100  0/0      -     ")) << RenderJobList(list);
+  EXPECT_TRUE(absl::StrContains(RenderJobList(list), "0/100  0/0      -     "))
+      << RenderJobList(list);
   j.mutable_progress()->set_bytes_pushed(0);
   j.mutable_progress()->set_loss(0);
-  EXPECT_TRUE(absl::StrContains(ProgressLine(j, 0), "loss 0.0000 | acc - | - samples/s | pushed 0 B (x-)"))
+  EXPECT_TRUE(
+      absl::StrContains(ProgressLine(j, 0), "loss 0.0000 | acc - | - samples/s | pushed 0 B (x-)"))
       << ProgressLine(j, 0);
 }
 

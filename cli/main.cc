@@ -88,8 +88,8 @@ exit codes:
 )";
 
 const std::set<std::string> kBoolFlags = {"json", "help", "no_error_feedback", "dry_run"};
-const std::set<std::string> kGlobalFlags = {"coordinator", "json",     "timeout",        "help",
-                                            "tls_ca",      "tls_cert", "tls_key", "auth_token_file"};
+const std::set<std::string> kGlobalFlags = {
+    "coordinator", "json", "timeout", "help", "tls_ca", "tls_cert", "tls_key", "auth_token_file"};
 
 struct Context {
   std::string address;
@@ -215,7 +215,8 @@ int CmdStatus(const Context& ctx, const Args& args) {
   // With the map: status shows the codec each tensor travels with.
   auto job = GetJob(ctx, args.positional()[1], /*with_shard_map=*/true);
   if (!job.ok()) return Fail(ctx, job.status());
-  ctx.json ? PrintJson(*job) : (void)(std::cout << RenderJob(*job, absl::ToUnixMillis(absl::Now())));
+  ctx.json ? PrintJson(*job)
+           : (void)(std::cout << RenderJob(*job, absl::ToUnixMillis(absl::Now())));
   return kOk;
 }
 
@@ -372,13 +373,15 @@ int CmdHealth(const Context& ctx, const Args& args) {
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(ctx.timeout));
   grpc::health::v1::HealthCheckResponse resp;
-  const absl::Status s = FromGrpcStatus(stub->Check(&c, grpc::health::v1::HealthCheckRequest(), &resp));
+  const absl::Status s =
+      FromGrpcStatus(stub->Check(&c, grpc::health::v1::HealthCheckRequest(), &resp));
   if (!s.ok()) {
     std::cerr << "gradstream: health of " << address << ": " << absl::StatusCodeToString(s.code())
               << ": " << s.message() << "\n";
     return ExitFor(s);
   }
-  const std::string status = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
+  const std::string status =
+      grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
   std::cout << (ctx.json ? HealthJson(address, status) : absl::StrCat(address, ": ", status))
             << "\n";
   return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? kOk : kOther;

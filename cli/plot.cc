@@ -20,7 +20,9 @@ namespace {
 std::string Title(const v1::JobStatus& job) {
   const v1::JobSpec& s = job.spec();
   std::string mode = v1::ConsistencyMode_Name(s.consistency().mode());
-  if (s.consistency().mode() == v1::BOUNDED) absl::StrAppend(&mode, " s=", s.consistency().staleness());
+  if (s.consistency().mode() == v1::BOUNDED) {
+    absl::StrAppend(&mode, " s=", s.consistency().staleness());
+  }
   const v1::CodecPolicy& policy = s.codec();
   std::string codec = policy.default_codec();
   if (policy.default_codec() == "twobit" && policy.twobit_threshold() < 0) {

@@ -278,10 +278,11 @@ std::string TablesText(const v1::JobStatus& j) {
           "started again from the initializer",
           t.rows().lost());
     }
-    parts.push_back(absl::StrFormat(
-        "%s%s: %d rows held (%s), %.0f rows pushed and %.0f pulled per clock%s", t.tensor(), shape,
-        t.rows().held(), HumanBytes(t.rows().bytes()), static_cast<double>(t.rows().pushed()) / clock,
-        static_cast<double>(t.rows().pulled()) / clock, lost));
+    parts.push_back(
+        absl::StrFormat("%s%s: %d rows held (%s), %.0f rows pushed and %.0f pulled per clock%s",
+                        t.tensor(), shape, t.rows().held(), HumanBytes(t.rows().bytes()),
+                        static_cast<double>(t.rows().pushed()) / clock,
+                        static_cast<double>(t.rows().pulled()) / clock, lost));
   }
   return absl::StrJoin(parts, "; ");
 }
@@ -404,8 +405,9 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
     if (!text.empty()) head.push_back({pulls ? "pull error" : "push error", std::move(text)});
   }
   if (j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds) {
-    head.push_back({"stalled", absl::StrFormat("stalled for %.0f s (the shards' clock has not moved)",
-                                               p.stalled_seconds())});
+    head.push_back(
+        {"stalled", absl::StrFormat("stalled for %.0f s (the shards' clock has not moved)",
+                                    p.stalled_seconds())});
   }
   if (p.checkpoint_failures() > 0) {
     head.push_back({"checkpoints",
@@ -455,10 +457,11 @@ std::string RenderJob(const v1::JobStatus& j, int64_t now_ms) {
             {e.clock(),
              {t.tensor(), pulls ? "pull" : "push",
               absl::StrCat(e.from(), " -> ", e.to(), " at clock ", e.clock()),
-              e.warmup()  ? "warm-up over"
+              e.warmup()   ? "warm-up over"
               : !e.raise() ? "error stayed under half the bound"
-              : e.owed() ? absl::StrFormat("owed %.2g clocks of descent on average", e.ratio())
-                         : absl::StrFormat("error %.3g clocks, exact sends too close", e.ratio())}});
+              : e.owed()
+                  ? absl::StrFormat("owed %.2g clocks of descent on average", e.ratio())
+                  : absl::StrFormat("error %.3g clocks, exact sends too close", e.ratio())}});
       }
     }
   }
@@ -527,22 +530,20 @@ std::string ProgressLine(const v1::JobStatus& j, int width) {
     bar = absl::StrCat("[", std::string(done, '#'), std::string(width - done, '.'), "] ",
                        absl::StrFormat("%3.0f%% ", 100 * frac));
   }
-  return absl::StrCat(bar, "clock ", ClockText(p.clock(), j.spec()), EtaText(p), " | loss ",
-                      LossText(p), " | acc ",
-                      p.accuracy_clock() ? absl::StrFormat("%.1f%%", 100 * p.accuracy()) : "-",
-                      " | ", RateText(j), " | pushed ",
-                      BytesText(p.bytes_pushed(), p.fp32_bytes_pushed(), p.has_bytes_pushed(),
-                                false),
-                      // Shown once a worker reported pulls (older workers do not).
-                      p.bytes_pulled() > 0
-                          ? absl::StrCat(" | pulled ", BytesText(p.bytes_pulled(),
-                                                                 p.fp32_bytes_pulled(), true, false))
-                          : "",
-                      " | staleness ", p.max_staleness(), " | workers ", WorkersText(j), " | ",
-                      StateName(j.state()),
-                      j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds
-                          ? absl::StrFormat(" | stalled for %.0f s", p.stalled_seconds())
-                          : "");
+  return absl::StrCat(
+      bar, "clock ", ClockText(p.clock(), j.spec()), EtaText(p), " | loss ", LossText(p), " | acc ",
+      p.accuracy_clock() ? absl::StrFormat("%.1f%%", 100 * p.accuracy()) : "-", " | ", RateText(j),
+      " | pushed ", BytesText(p.bytes_pushed(), p.fp32_bytes_pushed(), p.has_bytes_pushed(), false),
+      // Shown once a worker reported pulls (older workers do not).
+      p.bytes_pulled() > 0
+          ? absl::StrCat(" | pulled ",
+                         BytesText(p.bytes_pulled(), p.fp32_bytes_pulled(), true, false))
+          : "",
+      " | staleness ", p.max_staleness(), " | workers ", WorkersText(j), " | ",
+      StateName(j.state()),
+      j.state() == v1::RUNNING && p.stalled_seconds() >= kStallShownSeconds
+          ? absl::StrFormat(" | stalled for %.0f s", p.stalled_seconds())
+          : "");
 }
 
 std::string HealthJson(const std::string& address, const std::string& status) {

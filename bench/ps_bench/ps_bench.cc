@@ -555,18 +555,21 @@ int Run() {
   std::vector<std::vector<std::string>> shard_sets;  // addresses per case
   std::vector<std::unique_ptr<client::testing::ShardProcess>> children;
 
-  std::printf("ps_bench: %d worker(s), %s; model %llu floats (%.1f MiB fp32) as one tensor; chunks of %u "
-              "elements (%.2f MiB fp32); encode threads 1+%d; median of %d reps after %d "
-              "warmup\n",
-              absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_mode).c_str(),
-              static_cast<unsigned long long>(floats), floats * 4.0 / (1 << 20), chunk,
-              chunk * 4.0 / (1 << 20), absl::GetFlag(FLAGS_encode_threads),
-              absl::GetFlag(FLAGS_reps), absl::GetFlag(FLAGS_warmup));
+  std::printf(
+      "ps_bench: %d worker(s), %s; model %llu floats (%.1f MiB fp32) as one tensor; chunks of %u "
+      "elements (%.2f MiB fp32); encode threads 1+%d; median of %d reps after %d "
+      "warmup\n",
+      absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_mode).c_str(),
+      static_cast<unsigned long long>(floats), floats * 4.0 / (1 << 20), chunk,
+      chunk * 4.0 / (1 << 20), absl::GetFlag(FLAGS_encode_threads), absl::GetFlag(FLAGS_reps),
+      absl::GetFlag(FLAGS_warmup));
   std::printf("%-30s %6s  %-5s %9s %9s %9s %12s %5s %9s\n", "case", "shards", "op", "wire MiB",
               "ms/op", "GB/s", "fp32-eq GB/s", "reps", "caller ms");
   std::printf("%s\n", std::string(108, '-').c_str());
-  std::printf("(serial = push + pull; step = push and pull overlapped. Ratios follow each shard set's rows; every one is paired: see "
-              "[paired baseline])\n");
+  std::printf(
+      "(serial = push + pull; step = push and pull overlapped. Ratios follow each shard set's "
+      "rows; every one is paired: see "
+      "[paired baseline])\n");
 
   Bench bench;
   std::map<std::string, Row> rows;

@@ -144,7 +144,8 @@ absl::StatusOr<Cluster> StartCluster() {
   for (const auto& a : absl::GetFlag(FLAGS_coordinator_args)) args.push_back(a);
   GS_ASSIGN_OR_RETURN(c.coordinator, Process::Start(absl::GetFlag(FLAGS_coordinator_binary), args,
                                                     c.dir + "/coordinator.log"));
-  GS_ASSIGN_OR_RETURN(int port, testing::WaitForPortFile(port_file, *c.coordinator, kStartDeadline));
+  GS_ASSIGN_OR_RETURN(int port,
+                      testing::WaitForPortFile(port_file, *c.coordinator, kStartDeadline));
   GS_ASSIGN_OR_RETURN(c.metrics_port,
                       testing::WaitForPortFile(metrics_file, *c.coordinator, kStartDeadline));
   c.address = absl::StrCat("127.0.0.1:", port);
@@ -168,8 +169,8 @@ v1::JobSpec Spec(int workers, int k) {
 // Every job the bench submitted that is RUNNING now.
 absl::StatusOr<std::vector<v1::JobStatus>> Running(Cluster& c) {
   v1::ListJobsResponse list;
-  GS_RETURN_IF_ERROR(Call(c.stub.get(), &v1::Coordinator::Stub::ListJobs, "ListJobs", v1::ListJobsRequest(),
-                          &list));
+  GS_RETURN_IF_ERROR(Call(c.stub.get(), &v1::Coordinator::Stub::ListJobs, "ListJobs",
+                          v1::ListJobsRequest(), &list));
   std::vector<v1::JobStatus> out;
   for (const auto& j : list.jobs()) {
     if (j.state() == v1::RUNNING) out.push_back(j);
@@ -191,7 +192,8 @@ absl::StatusOr<double> ScaleOnce(Cluster& c, const std::string& job, bool down) 
   scale.set_workers(down && d >= 2 ? d - 1 : d + 1);
   const absl::Time start = absl::Now();
   v1::ScaleJobResponse resp;
-  GS_RETURN_IF_ERROR(Call(c.stub.get(), &v1::Coordinator::Stub::ScaleJob, "ScaleJob", scale, &resp));
+  GS_RETURN_IF_ERROR(
+      Call(c.stub.get(), &v1::Coordinator::Stub::ScaleJob, "ScaleJob", scale, &resp));
   const absl::Time deadline = start + absl::Seconds(10);
   while (absl::Now() < deadline) {
     v1::JobStatus now;
@@ -222,7 +224,8 @@ absl::Status RunPoint(int workers, int jobs, PointResult& r) {
     v1::SubmitJobRequest req;
     *req.mutable_spec() = Spec(r.workers_per_job, submitted++);
     v1::SubmitJobResponse resp;
-    GS_RETURN_IF_ERROR(Call(c.stub.get(), &v1::Coordinator::Stub::SubmitJob, "SubmitJob", req, &resp));
+    GS_RETURN_IF_ERROR(
+        Call(c.stub.get(), &v1::Coordinator::Stub::SubmitJob, "SubmitJob", req, &resp));
     live.push_back(resp.job_id());
     return resp.job_id();
   };
@@ -260,7 +263,8 @@ absl::Status RunPoint(int workers, int jobs, PointResult& r) {
       v1::CancelJobRequest cancel;
       cancel.set_job_id(oldest);
       v1::CancelJobResponse resp;
-      GS_RETURN_IF_ERROR(Call(c.stub.get(), &v1::Coordinator::Stub::CancelJob, "CancelJob", cancel, &resp));
+      GS_RETURN_IF_ERROR(
+          Call(c.stub.get(), &v1::Coordinator::Stub::CancelJob, "CancelJob", cancel, &resp));
       live.erase(std::remove(live.begin(), live.end(), oldest), live.end());
       GS_ASSIGN_OR_RETURN(std::string id, submit());
       window_submits.insert(id);
@@ -297,8 +301,8 @@ absl::Status RunPoint(int workers, int jobs, PointResult& r) {
   r.scale_p50 = scale_ms.Percentile(50);
   r.scale_p99 = scale_ms.Percentile(99);
   v1::ListJobsResponse list;
-  GS_RETURN_IF_ERROR(
-      Call(c.stub.get(), &v1::Coordinator::Stub::ListJobs, "ListJobs", v1::ListJobsRequest(), &list));
+  GS_RETURN_IF_ERROR(Call(c.stub.get(), &v1::Coordinator::Stub::ListJobs, "ListJobs",
+                          v1::ListJobsRequest(), &list));
   Samples submit_ms;
   for (const auto& j : list.jobs()) {
     if (window_submits.count(j.job_id()) == 0) continue;

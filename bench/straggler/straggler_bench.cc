@@ -147,11 +147,14 @@ int Main() {
   }
   const int steps = absl::GetFlag(FLAGS_steps);
   const uint32_t s = absl::GetFlag(FLAGS_staleness);
-  std::printf("straggler_bench: %d workers, %d shards, %d clocks, compute %d ms, %.0f%% of steps %.0fx slower\n\n",
-              absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_shards), steps,
-              absl::GetFlag(FLAGS_compute_ms), 100 * absl::GetFlag(FLAGS_straggle_prob),
-              absl::GetFlag(FLAGS_straggle_factor));
-  std::printf("%-14s %10s %12s %14s %10s\n", "mode", "seconds", "clocks/s", "max staleness", "vs BSP");
+  std::printf(
+      "straggler_bench: %d workers, %d shards, %d clocks, compute %d ms, %.0f%% of steps %.0fx "
+      "slower\n\n",
+      absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_shards), steps,
+      absl::GetFlag(FLAGS_compute_ms), 100 * absl::GetFlag(FLAGS_straggle_prob),
+      absl::GetFlag(FLAGS_straggle_factor));
+  std::printf("%-14s %10s %12s %14s %10s\n", "mode", "seconds", "clocks/s", "max staleness",
+              "vs BSP");
   const Outcome bsp = RunMode(*map, v1::SYNC, 0, "bsp");
   const Outcome ssp = RunMode(*map, v1::BOUNDED, s, "ssp");
   for (const auto& [name, o] : {std::pair<std::string, Outcome>{"BSP", bsp},

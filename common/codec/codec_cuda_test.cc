@@ -35,9 +35,13 @@ TEST(CudaCodec, ReportsMissingCudaClearly) {
 
 template <typename T>
 struct DeviceBuffer {
-  explicit DeviceBuffer(size_t n) : n(n) { EXPECT_EQ(cudaMalloc(&p, n * sizeof(T) + 16), cudaSuccess); }
+  explicit DeviceBuffer(size_t n) : n(n) {
+    EXPECT_EQ(cudaMalloc(&p, n * sizeof(T) + 16), cudaSuccess);
+  }
   ~DeviceBuffer() { cudaFree(p); }
-  void Put(const std::vector<T>& v) { ASSERT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
+  void Put(const std::vector<T>& v) {
+    ASSERT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
   std::vector<T> Get() const {
     std::vector<T> v(n);
     EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);

@@ -36,7 +36,8 @@ absl::Status ErrorFeedback::EncodeAs(CodecType level, absl::Span<const float> gr
   }
   std::unique_ptr<Codec>& codec = levels_[static_cast<int>(level)];
   if (codec == nullptr) {
-    GS_ASSIGN_OR_RETURN(codec, CodecRegistry::Global().Create(CodecTypeName(level), CodecOptions()));
+    GS_ASSIGN_OR_RETURN(codec,
+                        CodecRegistry::Global().Create(CodecTypeName(level), CodecOptions()));
   }
   // The level's fused pass: x = g + r sent at that level, r = x - decoded
   // (0 for none).

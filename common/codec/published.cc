@@ -67,8 +67,9 @@ absl::StatusOr<uint32_t> DeltaPublisher::Publish(absl::Span<const float> params,
                                                  const EncodeKey& key, absl::Span<float> copy,
                                                  ChunkHeader* header, std::string* payload) {
   if (params.size() != num_elems_ || copy.size() != num_elems_) {
-    return absl::InvalidArgumentError(absl::StrCat("publishing ", params.size(), " parameters over a copy of ",
-                                                   copy.size(), ", chunk of ", num_elems_));
+    return absl::InvalidArgumentError(absl::StrCat("publishing ", params.size(),
+                                                   " parameters over a copy of ", copy.size(),
+                                                   ", chunk of ", num_elems_));
   }
   if (type_ == CodecType::kTwoBit) return PublishTwoBit(params, copy, header, payload);
   if (type_ == CodecType::kTernary512) return PublishTernary512(params, key, copy, header, payload);

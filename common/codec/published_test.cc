@@ -94,7 +94,8 @@ TEST(DeltaPublisher, WorkersReconstructTheShardsCopyBitForBit) {
         ChunkHeader h;
         std::string payload;
         absl::StatusOr<uint32_t> crc =
-            (*publisher)->Publish(params, {.seed = 9, .clock = clock}, absl::MakeSpan(shard), &h, &payload);
+            (*publisher)
+                ->Publish(params, {.seed = 9, .clock = clock}, absl::MakeSpan(shard), &h, &payload);
         ASSERT_TRUE(crc.ok()) << crc.status();
         EXPECT_EQ(h.codec, type);
         EXPECT_EQ(*crc, PublishedChecksum(shard));

@@ -122,7 +122,9 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cHardware(const uint8_t* p, size
   if (n >= 3 * kShort) {
     const ZerosOp& long_op = LongOp();
     const ZerosOp& short_op = ShortOp();
-    for (; n >= 3 * kLong; p += 3 * kLong, n -= 3 * kLong) c64 = ThreeStreams(p, kLong, c64, long_op);
+    for (; n >= 3 * kLong; p += 3 * kLong, n -= 3 * kLong) {
+      c64 = ThreeStreams(p, kLong, c64, long_op);
+    }
     for (; n >= 3 * kShort; p += 3 * kShort, n -= 3 * kShort) {
       c64 = ThreeStreams(p, kShort, c64, short_op);
     }

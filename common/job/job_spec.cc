@@ -371,7 +371,9 @@ absl::StatusOr<ModelConfig> ModelConfigForJob(const v1::JobSpec& spec) {
   }
   DatasetShape(spec.dataset(), &config.input, &config.num_classes);
   config.init_seed = spec.seed();
-  if (config.num_classes < 2) return absl::InvalidArgumentError("dataset: needs at least 2 classes");
+  if (config.num_classes < 2) {
+    return absl::InvalidArgumentError("dataset: needs at least 2 classes");
+  }
   return config;
 }
 

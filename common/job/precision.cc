@@ -81,8 +81,9 @@ void MergePaths(const PathPrecision& p, PathPrecision* into) {
   into->relative = std::max(into->relative, p.relative);
   into->flushes += p.flushes;
   into->events.insert(into->events.end(), p.events.begin(), p.events.end());
-  std::stable_sort(into->events.begin(), into->events.end(),
-                   [](const PrecisionEvent& a, const PrecisionEvent& b) { return a.clock < b.clock; });
+  std::stable_sort(
+      into->events.begin(), into->events.end(),
+      [](const PrecisionEvent& a, const PrecisionEvent& b) { return a.clock < b.clock; });
   if (into->events.size() > PrecisionController::kMaxEvents) {
     into->events.erase(into->events.begin(),
                        into->events.end() - PrecisionController::kMaxEvents);

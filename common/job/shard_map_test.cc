@@ -186,7 +186,9 @@ TEST(SplitModel, Deterministic) {
   auto m2 = SplitModel(model, Shards(3), 1000);
   ASSERT_TRUE(m1.ok() && m2.ok());
   ASSERT_EQ(m1->chunks.size(), m2->chunks.size());
-  for (size_t i = 0; i < m1->chunks.size(); ++i) EXPECT_EQ(m1->chunks[i].shard, m2->chunks[i].shard);
+  for (size_t i = 0; i < m1->chunks.size(); ++i) {
+    EXPECT_EQ(m1->chunks[i].shard, m2->chunks[i].shard);
+  }
 }
 
 TEST(SplitModel, RejectsBadInput) {

@@ -5,7 +5,8 @@
 
 #include "absl/flags/flag.h"
 
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of this process (env GRADSTREAM_TLS_CERT).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of this process (env GRADSTREAM_TLS_CERT).");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert (env GRADSTREAM_TLS_KEY).");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle that signs the peers; on a server it also requires client "

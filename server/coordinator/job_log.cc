@@ -128,7 +128,9 @@ absl::Status JobLog::Write(const std::map<std::string, JobProgress>* progress,
   auto add = [&](const std::string& id, const JobRecord& record) {
     state.jobs.push_back(record);
     if (progress != nullptr) {
-      if (auto p = progress->find(id); p != progress->end()) state.jobs.back().status.progress = p->second;
+      if (auto p = progress->find(id); p != progress->end()) {
+        state.jobs.back().status.progress = p->second;
+      }
     }
   };
   const std::map<std::string, uint64_t> amended = amended_;

@@ -237,8 +237,9 @@ absl::Status Job::Reconcile(bool restored) {
   }
   if (waiting == 0) return absl::OkStatus();
   awaiting_init_.store(true);
-  LOG(WARNING) << "job " << id() << " resumes " << (restored ? "from a checkpoint" : "without a checkpoint")
-               << ": " << waiting << " chunk(s) have no parameters; the first worker to pull sends"
+  LOG(WARNING) << "job " << id() << " resumes "
+               << (restored ? "from a checkpoint" : "without a checkpoint") << ": " << waiting
+               << " chunk(s) have no parameters; the first worker to pull sends"
                << " its own (see [re-initialization]); sync rounds from clock "
                << options_.resume_clock;
   return absl::OkStatus();

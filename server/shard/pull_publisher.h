@@ -41,15 +41,13 @@ namespace gradstream::shard {
 class PullPublisher {
  public:
   // `codec` must not be kNone; chunks marked pull_fp32 are published whole
-  // at every publication (a snapshot, see [layer-wise pull]). `once_per_clock`: publish at most once per
-  // reader clock (SSP, async: a copy published for the fastest reader
-  // satisfies every slower one) instead of at every version change (sync).
-  // `precision` controls every compressed chunk's error (common/job/precision.h):
-  // measured at each publication; a flush publishes an int8 delta or a
-  // snapshot ([fine flush]), a chunk raised to int4 or int8 publishes such deltas, one raised to
-  // kNone is published whole. `link`: the
-  // link choice ([link choice] in precision.h), by reader clock: a probe
-  // times the publications of consecutive clocks with exact (whole) and
+  // at every publication (a snapshot, see [layer-wise pull]). `once_per_clock`: publish at most
+  // once per reader clock (SSP, async: a copy published for the fastest reader satisfies every
+  // slower one) instead of at every version change (sync). `precision` controls every compressed
+  // chunk's error (common/job/precision.h): measured at each publication; a flush publishes an int8
+  // delta or a snapshot ([fine flush]), a chunk raised to int4 or int8 publishes such deltas, one
+  // raised to kNone is published whole. `link`: the link choice ([link choice] in precision.h), by
+  // reader clock: a probe times the publications of consecutive clocks with exact (whole) and
   // compressed publications, and the faster holds.
   // `env` times the publications (not owned).
   PullPublisher(CodecType codec, bool once_per_clock, const std::vector<ChunkSpec>& chunks,

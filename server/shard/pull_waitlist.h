@@ -7,11 +7,10 @@
 // A pull's callback runs exactly once. It is answered with parameters by the
 // job (Job::Serve) or, without them, by PullWaitList::Fail, the one way a
 // pull ends in an error: unknown chunk or clock out of its window, deadline
-// passed (Expire), its stream ended (CancelStream), job closed (Close). Readiness is checked and a pull parked under the wait-list's
-// lock, and every state change that may make a pull ready calls TakeReady,
-// which takes the same lock afterwards: a pull is either seen ready by its
-// own check or by the wake-up, never lost between the two. No lock is held
-// while a callback runs.
+// passed (Expire), its stream ended (CancelStream), job closed (Close). Readiness is checked and a
+// pull parked under the wait-list's lock, and every state change that may make a pull ready calls
+// TakeReady, which takes the same lock afterwards: a pull is either seen ready by its own check or
+// by the wake-up, never lost between the two. No lock is held while a callback runs.
 #ifndef GRADSTREAM_SERVER_SHARD_PULL_WAITLIST_H_
 #define GRADSTREAM_SERVER_SHARD_PULL_WAITLIST_H_
 

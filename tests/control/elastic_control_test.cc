@@ -168,11 +168,12 @@ class ElasticTest : public ::testing::Test {
 #ifdef GS_WORKER_BINARY
     for (int i = 0; i < n; ++i) {
       const int k = static_cast<int>(workers_.size());
-      auto w = Process::Start(
-          GS_WORKER_BINARY,
-          {"--coordinator=" + coord_.address(), "--device=cpu", absl::StrCat("--name=w", k),
-           "--metrics_port=0", absl::StrCat("--metrics_port_file=", dir_, "/worker", k, ".metrics")},
-          absl::StrCat(dir_, "/worker", k, ".log"));
+      auto w =
+          Process::Start(GS_WORKER_BINARY,
+                         {"--coordinator=" + coord_.address(), "--device=cpu",
+                          absl::StrCat("--name=w", k), "--metrics_port=0",
+                          absl::StrCat("--metrics_port_file=", dir_, "/worker", k, ".metrics")},
+                         absl::StrCat(dir_, "/worker", k, ".log"));
       ASSERT_TRUE(w.ok()) << w.status();
       workers_.push_back(*std::move(w));
     }

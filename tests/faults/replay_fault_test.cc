@@ -117,7 +117,9 @@ TEST(Faults, ReplayedPushesAppliedExactlyOnceUnderReconnects) {
   }
 
   Params expected;
-  for (const TensorSpec& t : kModel) expected.push_back(Random(t.num_elems, 1000 + expected.size()));
+  for (const TensorSpec& t : kModel) {
+    expected.push_back(Random(t.num_elems, 1000 + expected.size()));
+  }
   {
     std::vector<absl::Span<const float>> init(expected.begin(), expected.end());
     ASSERT_TRUE(clients[0]->InitParams(init, kWait).ok());

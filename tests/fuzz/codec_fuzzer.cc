@@ -93,7 +93,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<float> residual(grad.size(), 0.0f);
     ChunkHeader eh;
     std::string ep;
-    const absl::Status es = (*enc)->EncodeWithResidual(grad, absl::MakeSpan(residual), {}, &eh, &ep);
+    const absl::Status es =
+        (*enc)->EncodeWithResidual(grad, absl::MakeSpan(residual), {}, &eh, &ep);
     bool finite = true;
     for (float g : grad) finite &= std::isfinite(g);
     if (!es.ok()) continue;  // NaN/Inf input, or sums that overflow

@@ -674,7 +674,8 @@ std::string Seed(uint8_t mode, uint8_t opt, uint8_t flags, absl::string_view cod
     m.mutable_init()->set_seq(seq++);
     m.mutable_init()->set_chunk_id(c.chunk_id);
     std::vector<float> v(c.num_elems, 0.25f);
-    m.mutable_init()->set_values(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
+    m.mutable_init()->set_values(
+        std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
     AddRecord(&s, 0, Msg(m));
   }
   for (uint64_t clock = 0; clock < 2; ++clock) {

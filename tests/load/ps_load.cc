@@ -306,7 +306,8 @@ int Run() {
     // Sanitized shards start slowly on a busy 2-core machine.
     auto p = ShardProcess::Start(absl::GetFlag(FLAGS_shard_binary), args, 0, absl::Seconds(60));
     if (!p.ok()) {
-      std::fprintf(stderr, "ps_load: cannot start shard %d: %s\n", i, p.status().ToString().c_str());
+      std::fprintf(stderr, "ps_load: cannot start shard %d: %s\n", i,
+                   p.status().ToString().c_str());
       return 1;
     }
     addresses.push_back((*p)->address());
@@ -415,7 +416,8 @@ int Run() {
     absl::SleepFor(absl::Milliseconds(20));
   }
   if (finished.load() == 0) {
-    std::fprintf(stderr, "ps_load: workers did not finish within --drain_timeout_s; errors so far:\n");
+    std::fprintf(stderr,
+                 "ps_load: workers did not finish within --drain_timeout_s; errors so far:\n");
     for (const std::string& e : sh.errors.first()) std::fprintf(stderr, "  %s\n", e.c_str());
     std::fflush(stderr);
     for (auto& s : shards) s->Kill();

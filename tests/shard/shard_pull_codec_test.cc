@@ -42,8 +42,8 @@ class Ledger {
       ++reports_;
       if (!fresh && it->second != c.checksum) {
         errors_.push_back(absl::StrCat("worker ", worker, " chunk ", c.chunk_id, " version ",
-                                       c.version, ": checksum ", c.checksum, ", another worker had ",
-                                       it->second));
+                                       c.version, ": checksum ", c.checksum,
+                                       ", another worker had ", it->second));
       }
       if (!fresh) ++agreed_;
     }
@@ -134,7 +134,9 @@ class PullCodecTest : public ::testing::Test {
         if (!absl::IsDataLoss(s)) break;
         data_loss_.fetch_add(1);
       }
-      if (!s.ok()) return ledger_.Error(absl::StrCat("worker ", worker, " pull ", c, ": ", s.ToString()));
+      if (!s.ok()) {
+        return ledger_.Error(absl::StrCat("worker ", worker, " pull ", c, ": ", s.ToString()));
+      }
       // The caller's buffers hold exactly the published copies.
       const std::vector<PsClient::PublishedCopyInfo> copies = client.published_copies();
       if (copies.size() != map_.chunks.size()) {
@@ -142,8 +144,8 @@ class PullCodecTest : public ::testing::Test {
       }
       for (const auto& info : copies) {
         const ChunkInfo& ch = map_.chunks[info.chunk_id];
-        const uint32_t mine =
-            PublishedChecksum(absl::MakeConstSpan(params[ch.tensor].data() + ch.offset, ch.num_elems));
+        const uint32_t mine = PublishedChecksum(
+            absl::MakeConstSpan(params[ch.tensor].data() + ch.offset, ch.num_elems));
         if (mine != info.checksum) {
           return ledger_.Error(absl::StrCat("worker ", worker, " clock ", c, " chunk ",
                                             info.chunk_id, ": buffer is not the published copy"));
@@ -225,7 +227,8 @@ TEST_P(PullCodecModeTest, WorkersAgreeWithTheShardAfterEveryStep) {
   ExpectClean();
   for (const ClientStats& s : stats) {
     // Mostly deltas: far below fp32 even counting the first snapshot.
-    EXPECT_LT(s.bytes_pulled * 4, s.fp32_bytes_pulled) << s.bytes_pulled << " of " << s.fp32_bytes_pulled;
+    EXPECT_LT(s.bytes_pulled * 4, s.fp32_bytes_pulled)
+        << s.bytes_pulled << " of " << s.fp32_bytes_pulled;
   }
   for (const auto& shard : shards_) {
     auto st = testing::GetStats(shard->address(), "job", kWait);

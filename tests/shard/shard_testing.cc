@@ -328,9 +328,8 @@ absl::StatusOr<std::vector<PulledChunkView>> SessionClient::AwaitPull(uint64_t r
   }
 }
 
-absl::StatusOr<std::vector<PulledChunkView>> SessionClient::Pull(uint64_t request_id, uint64_t clock,
-                                                               const std::vector<uint64_t>& chunks,
-                                                               uint32_t timeout_ms) {
+absl::StatusOr<std::vector<PulledChunkView>> SessionClient::Pull(
+    uint64_t request_id, uint64_t clock, const std::vector<uint64_t>& chunks, uint32_t timeout_ms) {
   if (!SendPull(request_id, clock, chunks, timeout_ms)) {
     return absl::UnavailableError("write failed");
   }

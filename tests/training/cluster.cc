@@ -52,14 +52,15 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const ClusterB
 absl::Status LocalCluster::StartCoordinator(int port) {
   const std::string port_file = absl::StrCat(dir_, "/coordinator", coordinator_starts_, ".port");
   std::vector<std::string> args = {
-      absl::StrCat("--port=", port), "--port_file=" + port_file, "--state_file=" + dir_ + "/coordinator.state",
+      absl::StrCat("--port=", port), "--port_file=" + port_file,
+      "--state_file=" + dir_ + "/coordinator.state",
       "--shards=" + absl::StrJoin(shard_addresses_, ","),
       "--heartbeat_timeout=" + absl::FormatDuration(options_.heartbeat_timeout)};
   args.insert(args.end(), options_.coordinator_args.begin(), options_.coordinator_args.end());
   args.insert(args.end(), options_.common_args.begin(), options_.common_args.end());
-  GS_ASSIGN_OR_RETURN(coordinator_,
-                      Process::Start(bin_.coordinator, args,
-                                     absl::StrCat(dir_, "/coordinator", coordinator_starts_, ".log")));
+  GS_ASSIGN_OR_RETURN(coordinator_, Process::Start(bin_.coordinator, args,
+                                                   absl::StrCat(dir_, "/coordinator",
+                                                                coordinator_starts_, ".log")));
   ++coordinator_starts_;
   GS_ASSIGN_OR_RETURN(coordinator_port_, WaitForPortFile(port_file, *coordinator_, kStartTimeout));
   coordinator_address_ = absl::StrCat("127.0.0.1:", coordinator_port_);

@@ -93,11 +93,12 @@ class Convergence : public ::testing::Test {
     r.pulled = status->progress().bytes_pulled();
     r.fp32_pulled = status->progress().fp32_bytes_pulled();
     r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    std::printf("%-28s accuracy %.4f  pushed %10llu B  fp32 %10llu B  (%.1fx)  pulled %.1fx  %.1f s\n",
-                spec.name().c_str(), r.accuracy, static_cast<unsigned long long>(r.bytes),
-                static_cast<unsigned long long>(r.fp32_bytes),
-                r.bytes ? double(r.fp32_bytes) / r.bytes : 0.0,
-                r.pulled ? double(r.fp32_pulled) / r.pulled : 0.0, r.seconds);
+    std::printf(
+        "%-28s accuracy %.4f  pushed %10llu B  fp32 %10llu B  (%.1fx)  pulled %.1fx  %.1f s\n",
+        spec.name().c_str(), r.accuracy, static_cast<unsigned long long>(r.bytes),
+        static_cast<unsigned long long>(r.fp32_bytes),
+        r.bytes ? double(r.fp32_bytes) / r.bytes : 0.0,
+        r.pulled ? double(r.fp32_pulled) / r.pulled : 0.0, r.seconds);
     std::fflush(stdout);
     return r;
   }

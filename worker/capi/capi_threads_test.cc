@@ -105,7 +105,8 @@ TEST(CapiThreads, PushesFromManyThreadsWhileTheMainThreadSteps) {
   *a.mutable_spec() = spec;
   *a.mutable_shard_map() = ShardMapToProto(*map);
   Agent agent(a);
-  const std::string socket = absl::StrCat(::testing::TempDir(), "/capi_threads_", ::getpid(), ".sock");
+  const std::string socket =
+      absl::StrCat(::testing::TempDir(), "/capi_threads_", ::getpid(), ".sock");
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
   builder.RegisterService(&agent);
@@ -179,7 +180,8 @@ TEST(CapiThreads, PushesFromManyThreadsWhileTheMainThreadSteps) {
     std::vector<std::thread> waiters;
     for (int half = 0; half < 2; ++half) {
       waiters.emplace_back([&, half] {
-        const uint32_t mine[] = {static_cast<uint32_t>(3 * half), static_cast<uint32_t>(3 * half + 1),
+        const uint32_t mine[] = {static_cast<uint32_t>(3 * half),
+                                 static_cast<uint32_t>(3 * half + 1),
                                  static_cast<uint32_t>(3 * half + 2)};
         if (gs_wait_tensors(s, mine, 3) != 0) ++failures;
       });

@@ -50,7 +50,9 @@ class PsClientImpl final : public PsClient {
     for (auto& s : streams_) s->Stop();
     // Chunks never sent: their handles end as the streams' did.
     for (auto& dones : TakeBucket().dones) {
-      for (const std::shared_ptr<Completion>& d : dones) d->Done(absl::CancelledError("client stopped"));
+      for (const std::shared_ptr<Completion>& d : dones) {
+        d->Done(absl::CancelledError("client stopped"));
+      }
     }
   }
 
@@ -145,8 +147,9 @@ class PsClientImpl final : public PsClient {
     const TensorEncoder& enc = *encoders_[tensor];
     const std::string& name = map_.tensors[tensor].name;
     if (chunks.size() != enc.num_chunks()) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "PushEncoded: tensor '", name, "' has ", enc.num_chunks(), " chunks, got ", chunks.size())));
+      return fail(absl::InvalidArgumentError(absl::StrCat("PushEncoded: tensor '", name, "' has ",
+                                                          enc.num_chunks(), " chunks, got ",
+                                                          chunks.size())));
     }
     const CodecType codec = enc.codec();
     // Every chunk is checked before any is sent: a bad call sends nothing.
@@ -158,10 +161,11 @@ class PsClientImpl final : public PsClient {
       const bool device_form = h.codec == CodecType::kTernary && codec == CodecType::kTernary512;
       if ((h.codec != codec && !exact && !device_form) || h.num_elems != n ||
           chunks[i].payload.size() != PayloadBytes(h.codec, n)) {
-        return fail(absl::InvalidArgumentError(absl::StrCat(
-            "PushEncoded: tensor '", name, "' chunk ", i, " is ", CodecTypeName(h.codec), " with ",
-            h.num_elems, " elements and ", chunks[i].payload.size(), " bytes, the map wants ",
-            CodecTypeName(codec), " with ", n, " elements and ", PayloadBytes(codec, n), " bytes")));
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("PushEncoded: tensor '", name, "' chunk ", i, " is ",
+                         CodecTypeName(h.codec), " with ", h.num_elems, " elements and ",
+                         chunks[i].payload.size(), " bytes, the map wants ", CodecTypeName(codec),
+                         " with ", n, " elements and ", PayloadBytes(codec, n), " bytes")));
       }
     }
     auto done = std::make_shared<Completion>(static_cast<int>(chunks.size()));
@@ -239,7 +243,8 @@ class PsClientImpl final : public PsClient {
     }
     // The handle is a second owner whose release abandons the pull, so a
     // caller that drops every copy without waiting can free its buffers.
-    return MakePull(std::shared_ptr<PullState>(state.get(), [state](PullState* s) { s->Abandon(); }));
+    return MakePull(
+        std::shared_ptr<PullState>(state.get(), [state](PullState* s) { s->Abandon(); }));
   }
 
   absl::Status InitParams(absl::Span<const absl::Span<const float>> values,
@@ -266,7 +271,8 @@ class PsClientImpl final : public PsClient {
       init->set_chunk_id(c.chunk_id);
       const float* src = values[c.tensor].data() + c.offset;
       *init->mutable_values() = buffers_.Take(size_t{c.num_elems} * sizeof(float));
-      init->mutable_values()->assign(reinterpret_cast<const char*>(src), size_t{c.num_elems} * sizeof(float));
+      init->mutable_values()->assign(reinterpret_cast<const char*>(src),
+                                     size_t{c.num_elems} * sizeof(float));
       streams_[c.shard]->SendPush(std::move(message), {done});
     }
     return done->Wait(timeout);

@@ -89,8 +89,9 @@ TEST(PsClientDeadline, MalformedMapIsInvalidArgument) {
 }
 
 TEST(PsClientDeadline, UnknownCodecIsNotFoundBeforeDialling) {
-  EXPECT_EQ(PsClient::Connect(OneShardMap("127.0.0.1:1", "sevenbit"), FastOptions()).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      PsClient::Connect(OneShardMap("127.0.0.1:1", "sevenbit"), FastOptions()).status().code(),
+      absl::StatusCode::kNotFound);
 }
 
 TEST(PsClientDeadline, EmptyJobIsInvalidArgument) {

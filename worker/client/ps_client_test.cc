@@ -151,8 +151,11 @@ class PsClientTest : public ::testing::Test {
         const ChunkInfo& c = (*enc)->chunk(i);
         ChunkHeader h;
         std::string payload;
-        EXPECT_TRUE((*enc)->EncodeChunk(i, grads[t.index], o.seed, o.worker_id, clock, &h, &payload).ok());
-        EXPECT_TRUE(DecodeAdd(h, payload, absl::MakeSpan(decoded.data() + c.offset, c.num_elems), 1.0f).ok());
+        EXPECT_TRUE(
+            (*enc)->EncodeChunk(i, grads[t.index], o.seed, o.worker_id, clock, &h, &payload).ok());
+        EXPECT_TRUE(
+            DecodeAdd(h, payload, absl::MakeSpan(decoded.data() + c.offset, c.num_elems), 1.0f)
+                .ok());
       }
       for (size_t i = 0; i < t.num_elems; ++i) out[t.index][i] -= lr * decoded[i];
     }
@@ -226,7 +229,9 @@ TEST_F(PsClientTest, RoundTripNoneTwoShards) { RoundTrip("none", 2); }
 TEST_F(PsClientTest, RoundTripTwoBitTwoShards) { RoundTrip("twobit", 2); }
 TEST_F(PsClientTest, RoundTripTernaryOneShard) { RoundTrip("ternary", 1); }
 TEST_F(PsClientTest, RoundTripTernary512TwoShards) { RoundTrip("ternary512", 2); }
-TEST_F(PsClientTest, RoundTripTwoBitWithEncodePool) { RoundTrip("twobit", 2, /*encode_threads=*/3); }
+TEST_F(PsClientTest, RoundTripTwoBitWithEncodePool) {
+  RoundTrip("twobit", 2, /*encode_threads=*/3);
+}
 
 // A caller that encodes itself (the GPU worker) with the tensor's codec, key
 // and residuals gets exactly what Push would have applied.
@@ -1011,7 +1016,9 @@ TEST_F(PsClientTest, StepLoopSendsSmallTensorsInBuckets) {
         shard_messages += st->push_messages();
         clock_messages += st->clock_messages();
       }
-      for (int t = 9; t >= 0; --t) ASSERT_TRUE(loop.Push(t, grads[t], clock).ok());  // backward order
+      for (int t = 9; t >= 0; --t) {
+        ASSERT_TRUE(loop.Push(t, grads[t], clock).ok());  // backward order
+      }
       ASSERT_TRUE(loop.EndClock(clock, MutableSpans(params)).ok());
       ASSERT_TRUE(loop.WaitTensors({}).ok());
       const ClientStats after = (*client)->stats();

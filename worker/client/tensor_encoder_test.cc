@@ -86,7 +86,9 @@ TEST(TensorEncoder, TwoBitResidualKeepsWhatWasNotSent) {
   }
   const double residual_sq = (*enc)->ResidualNormSquared();
   double diff_sq = 0.0;
-  for (size_t i = 0; i < 1000; ++i) diff_sq += double(grad_sum[i] - sent_sum[i]) * (grad_sum[i] - sent_sum[i]);
+  for (size_t i = 0; i < 1000; ++i) {
+    diff_sq += double(grad_sum[i] - sent_sum[i]) * (grad_sum[i] - sent_sum[i]);
+  }
   EXPECT_GT(residual_sq, 0.0);
   EXPECT_NEAR(residual_sq, diff_sq, 1e-3 * diff_sq);
 }

@@ -133,7 +133,8 @@ TEST_F(MnistTest, RejectsCountMismatchAndBadLabel) {
 
 TEST_F(MnistTest, GzipFilesLoadLikePlainOnes) {
   const auto plain = LoadMnistFiles(Write("i", Images(3, 4, 5)), Write("l", Labels(3)));
-  const auto gz = LoadMnistFiles(Write("i.gz", Gzip(Images(3, 4, 5))), Write("l.gz", Gzip(Labels(3))));
+  const auto gz =
+      LoadMnistFiles(Write("i.gz", Gzip(Images(3, 4, 5))), Write("l.gz", Gzip(Labels(3))));
   ASSERT_TRUE(plain.ok()) << plain.status();
   ASSERT_TRUE(gz.ok()) << gz.status();
   EXPECT_EQ(gz->features, plain->features);

@@ -275,7 +275,8 @@ TEST(WorkerSession, OnlyTheWorkersThePolicyNamesSendTheInitialValues) {
   auto builtin = f.Open(InitialValues::kSameOnEveryWorker);
   ASSERT_TRUE(builtin->Init(/*rank=*/1, /*start_clock=*/0, params, absl::Seconds(10)).ok());
   EXPECT_EQ(f.Count("init"), 2u);
-  ASSERT_TRUE(builtin->Init(/*rank=*/0, /*start_clock=*/4, params, absl::Seconds(10)).ok());  // a joiner
+  ASSERT_TRUE(
+      builtin->Init(/*rank=*/0, /*start_clock=*/4, params, absl::Seconds(10)).ok());  // a joiner
   EXPECT_EQ(f.Count("init"), 2u);
 }
 

@@ -38,9 +38,10 @@ absl::Status Trainer::Reshard(uint32_t rank, uint32_t world_size) {
   const int64_t n = setup_->data.train.num_examples();
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  GS_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> share,
-                      runtime::SplitPass(order, rank, world_size,
-                                         runtime::BatchSize{.per_worker = std::max<int64_t>(1, n)}));
+  GS_ASSIGN_OR_RETURN(
+      std::vector<std::vector<int64_t>> share,
+      runtime::SplitPass(order, rank, world_size,
+                         runtime::BatchSize{.per_worker = std::max<int64_t>(1, n)}));
   if (share.empty()) return absl::FailedPreconditionError("the training set is empty");
   GS_ASSIGN_OR_RETURN(batches_,
                       MinibatchIterator::Create(&setup_->data.train, std::move(share[0]),

@@ -676,8 +676,9 @@ void DecodeAdd2Bit(const uint8_t* payload, uint32_t n, float ws, float* acc) {
   const uint32_t n8 = n & ~7u;
   for (uint32_t i = 0; i < n8; i += 8) {
     const uint8_t b0 = payload[i / 4], b1 = payload[i / 4 + 1];
-    const __m256 sign = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_load_ps(kTwoBitSigns.v[b0])),
-                                             _mm_load_ps(kTwoBitSigns.v[b1]), 1);
+    const __m256 sign =
+        _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_load_ps(kTwoBitSigns.v[b0])),
+                             _mm_load_ps(kTwoBitSigns.v[b1]), 1);
     _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(sign, w)));
   }
   if (n8 < n) PortableKernels().decode_add_2bit(payload + n8 / 4, n - n8, ws, acc + n8);

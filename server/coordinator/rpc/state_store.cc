@@ -65,7 +65,8 @@ constexpr TableSql kSql[kTables] = {
     {"SELECT id, status FROM workers", "INSERT OR REPLACE INTO workers VALUES(?1, ?2)",
      "DELETE FROM workers WHERE id = ?1"},
     {"SELECT id, state, finished_unix_ms, status, retired, token FROM jobs",
-     "INSERT OR REPLACE INTO jobs VALUES(?1, ?2, ?3, ?4, ?5, ?6)", "DELETE FROM jobs WHERE id = ?1"},
+     "INSERT OR REPLACE INTO jobs VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+     "DELETE FROM jobs WHERE id = ?1"},
     {"SELECT job_id, epoch, data FROM epochs", "INSERT OR REPLACE INTO epochs VALUES(?1, ?2, ?3)",
      "DELETE FROM epochs WHERE job_id = ?1 AND epoch = ?2"},
     {"SELECT job_id, history FROM progress", "INSERT OR REPLACE INTO progress VALUES(?1, ?2)",
@@ -86,7 +87,9 @@ std::string Head(const std::string& path) {
 // A prepared statement, finalized on scope exit.
 class Statement {
  public:
-  Statement(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  Statement(sqlite3* db, const char* sql) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
   ~Statement() { sqlite3_finalize(stmt_); }
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
@@ -171,7 +174,8 @@ absl::Status StateStore::Error(int rc, const std::string& what) const {
       return absl::ResourceExhaustedError(message);
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT:
-      return absl::DataLossError(absl::StrCat(message, "; move the damaged file away to start empty"));
+      return absl::DataLossError(
+          absl::StrCat(message, "; move the damaged file away to start empty"));
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
       return absl::UnavailableError(absl::StrCat(message, "; a reader held the database"));
@@ -411,7 +415,9 @@ absl::Status StateStore::WriteRows(Rows rows,
     return s;
   }
   rows_written_ += changes.size();
-  for (const auto& [lo, hi] : scope) written_.erase(written_.lower_bound(lo), written_.upper_bound(hi));
+  for (const auto& [lo, hi] : scope) {
+    written_.erase(written_.lower_bound(lo), written_.upper_bound(hi));
+  }
   written_.merge(rows);
   return absl::OkStatus();
 }

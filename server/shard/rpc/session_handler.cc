@@ -237,7 +237,8 @@ absl::StatusOr<absl::string_view> SessionHandler::RowValues(const pb::PushedRows
       r.values(), r.scale(),
       absl::MakeSpan(reinterpret_cast<float*>(decoded->data()), r.values().size() / 2));
   if (!s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("rows of chunk ", r.chunk_id(), ": ", s.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows of chunk ", r.chunk_id(), ": ", s.message()));
   }
   return absl::string_view(*decoded);
 }

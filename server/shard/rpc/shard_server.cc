@@ -514,7 +514,9 @@ class ShardService final : public ServiceBase {
     for (const ChunkSpec& c : add.chunks) used += uint64_t{c.num_elems} * sizeof(float);
     for (const auto& [id, job] : jobs_) {
       used += job->row_bytes();
-      for (const ChunkSpec& c : job->options().chunks) used += uint64_t{c.num_elems} * sizeof(float);
+      for (const ChunkSpec& c : job->options().chunks) {
+        used += uint64_t{c.num_elems} * sizeof(float);
+      }
     }
     return used >= options_.max_param_bytes ? 1 : options_.max_param_bytes - used;
   }

@@ -164,9 +164,10 @@ void PullState::OnAnswer(uint32_t shard, absl::Span<const AnsweredChunk> chunks,
     } else if (c.published == nullptr) {
       std::memcpy(t.dst, c.values.data(), c.values.size());  // little-endian hosts only
     } else {
-      absl::Status s = published_ == nullptr
-                           ? absl::InternalError("a published answer, but the client keeps no copies")
-                           : published_->Apply(c.chunk_id, *c.published, t.dst);
+      absl::Status s =
+          published_ == nullptr
+              ? absl::InternalError("a published answer, but the client keeps no copies")
+              : published_->Apply(c.chunk_id, *c.published, t.dst);
       if (!s.ok()) {
         part.finished = true;
         Arrived(arrived);

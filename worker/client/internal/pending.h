@@ -158,7 +158,8 @@ class PullState {
     bool abandoned ABSL_GUARDED_BY(mu) = false;
   };
   // Checks that `chunk_id` was asked of `shard`; else fails the part.
-  bool Expected(Part& part, uint32_t shard, uint64_t chunk_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);
+  bool Expected(Part& part, uint32_t shard, uint64_t chunk_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);
   // After a chunk (or the terminator) of `part`: completes it on the
   // `last` of its last open request.
   void Finish(Part& part, uint32_t shard, bool last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);

@@ -25,7 +25,8 @@ std::optional<PublishedCopies::Held> PublishedCopies::held(uint64_t chunk_id,
 
 absl::Status PublishedCopies::Apply(uint64_t chunk_id, const PublishedAnswer& answer, float* dst) {
   if (chunk_id >= copies_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("published answer for unknown chunk ", chunk_id));
+    return absl::InvalidArgumentError(
+        absl::StrCat("published answer for unknown chunk ", chunk_id));
   }
   Copy& c = *copies_[chunk_id];
   absl::MutexLock l(&c.mu);

@@ -45,7 +45,9 @@ ShardStream::ShardStream(uint32_t shard, std::string address,
 
 ShardStream::~ShardStream() { Stop(); }
 
-std::string ShardStream::Describe() const { return absl::StrCat("shard ", shard_, " (", address_, ")"); }
+std::string ShardStream::Describe() const {
+  return absl::StrCat("shard ", shard_, " (", address_, ")");
+}
 
 void ShardStream::Start() {
   writer_ =
@@ -74,7 +76,8 @@ absl::Status ShardStream::WaitReady(absl::Time deadline) {
     // Keep the shard's own code (e.g. NotFound for an unknown job).
     return Annotate(last_error_, absl::StrCat(Describe(), " not ready by the deadline: "));
   }
-  return absl::DeadlineExceededError(absl::StrCat(Describe(), " did not answer Hello by the deadline"));
+  return absl::DeadlineExceededError(
+      absl::StrCat(Describe(), " did not answer Hello by the deadline"));
 }
 
 uint64_t ShardStream::Enqueue(Entry entry) {
@@ -111,7 +114,8 @@ void ShardStream::SendPushes(std::vector<std::unique_ptr<v1::WorkerMessage>> mes
   };
   absl::MutexLock lock(&mu_);
   auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return inflight_bytes_ == 0 || inflight_bytes_ + bytes <= options_.max_inflight_bytes_per_shard ||
+    return inflight_bytes_ == 0 ||
+           inflight_bytes_ + bytes <= options_.max_inflight_bytes_per_shard ||
            phase_ != StreamPhase::kOpen;
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&room), options_.rpc_deadline)) {
@@ -296,7 +300,8 @@ absl::Status ShardStream::SendClock(uint64_t clock) {
     auto it = journal_.find(order);
     return it == journal_.end() || it->second.kind == Kind::kPull;
   };
-  if (std::all_of(send_queue_.begin(), send_queue_.end(), pull_or_gone) && options_.advance_hold > absl::ZeroDuration()) {
+  if (std::all_of(send_queue_.begin(), send_queue_.end(), pull_or_gone) &&
+      options_.advance_hold > absl::ZeroDuration()) {
     clock_order_ = next_order_++;
     journal_.emplace(clock_order_, std::move(entry));
     held_clock_ = clock_order_;
@@ -336,7 +341,8 @@ absl::Status ShardStream::Leave(absl::Time deadline) {
     return phase_ == StreamPhase::kClosed || phase_ == StreamPhase::kFailed;
   };
   if (!mu_.AwaitWithDeadline(absl::Condition(&finished), deadline)) {
-    return absl::DeadlineExceededError(absl::StrCat(Describe(), " did not close the stream after Leave"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(Describe(), " did not close the stream after Leave"));
   }
   return failed_;
 }
@@ -408,7 +414,9 @@ void ShardStream::WriterLoop() {
       if (phase_ == StreamPhase::kLeft) break;  // Leave went out; the shard closed the stream
       ready = hellos_acked_ > 0;
     }
-    if (status.ok()) status = absl::UnavailableError(absl::StrCat(Describe(), " closed the stream"));
+    if (status.ok()) {
+      status = absl::UnavailableError(absl::StrCat(Describe(), " closed the stream"));
+    }
     if (IsPermanent(status, ready)) {
       FailAll(status);
       break;
@@ -677,7 +685,9 @@ void ShardStream::Dispatch(v1::ServerMessage& m, Connection* conn) {
       absl::MutexLock lock(&mu_);
       conn->stream_error = Annotate(StatusFromWire(m.error().code(), m.error().message()),
                                     absl::StrCat(Describe(), ": "));
-      if (conn->stream_error.ok()) conn->stream_error = absl::UnknownError("StreamError with code 0");
+      if (conn->stream_error.ok()) {
+        conn->stream_error = absl::UnknownError("StreamError with code 0");
+      }
       return;
     }
     default:
@@ -689,7 +699,8 @@ void ShardStream::AddHeldCopies(const PullState& pull, const std::vector<uint64_
                                 v1::PullRequest* req) {
   if (pull.published() == nullptr) return;
   for (uint64_t id : chunks) {
-    const std::optional<PublishedCopies::Held> held = pull.published()->held(id, pull.chunk_dst(id));
+    const std::optional<PublishedCopies::Held> held =
+        pull.published()->held(id, pull.chunk_dst(id));
     if (!held.has_value()) continue;
     v1::HeldCopy* h = req->add_held();
     h->set_chunk_id(id);

@@ -128,8 +128,8 @@ absl::StatusOr<std::map<std::string, TarMember>> ReadTarMembers(
                                                      "-byte limit"));
     }
     if (out.count(base)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(src.path(), ": ", base, " appears twice (", out[base].name, ", ", name, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(src.path(), ": ", base, " appears twice (",
+                                                     out[base].name, ", ", name, ")"));
     }
     TarMember m{name, {}};
     GS_RETURN_IF_ERROR(src.Read(size, what, &m.data));

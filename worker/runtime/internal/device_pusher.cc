@@ -179,7 +179,9 @@ class DevicePusherImpl final : public DevicePusher {
                             static_cast<uint32_t>(c.chunk_id)});
         const CodecType widest = p.error_feedback ? CodecType::kNone : p.type;
         p.payload_capacity += AlignCode(PayloadBytes(widest, c.num_elems));
-        if (p.error_feedback) p.precision.push_back(std::make_unique<PrecisionController>(precision));
+        if (p.error_feedback) {
+          p.precision.push_back(std::make_unique<PrecisionController>(precision));
+        }
       }
       p.results_bytes = AlignCode(p.chunks.size() * sizeof(cuda::DeviceEncodeResult));
       p.payload_capacity += p.results_bytes;
@@ -200,7 +202,8 @@ class DevicePusherImpl final : public DevicePusher {
       plans_.push_back(std::move(p));
     }
     residual_elems_ = residual_total;
-    GS_RETURN_IF_ERROR(Cuda(cudaMalloc(&payload_, std::max<size_t>(payload_total, 1)), "cudaMalloc"));
+    GS_RETURN_IF_ERROR(
+        Cuda(cudaMalloc(&payload_, std::max<size_t>(payload_total, 1)), "cudaMalloc"));
     GS_RETURN_IF_ERROR(Cuda(
         cudaMalloc(reinterpret_cast<void**>(&residual_), std::max<size_t>(residual_total, 1) * 4),
         "cudaMalloc"));
@@ -210,7 +213,8 @@ class DevicePusherImpl final : public DevicePusher {
         cudaMalloc(&stats_, std::max<size_t>(chunk_total, 1) * cuda::kEncodeStatsBytes),
         "cudaMalloc"));
     const size_t norm_bytes = std::max<size_t>(norm_total, 1) * sizeof(double);
-    GS_RETURN_IF_ERROR(Cuda(cudaMalloc(reinterpret_cast<void**>(&norms_), norm_bytes), "cudaMalloc"));
+    GS_RETURN_IF_ERROR(
+        Cuda(cudaMalloc(reinterpret_cast<void**>(&norms_), norm_bytes), "cudaMalloc"));
     GS_RETURN_IF_ERROR(Cuda(cudaMallocHost(reinterpret_cast<void**>(&norms_host_), norm_bytes),
                             "cudaMallocHost"));
     for (Slot& s : slots_) {
