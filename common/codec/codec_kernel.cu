@@ -310,9 +310,15 @@ absl::Status CheckLaunch(const char* what) { return Check(cudaGetLastError(), wh
 template <typename T>
 class Scratch {
  public:
-  explicit Scratch(cudaStream_t s) : stream_(s) {
-    status_ = Check(cudaMallocAsync(reinterpret_cast<void**>(&ptr_), sizeof(T), s), "cudaMallocAsync");
-    if (status_.ok()) status_ = Check(cudaMemsetAsync(ptr_, 0, sizeof(T), s), "cudaMemsetAsync");
+  // Initialized, not assigned: nvcc warns of operator='s unread result
+  // (absl::Status is [[nodiscard]]). ptr_ is declared before status_.
+  explicit Scratch(cudaStream_t s)
+      : stream_(s),
+        status_(Check(cudaMallocAsync(reinterpret_cast<void**>(&ptr_), sizeof(T), s),
+                      "cudaMallocAsync")) {
+    if (status_.ok()) {
+      status_.Update(Check(cudaMemsetAsync(ptr_, 0, sizeof(T), s), "cudaMemsetAsync"));
+    }
   }
   ~Scratch() {
     if (ptr_) cudaFreeAsync(ptr_, stream_);
@@ -468,8 +474,9 @@ absl::Status DecodeAddOnDevice(const ChunkHeader& h, const uint8_t* d_payload,
   auto flag = bad.Read();
   if (!flag.ok()) return flag.status();
   if (*flag) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        CodecTypeName(h.codec), " payload is malformed (invalid code, padding or non-finite value)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(CodecTypeName(h.codec),
+                     " payload is malformed (invalid code, padding or non-finite value)"));
   }
   switch (h.codec) {
     case CodecType::kNone:
