@@ -239,7 +239,6 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"codec", "n"})->Unit(benchmark::kMicrosecond)->UseManualTime();
 }
 
-
 // A worker's apply of one published delta where its parameters are
 // ([fused apply], [copy in place]) over `chunks` chunks of n elements in
 // turn, out of cache as in a large model's pull: decode and add, checksum.

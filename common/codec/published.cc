@@ -25,6 +25,10 @@ absl::StatusOr<uint32_t> ApplyPublishedDelta(const ChunkHeader& header,
                                               absl::string_view payload, absl::Span<float> copy) {
   GS_ASSIGN_OR_RETURN(const ChunkDecoder delta,
                       ChunkDecoder::Create(header, payload, copy.size(), 1.0f));
+  return ApplyPublishedDelta(delta, copy);
+}
+
+uint32_t ApplyPublishedDelta(const ChunkDecoder& delta, absl::Span<float> copy) {
   uint32_t crc = 0;
   for (size_t begin = 0; begin < copy.size(); begin += kPublishBlock) {
     const uint32_t n = static_cast<uint32_t>(std::min<size_t>(kPublishBlock, copy.size() - begin));

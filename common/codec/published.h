@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/codec/codec.h"
+#include "common/codec/decoder.h"
 
 namespace gradstream {
 
@@ -50,6 +51,10 @@ static_assert(kPublishBlock % 8 == 0, "a block starts on a payload byte of every
 [[nodiscard]] absl::StatusOr<uint32_t> ApplyPublishedDelta(const ChunkHeader& header,
                                                            absl::string_view payload,
                                                            absl::Span<float> copy);
+// The same for a delta already validated (ChunkDecoder::Create with
+// copy.size() elements and weight 1), so a caller that checks several
+// deltas before applying any validates each once.
+uint32_t ApplyPublishedDelta(const ChunkDecoder& delta, absl::Span<float> copy);
 
 // NOTE: [fused publish] For twobit, DeltaPublisher publishes a chunk in two
 // passes over kPublishBlock-element blocks (sum |p - q|; then per block

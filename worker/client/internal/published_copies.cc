@@ -19,7 +19,7 @@ std::optional<PublishedCopies::Held> PublishedCopies::held(uint64_t chunk_id,
   if (chunk_id >= copies_.size()) return std::nullopt;
   const Copy& c = *copies_[chunk_id];
   absl::MutexLock l(&c.mu);
-  if (!c.has || c.at != dst) return std::nullopt;
+  if (c.at == nullptr || c.at != dst) return std::nullopt;
   return c.held;
 }
 
@@ -42,28 +42,27 @@ absl::Status PublishedCopies::Apply(uint64_t chunk_id, const PublishedAnswer& an
       std::memcpy(dst, answer.snapshot.data(), bytes);  // little-endian hosts only
       mine = PublishedChecksum(copy);
     }
-  } else if (!c.has || c.at != dst) {
+  } else if (c.at == nullptr || c.at != dst) {
     mine = absl::InvalidArgumentError(absl::StrCat(
         "chunk ", chunk_id, ": the shard sent deltas, but no copy is held in this buffer"));
   } else {
     // Every delta is checked before the first is applied: dst stays
     // untouched on InvalidArgument.
-    absl::Status checked;
+    std::vector<ChunkDecoder> deltas;
+    deltas.reserve(answer.deltas.size());
     for (const auto& [header, payload] : answer.deltas) {
-      checked = ChunkDecoder::Create(header, absl::string_view(payload.data(), payload.size()),
-                                     c.num_elems, 1.0f)
-                    .status();
-      if (!checked.ok()) break;
-    }
-    if (!checked.ok()) {
-      mine = checked;
-    } else if (answer.deltas.empty()) {
-      mine = PublishedChecksum(copy);  // current: checked as it stands
-    } else {
-      for (const auto& [header, payload] : answer.deltas) {
-        mine = ApplyPublishedDelta(header, absl::string_view(payload.data(), payload.size()), copy);
-        if (!mine.ok()) break;
+      absl::StatusOr<ChunkDecoder> d = ChunkDecoder::Create(
+          header, absl::string_view(payload.data(), payload.size()), c.num_elems, 1.0f);
+      if (!d.ok()) {
+        mine = d.status();
+        break;
       }
+      deltas.push_back(*std::move(d));
+    }
+    if (deltas.size() == answer.deltas.size()) {
+      // No delta: the copy is current, checked as it stands.
+      if (deltas.empty()) mine = PublishedChecksum(copy);
+      for (const ChunkDecoder& d : deltas) mine = ApplyPublishedDelta(d, copy);
     }
   }
   absl::Status s = mine.status();
@@ -73,11 +72,9 @@ absl::Status PublishedCopies::Apply(uint64_t chunk_id, const PublishedAnswer& an
         *mine, ", the shard's has ", answer.checksum, " (the next pull asks for a snapshot)"));
   }
   if (!s.ok()) {
-    c.has = false;
     c.at = nullptr;
     return s;
   }
-  c.has = true;
   c.held = Held{answer.version, answer.checksum};
   c.at = dst;
   return absl::OkStatus();
@@ -87,7 +84,7 @@ std::vector<std::pair<uint64_t, PublishedCopies::Held>> PublishedCopies::Summary
   std::vector<std::pair<uint64_t, Held>> out;
   for (uint64_t id = 0; id < copies_.size(); ++id) {
     absl::MutexLock l(&copies_[id]->mu);
-    if (copies_[id]->has) out.emplace_back(id, copies_[id]->held);
+    if (copies_[id]->at != nullptr) out.emplace_back(id, copies_[id]->held);
   }
   return out;
 }

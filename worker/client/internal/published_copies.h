@@ -72,9 +72,10 @@ class PublishedCopies {
     explicit Copy(uint32_t n) : num_elems(n) {}
     const uint32_t num_elems;
     mutable absl::Mutex mu;
-    bool has ABSL_GUARDED_BY(mu) = false;
-    Held held ABSL_GUARDED_BY(mu);
-    const float* at ABSL_GUARDED_BY(mu) = nullptr;  // the caller's buffer holding it
+    Held held ABSL_GUARDED_BY(mu);  // when `at` is set
+    // The caller's buffer holding the copy; null before the first answer
+    // and after a failed one.
+    const float* at ABSL_GUARDED_BY(mu) = nullptr;
   };
   std::vector<std::unique_ptr<Copy>> copies_;  // by chunk id; fixed
 };
