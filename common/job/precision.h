@@ -102,11 +102,12 @@ inline double PullBound(double bound, double pull_bound = 0) {
 inline constexpr CodecType kFlushCodec = CodecType::kInt8;
 inline constexpr double kFlushLeft = 0.25;
 
-// A worker measures a push's error every this many clocks (and after each
-// flush, and at a level's first clocks: MeasureDue): a measurement reads the
-// chunk's gradient and residual once more, and the error moves slowly (like
-// the square root of the clocks unflushed).
-inline constexpr uint64_t kPushMeasureEvery = 4;
+// A path's error is measured every this many sends (and after each flush,
+// and at a level's first sends: MeasureDue): a worker's pushes by clock, a
+// shard's pulls by publication. A measurement is one more pass over the
+// chunk (a push's gradient and residual; a pull's p, copy and last p), and
+// the error moves slowly (like the square root of the clocks unflushed).
+inline constexpr uint64_t kMeasureEvery = 4;
 
 // A path is raised for owed descent at this many measurements at the
 // earliest (a push's 4th is at its level's 4th clock, a pull's at its 4th
@@ -152,11 +153,12 @@ class PrecisionController {
   // whole), else the current level's codec.
   CodecType Codec() const { return flush_next_ ? CodecType::kNone : policy_.ladder[level_]; }
   bool Flush() const { return flush_next_; }
-  // Whether a push of `clock` is measured: every kPushMeasureEvery clocks,
-  // after a flush, and at each of a level's first kMinOwedMeasurements clocks
-  // (a codec unfit for the tensor is raised within them, not 12 clocks in).
+  // Whether send `clock` (a push's clock, a pull's publication) is measured:
+  // every kMeasureEvery sends, after a flush, and at each of a level's first
+  // kMinOwedMeasurements sends (a codec unfit for the tensor is raised within
+  // them, not 12 sends in).
   bool MeasureDue(uint64_t clock) const {
-    return flush_next_ || dense_left_ > 0 || clock % kPushMeasureEvery == 0;
+    return flush_next_ || dense_left_ > 0 || clock % kMeasureEvery == 0;
   }
 
   // A send without a measurement: a flush asked for has gone out.

@@ -59,14 +59,14 @@ TEST(PrecisionController, APathThatOwesDescentIsRaised) {
   onebit.ladder = LadderFrom(CodecType::kOneBit);
   PrecisionController c(onebit);
   uint64_t clock = 0;
-  for (; c.level_codec() == CodecType::kOneBit && clock < 100; clock += kPushMeasureEvery) {
+  for (; c.level_codec() == CodecType::kOneBit && clock < 100; clock += kMeasureEvery) {
     // |e| = |s| at 37 degrees to it: 0.8 clocks of descent owed, the error
     // ratio 1, far under 8.
     c.Observe(clock, /*error2=*/1.0, /*signal2=*/1.0, 0.0, /*dot=*/0.8);
   }
   // Raised as soon as the average counts: at its kMinOwedMeasurements-th
   // measurement (an average from 0 would have taken 8).
-  EXPECT_EQ(clock, kMinOwedMeasurements * kPushMeasureEvery);
+  EXPECT_EQ(clock, kMinOwedMeasurements * kMeasureEvery);
   EXPECT_EQ(c.level_codec(), CodecType::kInt4);
   EXPECT_EQ(c.Codec(), CodecType::kNone) << "the raise sends what onebit owed";
   EXPECT_EQ(c.flushes(), 0u);
@@ -79,11 +79,11 @@ TEST(PrecisionController, APathThatOwesDescentIsRaised) {
   // tensors): raised within 8 measurements.
   PrecisionController near(onebit);
   uint64_t t = 0;
-  for (; near.level_codec() == CodecType::kOneBit && t < 400; t += kPushMeasureEvery) {
-    const double dot = (t / kPushMeasureEvery) % 2 == 0 ? 0.60 : 0.52;
+  for (; near.level_codec() == CodecType::kOneBit && t < 400; t += kMeasureEvery) {
+    const double dot = (t / kMeasureEvery) % 2 == 0 ? 0.60 : 0.52;
     near.Observe(t, 1.0, 1.0, 0.0, dot);
   }
-  EXPECT_LE(t, 8 * kPushMeasureEvery);
+  EXPECT_LE(t, 8 * kMeasureEvery);
   EXPECT_EQ(near.level_codec(), CodecType::kInt4);
 
   // As large, but along the signal one measurement in two and against it
@@ -92,7 +92,7 @@ TEST(PrecisionController, APathThatOwesDescentIsRaised) {
     PrecisionController noise(onebit);
     for (uint64_t i = 0; i < 1000; ++i) {
       const double dot = i >= first && (i - first) % 100 == 0 ? 3.0 : i % 2 == 0 ? 1.0 : -1.0;
-      noise.Observe(i * kPushMeasureEvery, 1.0, 1.0, 0.0, dot);
+      noise.Observe(i * kMeasureEvery, 1.0, 1.0, 0.0, dot);
     }
     EXPECT_EQ(noise.level_codec(), CodecType::kOneBit) << "first spike at " << first;
     EXPECT_TRUE(noise.events().empty());
@@ -100,7 +100,7 @@ TEST(PrecisionController, APathThatOwesDescentIsRaised) {
 
   onebit.max_owed = 0;  // off
   PrecisionController off(onebit);
-  for (uint64_t t = 0; t < 400; t += kPushMeasureEvery) off.Observe(t, 1.0, 1.0, 0.0, 1.0);
+  for (uint64_t t = 0; t < 400; t += kMeasureEvery) off.Observe(t, 1.0, 1.0, 0.0, 1.0);
   EXPECT_EQ(off.level_codec(), CodecType::kOneBit);
 }
 
@@ -200,7 +200,7 @@ TEST(PrecisionController, WarmUpSendsFullPrecisionFirst) {
 
 // A codec unfit for the tensor (twobit's fixed t far above the gradients:
 // nothing passes, the residual is the sum of the gradients) is raised at its
-// level's 4th clock, not at the 4th measurement of every kPushMeasureEvery:
+// level's 4th clock, not at the 4th measurement of every kMeasureEvery:
 // each level is measured at each of its first clocks, then every 4th.
 TEST(PrecisionController, ALevelIsMeasuredAtEachOfItsFirstClocks) {
   PrecisionPolicy twobit = Ternary();

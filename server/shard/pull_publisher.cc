@@ -16,16 +16,6 @@ constexpr size_t kDeltaHeaderBytes = 16;
 constexpr uint64_t kPullSeed = 0x70756c6c636f6465;  // "pullcode"
 constexpr uint32_t kPullWorker = 0xffffffff;
 
-// The controller's sums over a chunk ([error sums] in common/job/path_sums.cc):
-// error = params - copy, signal = params - last (last is all zeros before
-// the first publication: the signal is not used then); then last = params.
-PathSums MeasureAndKeep(absl::Span<const float> params, absl::Span<const float> copy,
-                        std::vector<float>* last) {
-  const size_t n = params.size();
-  if (last->size() != n) last->assign(n, 0.0f);
-  return SumPath(params.data(), copy.data(), params.data(), last->data(), last->data(), n);
-}
-
 }  // namespace
 
 PullPublisher::PullPublisher(CodecType codec, bool once_per_clock,
@@ -62,21 +52,31 @@ void PullPublisher::Reset(Chunk& c, absl::Span<const float> params, uint64_t ver
 
 void PullPublisher::Control(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
                             uint64_t version) {
-  const bool first = c.published_params.empty();
-  const PathSums sums = MeasureAndKeep(params, c.copy, &c.published_params);
-  if (first) return;  // no update to measure against yet
-  // Measured before this publication's send, the error holds this update
-  // whole: what the copy owed along it is dot - |update|^2 ([owed descent]).
-  c.precision->Observe(version, sums.error2, sums.signal2, sums.value2,
-                       sums.dot - sums.signal2);
-  if (!c.precision->Flush()) return;
-  double left2 = 0.0;
-  if (!FlushByDelta(chunk_id, c, params, version, &left2) ||
-      !c.precision->FlushLeftLittle(left2, sums.signal2)) {
-    Reset(c, params, version);  // the copy is exact from this version on
-    left2 = 0.0;
+  if (c.kept) {
+    // The sums over the chunk ([error sums] in common/job/path_sums.cc):
+    // error = params - copy, signal = params - the last publication's params.
+    const PathSums sums = SumPath(params.data(), c.copy.data(), params.data(),
+                                  c.published_params.data(), nullptr, c.num_elems);
+    // Measured before this publication's send, the error holds this update
+    // whole: what the copy owed along it is dot - |update|^2 ([owed descent]).
+    c.precision->Observe(version, sums.error2, sums.signal2, sums.value2,
+                         sums.dot - sums.signal2);
+    if (c.precision->Flush()) {
+      double left2 = 0.0;
+      if (!FlushByDelta(chunk_id, c, params, version, &left2) ||
+          !c.precision->FlushLeftLittle(left2, sums.signal2)) {
+        Reset(c, params, version);  // the copy is exact from this version on
+        left2 = 0.0;
+      }
+      c.precision->Observe(version, left2, sums.signal2, sums.value2);
+    }
   }
-  c.precision->Observe(version, left2, sums.signal2, sums.value2);
+  Count(c, params);
+}
+
+void PullPublisher::Count(Chunk& c, absl::Span<const float> params) {
+  c.kept = c.precision->MeasureDue(++c.publications);
+  if (c.kept) c.published_params.assign(params.begin(), params.end());
 }
 
 bool PullPublisher::FlushByDelta(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
@@ -130,8 +130,8 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
   }
   if (exact) {  // the link's choice: whole, unmeasured (the next is measured from here)
     Reset(c, params, version);
-    c.published_params.clear();
     c.precision->Skip();
+    Count(c, params);
     return;
   }
   DeltaPublisher* publisher = c.publisher.get();
@@ -147,6 +147,7 @@ void PullPublisher::PublishDelta(uint64_t chunk_id, Chunk& c, absl::Span<const f
     LOG(WARNING) << "chunk " << chunk_id << ": pull codec cannot encode version " << version
                  << " (" << s << "); publishing a snapshot";
     Reset(c, params, version);
+    c.kept = false;  // nothing measured against non-finite parameters
     return;
   }
   Control(chunk_id, c, params, version);
@@ -189,7 +190,7 @@ void PullPublisher::MaybePublish(uint64_t chunk_id, Chunk& c, absl::Span<const f
                                  uint64_t version, uint64_t reader_clock) {
   if (!c.has) {
     Reset(c, params, version);
-    if (c.precision != nullptr) c.published_params.assign(params.begin(), params.end());
+    if (c.precision != nullptr) Count(c, params);
     c.published_clock = reader_clock;
   } else if (version != c.version && (!once_per_clock_ || reader_clock > c.published_clock)) {
     PublishDelta(chunk_id, c, params, version, !c.fp32 && LinkExact(reader_clock));
@@ -249,6 +250,7 @@ bool PullPublisher::Restore(const PublishedCopy& saved) {
   absl::MutexLock l(&c.mu);
   Reset(c, saved.copy, saved.version);
   c.published_clock = 0;
+  c.kept = false;
   return true;
 }
 

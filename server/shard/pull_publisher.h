@@ -40,16 +40,19 @@ namespace gradstream::shard {
 // s + 1 deltas behind; farther behind, a snapshot is the cheaper answer anyway.
 class PullPublisher {
  public:
-  // `codec` must not be kNone; chunks marked pull_fp32 are published whole
-  // at every publication (a snapshot, see [layer-wise pull]). `once_per_clock`: publish at most
-  // once per reader clock (SSP, async: a copy published for the fastest reader satisfies every
-  // slower one) instead of at every version change (sync). `precision` controls every compressed
-  // chunk's error (common/job/precision.h): measured at each publication; a flush publishes an int8
-  // delta or a snapshot ([fine flush]), a chunk raised to int4 or int8 publishes such deltas, one
-  // raised to kNone is published whole. `link`: the link choice ([link choice] in precision.h), by
-  // reader clock: a probe times the publications of consecutive clocks with exact (whole) and
-  // compressed publications, and the faster holds.
-  // `env` times the publications (not owned).
+  // `codec` must not be kNone; chunks marked pull_fp32 are published whole at
+  // every publication (a snapshot, see [layer-wise pull]). `once_per_clock`:
+  // publish at most once per reader clock (SSP, async: a copy published for the
+  // fastest reader satisfies every slower one) instead of at every version
+  // change (sync). `precision` controls every compressed chunk's error
+  // (common/job/precision.h), measured at the publications MeasureDue names (a
+  // level's first, then every kMeasureEvery-th): a flush publishes an int8
+  // delta or a snapshot ([fine flush]), a chunk raised to int4 or int8
+  // publishes such deltas, one raised to kNone is published whole. `link`: the
+  // link choice ([link choice] in precision.h), by reader clock: a probe times
+  // the publications of consecutive clocks with exact (whole) and compressed
+  // publications, and the faster holds. `env` times the publications (not
+  // owned).
   PullPublisher(CodecType codec, bool once_per_clock, const std::vector<ChunkSpec>& chunks,
                 const PrecisionPolicy& precision = PrecisionPolicy{},
                 const LinkChoicePolicy& link = LinkChoicePolicy{}, Env* env = Env::Default());
@@ -106,9 +109,12 @@ class PullPublisher {
     // Made when raised to a level that still encodes (int8).
     std::unique_ptr<DeltaPublisher> raised ABSL_GUARDED_BY(mu);
     CodecType raised_codec ABSL_GUARDED_BY(mu) = CodecType::kNone;
-    // Compressed chunks: the error control, and the parameters at the last
-    // publication (what the update since is measured against).
+    // Compressed chunks: the error control, the publications so far, and
+    // the parameters at the last one when `kept` (the next is measured:
+    // MeasureDue, by publication; the update since is measured against them).
     std::unique_ptr<PrecisionController> precision ABSL_GUARDED_BY(mu);
+    uint64_t publications ABSL_GUARDED_BY(mu) = 0;
+    bool kept ABSL_GUARDED_BY(mu) = false;
     std::vector<float> published_params ABSL_GUARDED_BY(mu);
   };
 
@@ -130,10 +136,13 @@ class PullPublisher {
   static absl::Status PublishWith(DeltaPublisher& publisher, uint64_t chunk_id, Chunk& c,
                                   absl::Span<const float> params, uint64_t version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
-  // Measures what publishing `params` left in p - q against the update since
-  // the last publication; a flush takes the copy to `params` at once.
+  // When due, measures what publishing `params` left in p - q against the
+  // update since the last publication; a flush takes the copy to `params` at
+  // once. Then counts the publication.
   static void Control(uint64_t chunk_id, Chunk& c, absl::Span<const float> params,
                       uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // Counts a publication of `params`, keeping them when the next is measured.
+  static void Count(Chunk& c, absl::Span<const float> params) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   // The flush as a kFlushCodec delta at the same version ([fine flush]):
   // true with |p - q|^2 after it in `left2` when published; false when the
   // chunk's level is kFlushCodec or finer or the encode fails (the caller
