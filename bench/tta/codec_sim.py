@@ -19,7 +19,8 @@ Models and data are bench/tta's.
 import argparse, json, math, sys, time
 import os
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE); sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 import torch, torch.nn.functional as F
 import train as T
 import gradstream.torch as gs
@@ -76,10 +77,13 @@ def onebit(x, gen):  # per 262144-element chunk: 1 -> mean of the x > 0, 0 -> me
 
 def fp16(x, gen): return x.half().float()
 def none(x, gen): return x.clone()
-CODECS = {"ternary": ternary, "twobit": twobit, "onebit": onebit, "int8": int8, "fp16": fp16, "none": none, "ternary512": ternary_blocks}
+CODECS = {"ternary": ternary, "twobit": twobit, "onebit": onebit, "int8": int8, "fp16": fp16,
+          "none": none, "ternary512": ternary_blocks}
 
-BITS = {"ternary512": 2.0625, "ternary": 2, "twobit": 2, "onebit": 1, "int8": 8, "fp16": 16, "none": 32}
-PROJ = "--proj" in sys.argv  # the push controller reads the owed descent <e, g> / |g|^2, not |e| / |g|
+BITS = {"ternary512": 2.0625, "ternary": 2, "twobit": 2, "onebit": 1, "int8": 8, "fp16": 16,
+        "none": 32}
+# The push controller reads the owed descent <e, g> / |g|^2, not |e| / |g|.
+PROJ = "--proj" in sys.argv
 if PROJ: sys.argv.remove("--proj")
 FLUSH = "--flush" in sys.argv
 if FLUSH: sys.argv.remove("--flush")
@@ -111,7 +115,8 @@ class Ctl:
             self.flush_next = True; self.last_flush = step
             return False
         if self.level + 1 < len(self.ladder):
-            log.append("step %d %s: %s -> %s, ratio %.2f" % (step, self.name, self.codec, self.ladder[self.level + 1], r))
+            log.append("step %d %s: %s -> %s, ratio %.2f"
+                       % (step, self.name, self.codec, self.ladder[self.level + 1], r))
             self.level += 1
             return True
         return False
@@ -121,11 +126,15 @@ def main():
     ap.add_argument("--model", default="vit"); ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--push", default="ternary"); ap.add_argument("--pull", default="ternary")
-    ap.add_argument("--pull_min", type=int, default=16384); ap.add_argument("--push_min", type=int, default=0)
+    ap.add_argument("--pull_min", type=int, default=16384)
+    ap.add_argument("--push_min", type=int, default=0)
     ap.add_argument("--ladder", default="ternary,fp16,none")
-    ap.add_argument("--bound", type=float, default=0); ap.add_argument("--patience", type=int, default=1)
-    ap.add_argument("--eval_every", type=int, default=50); ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--test_limit", type=int, default=10000); ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--bound", type=float, default=0)
+    ap.add_argument("--patience", type=int, default=1)
+    ap.add_argument("--eval_every", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--test_limit", type=int, default=10000)
+    ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--resync", action="store_true", help="pull escalation resets q = p")
     args = ap.parse_args()
     LR = {"widecnn": 0.02, "resnet": 0.05, "vit": 0.02, "lstm": 1.0}
@@ -150,7 +159,8 @@ def main():
         return lad[lad.index(c):] if c in lad else [c]
     pull = {i: Ctl(ladder_from(args.pull), args.bound, args.patience, names[i] + " pull")
             for i in range(n) if args.pull != "none" and p[i].numel() >= args.pull_min}
-    push = {i: [Ctl(ladder_from(args.push), args.bound, args.patience, names[i] + " push w%d" % w) for w in range(args.workers)]
+    push = {i: [Ctl(ladder_from(args.push), args.bound, args.patience, names[i] + " push w%d" % w)
+                for w in range(args.workers)]
             for i in range(n) if args.push != "none" and p[i].numel() >= args.push_min}
     log = []
     batches = gs.shard(train, global_batch_size=64, steps=args.steps, seed=args.seed)
@@ -172,10 +182,12 @@ def main():
                         dec = CODECS[c.codec](x, gen); c.sent()
                         res[w][i] = x - dec
                         gn = float(g.norm()); e = res[w][i]
-                        owed = float((e * g).sum()) / max(gn * gn, 1e-30)  # clocks of descent owed along g
+                        # Clocks of descent owed along g.
+                        owed = float((e * g).sum()) / max(gn * gn, 1e-30)
                         if step >= 20:  # mean and max from step 20 on
                             c.owedmax = max(getattr(c, "owedmax", 0.0), owed)
-                            c.owedsum = getattr(c, "owedsum", 0.0) + owed; c.owedn = getattr(c, "owedn", 0) + 1
+                            c.owedsum = getattr(c, "owedsum", 0.0) + owed
+                            c.owedn = getattr(c, "owedn", 0) + 1
                         c.observe(max(owed, 0.0) * gn if PROJ else float(e.norm()), gn, step, log)
                         agg[i] += dec / args.workers
                     else:
@@ -189,7 +201,8 @@ def main():
                     q.copy_(p[i]); continue
                 c = pull[i]
                 q.add_(CODECS[c.codec](p[i] - q, gen)); c.sent()
-                if c.observe(float((p[i] - q).norm()), float((p[i] - prev[i]).norm()), step, log) and args.resync:
+                err, sig = float((p[i] - q).norm()), float((p[i] - prev[i]).norm())
+                if c.observe(err, sig, step, log) and args.resync:
                     q.copy_(p[i])
                 prev[i].copy_(p[i])
         step += 1
@@ -197,21 +210,31 @@ def main():
             acc, tl = T.evaluate(net, *test, train[0])
             pr = sorted(c.ratio for c in pull.values()) or [0]
             pu = sorted(c.ratio for cs in push.values() for c in cs) or [0]
-            lv = sum(c.level for c in pull.values()), sum(c.level for cs in push.values() for c in cs)
+            lv = (sum(c.level for c in pull.values()),
+                  sum(c.level for cs in push.values() for c in cs))
             allc = list(pull.values()) + [c for cs in push.values() for c in cs]
-            bits = sum(c.bits * p[i].numel() for i, c in pull.items()) / max(1, sum(c.sends * p[i].numel() for i, c in pull.items()))
-            pbits = sum(c.bits * p[i].numel() for i, cs in push.items() for c in cs) / max(1, sum(c.sends * p[i].numel() for i, cs in push.items() for c in cs))
-            print("   bits/elem pull %.2f push %.2f flushes %d" % (bits, pbits, sum(c.flushes for c in allc)))
-            print("step %d acc %.4f loss %.3f | pull ratio med %.2f max %.2f | push ratio med %.2f max %.2f | levels pull %d push %d | %.0fs" % (
-                step, acc, tl, pr[len(pr)//2], pr[-1], pu[len(pu)//2], pu[-1], lv[0], lv[1], time.time() - t0), flush=True)
+            bits = (sum(c.bits * p[i].numel() for i, c in pull.items())
+                    / max(1, sum(c.sends * p[i].numel() for i, c in pull.items())))
+            pbits = (sum(c.bits * p[i].numel() for i, cs in push.items() for c in cs)
+                     / max(1, sum(c.sends * p[i].numel() for i, cs in push.items() for c in cs)))
+            print("   bits/elem pull %.2f push %.2f flushes %d"
+                  % (bits, pbits, sum(c.flushes for c in allc)))
+            print("step %d acc %.4f loss %.3f | pull ratio med %.2f max %.2f | push ratio med %.2f"
+                  " max %.2f | levels pull %d push %d | %.0fs"
+                  % (step, acc, tl, pr[len(pr)//2], pr[-1], pu[len(pu)//2], pu[-1], lv[0], lv[1],
+                     time.time() - t0), flush=True)
             evals.append((step, acc))
     for l in log: print(l)
     for i in range(n):
-        pu = max((c.ratio for c in push.get(i, [])), default=0); pl = max((c.level for c in push.get(i, [])), default=0)
-        owed = max((getattr(c, "owedsum", 0) / max(1, getattr(c, "owedn", 0)) for c in push.get(i, [])), default=0)
+        pu = max((c.ratio for c in push.get(i, [])), default=0)
+        pl = max((c.level for c in push.get(i, [])), default=0)
+        owed = max((getattr(c, "owedsum", 0) / max(1, getattr(c, "owedn", 0))
+                    for c in push.get(i, [])), default=0)
         owedmax = max((getattr(c, "owedmax", 0) for c in push.get(i, [])), default=0)
-        print("%-40s %7d push %-8s %6.2f owed mean %6.2f (max %6.2f) | pull %-8s %6.2f" % (names[i], p[i].numel(),
-              push[i][0].codec if i in push else "-", pu, owed, owedmax, pull[i].codec if i in pull else "-", pull[i].ratio if i in pull else 0))
+        print("%-40s %7d push %-8s %6.2f owed mean %6.2f (max %6.2f) | pull %-8s %6.2f"
+              % (names[i], p[i].numel(), push[i][0].codec if i in push else "-", pu, owed,
+                 owedmax, pull[i].codec if i in pull else "-",
+                 pull[i].ratio if i in pull else 0))
     print("FINAL", json.dumps({"args": vars(args), "evals": evals}))
 
 main()

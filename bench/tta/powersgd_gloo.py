@@ -15,7 +15,8 @@ touching torch:
    uncompressed tensors of another (reproduced here: rank 1 aborts with
    "8232 vs 2144" once PowerSGD starts, at step 10). Fix: `serialized`
    waits for each bucket's whole chain before returning, so every
-   collective is issued in the same order on both ranks (bucket by bucket). It costs the overlap of one bucket's
+   collective is issued in the same order on both ranks (bucket by
+   bucket). It costs the overlap of one bucket's
    communication with the next bucket's backward, which gloo on CPU barely
    had; single-bucket DDP (bucket_cap_mb above the model) is not enough,
    because DDP rebuilds its buckets after the first step with a 1 MB first

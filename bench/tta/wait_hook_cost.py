@@ -10,7 +10,8 @@ ratios.
 """
 import argparse, os, statistics, sys, time
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE); sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 import torch
 import train as T
 from gradstream._wait_plan import WaitPlan

@@ -146,8 +146,8 @@ def _declare(lib):
                  "gs_report", "gs_record_step", "gs_set_encode_path", "gs_init_params", "gs_push",
                  "gs_wait_pushes", "gs_end_clock", "gs_end_clock_rows", "gs_pull_start",
                  "gs_wait_tensors", "gs_tensors_ready", "gs_abandon_pull", "gs_pull", "gs_leave",
-                 "gs_stats_get", "gs_split_pass", "gs_optimizer_defaults_get", "gs_pull_rows", "gs_push_rows",
-                 "gs_pull_rows_start", "gs_rows_wait"):
+                 "gs_stats_get", "gs_split_pass", "gs_optimizer_defaults_get", "gs_pull_rows",
+                 "gs_push_rows", "gs_pull_rows_start", "gs_rows_wait"):
         getattr(lib, name).restype = c.c_int
 
 

@@ -83,7 +83,8 @@ def shard(dataset, batch_size=None, steps=None, shuffle=True, seed=0, global_bat
 
     One pass splits a permutation of the dataset over the members (see
     _split for how it is padded when it does not divide evenly), so the
-    members' shares are disjoint and cover the dataset. The permutation depends on (seed, the clock the pass starts
+    members' shares are disjoint and cover the dataset. The permutation
+    depends on (seed, the clock the pass starts
     at), so every member draws the same one, and a job draws the same as
     the script single-process until the membership changes. When it changes
     (at a clock boundary), the pass restarts with the new members' shares.

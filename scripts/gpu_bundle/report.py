@@ -110,8 +110,8 @@ def main():
     if cpu and dev and cpu["sps"] > 0:
         lines.append(f"  samples/s GPU (device encode) / CPU: {dev['sps'] / cpu['sps']:.2f}x")
     if dev and host:
-        lines.append(f"  share of a step encoding and copying: device path {100 * dev['share']:.2f}%"
-                     f", host path {100 * host['share']:.2f}%")
+        lines.append(f"  share of a step encoding and copying: device path"
+                     f" {100 * dev['share']:.2f}%, host path {100 * host['share']:.2f}%")
     if not jobs:
         lines.append("  (no training output; see training_gpu_test.log)")
     bad = [n for n, (rc, _) in steps.items() if rc != 0]

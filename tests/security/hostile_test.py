@@ -778,9 +778,9 @@ def measure_leak(binary, work_dir, streams_n=100, pulls_per_stream=600):
     for _ in range(10):
         r = good_step_ms(good)
         steps.append(float(r.split()[0]) if r.endswith("ms") else float("inf"))
-    print("leak: %d streams x %d pulls (a clock that never gets ready, timeout 2^32-1 ms), then cancelled: RSS "
-          "%+d KiB parked, %+d KiB after cancel; idle CPU %.1f%% of a core; good step median "
-          "%.1f ms before, %.1f ms after" %
+    print("leak: %d streams x %d pulls (a clock that never gets ready, timeout 2^32-1 ms), "
+          "then cancelled: RSS %+d KiB parked, %+d KiB after cancel; idle CPU %.1f%% of a "
+          "core; good step median %.1f ms before, %.1f ms after" %
           (streams_n, pulls_per_stream, rss_parked - rss0, sh.rss_kib() - rss0, cpu * 100, base,
            sorted(steps)[5]))
     sh.stop()

@@ -98,8 +98,9 @@ class Cluster:
             addrs = ["127.0.0.1:%d" % p.port for p in self.proxies]
         else:
             addrs = ["%s:%s" % (self.host, self.ports["shard%d" % i]) for i in range(shards)]
-        self.shard_metrics_ports = [self._wait_file(os.path.join(self.run_dir, "shard%d.metrics" % i))
-                                    for i in range(shards)]
+        self.shard_metrics_ports = [
+            self._wait_file(os.path.join(self.run_dir, "shard%d.metrics" % i))
+            for i in range(shards)]
         pf = os.path.join(self.run_dir, "coordinator.port")
         self._spawn("coordinator", [self.bin("server/coordinator/gs_coordinator"), "--port=0",
                                     "--port_file=" + pf, "--heartbeat_timeout=3s",

@@ -3,7 +3,8 @@
 on the GPU, with the job's defaults (compressed pushes and pulls under the
 precision guard), trains -- the loss of the last 10 steps under half that of
 the first 10 -- through the host-from-cuda path, and every rank ends with
-its parameters on the GPU, the same on both ranks. Exits 77 (skip) where torch sees no CUDA device."""
+its parameters on the GPU, the same on both ranks. Exits 77 (skip) where
+torch sees no CUDA device."""
 
 import os
 import sys

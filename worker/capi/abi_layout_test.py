@@ -72,7 +72,8 @@ def c_program(structs):
                      % (sep, name, name))
         for j, f in enumerate(fields):
             fsep = "," if j else ""
-            lines.append('  printf("%s[\\"%s\\", %%zu, %%zu]", offsetof(%s, %s), FIELD_SIZE(%s, %s));'
+            lines.append('  printf("%s[\\"%s\\", %%zu, %%zu]", '
+                         'offsetof(%s, %s), FIELD_SIZE(%s, %s));'
                          % (fsep, f, name, f, name, f))
         lines.append('  printf("]}");')
     lines += ['  printf("}\\n");', "  return 0;", "}"]

@@ -23,7 +23,8 @@ def data(n, seed):
     centres = torch.randn(10, 20, generator=torch.Generator().manual_seed(1)) * 0.7
     y = torch.randint(0, 10, (n,), generator=g)
     # The categorical feature: the class or a random one, times 10 noise ids.
-    named = torch.where(torch.rand(n, generator=g) < 0.5, y, torch.randint(0, 10, (n,), generator=g))
+    named = torch.where(torch.rand(n, generator=g) < 0.5, y,
+                        torch.randint(0, 10, (n,), generator=g))
     ids = named * 10 + torch.randint(0, 10, (n,), generator=g)
     return centres[y] + torch.randn(n, 20, generator=g), ids, y
 
