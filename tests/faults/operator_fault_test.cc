@@ -31,18 +31,6 @@ constexpr float kMinAccuracy = 0.75f;  // the small job reaches ~0.85 without fa
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
-// Whether the file at `path` holds `text` within `timeout`, polled: a
-// restarted process logs once it has learned of the job, which the
-// cluster's progress may not wait for.
-bool WaitForText(const std::string& path, const std::string& text, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  for (;;) {
-    if (absl::StrContains(ReadFile(path), text)) return true;
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-}
-
 // The newest epoch whose reason contains `what`, or nullptr.
 const v1::MembershipEpoch* FindEpoch(const v1::JobStatus& job, const std::string& what) {
   const v1::MembershipEpoch* found = nullptr;
@@ -106,10 +94,11 @@ TEST(Operator, ShardKilledBeforeItsFirstCheckpointIsReinitialized) {
   ASSERT_TRUE(past.ok()) << past.status() << "\n" << ReadFile(cluster.ShardLogPath(0));
   const absl::Duration recovery = absl::Now() - killed;
   // The clock may have passed kill_clock + 50 before the kill took effect
-  // (the workers run ahead of the progress the coordinator reports).
-  EXPECT_TRUE(
-      WaitForText(cluster.ShardLogPath(0), "resumes without a checkpoint", absl::Seconds(60)))
-      << ReadFile(cluster.ShardLogPath(0));
+  // (the workers run ahead of the progress the coordinator reports), so the
+  // restarted shard's log line is polled for.
+  EXPECT_TRUE(Poll(absl::Seconds(60), [&] {
+    return absl::StrContains(ReadFile(cluster.ShardLogPath(0)), "resumes without a checkpoint");
+  })) << ReadFile(cluster.ShardLogPath(0));
   v1::JobStatus done;
   ExpectCompleted(cluster, *id, kSteps, &done);
   std::printf("shard killed before any checkpoint at clock %llu: job 50 clocks past it %.2f s"
