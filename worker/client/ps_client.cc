@@ -713,6 +713,14 @@ void PsClient::Release(const PullHandle& handle) {
   for (const auto& part : handle.parts_) part->Release();
 }
 
+std::function<void()> PsClient::StopDeferring(const PullHandle& handle) {
+  std::vector<std::function<void()>> runs;
+  for (const auto& part : handle.parts_) runs.push_back(part->StopDeferring());
+  return [parts = handle.parts_, runs = std::move(runs)]() {
+    for (const auto& run : runs) run();
+  };
+}
+
 void PsClient::Abandon(const PullHandle& handle) {
   for (const auto& part : handle.parts_) part->Abandon();
 }

@@ -65,6 +65,7 @@
 #define GRADSTREAM_WORKER_CLIENT_PS_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -355,6 +356,10 @@ class PsClient {
   // Writes what a PullDeferred got so far into its buffers, and the rest
   // as it arrives.
   static void Release(const PullHandle& handle);
+  // Release, split: answers arriving from now on are written as they come,
+  // and the returned function (run once, on any thread; it holds the pull)
+  // writes those kept so far, first tensors first.
+  static std::function<void()> StopDeferring(const PullHandle& handle);
   // Gives a pull up: once this returns nothing is written into its buffers,
   // and waits on it end with Cancelled.
   static void Abandon(const PullHandle& handle);

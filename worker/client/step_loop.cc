@@ -55,20 +55,30 @@ absl::Status StepLoop::Push(uint32_t tensor, absl::Span<const float> grad, uint6
 
 void StepLoop::EncodeLoop() {
   for (;;) {
+    std::vector<std::function<void()>> releases;
+    bool drain = false;
     {
       absl::MutexLock lock(&mu_);
       // Small gradients wait for more (see [encode thread]): they would
       // share a bucket anyway, and each wake-up costs the caller its core.
-      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || (!queue_.empty() && (queued_elems_ >= options_.encode_batch_elems ||
-                                                 flushers_ > 0));
+      auto encode = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() && (queued_elems_ >= options_.encode_batch_elems || flushers_ > 0);
+      };
+      auto work = [this, &encode]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !releases_.empty() || encode();
       };
       // Idle between steps: no deadline, the destructor ends the wait.
       mu_.Await(absl::Condition(&work));
       if (stopping_) return;
-      ++wakeups_;
+      releases.swap(releases_);
+      drain = encode();
+      if (drain) ++wakeups_;
     }
-    // Awake: drains the queue, with what is pushed meanwhile.
+    // An early pull's kept answers ([early pull]): they precede the next
+    // clock's gradients, whose AskEarly needs the pull landed whole.
+    for (const auto& release : releases) release();
+    if (!drain) continue;
+    // Drains the queue, with what is pushed meanwhile.
     for (;;) {
       Queued q;
       {
@@ -173,20 +183,38 @@ absl::Status StepLoop::EndClock(uint64_t clock,
     pushes = std::exchange(open_, {});
   }
   pushes.insert(pushes.end(), zeros.begin(), zeros.end());
-  if (next.has_value()) StartPull(clock + 1, *std::move(next), std::move(rows), rows_pull);
+  std::optional<PullHandle> owed;
+  if (next.has_value()) owed = TakePull(clock + 1, *std::move(next), std::move(rows), rows_pull);
   // Acknowledged everywhere before any shard hears the clock is done (see
   // [step loop]).
-  GS_RETURN_IF_ERROR(WaitHandles(std::move(pushes), deadline));
+  const absl::Status acked = WaitHandles(std::move(pushes), deadline);
+  if (owed.has_value()) {
+    // Released after the acks, not before: until then both cores serve
+    // this clock's pushes ([early pull]).
+    std::function<void()> release = PsClient::StopDeferring(*owed);
+    absl::MutexLock lock(&mu_);
+    releases_.push_back(std::move(release));
+  }
+  GS_RETURN_IF_ERROR(acked);
   return client_->AdvanceClock(clock + 1);
 }
 
 void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
                          std::vector<PsClient::RowsAsk> rows, PullHandle* rows_pull) {
+  std::optional<PullHandle> owed =
+      TakePull(clock, std::move(targets), std::move(rows), rows_pull);
+  if (owed.has_value()) PsClient::Release(*owed);
+}
+
+std::optional<PullHandle> StepLoop::TakePull(uint64_t clock,
+                                             std::vector<absl::Span<float>> targets,
+                                             std::vector<PsClient::RowsAsk> rows,
+                                             PullHandle* rows_pull) {
   std::optional<Pull> dropped, early;
   {
     absl::MutexLock lock(&mu_);
     // This clock's pull in flight: the next clock's early one stays.
-    if (pull_.has_value() && pull_->clock == clock) return;
+    if (pull_.has_value() && pull_->clock == clock) return std::nullopt;
     early = std::exchange(early_, std::nullopt);
   }
   auto same = [&targets](const std::vector<absl::Span<float>>& t) {
@@ -200,11 +228,11 @@ void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
   // its release means failed (its answers wait): asked anew.
   if (early.has_value() && early->clock == clock && rows.empty() && same(early->targets) &&
       !PsClient::Progress(early->handle).settled) {
-    PsClient::Release(early->handle);
+    PullHandle owed = early->handle;
     absl::MutexLock lock(&mu_);
     if (pull_.has_value()) PsClient::Abandon(pull_->handle);
     dropped = std::exchange(pull_, std::move(early));
-    return;
+    return owed;
   }
   early.reset();  // dropping the last handle abandons it
   absl::MutexLock lock(&mu_);
@@ -214,6 +242,7 @@ void StepLoop::StartPull(uint64_t clock, std::vector<absl::Span<float>> targets,
                            : client_->Pull(clock, targets);
   if (with_rows && rows_pull != nullptr) *rows_pull = h;
   dropped = std::exchange(pull_, Pull{clock, std::move(targets), std::move(h), 0, 0});
+  return std::nullopt;
 }
 
 void StepLoop::AskEarly(uint64_t clock) {

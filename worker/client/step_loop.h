@@ -16,10 +16,14 @@
 //
 // NOTE: [early pull] With `early_pull` (sync mode), clock c+1's pull is asked
 // with deferred answers when the encode thread takes clock c's first
-// gradient, so its requests reach each shard ahead of the pushes; the
-// StartPull of c+1 (EndClock's, or the caller's after an EndClock without
-// `next`) releases it into the parameters (nothing changes before), or
-// asks anew when the targets differ. Not when clock c's pull had not landed
+// gradient, so its requests reach each shard ahead of the pushes; nothing
+// changes in the parameters before it is released. EndClock releases it
+// once the clock's pushes are acknowledged: its answers apply as they
+// arrive from then on, and the encode thread writes those kept during
+// backward, first tensors first, while the next forward starts (their
+// layers wait for them). The caller's StartPull of c+1 after an EndClock
+// without `next` releases it on the caller's thread. Either asks anew when
+// the targets differ. Not when clock c's pull had not landed
 // whole, nor for a model with tables (its pulls may ask rows), nor when the
 // caller will not pull c+1 (`will_pull`: a leave, the last step).
 // (docs/design/overlapped-pull.md)
@@ -210,6 +214,10 @@ class StepLoop {
   };
 
   absl::Status WaitHandles(std::vector<PushHandle> handles, absl::Time deadline);
+  // StartPull's work; returns the early pull it took over, still deferring,
+  // for the caller to release.
+  std::optional<PullHandle> TakePull(uint64_t clock, std::vector<absl::Span<float>> targets,
+                                     std::vector<PsClient::RowsAsk> rows, PullHandle* rows_pull);
   // Asks clock + 1's pull, deferred, when [early pull] allows.
   void AskEarly(uint64_t clock);
   void EncodeLoop();
@@ -236,6 +244,8 @@ class StepLoop {
   uint64_t encoded_ ABSL_GUARDED_BY(mu_) = 0;          // ... and encoded
   size_t queued_elems_ ABSL_GUARDED_BY(mu_) = 0;       // in queue_
   int flushers_ ABSL_GUARDED_BY(mu_) = 0;              // WaitEncoded calls waiting
+  // Kept answers of released early pulls, for the encode thread to write.
+  std::vector<std::function<void()>> releases_ ABSL_GUARDED_BY(mu_);
   uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   double encode_seconds_ ABSL_GUARDED_BY(mu_) = 0;

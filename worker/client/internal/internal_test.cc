@@ -1,6 +1,7 @@
 // Unit tests of the client's building blocks that need no network.
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -104,6 +105,67 @@ TEST(PullState, ShardFailureCarriesItsStatus) {
   f.state->Fail(0, absl::DeadlineExceededError("parked too long"));
   EXPECT_EQ(f.state->completion().Wait(absl::ZeroDuration()).code(),
             absl::StatusCode::kDeadlineExceeded);
+}
+
+// [deferred answers]: three chunks on shard 0 asked in two requests. Two
+// answers are kept while the pull defers; once it stops, an answer that
+// arrives is written at once, ahead of the kept ones, the kept ones run
+// first chunks first, whatever order they came in, and a waiter runs those
+// it waits for itself.
+TEST(PullState, StoppedDeferringWritesNewAnswersAtOnceAndKeptOnesFirstChunksFirst) {
+  std::vector<float> out(3, -1.0f);
+  std::vector<PullTarget> targets = {{&out[0], 1, 0}, {&out[1], 1, 1}, {&out[2], 1, 2}};
+  auto state = std::make_shared<PullState>(std::move(targets),
+                                           std::vector<std::vector<uint64_t>>{{0, 1, 2}},
+                                           nullptr, /*deferred=*/true);
+  state->SplitPart(0, 2);
+  std::vector<uint64_t> ran;
+  auto kept = [&](uint64_t id, float v, bool last) {
+    const std::string bytes = Bytes({v});
+    return state->Defer(0, id, [&ran, id, bytes, last](PullState& p) {
+      ran.push_back(id);
+      p.OnAnswer(0, {AnsweredChunk{id, bytes, nullptr}}, last);
+    });
+  };
+  ASSERT_TRUE(kept(2, 3.0f, true));   // the second request, whole
+  ASSERT_TRUE(kept(1, 2.0f, false));  // the first request's first answer
+  EXPECT_EQ(out, std::vector<float>(3, -1.0f));
+  std::function<void()> run = state->StopDeferring();
+  EXPECT_FALSE(state->deferring());
+  EXPECT_FALSE(state->Defer(0, 0, [](PullState&) {}));
+  Answer(*state, {{0, Bytes({1.0f})}}, true);  // the first request's last answer
+  EXPECT_EQ(out, (std::vector<float>{1.0f, -1.0f, -1.0f}));
+  const uint32_t first[] = {0}, second[] = {1};
+  EXPECT_TRUE(state->WaitTensors(first, absl::ZeroDuration()).ok());
+  EXPECT_TRUE(ran.empty());
+  EXPECT_FALSE(state->completion().done());  // every last is in, not every chunk
+  EXPECT_TRUE(state->WaitTensors(second, absl::ZeroDuration()).ok());  // ran it
+  EXPECT_EQ(ran, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 2.0f, -1.0f}));
+  run();
+  EXPECT_EQ(ran, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 2.0f, 3.0f}));
+  EXPECT_TRUE(state->completion().Wait(absl::ZeroDuration()).ok());
+}
+
+// A part whose last answer came short fails only once the answers kept for
+// it ran: they might have held the rest.
+TEST(PullState, AShortPartFailsOnlyAfterItsKeptAnswersRan) {
+  std::vector<float> out(4, -1.0f);
+  std::vector<PullTarget> targets = {{out.data(), 2}, {out.data() + 2, 2}};
+  auto state = std::make_shared<PullState>(std::move(targets),
+                                           std::vector<std::vector<uint64_t>>{{0, 1}},
+                                           nullptr, /*deferred=*/true);
+  const std::string bytes = Bytes({1, 2});
+  ASSERT_TRUE(state->Defer(0, 0, [&bytes](PullState& p) {
+    p.OnAnswer(0, {AnsweredChunk{0, bytes, nullptr}}, false);
+  }));
+  std::function<void()> run = state->StopDeferring();
+  Answer(*state, {}, true);  // the request's end, without chunk 1
+  EXPECT_FALSE(state->completion().done());
+  run();
+  EXPECT_EQ(state->completion().Wait(absl::ZeroDuration()).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(state->chunks_done(), 1u);
 }
 
 // One chunk's publications as a shard makes them (DeltaPublisher): a

@@ -1,6 +1,7 @@
 // Completion and PullState. See pending.h.
 #include "worker/client/internal/pending.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -84,7 +85,6 @@ void PullState::Arrived(absl::Span<const uint64_t> chunk_ids) {
 
 absl::Status PullState::WaitTensors(absl::Span<const uint32_t> tensors, absl::Duration timeout,
                                     Env* env) {
-  absl::MutexLock lock(&progress_mu_);
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(progress_mu_) {
     if (!error_.ok()) return true;
     if (tensors.empty()) {
@@ -98,6 +98,15 @@ absl::Status PullState::WaitTensors(absl::Span<const uint32_t> tensors, absl::Du
     }
     return true;
   };
+  // Released answers not yet run: this thread would only wait for them.
+  for (;;) {
+    {
+      absl::MutexLock lock(&progress_mu_);
+      if (ready()) break;
+    }
+    if (!RunKept()) break;
+  }
+  absl::MutexLock lock(&progress_mu_);
   if (!env->AwaitWithTimeout(&progress_mu_, absl::Condition(&ready), timeout)) {
     return absl::DeadlineExceededError(
         absl::StrCat("pull: no answer within ", absl::FormatDuration(timeout)));
@@ -124,15 +133,16 @@ void PullState::SplitPart(uint32_t shard, int n) {
   parts_[shard]->open_requests = n;
 }
 
-void PullState::Finish(Part& part, uint32_t shard, bool last) {
-  if (!last || --part.open_requests > 0) return;
-  part.finished = true;
-  if (part.received.size() != part.expected.size()) {
+void PullState::Settle(Part& part, uint32_t shard) {
+  if (part.finished || part.abandoned || part.open_requests > 0) return;
+  if (part.received.size() == part.expected.size()) {
+    part.finished = true;
+    completion_->Done(absl::OkStatus());
+  } else if (part.kept == 0) {
+    part.finished = true;
     End(absl::InternalError(absl::StrCat(
         "shard ", shard, " answered ", part.received.size(), " of ", part.expected.size(),
         " chunks")));
-  } else {
-    completion_->Done(absl::OkStatus());
   }
 }
 
@@ -178,13 +188,19 @@ void PullState::OnAnswer(uint32_t shard, absl::Span<const AnsweredChunk> chunks,
     if (part.received.insert(c.chunk_id).second) arrived.push_back(c.chunk_id);
   }
   Arrived(arrived);
-  Finish(part, shard, last);
+  if (last) --part.open_requests;
+  Settle(part, shard);
 }
 
-bool PullState::Defer(std::function<void(PullState&)> apply) {
+bool PullState::Defer(uint32_t shard, uint64_t first_chunk,
+                      std::function<void(PullState&)> apply) {
   absl::MutexLock lock(&defer_mu_);
-  if (!deferring_) return false;
-  deferred_.push_back(std::move(apply));
+  if (!deferring_ || shard >= parts_.size()) return false;
+  {
+    absl::MutexLock part_lock(&parts_[shard]->mu);
+    ++parts_[shard]->kept;
+  }
+  deferred_.push_back(Kept{first_chunk, shard, std::move(apply)});
   return true;
 }
 
@@ -193,21 +209,36 @@ bool PullState::deferring() const {
   return deferring_;
 }
 
-void PullState::Release() {
-  // Answers arriving meanwhile are kept behind these and run in the next
-  // round, so one shard's answers apply in the order it sent them.
-  for (;;) {
-    std::vector<std::function<void(PullState&)>> run;
-    {
-      absl::MutexLock lock(&defer_mu_);
-      if (deferred_.empty()) {
-        deferring_ = false;
-        return;
-      }
-      run.swap(deferred_);
-    }
-    for (auto& apply : run) apply(*this);
+std::function<void()> PullState::StopDeferring() {
+  {
+    absl::MutexLock lock(&defer_mu_);
+    deferring_ = false;
+    // The next forward reads the first chunks first.
+    std::stable_sort(deferred_.begin(), deferred_.end(), [](const Kept& a, const Kept& b) {
+      return a.first_chunk < b.first_chunk;
+    });
+    for (Kept& k : deferred_) released_.push_back(std::move(k));
+    deferred_.clear();
   }
+  return [this]() {
+    while (RunKept()) {
+    }
+  };
+}
+
+bool PullState::RunKept() {
+  Kept k;
+  {
+    absl::MutexLock lock(&defer_mu_);
+    if (next_released_ == released_.size()) return false;
+    k = std::move(released_[next_released_++]);
+  }
+  k.apply(*this);
+  Part& part = *parts_[k.shard];
+  absl::MutexLock lock(&part.mu);
+  --part.kept;
+  Settle(part, k.shard);
+  return true;
 }
 
 void PullState::Fail(uint32_t shard, const absl::Status& status) {

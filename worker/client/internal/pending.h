@@ -66,15 +66,15 @@ struct AnsweredChunk {
 // One pull request, shared by the shard streams that answer parts of it.
 // Thread-safe: each shard's part has its own lock so two shards' readers copy
 // in parallel; Abandon() takes every part lock, so once it returns no reader
-// writes into the caller's buffers again. Lock order: a part's lock, then
-// progress_mu_.
+// writes into the caller's buffers again. Lock order: defer_mu_, a part's
+// lock, progress_mu_.
 class PullState {
  public:
   // `targets` is indexed by chunk id; `shard_chunks[s]` lists what shard s
   // is asked for (empty = the shard is not involved).
   // `published` (not owned; may be null when no shard uses a pull codec)
   // keeps the copies published answers apply to.
-  // A `deferred` pull keeps its answers until Release() ([deferred answers]).
+  // A `deferred` pull keeps its answers until StopDeferring ([deferred answers]).
   PullState(std::vector<PullTarget> targets, std::vector<std::vector<uint64_t>> shard_chunks,
             PublishedCopies* published = nullptr, bool deferred = false);
 
@@ -82,7 +82,8 @@ class PullState {
   // Waits until every asked-for chunk of each tensor in `tensors` (of every
   // tensor when empty) is in place, or the pull failed: OK, the pull's
   // error, or DeadlineExceeded when `timeout` passes first on `env`'s clock
-  // -- the pull goes on (see [step loop] in ../step_loop.h).
+  // -- the pull goes on (see [step loop] in ../step_loop.h). Runs released
+  // kept answers meanwhile ([deferred answers]).
   absl::Status WaitTensors(absl::Span<const uint32_t> tensors, absl::Duration timeout,
                            Env* env = Env::Default());
   // Chunks in place so far: a pull that moves is not stalled.
@@ -124,18 +125,27 @@ class PullState {
     if (keep != nullptr) kept_.push_back(std::move(keep));
   }
   // NOTE: [deferred answers] A deferred pull writes nothing into its targets
-  // (nor into the published copies) until Release(): each answer, checked
-  // and parsed on arrival, is kept as `apply` and run by Release in arrival
-  // order. So a sync pull asked while backward still runs cannot change a
-  // parameter under it ([early pull] in ../step_loop.h). Errors end the pull
-  // at once.
+  // (nor into the published copies) until it stops deferring: each answer,
+  // checked and parsed on arrival, is kept as `apply`. So a sync pull asked
+  // while backward still runs cannot change a parameter under it ([early
+  // pull] in ../step_loop.h). Once it stops, answers apply as they arrive,
+  // and the kept ones run in forward order (first chunk id), taken one at
+  // a time by the thread StopDeferring's function runs on and by any
+  // WaitTensors whose tensors are not in place yet. Each answer names its
+  // own chunks, so a part completes once every chunk and every request's
+  // last answer are in, in any order. Errors end the pull at once.
   //
-  // Keeps `apply` and returns true while the pull defers; false once it was
-  // released (the caller applies the answer itself).
-  bool Defer(std::function<void(PullState&)> apply);
+  // Keeps `apply` (an answer of `shard` whose lowest chunk id is
+  // `first_chunk`) and returns true while the pull defers; false once it
+  // stopped (the caller applies the answer itself).
+  bool Defer(uint32_t shard, uint64_t first_chunk, std::function<void(PullState&)> apply);
   bool deferring() const;
-  // Runs the kept answers, in arrival order, and stops deferring.
-  void Release();
+  // Stops deferring and returns what runs the answers kept so far (those
+  // no waiter took); run it once, on any thread, while the state lives (a
+  // part waits for them before it fails as short).
+  std::function<void()> StopDeferring();
+  // StopDeferring, run at once.
+  void Release() { StopDeferring()(); }
 
   // The shard answered with an error or its stream failed for good.
   void Fail(uint32_t shard, const absl::Status& status);
@@ -154,21 +164,31 @@ class PullState {
     mutable absl::Mutex mu;
     absl::flat_hash_set<uint64_t> received ABSL_GUARDED_BY(mu);
     int open_requests ABSL_GUARDED_BY(mu) = 1;  // until finished
+    int kept ABSL_GUARDED_BY(mu) = 0;           // deferred answers not yet run
     bool finished ABSL_GUARDED_BY(mu) = false;
     bool abandoned ABSL_GUARDED_BY(mu) = false;
   };
   // Checks that `chunk_id` was asked of `shard`; else fails the part.
   bool Expected(Part& part, uint32_t shard, uint64_t chunk_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);
-  // After a chunk (or the terminator) of `part`: completes it on the
-  // `last` of its last open request.
-  void Finish(Part& part, uint32_t shard, bool last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);
+  // Completes `part` once every request's last answer is in: OK with every
+  // chunk, Internal without them once no kept answer is left to run.
+  void Settle(Part& part, uint32_t shard) ABSL_EXCLUSIVE_LOCKS_REQUIRED(part.mu);
+  // Runs the next released kept answer; false when none is left.
+  bool RunKept();
+  struct Kept {
+    uint64_t first_chunk = 0;
+    uint32_t shard = 0;
+    std::function<void(PullState&)> apply;
+  };
 
   const std::vector<PullTarget> targets_;
   std::vector<std::shared_ptr<const void>> kept_;  // see Keep
   mutable absl::Mutex defer_mu_;
   bool deferring_ ABSL_GUARDED_BY(defer_mu_);
-  std::vector<std::function<void(PullState&)>> deferred_ ABSL_GUARDED_BY(defer_mu_);
+  std::vector<Kept> deferred_ ABSL_GUARDED_BY(defer_mu_);
+  std::vector<Kept> released_ ABSL_GUARDED_BY(defer_mu_);  // first chunks first
+  size_t next_released_ ABSL_GUARDED_BY(defer_mu_) = 0;     // the next one to run
   PublishedCopies* const published_;
   std::vector<std::unique_ptr<Part>> parts_;
   const std::shared_ptr<Completion> completion_;
