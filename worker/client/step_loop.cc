@@ -189,8 +189,8 @@ absl::Status StepLoop::EndClock(uint64_t clock,
   // [step loop]).
   const absl::Status acked = WaitHandles(std::move(pushes), deadline);
   if (owed.has_value()) {
-    // Released after the acks, not before: until then both cores serve
-    // this clock's pushes ([early pull]).
+    // Released after the acks, not before: until then the CPU is the
+    // shards' and the encoder's, serving this clock's pushes ([early pull]).
     std::function<void()> release = PsClient::StopDeferring(*owed);
     absl::MutexLock lock(&mu_);
     releases_.push_back(std::move(release));

@@ -161,7 +161,8 @@ class StepLoop {
   // `check`; DeadlineExceeded after stall_deadline without a chunk;
   // FailedPrecondition when no pull was asked for; the pull's own error.
   [[nodiscard]] absl::Status WaitTensors(absl::Span<const uint32_t> tensors);
-  // Whether `tensors` of the pull in flight are in place, without waiting.
+  // Whether `tensors` of the pull in flight are in place, without waiting
+  // (it may write released answers of theirs, as WaitTensors does).
   bool TensorsReady(absl::Span<const uint32_t> tensors);
   // The clock of the pull in flight, if any.
   std::optional<uint64_t> pull_clock() const;
