@@ -709,9 +709,7 @@ PullHandle PsClient::PullDeferred(uint64_t, std::vector<absl::Span<float>>) {
   return MakePullHandle(std::move(state));
 }
 
-void PsClient::Release(const PullHandle& handle) {
-  for (const auto& part : handle.parts_) part->Release();
-}
+void PsClient::Release(const PullHandle& handle) { StopDeferring(handle)(); }
 
 std::function<void()> PsClient::StopDeferring(const PullHandle& handle) {
   std::vector<std::function<void()>> runs;

@@ -212,13 +212,14 @@ bool PullState::deferring() const {
 std::function<void()> PullState::StopDeferring() {
   {
     absl::MutexLock lock(&defer_mu_);
-    deferring_ = false;
-    // The next forward reads the first chunks first.
-    std::stable_sort(deferred_.begin(), deferred_.end(), [](const Kept& a, const Kept& b) {
-      return a.first_chunk < b.first_chunk;
-    });
-    for (Kept& k : deferred_) released_.push_back(std::move(k));
-    deferred_.clear();
+    if (deferring_) {  // the first call: nothing is kept after it
+      deferring_ = false;
+      // The next forward reads the first chunks first.
+      std::stable_sort(deferred_.begin(), deferred_.end(), [](const Kept& a, const Kept& b) {
+        return a.first_chunk < b.first_chunk;
+      });
+      released_ = std::move(deferred_);
+    }
   }
   return [this]() {
     while (RunKept()) {

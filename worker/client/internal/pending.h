@@ -144,8 +144,6 @@ class PullState {
   // no waiter took); run it once, on any thread, while the state lives (a
   // part waits for them before it fails as short).
   std::function<void()> StopDeferring();
-  // StopDeferring, run at once.
-  void Release() { StopDeferring()(); }
 
   // The shard answered with an error or its stream failed for good.
   void Fail(uint32_t shard, const absl::Status& status);

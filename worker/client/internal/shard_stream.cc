@@ -781,9 +781,11 @@ void ShardStream::OnAnswer(const v1::PullAnswer& answer, PullState& pull,
   const uint32_t shard = shard_;
   const bool last = answer.last();
   auto apply = [parsed, shard, last](PullState& p) { p.OnAnswer(shard, parsed->chunks, last); };
-  uint64_t first = UINT64_MAX;  // an answer with no chunk runs after those with some
-  for (const AnsweredChunk& c : chunks) first = std::min(first, c.chunk_id);
-  if (parsed->message != nullptr && pull.Defer(shard, first, apply)) return;
+  if (parsed->message != nullptr) {  // kept alive for a deferring pull
+    uint64_t first = UINT64_MAX;     // an answer with no chunk runs after those with some
+    for (const AnsweredChunk& c : chunks) first = std::min(first, c.chunk_id);
+    if (pull.Defer(shard, first, apply)) return;
+  }
   pull.OnAnswer(shard, chunks, last);
 }
 
