@@ -551,7 +551,8 @@ class ParameterServer:
     def stats(self):
         """Bytes pushed and pulled (encoded and as fp32) and messages since
         init; the times the library's encode thread was woken for gradients
-        (encode_wakeups); the seconds table forwards waited for their rows
+        (encode_wakeups: what is still queued at the step's end is encoded
+        by ps.step() itself, without one); the seconds table forwards waited for their rows
         (row_pull_seconds) and how many row prefetches a forward used or
         were dropped unread (row_prefetch_used / _unused) and how many rode
         in the requests of the clock's dense pull (row_prefetch_fused); zeros

@@ -49,7 +49,7 @@ class PsClientImpl final : public PsClient {
   ~PsClientImpl() override {
     for (auto& s : streams_) s->Stop();
     // Chunks never sent: their handles end as the streams' did.
-    for (auto& dones : TakeBucket().dones) {
+    for (auto& dones : TakeBucket(0).dones) {
       for (const std::shared_ptr<Completion>& d : dones) {
         d->Done(absl::CancelledError("client stopped"));
       }
@@ -379,10 +379,10 @@ class PsClientImpl final : public PsClient {
     return first;
   }
 
-  void Flush() override { Send(TakeBucket()); }
+  void Flush(uint64_t min_bytes) override { Send(TakeBucket(min_bytes)); }
 
   absl::Status Leave(absl::Duration timeout) override {
-    Flush();
+    Flush(0);
     const absl::Time deadline = absl::Now() + timeout;
     absl::Status status;
     for (auto& s : streams_) status.Update(s->Drain(deadline));
@@ -498,8 +498,9 @@ class PsClientImpl final : public PsClient {
     Send(std::move(full));
   }
 
-  Bucket TakeBucket() {
+  Bucket TakeBucket(uint64_t min_bytes) {
     absl::MutexLock lock(&bucket_mu_);
+    if (open_.bytes < min_bytes) return Bucket();
     return TakeBucketLocked();
   }
   Bucket TakeBucketLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bucket_mu_) {

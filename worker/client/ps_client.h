@@ -48,8 +48,9 @@
 // codec); once the bucket's encoded bytes reach the bound -- a smaller one
 // for the clock's first bucket, so the first push leaves early -- it goes
 // out as one Push per shard it holds chunks of. Flush() sends what is left
-// (the step loop does at the end of each clock); a push in the open bucket
-// is not acknowledged before. The map's chunk-to-shard balance is unchanged:
+// (the step loop does at the end of each clock, and when its encode thread
+// runs dry with a big bucket open: [encode thread] in step_loop.h); a push
+// in the open bucket is not acknowledged before. The map's chunk-to-shard balance is unchanged:
 // buckets only group what each shard gets. The sizes, and why:
 // docs/design/fused-messages.md.
 //
@@ -370,8 +371,9 @@ class PsClient {
   [[nodiscard]] virtual absl::Status InitParams(absl::Span<const absl::Span<const float>> values,
                                                 absl::Duration timeout) = 0;
 
-  // Sends the open bucket (see [fused messages]); a no-op without one.
-  virtual void Flush() = 0;
+  // Sends the open bucket (see [fused messages]) when it holds at least
+  // `min_bytes` of encoded chunks; a no-op without one.
+  virtual void Flush(uint64_t min_bytes) = 0;
 
   // Tells every shard this worker's clock is now `clock`. Queued behind the
   // pushes already made; Cancelled after Leave (the client is stopped), the

@@ -1166,7 +1166,8 @@ TEST_F(PsClientTest, StepLoopPushReturnsBeforeTheGradientIsEncoded) {
 
 // The encode thread is woken per batch of gradients, not per gradient (see
 // [encode thread]): forty small gradients wait for the clock's end and are
-// encoded in one wake-up; one of kEncodeBatchElems wakes it at once.
+// encoded there by EndClock's caller, with no wake-up; one of
+// kEncodeBatchElems wakes it at once.
 TEST_F(PsClientTest, StepLoopWakesTheEncoderPerBatchNotPerGradient) {
   StartShards(1);
   std::vector<TensorSpec> specs;
@@ -1192,17 +1193,68 @@ TEST_F(PsClientTest, StepLoopWakesTheEncoderPerBatchNotPerGradient) {
   EXPECT_EQ(loop.encode_wakeups(), 0u);
   EXPECT_EQ((*client)->stats().push_calls, 0u);
   ASSERT_TRUE(loop.EndClock(0, MutableSpans(params)).ok());  // big: pushed as zeros
-  EXPECT_EQ(loop.encode_wakeups(), 1u);
+  EXPECT_EQ(loop.encode_wakeups(), 0u);
+  EXPECT_EQ((*client)->stats().push_calls, 41u);
   ASSERT_TRUE(loop.WaitTensors({}).ok());
   for (uint32_t t = 0; t < big; ++t) EXPECT_FLOAT_EQ(params[t][7], init[t][7] - 1.0f) << t;
   EXPECT_FLOAT_EQ(params[big][7], init[big][7]);
 
   // Clock 1: the batch-sized gradient is encoded before the clock ends.
   ASSERT_TRUE(loop.Push(big, grads[big], 1).ok());
-  ASSERT_TRUE(PollUntil([&] { return loop.encode_wakeups() == 2; }));
+  ASSERT_TRUE(PollUntil([&] { return loop.encode_wakeups() == 1; }));
   ASSERT_TRUE(loop.EndClock(1, MutableSpans(params)).ok());
   ASSERT_TRUE(loop.WaitTensors({}).ok());
   EXPECT_FLOAT_EQ(params[big][7], init[big][7] - 1.0f);
+}
+
+// A bucket the encode thread leaves behind when its queue runs dry goes out
+// then if it holds idle_flush_bytes (see [encode thread]), not at the clock's
+// end: a 400 KB gradient leaves before the next gradient is pushed; under a
+// higher bound it waits for the clock's end and shares the last bucket.
+TEST_F(PsClientTest, StepLoopSendsABigBucketWhenTheEncoderRunsDry) {
+  StartShards(1);
+  const std::vector<TensorSpec> specs = {{"big", 100000}, {"small", 1000}};
+  CodecPolicy fp32;
+  fp32.default_codec = "none";
+  auto map = SplitModel(specs, Addresses(), kMaxChunkElems, fp32);
+  ASSERT_TRUE(map.ok());
+  ASSERT_TRUE(testing::CreateJob(*map, Sgd(1.0f), kWait).ok());
+  ClientOptions o = Options();
+  o.first_bucket_bytes = o.bucket_bytes = kStepLoopBucketBytes;
+  auto client = PsClient::Connect(*map, o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto init = InitValues(*map);
+  ASSERT_TRUE((*client)->InitParams(Spans(init), kWait).ok());
+  std::vector<std::vector<float>> grads = {std::vector<float>(100000, 1.0f),
+                                           std::vector<float>(1000, 1.0f)};
+  std::vector<std::vector<float>> params = {std::vector<float>(100000),
+                                            std::vector<float>(1000)};
+  uint64_t clock = 0;
+  for (const uint64_t idle_flush : {kStepLoopBucketBytes / 4, kStepLoopBucketBytes / 2}) {
+    SCOPED_TRACE(idle_flush);
+    StepLoopOptions lo;
+    lo.encode_batch_elems = 100000;  // the big gradient wakes the encode thread
+    lo.idle_flush_bytes = idle_flush;
+    StepLoop loop(client->get(), lo, {});
+    const ClientStats before = (*client)->stats();
+    ASSERT_TRUE(loop.Push(0, grads[0], clock).ok());
+    const bool flushed = idle_flush <= 400000;  // the big gradient's fp32 bytes
+    if (flushed) {
+      ASSERT_TRUE(PollUntil([&] { return (*client)->stats().push_messages > before.push_messages; }));
+    } else {
+      ASSERT_TRUE(PollUntil([&] { return (*client)->stats().push_calls > before.push_calls; }));
+      absl::SleepFor(absl::Milliseconds(50));  // a flush would have gone out by now
+    }
+    const uint64_t early = (*client)->stats().push_messages - before.push_messages;
+    EXPECT_EQ(early, flushed ? 1u : 0u);
+    ASSERT_TRUE(loop.Push(1, grads[1], clock).ok());
+    ASSERT_TRUE(loop.EndClock(clock, MutableSpans(params)).ok());
+    ASSERT_TRUE(loop.WaitTensors({}).ok());
+    EXPECT_EQ((*client)->stats().push_messages - before.push_messages, early + 1);
+    ++clock;
+    EXPECT_FLOAT_EQ(params[0][7], init[0][7] - static_cast<float>(clock));
+    EXPECT_FLOAT_EQ(params[1][7], init[1][7] - static_cast<float>(clock));
+  }
 }
 
 // A table lives on the shards (docs/design/sparse-tables.md): two workers

@@ -65,7 +65,7 @@ void StepLoop::EncodeLoop() {
         return !queue_.empty() && (queued_elems_ >= options_.encode_batch_elems || flushers_ > 0);
       };
       auto work = [this, &encode]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !releases_.empty() || encode();
+        return stopping_ || (!encoding_ && (!releases_.empty() || encode()));
       };
       // Idle between steps: no deadline, the destructor ends the wait.
       mu_.Await(absl::Condition(&work));
@@ -73,34 +73,58 @@ void StepLoop::EncodeLoop() {
       releases.swap(releases_);
       drain = encode();
       if (drain) ++wakeups_;
+      encoding_ = true;  // the queue waits for the releases
     }
     // An early pull's kept answers ([early pull]): they precede the next
     // clock's gradients, whose AskEarly needs the pull landed whole.
     for (const auto& release : releases) release();
-    if (!drain) continue;
-    // Drains the queue, with what is pushed meanwhile.
-    for (;;) {
-      Queued q;
-      {
-        absl::MutexLock lock(&mu_);
-        if (queue_.empty()) break;
-        q = queue_.front();
-        queue_.pop_front();
-        queued_elems_ -= q.grad.size();
-      }
-      if (early_pull_) AskEarly(q.clock);
-      const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
-      PushHandle h = client_->Push(q.tensor, q.grad, q.clock);
-      const double took = absl::ToDoubleSeconds(absl::Now() - start);
+    if (!drain) {
       absl::MutexLock lock(&mu_);
-      open_.push_back(std::move(h));
-      ++encoded_;
-      encode_seconds_ += took;
+      encoding_ = false;
+      continue;
     }
+    EncodeQueued();
+    // Nothing queued: what waits in the open bucket would wait for the next
+    // batch of backward, which fuses nothing into a bucket this size.
+    client_->Flush(options_.idle_flush_bytes);
+  }
+}
+
+void StepLoop::EncodeQueued() {
+  for (;;) {
+    Queued q;
+    {
+      absl::MutexLock lock(&mu_);
+      if (queue_.empty()) {
+        encoding_ = false;
+        return;
+      }
+      q = queue_.front();
+      queue_.pop_front();
+      queued_elems_ -= q.grad.size();
+    }
+    if (early_pull_) AskEarly(q.clock);
+    const absl::Time start = absl::Now();  // measures work: the real clock ([env time])
+    PushHandle h = client_->Push(q.tensor, q.grad, q.clock);
+    const double took = absl::ToDoubleSeconds(absl::Now() - start);
+    absl::MutexLock lock(&mu_);
+    open_.push_back(std::move(h));
+    ++encoded_;
+    encode_seconds_ += took;
   }
 }
 
 absl::Status StepLoop::WaitEncoded(absl::Time deadline) {
+  bool here = false;
+  {
+    absl::MutexLock lock(&mu_);
+    // The encode thread is idle: what is queued is encoded on this thread,
+    // which would only wait, instead of being handed over at the cost of a
+    // wake-up on a core that may be busy (see [encode thread]).
+    here = !encoding_ && !queue_.empty();
+    if (here) encoding_ = true;
+  }
+  if (here) EncodeQueued();
   absl::MutexLock lock(&mu_);
   ++flushers_;  // wakes the encode thread for what is queued
   auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return encoded_ == queued_; };
@@ -176,7 +200,7 @@ absl::Status StepLoop::EndClock(uint64_t clock,
     if (zeros_.size() < n) zeros_.resize(n, 0.0f);
     zeros.push_back(client_->Push(t, absl::MakeConstSpan(zeros_.data(), n), clock));
   }
-  client_->Flush();
+  client_->Flush(0);
   std::vector<PushHandle> pushes;
   {
     absl::MutexLock lock(&mu_);
@@ -258,7 +282,7 @@ void StepLoop::AskEarly(uint64_t clock) {
     stale = std::exchange(early_, std::nullopt);
     return;
   }
-  absl::MutexLock lock(&mu_);  // early_ is set on the encode thread only
+  absl::MutexLock lock(&mu_);  // early_ is set in EncodeQueued only (one thread: encoding_)
   stale = std::exchange(early_, std::nullopt);
   // Over a pull of this clock that landed whole: its requests name the
   // published copies that pull left.
@@ -359,7 +383,7 @@ absl::Status StepLoop::WaitTensors(absl::Span<const uint32_t> tensors) {
 absl::Status StepLoop::WaitPushes(absl::Duration timeout) {
   const absl::Time deadline = options_.env->Now() + timeout;
   GS_RETURN_IF_ERROR(WaitEncoded(deadline));
-  client_->Flush();
+  client_->Flush(0);
   std::vector<PushHandle> all;
   {
     absl::MutexLock lock(&mu_);

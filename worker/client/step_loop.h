@@ -33,8 +33,11 @@
 // pool, when configured, spreads a large tensor's chunks further. The caller
 // keeps each gradient alive and unchanged until the clock's EndClock (or
 // WaitPushes) returns. The thread is woken once `encode_batch_elems` are
-// queued or the clock ends, not per tensor: each wake-up is a context switch
-// on the caller's core. (docs/design/encode-thread.md)
+// queued, not per tensor: each wake-up is a context switch on the caller's
+// core. What is queued when the clock ends is encoded by EndClock's caller
+// itself when the thread is idle. Once the thread has drained its queue, the
+// open bucket goes out if it holds `idle_flush_bytes`: a large tensor's
+// chunks do not wait for the rest of backward. (docs/design/encode-thread.md)
 //
 // NOTE: [helper threads] The encode thread, each shard stream's sender and
 // receiver (internal/shard_stream.cc) and the C ABI's reporter run as
@@ -77,10 +80,14 @@ struct StepLoopOptions {
   // DATA_LOSS answers cured by re-sending parameters, per pull: more means
   // a shard keeps losing them.
   int max_reinits = 3;
-  // The encode thread is woken when this many elements are queued (or the
-  // clock ends, or a waiter needs them); once awake it drains the queue.
+  // The encode thread is woken when this many elements are queued (or when
+  // the clock ends while it is busy); once awake it drains the queue.
   // 0: woken per gradient. See [encode thread].
   size_t encode_batch_elems = kEncodeBatchElems;
+  // When the encode thread has drained its queue, the open push bucket goes
+  // out if it holds at least this many encoded bytes: backward's next
+  // gradients are a batch away. See [encode thread].
+  uint64_t idle_flush_bytes = kStepLoopBucketBytes / 4;
   // Sync mode only: ask the next clock's pull at the clock's first push
   // (see [early pull]). Under SSP or async a pull may be answered before
   // this worker's pushes arrive, so it must follow them.
@@ -222,7 +229,11 @@ class StepLoop {
   // Asks clock + 1's pull, deferred, when [early pull] allows.
   void AskEarly(uint64_t clock);
   void EncodeLoop();
-  // Waits until the encode thread took every gradient pushed so far.
+  // Encodes and pushes the queue until it is empty; the caller set encoding_,
+  // which this clears.
+  void EncodeQueued();
+  // Encodes the queue here when the encode thread is idle, then waits until
+  // every gradient pushed so far is encoded.
   absl::Status WaitEncoded(absl::Time deadline);
 
   PsClient* const client_;
@@ -245,6 +256,9 @@ class StepLoop {
   uint64_t encoded_ ABSL_GUARDED_BY(mu_) = 0;          // ... and encoded
   size_t queued_elems_ ABSL_GUARDED_BY(mu_) = 0;       // in queue_
   int flushers_ ABSL_GUARDED_BY(mu_) = 0;              // WaitEncoded calls waiting
+  // The queue is a thread's: the encode thread's from its wake-up (releases
+  // first) until it is empty, or WaitEncoded's caller's.
+  bool encoding_ ABSL_GUARDED_BY(mu_) = false;
   // Kept answers of released early pulls, for the encode thread to write.
   std::vector<std::function<void()>> releases_ ABSL_GUARDED_BY(mu_);
   uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;

@@ -63,7 +63,7 @@ class RecordingClient final : public PsClient {
     for (absl::Span<const float> v : values) init_values_.emplace_back(v.begin(), v.end());
     return absl::OkStatus();
   }
-  void Flush() override {}
+  void Flush(uint64_t) override {}
   absl::Status AdvanceClock(uint64_t clock) override {
     Record(absl::StrCat("clock ", clock));
     return absl::OkStatus();

@@ -74,7 +74,7 @@ class CapturingClient final : public client::PsClient {
   absl::Status InitParams(absl::Span<const absl::Span<const float>>, absl::Duration) override {
     return absl::OkStatus();
   }
-  void Flush() override {}
+  void Flush(uint64_t) override {}
   absl::Status AdvanceClock(uint64_t) override { return absl::OkStatus(); }
   absl::Status Leave(absl::Duration) override { return absl::OkStatus(); }
   client::ClientStats stats() const override { return {}; }
