@@ -552,11 +552,11 @@ class ParameterServer:
         """Bytes pushed and pulled (encoded and as fp32) and messages since
         init; the times the library's encode thread was woken for gradients
         (encode_wakeups: what is still queued at the step's end is encoded
-        by ps.step() itself, without one); the seconds table forwards waited for their rows
-        (row_pull_seconds) and how many row prefetches a forward used or
-        were dropped unread (row_prefetch_used / _unused) and how many rode
-        in the requests of the clock's dense pull (row_prefetch_fused); zeros
-        in local mode."""
+        by ps.step() itself, without one); the seconds table forwards
+        waited for their rows (row_pull_seconds) and how many row
+        prefetches a forward used or were dropped unread (row_prefetch_used
+        / _unused) and how many rode in the requests of the clock's dense
+        pull (row_prefetch_fused); zeros in local mode."""
         s = self._session
         out = _lib.Stats()
         if s.distributed:

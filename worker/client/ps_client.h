@@ -50,8 +50,8 @@
 // out as one Push per shard it holds chunks of. Flush() sends what is left
 // (the step loop does at the end of each clock, and when its encode thread
 // runs dry with a big bucket open: [encode thread] in step_loop.h); a push
-// in the open bucket is not acknowledged before. The map's chunk-to-shard balance is unchanged:
-// buckets only group what each shard gets. The sizes, and why:
+// in the open bucket is not acknowledged before. The map's chunk-to-shard
+// balance is unchanged: buckets only group what each shard gets. The sizes, and why:
 // docs/design/fused-messages.md.
 //
 // NOTE: [client streams] One bidirectional Session stream per shard, each with

@@ -1240,7 +1240,8 @@ TEST_F(PsClientTest, StepLoopSendsABigBucketWhenTheEncoderRunsDry) {
     ASSERT_TRUE(loop.Push(0, grads[0], clock).ok());
     const bool flushed = idle_flush <= 400000;  // the big gradient's fp32 bytes
     if (flushed) {
-      ASSERT_TRUE(PollUntil([&] { return (*client)->stats().push_messages > before.push_messages; }));
+      ASSERT_TRUE(
+          PollUntil([&] { return (*client)->stats().push_messages > before.push_messages; }));
     } else {
       ASSERT_TRUE(PollUntil([&] { return (*client)->stats().push_calls > before.push_calls; }));
       absl::SleepFor(absl::Milliseconds(50));  // a flush would have gone out by now
