@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -825,13 +826,25 @@ std::vector<std::pair<std::vector<float>, std::vector<float>>> KernelInputs(uint
   return in;
 }
 
-TEST(Kernels, Avx2MatchesPortableBitForBit) {
-  const CodecKernels* avx = internal::Avx2Kernels();
-  if (avx == nullptr || !__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 on this CPU";
+// The vector tables this CPU runs: AVX2, and AVX-512 where it has that too.
+std::vector<std::pair<std::string, const CodecKernels*>> VectorTables() {
+  std::vector<std::pair<std::string, const CodecKernels*>> tables;
+  if (internal::Avx2Kernels() != nullptr && __builtin_cpu_supports("avx2")) {
+    tables.emplace_back("avx2", internal::Avx2Kernels());
+  }
+  if (internal::HasAvx512()) tables.emplace_back("avx512", internal::Avx512Kernels());
+  return tables;
+}
+
+TEST(Kernels, VectorTablesMatchPortableBitForBit) {
+  const auto tables = VectorTables();
+  if (tables.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
   const CodecKernels& ref = internal::PortableKernels();
   const PhiloxKey key = ChunkPhiloxKey(99, 3, 4);
-  for (uint32_t n : {1u, 7u, 8u, 31u, 32u, 33u, 127u, 128u, 129u, 1000u, 4099u, 65536u + 5})
+  for (const auto& [name, avx] : tables)
+  for (uint32_t n : {1u, 7u, 8u, 31u, 32u, 33u, 127u, 128u, 129u, 512u, 1000u, 4099u, 65536u + 5})
   for (const auto& [g, r0] : KernelInputs(n)) {
+    SCOPED_TRACE(name);
     // statistics
     float m1, m2;
     double s1, s2, q1, q2;
@@ -1007,24 +1020,33 @@ TEST(Kernels, Avx2MatchesPortableBitForBit) {
     ref.decode_1bit(codes.data(), n, 0.3f, -0.2f, out_a.data());
     avx->decode_1bit(codes.data(), n, 0.3f, -0.2f, out_b.data());
     EXPECT_EQ(out_a, out_b);
-    // an invalid code anywhere is found by both
+    // an invalid code anywhere is found by both, and decodes as 0 in both
     codes[codes.size() / 2] |= 0x03;
     EXPECT_FALSE(ref.valid_2bit(codes.data(), n));
     EXPECT_FALSE(avx->valid_2bit(codes.data(), n));
+    ref.decode_2bit(codes.data(), n, 0.37f, out_a.data());
+    avx->decode_2bit(codes.data(), n, 0.37f, out_b.data());
+    EXPECT_EQ(out_a, out_b);
+    ref.decode_add_2bit(codes.data(), n, 0.7f, acc_a.data());
+    avx->decode_add_2bit(codes.data(), n, 0.7f, acc_b.data());
+    EXPECT_EQ(acc_a, acc_b);
   }
 }
 
 // Chunks above the draw scratch's limit (2^21 elements, see [ternary
-// passes]) take the other path through the AVX2 kernel: still the portable
+// passes]) take the other path through the AVX2 kernel (which the AVX-512
+// table hands them to): still the portable
 // bytes and residual.
-TEST(Kernels, Avx2TernaryChunkMatchesPortableForALargeChunk) {
-  const CodecKernels* avx = internal::Avx2Kernels();
-  if (avx == nullptr || !__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 on this CPU";
+TEST(Kernels, VectorTernaryChunkMatchesPortableForALargeChunk) {
+  const auto tables = VectorTables();
+  if (tables.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
   const CodecKernels& ref = internal::PortableKernels();
   const uint32_t n = (1u << 21) + 133;
   const auto g = RandomGrad(n, 21);
   const auto r0 = RandomGrad(n, 22);
+  for (const auto& [name, avx] : tables)
   for (bool with_r : {false, true}) {
+    SCOPED_TRACE(name);
     auto ra = r0, rb = r0;
     std::vector<uint8_t> oa((n + 3) / 4, 0xEE), ob((n + 3) / 4, 0xEE);
     float sa = -1.0f, sb = -2.0f;
@@ -1042,9 +1064,7 @@ TEST(Kernels, Avx2TernaryChunkMatchesPortableForALargeChunk) {
 // or Inf anywhere, with or without residual, must still be reported.
 TEST(Kernels, TernaryChunkRejectsNonFiniteAnywhere) {
   std::vector<const CodecKernels*> tables = {&internal::PortableKernels()};
-  if (internal::Avx2Kernels() != nullptr && __builtin_cpu_supports("avx2")) {
-    tables.push_back(internal::Avx2Kernels());
-  }
+  for (const auto& [name, k] : VectorTables()) tables.push_back(k);
   const uint32_t n = 1000;
   for (const CodecKernels* k : tables)
   for (float bad : {NAN, INFINITY, -INFINITY})

@@ -20,21 +20,21 @@ bool HasF16c() {
 
 }  // namespace
 
-bool WideDraws() {
-  static const bool wide = [] {
-    const char* force = std::getenv("GS_CODEC_ISA");
-    if (force != nullptr && std::strcmp(force, "avx2") == 0) return false;
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return wide;
+bool HasAvx512() {
+  static const bool has =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("bmi2") && Avx512Kernels() != nullptr;
+  return has;
 }
 
 const CodecKernels& ActiveKernels() {
   static const CodecKernels* const active = [] {
     const char* force = std::getenv("GS_CODEC_ISA");
     if (force != nullptr && std::strcmp(force, "portable") == 0) return &PortableKernels();
-    if (__builtin_cpu_supports("avx2") && HasF16c()) return Avx2Kernels();
-    return &PortableKernels();
+    if (!(__builtin_cpu_supports("avx2") && HasF16c())) return &PortableKernels();
+    if (force != nullptr && std::strcmp(force, "avx2") == 0) return Avx2Kernels();
+    return HasAvx512() ? Avx512Kernels() : Avx2Kernels();
   }();
   return *active;
 }

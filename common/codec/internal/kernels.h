@@ -1,7 +1,7 @@
 // CPU codec kernels behind a function table, one table per instruction set.
 //
-// The portable and AVX2 tables produce bit-identical outputs: both follow the
-// same arithmetic (no fused multiply-add; -ffp-contract=off) and the same
+// The portable, AVX2 and AVX-512 tables produce bit-identical outputs: all
+// follow the same arithmetic (no fused multiply-add; -ffp-contract=off) and the same
 // reduction order. NOTE: [lane reduction] Sums over a chunk are accumulated
 // in fp64 in kSumLanes = 16 lanes, element i into lane i % 16, and the lanes
 // are added in order 0..15 at the end: the order a vector loop over 16
@@ -261,12 +261,14 @@ void EncodeTernaryRange(const float* grad, const float* residual_in, float* resi
                         uint32_t worker, uint32_t clock, uint8_t* out);
 // nullptr when this binary was built without AVX2 support.
 const CodecKernels* Avx2Kernels();
-// Whether the AVX2 table makes its ternary draws with AVX-512F ([wide draws]
-// in kernels_avx2.cc): the CPU has it and GS_CODEC_ISA is not avx2. Chosen once.
-bool WideDraws();
-// The fastest table this CPU supports (AVX2 when present), chosen once. The
-// environment variable GS_CODEC_ISA=portable forces the portable table, and
-// GS_CODEC_ISA=avx2 the AVX2 table without its AVX-512 draws ([wide draws]).
+// The AVX2 table with AVX-512 (F, BW, DQ, VL) ternary chunk and 2-bit
+// decoders (kernels_avx512.cc); nullptr where Avx2Kernels() is.
+const CodecKernels* Avx512Kernels();
+// Whether this CPU runs Avx512Kernels().
+bool HasAvx512();
+// The fastest table this CPU supports (AVX-512, else AVX2, else portable),
+// chosen once. The environment variable GS_CODEC_ISA=portable or avx2 caps
+// it at that table.
 const CodecKernels& ActiveKernels();
 
 // Parameters derived from statistics; shared by every table and by the CUDA

@@ -1,6 +1,6 @@
 // AVX2 codec kernels. Compiled with -mavx2 -mf16c (this file only) and
-// selected at run time by dispatch.cc; one function, the ternary draws, has
-// an AVX-512F form chosen at run time as well ([wide draws]). Each function
+// selected at run time by dispatch.cc (kernels_avx512.cc replaces a few of
+// them where the CPU has AVX-512). Each function
 // mirrors its portable twin's arithmetic exactly -- same fp32 operations,
 // same [lane reduction] order, selects instead of arithmetic on masks -- so
 // outputs are bit-identical.
@@ -10,7 +10,6 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <vector>
 
 #include "common/codec/internal/kernels.h"
@@ -354,97 +353,6 @@ inline void Draws128(uint32_t i, uint32_t worker, uint32_t clock, const RoundKey
   _mm256_storeu_si256(d + 3, _mm256_permute2x128_si256(u2, u3, 0x31));
 }
 
-// NOTE: [wide draws] Where the CPU has AVX-512F, a chunk's draws come from
-// sixteen Philox blocks at once (DrawsWide), twice Draws128's lanes: the
-// same counters, rounds and byte order, so the same bytes. Only the draws
-// use 512-bit registers; this file is otherwise AVX2. Measured:
-// docs/design/ternary-encode.md, "Wide draws". dispatch.cc decides
-// (WideDraws), as it picks the table.
-
-// The all-lanes maskz forms of the intrinsics whose plain forms pass an
-// undefined vector through, which GCC 12 flags as maybe uninitialized.
-__attribute__((target("avx512f"))) inline __m512i MulEpu32(__m512i a, __m512i b) {
-  return _mm512_maskz_mul_epu32(0xFF, a, b);
-}
-__attribute__((target("avx512f"))) inline __m512i Srli32(__m512i a) {
-  return _mm512_maskz_srli_epi64(0xFF, a, 32);
-}
-__attribute__((target("avx512f"))) inline __m512i Slli32(__m512i a) {
-  return _mm512_maskz_slli_epi64(0xFF, a, 32);
-}
-__attribute__((target("avx512f"))) inline __m512i UnpackLo32(__m512i a, __m512i b) {
-  return _mm512_maskz_unpacklo_epi32(0xFFFF, a, b);
-}
-__attribute__((target("avx512f"))) inline __m512i UnpackHi32(__m512i a, __m512i b) {
-  return _mm512_maskz_unpackhi_epi32(0xFFFF, a, b);
-}
-__attribute__((target("avx512f"))) inline __m512i UnpackLo64(__m512i a, __m512i b) {
-  return _mm512_maskz_unpacklo_epi64(0xFF, a, b);
-}
-__attribute__((target("avx512f"))) inline __m512i UnpackHi64(__m512i a, __m512i b) {
-  return _mm512_maskz_unpackhi_epi64(0xFF, a, b);
-}
-template <int kImm>
-__attribute__((target("avx512f"))) inline __m512i Shuffle128(__m512i a, __m512i b) {
-  return _mm512_maskz_shuffle_i64x2(0xFF, a, b, kImm);
-}
-
-// The draws of elements [0, n) (n % 128 == 0) into dst, as Draws128 makes
-// them 128 at a time.
-__attribute__((target("avx512f"))) void DrawsWide(uint32_t n, uint32_t worker, uint32_t clock,
-                                                  PhiloxKey key, uint8_t* dst) {
-  __m512i k0[kPhiloxRounds], k1[kPhiloxRounds];
-  for (int r = 0; r < kPhiloxRounds; ++r) {
-    k0[r] = _mm512_set1_epi32(static_cast<int>(RoundKey(key, r).k0));
-    k1[r] = _mm512_set1_epi32(static_cast<int>(RoundKey(key, r).k1));
-  }
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kPhiloxM0));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(kPhiloxM1));
-  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  constexpr __mmask16 kOdd = 0xAAAA;
-  constexpr uint32_t kWide = 16 * kDrawsPerBlock;  // 256 draws a call
-  uint32_t i = 0;
-  for (; i + kWide <= n; i += kWide) {
-    __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(i / kDrawsPerBlock)), lanes);
-    __m512i c1 = _mm512_set1_epi32(static_cast<int>(worker));
-    __m512i c2 = _mm512_set1_epi32(static_cast<int>(clock));
-    __m512i c3 = _mm512_setzero_si512();
-    for (int r = 0; r < kPhiloxRounds; ++r) {  // as Philox8, sixteen lanes
-      const __m512i pe0 = MulEpu32(c0, m0);
-      const __m512i po0 = MulEpu32(Srli32(c0), m0);
-      const __m512i pe1 = MulEpu32(c2, m1);
-      const __m512i po1 = MulEpu32(Srli32(c2), m1);
-      const __m512i lo0 = _mm512_mask_blend_epi32(kOdd, pe0, Slli32(po0));
-      const __m512i hi0 = _mm512_mask_blend_epi32(kOdd, Srli32(pe0), po0);
-      const __m512i lo1 = _mm512_mask_blend_epi32(kOdd, pe1, Slli32(po1));
-      const __m512i hi1 = _mm512_mask_blend_epi32(kOdd, Srli32(pe1), po1);
-      c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), k0[r]);
-      c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), k1[r]);
-      c1 = lo1;
-      c3 = lo0;
-    }
-    // u_j's 128-bit lane L is block 4L + j, words c0..c3; out_k holds blocks
-    // 4k..4k+3.
-    const __m512i t0 = UnpackLo32(c0, c1), t1 = UnpackHi32(c0, c1);
-    const __m512i t2 = UnpackLo32(c2, c3), t3 = UnpackHi32(c2, c3);
-    const __m512i u0 = UnpackLo64(t0, t2), u1 = UnpackHi64(t0, t2);
-    const __m512i u2 = UnpackLo64(t1, t3), u3 = UnpackHi64(t1, t3);
-    const __m512i x0 = Shuffle128<_MM_SHUFFLE(2, 0, 2, 0)>(u0, u1);  // 0 8 1 9
-    const __m512i y0 = Shuffle128<_MM_SHUFFLE(2, 0, 2, 0)>(u2, u3);  // 2 10 3 11
-    const __m512i x1 = Shuffle128<_MM_SHUFFLE(3, 1, 3, 1)>(u0, u1);  // 4 12 5 13
-    const __m512i y1 = Shuffle128<_MM_SHUFFLE(3, 1, 3, 1)>(u2, u3);  // 6 14 7 15
-    auto* d = reinterpret_cast<__m512i*>(dst + i);
-    _mm512_storeu_si512(d + 0, Shuffle128<_MM_SHUFFLE(2, 0, 2, 0)>(x0, y0));
-    _mm512_storeu_si512(d + 1, Shuffle128<_MM_SHUFFLE(2, 0, 2, 0)>(x1, y1));
-    _mm512_storeu_si512(d + 2, Shuffle128<_MM_SHUFFLE(3, 1, 3, 1)>(x0, y0));
-    _mm512_storeu_si512(d + 3, Shuffle128<_MM_SHUFFLE(3, 1, 3, 1)>(x1, y1));
-  }
-  if (i < n) {  // the last 128
-    const RoundKeys keys(key);
-    Draws128(i, worker, clock, keys, dst + i);
-  }
-}
-
 // Where the encode pass finds x: kFromGrad (x = grad, no residual),
 // kFromBoth (x = grad + residual) or kFromResidual (x already in residual).
 enum XSource { kFromGrad, kFromBoth, kFromResidual };
@@ -583,18 +491,10 @@ bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float c
                          float* scale) {
   const uint32_t n_vec = n / kStep * kStep;
   uint8_t* draws = n_vec <= kMaxScratchElems ? DrawScratch(n_vec) : nullptr;
-  // See [wide draws]: all of them first, else 128 at a time with the moments
-  // (or in the encode pass, without a scratch), from the AVX2 round keys.
-  const bool wide = draws != nullptr && WideDraws();
-  std::optional<RoundKeys> keys;
-  if (wide) {
-    DrawsWide(n_vec, worker, clock, key, draws);
-  } else {
-    keys.emplace(key);
-  }
+  const RoundKeys keys(key);
   MomentAcc acc;
   for (uint32_t i = 0; i < n_vec; i += kStep) {
-    if (draws && !wide) Draws128(i, worker, clock, *keys, draws + i);
+    if (draws) Draws128(i, worker, clock, keys, draws + i);
 #pragma GCC unroll 8
     for (uint32_t k = 0; k < kStep; k += 16) {
       PrefetchAhead(grad, residual, i + k);  // see [prefetch]
@@ -625,8 +525,8 @@ bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float c
   // The vector pass writes every byte of its range.
   std::memset(out + n_vec / 4, 0, (static_cast<size_t>(n) + 3) / 4 - n_vec / 4);
   EncodeBlocks<kResidual ? kFromResidual : kFromGrad>(grad, residual, draws, n_vec,
-                                                      TernaryConsts(p, inv_s256),
-                                                      keys ? &*keys : nullptr, worker, clock, out);
+                                                      TernaryConsts(p, inv_s256), &keys, worker,
+                                                      clock, out);
   EncodeTernaryRange(x, nullptr, residual, n_vec, n, p, key, worker, clock, out);
   return true;
 }
