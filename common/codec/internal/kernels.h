@@ -271,6 +271,19 @@ bool HasAvx512();
 // it at that table.
 const CodecKernels& ActiveKernels();
 
+// The table entry of a ternary chunk kernel made in two instantiations,
+// with error feedback (kWithResidual) and without (kWithout).
+using TernaryChunkFn = bool (*)(const float* grad, float* residual, uint32_t n, float clip_factor,
+                                PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out,
+                                float* scale);
+template <TernaryChunkFn kWithResidual, TernaryChunkFn kWithout>
+bool TernaryChunkByResidual(const float* grad, float* residual, uint32_t n, float clip_factor,
+                            PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out,
+                            float* scale) {
+  return (residual != nullptr ? kWithResidual : kWithout)(grad, residual, n, clip_factor, key,
+                                                          worker, clock, out, scale);
+}
+
 // Parameters derived from statistics; shared by every table and by the CUDA
 // kernels, which compute them on the device, so the derived floats are
 // identical whichever kernels computed the sums. (The comparisons are

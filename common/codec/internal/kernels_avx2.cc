@@ -531,15 +531,6 @@ bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float c
   return true;
 }
 
-bool EncodeTernaryChunk(const float* grad, float* residual, uint32_t n, float clip_factor,
-                        PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out,
-                        float* scale) {
-  return residual ? EncodeTernaryChunkT<true>(grad, residual, n, clip_factor, key, worker, clock,
-                                              out, scale)
-                  : EncodeTernaryChunkT<false>(grad, nullptr, n, clip_factor, key, worker, clock,
-                                               out, scale);
-}
-
 // bit = x > 0 (kCmp = _CMP_GT_OQ), or x >= 0 when zeros take the 1 bit
 // (_CMP_GE_OQ; see [onebit zeros]); NaN gives 0 either way, as in the
 // portable rule.
@@ -829,6 +820,9 @@ bool Valid2Bit(const uint8_t* payload, uint32_t n) {
   // The rest, including the padding check, is the reference's.
   return PortableKernels().valid_2bit(payload + b32, n - static_cast<uint32_t>(4 * b32));
 }
+
+constexpr TernaryChunkFn EncodeTernaryChunk =
+    TernaryChunkByResidual<EncodeTernaryChunkT<true>, EncodeTernaryChunkT<false>>;
 
 }  // namespace
 

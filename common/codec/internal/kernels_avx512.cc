@@ -209,15 +209,6 @@ bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float c
   return true;
 }
 
-bool EncodeTernaryChunk(const float* grad, float* residual, uint32_t n, float clip_factor,
-                        PhiloxKey key, uint32_t worker, uint32_t clock, uint8_t* out,
-                        float* scale) {
-  return residual ? EncodeTernaryChunkT<true>(grad, residual, n, clip_factor, key, worker, clock,
-                                              out, scale)
-                  : EncodeTernaryChunkT<false>(grad, nullptr, n, clip_factor, key, worker, clock,
-                                               out, scale);
-}
-
 // The signs (0, +1, -1; see [2-bit signs]) of the sixteen codes in `word`:
 // code 01 is +1, 10 is -1, 00 and 11 are 0.
 inline __m512 Signs16(uint32_t word) {
@@ -227,27 +218,23 @@ inline __m512 Signs16(uint32_t word) {
   return _mm512_mask_mov_ps(plus, neg, _mm512_set1_ps(-1.0f));
 }
 
-void DecodeAdd2Bit(const uint8_t* payload, uint32_t n, float ws, float* acc) {
-  const __m512 w = _mm512_set1_ps(ws);
+// out[i] = sign_i * s, or with kAdd out[i] += sign_i * s: the table's
+// decode_2bit and decode_add_2bit.
+template <bool kAdd>
+void Decode2BitT(const uint8_t* payload, uint32_t n, float s, float* out) {
+  const __m512 vs = _mm512_set1_ps(s);
   const uint32_t n16 = n & ~15u;
   for (uint32_t i = 0; i < n16; i += 16) {
     uint32_t word;
     std::memcpy(&word, payload + i / 4, 4);
-    _mm512_storeu_ps(acc + i,
-                     _mm512_add_ps(_mm512_loadu_ps(acc + i), _mm512_mul_ps(Signs16(word), w)));
+    __m512 v = _mm512_mul_ps(Signs16(word), vs);
+    if (kAdd) v = _mm512_add_ps(_mm512_loadu_ps(out + i), v);
+    _mm512_storeu_ps(out + i, v);
   }
-  if (n16 < n) PortableKernels().decode_add_2bit(payload + n16 / 4, n - n16, ws, acc + n16);
-}
-
-void Decode2Bit(const uint8_t* payload, uint32_t n, float scale, float* out) {
-  const __m512 s = _mm512_set1_ps(scale);
-  const uint32_t n16 = n & ~15u;
-  for (uint32_t i = 0; i < n16; i += 16) {
-    uint32_t word;
-    std::memcpy(&word, payload + i / 4, 4);
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(Signs16(word), s));
+  if (n16 < n) {
+    const CodecKernels& ref = PortableKernels();
+    (kAdd ? ref.decode_add_2bit : ref.decode_2bit)(payload + n16 / 4, n - n16, s, out + n16);
   }
-  if (n16 < n) PortableKernels().decode_2bit(payload + n16 / 4, n - n16, scale, out + n16);
 }
 
 }  // namespace
@@ -257,9 +244,10 @@ const CodecKernels* Avx512Kernels() {
     const CodecKernels* avx2 = Avx2Kernels();
     if (avx2 == nullptr) return nullptr;
     static CodecKernels k = *avx2;
-    k.encode_ternary_chunk = EncodeTernaryChunk;
-    k.decode_add_2bit = DecodeAdd2Bit;
-    k.decode_2bit = Decode2Bit;
+    k.encode_ternary_chunk =
+        TernaryChunkByResidual<EncodeTernaryChunkT<true>, EncodeTernaryChunkT<false>>;
+    k.decode_add_2bit = Decode2BitT<true>;
+    k.decode_2bit = Decode2BitT<false>;
     return &k;
   }();
   return table;
