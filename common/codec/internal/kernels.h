@@ -1,15 +1,15 @@
 // CPU codec kernels behind a function table, one table per instruction set.
 //
 // The portable, AVX2 and AVX-512 tables produce bit-identical outputs: all
-// follow the same arithmetic (no fused multiply-add; -ffp-contract=off) and the same
-// reduction order. NOTE: [lane reduction] Sums over a chunk are accumulated
-// in fp64 in kSumLanes = 16 lanes, element i into lane i % 16, and the lanes
-// are added in order 0..15 at the end: the order a vector loop over 16
-// elements with four 4-wide fp64 accumulators produces, which the scalar loop
-// copies, so scales and clip bounds agree to the bit. Sixteen, not eight, so
-// the sums do not run at the latency of one fp64 add per 8 elements
-// (docs/design/ternary-encode.md). The CUDA kernels reduce in another order;
-// see cuda_codec.h.
+// follow the same arithmetic (no fused multiply-add; -ffp-contract=off) and
+// the same reduction order. NOTE: [lane reduction] Sums over a chunk are
+// accumulated in fp64 in kSumLanes = 16 lanes, element i into lane i % 16,
+// and the lanes are added in order 0..15 at the end: the order a vector loop
+// over 16 elements with four 4-wide fp64 accumulators produces, which the
+// scalar loop copies, so scales and clip bounds agree to the bit. Sixteen,
+// not eight, so the sums do not run at the latency of one fp64 add per 8
+// elements (docs/design/ternary-encode.md). The CUDA kernels reduce in
+// another order; see cuda_codec.h.
 //
 // All kernels take `residual` == nullptr to mean "no error feedback": then
 // x = grad; otherwise x = grad + residual and residual is overwritten with
