@@ -7,7 +7,7 @@
 // library knows about one codec is one row of the codec table, see
 // [codec table] in internal/codec_table.h.
 //
-// Two rules every implementation (portable, AVX2, CUDA) follows:
+// Two rules every implementation (portable, AVX2, AVX-512, CUDA) follows:
 //   ternary : stochastic, one 8-bit Philox4x32-7 draw per element, so
 //             E[decoded] is within s/512 of the clipped g (NOTE:
 //             [reproducible rounding] in common/philox.h: the bound, why).

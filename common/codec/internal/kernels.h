@@ -62,7 +62,9 @@ GS_HOST_DEVICE bool OneBitZeroBit(float pos, float neg) { return pos <= -neg; }
 // the sign (0, +1, -1) of code j of payload byte b (element 4k+j of byte k).
 // Code 11 never reaches a decoder (validation rejects it) and maps to 0.
 // Every 2-bit decoder (decode-add and block decode, portable and AVX2) reads
-// this table, so a twobit or ternary value is sign * scale everywhere.
+// this table, and the AVX-512 ones make the same signs from the codes' bits
+// (codec_test checks them against it), so a twobit or ternary value is
+// sign * scale everywhere.
 struct TwoBitSignTable {
   alignas(16) float v[256][4];
   constexpr TwoBitSignTable() : v() {
