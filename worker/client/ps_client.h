@@ -51,8 +51,8 @@
 // (the step loop does at the end of each clock, and when its encode thread
 // runs dry with a big bucket open: [encode thread] in step_loop.h); a push
 // in the open bucket is not acknowledged before. The map's chunk-to-shard
-// balance is unchanged: buckets only group what each shard gets. The sizes, and why:
-// docs/design/fused-messages.md.
+// balance is unchanged: buckets only group what each shard gets. The sizes,
+// and why: docs/design/fused-messages.md.
 //
 // NOTE: [client streams] One bidirectional Session stream per shard, each with
 // its own writer thread and reader thread, so a slow shard never stalls the

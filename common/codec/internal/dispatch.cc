@@ -1,8 +1,10 @@
-// Picks the codec kernel table once per process from the CPU's features.
+// Picks the codec kernel table once per process from the CPU's features, and
+// holds the draw scratch the vector tables share.
 #include <cpuid.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "common/codec/internal/kernels.h"
 
@@ -19,6 +21,12 @@ bool HasF16c() {
 }
 
 }  // namespace
+
+uint8_t* DrawScratch(uint32_t n) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
 
 bool HasAvx512() {
   static const bool has =

@@ -261,6 +261,12 @@ const CodecKernels& PortableKernels();
 void EncodeTernaryRange(const float* grad, const float* residual_in, float* residual_out,
                         uint32_t begin, uint32_t end, TernaryParams p, PhiloxKey key,
                         uint32_t worker, uint32_t clock, uint8_t* out);
+// The vector tables' ternary chunks of up to this many elements make their
+// draws before the encode pass, into DrawScratch(n): one byte per element,
+// reused by the calling thread. Larger ones draw in the encode pass. See
+// [ternary passes] in kernels_avx2.cc.
+inline constexpr uint32_t kMaxScratchElems = uint32_t{1} << 21;
+uint8_t* DrawScratch(uint32_t n);
 // nullptr when this binary was built without AVX2 support.
 const CodecKernels* Avx2Kernels();
 // The AVX2 table with AVX-512 (F, BW, DQ, VL) ternary chunk and 2-bit

@@ -10,7 +10,6 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "common/codec/internal/kernels.h"
 
@@ -465,18 +464,6 @@ void EncodeTernary(const float* grad, float* residual, uint32_t n, TernaryParams
     EncodeBlocks<kFromGrad>(grad, nullptr, nullptr, n_vec, c, &keys, worker, clock, out);
   }
   EncodeTernaryRange(grad, residual, residual, n_vec, n, p, key, worker, clock, out);
-}
-
-// Chunks up to this many elements get their draws in the statistics pass
-// (a scratch of one byte per element); larger ones in the encode pass. See
-// [ternary passes].
-constexpr uint32_t kMaxScratchElems = uint32_t{1} << 21;
-
-// The draws of a chunk, n bytes, reused by the thread (see [ternary passes]).
-uint8_t* DrawScratch(uint32_t n) {
-  thread_local std::vector<uint8_t> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
 }
 
 // NOTE: [ternary passes] The statistics pass stores x = grad + residual into

@@ -10,7 +10,6 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "common/codec/internal/kernels.h"
 
@@ -121,18 +120,6 @@ struct MomentAcc16 {
   }
 };
 
-// The draws of a chunk, one byte per element, reused by the thread.
-uint8_t* DrawScratch(uint32_t n) {
-  thread_local std::vector<uint8_t> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
-// Chunks up to this many elements keep their draws in the scratch; larger
-// ones go to the AVX2 kernel, which makes them in its encode pass (see
-// [ternary passes]).
-constexpr uint32_t kMaxScratchElems = uint32_t{1} << 21;
-
 // NOTE: [wide ternary] The ternary chunk of [ternary passes] sixteen
 // elements a step: draws first (DrawsWide), then the statistics pass (x =
 // grad + residual stored into the residual), then the encode pass from the
@@ -144,7 +131,7 @@ bool EncodeTernaryChunkT(const float* grad, float* residual, uint32_t n, float c
                          float* scale) {
   constexpr uint32_t kStep = 8 * kDrawsPerBlock;
   const uint32_t n_vec = n / kStep * kStep;
-  if (n_vec > kMaxScratchElems) {
+  if (n_vec > kMaxScratchElems) {  // the AVX2 kernel draws in its encode pass
     return Avx2Kernels()->encode_ternary_chunk(grad, residual, n, clip_factor, key, worker,
                                                clock, out, scale);
   }
